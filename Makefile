@@ -1,0 +1,49 @@
+# Everything builds its own environment: `make demo` and `make test` work on a fresh clone.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+NPM_STAMP := node_modules/.installed
+
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
+export CDK_DISABLE_CLI_TELEMETRY := true
+
+.PHONY: venv npm test test-unit test-integration test-infra test-chaos demo bench clean
+
+$(STAMP): requirements.txt requirements-dev.txt lambdas/requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+$(NPM_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+venv: $(STAMP)
+npm: $(NPM_STAMP)
+
+test: $(STAMP) $(NPM_STAMP)
+	$(BIN)/python -m pytest -q
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+test-integration: $(STAMP)
+	$(BIN)/python -m pytest -q tests/integration
+
+test-infra: $(STAMP) $(NPM_STAMP)
+	$(BIN)/python -m pytest -q tests/infra
+
+test-chaos: $(STAMP)
+	$(BIN)/python -m pytest -q tests/chaos
+
+demo: $(STAMP) $(NPM_STAMP)
+	$(BIN)/sendonce demo $(DEMO_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py --quick
+
+clean:
+	rm -rf $(VENV) node_modules cdk.out .pytest_cache

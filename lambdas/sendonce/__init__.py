@@ -1,0 +1,1 @@
+"""sendonce: campaign email delivery that sends each recipient once."""
