@@ -1,0 +1,172 @@
+"""Campaigns and their published batches in one DynamoDB table (pk, sk).
+
+    pk = campaign#<id>, sk = campaign        the campaign (state, content, counts)
+    pk = campaign#<id>, sk = batch#<batch>   one published batch: its body and whether it reached SQS
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+from sendonce.errors import CampaignNotFoundError, IllegalTransitionError
+from sendonce.models import BatchMessage, Campaign, CampaignState
+from sendonce.ports import BatchStatus
+
+_ser = TypeSerializer()
+_de = TypeDeserializer()
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _pk(campaign_id: str) -> dict[str, Any]:
+    return {"S": f"campaign#{campaign_id}"}
+
+
+def _campaign(item: dict[str, Any]) -> Campaign:
+    data = {k: _de.deserialize(v) for k, v in item.items() if k not in ("pk", "sk")}
+    for name in ("total", "version"):
+        if name in data:
+            data[name] = int(data[name])
+    return Campaign.model_validate(data)
+
+
+class DynamoDBCampaignStore:
+    def __init__(self, *, client: Any, table_name: str):
+        self._client = client
+        self._table = table_name
+
+    def _key(self, campaign_id: str, sk: str = "campaign") -> dict[str, Any]:
+        return {"pk": _pk(campaign_id), "sk": {"S": sk}}
+
+    def create(self, campaign: Campaign) -> Campaign:
+        now = _now()
+        campaign = campaign.model_copy(update={"created_at": now, "updated_at": now, "state": CampaignState.DRAFT})
+        item = {k: _ser.serialize(v) for k, v in campaign.model_dump(mode="json", exclude_none=True).items()}
+        item.update(self._key(campaign.campaign_id))
+        try:
+            self._client.put_item(TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(pk)")
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                raise IllegalTransitionError(f"campaign {campaign.campaign_id!r} already exists") from exc
+            raise
+        return campaign
+
+    def get(self, campaign_id: str) -> Campaign:
+        response = self._client.get_item(TableName=self._table, Key=self._key(campaign_id), ConsistentRead=True)
+        if "Item" not in response:
+            raise CampaignNotFoundError(f"campaign {campaign_id!r} does not exist")
+        return _campaign(response["Item"])
+
+    def transition(
+        self,
+        campaign_id: str,
+        *,
+        to: CampaignState,
+        allowed_from: Iterable[CampaignState],
+        by: str,
+        reason: str | None = None,
+    ) -> Campaign:
+        allowed = list(allowed_from)
+        states = {f":from{i}": {"S": s.value} for i, s in enumerate(allowed)}
+        values = {":to": {"S": to.value}, ":by": {"S": by}, ":now": {"S": _now()}, ":one": {"N": "1"}, **states}
+        update = "SET #state = :to, state_changed_by = :by, updated_at = :now"
+        if reason:
+            update += ", state_reason = :reason"
+            values[":reason"] = {"S": reason[:500]}
+            update += " ADD version :one"
+        else:
+            update += " REMOVE state_reason ADD version :one"
+        try:
+            response = self._client.update_item(
+                TableName=self._table,
+                Key=self._key(campaign_id),
+                UpdateExpression=update,
+                ConditionExpression=f"attribute_exists(pk) AND #state IN ({', '.join(states)})",
+                ExpressionAttributeNames={"#state": "state"},
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            old = exc.response.get("Item")
+            if not old:
+                raise CampaignNotFoundError(f"campaign {campaign_id!r} does not exist") from exc
+            current = _de.deserialize(old["state"])
+            raise IllegalTransitionError(
+                f"campaign {campaign_id!r} is {current}; cannot move to {to.value} "
+                f"(only from {', '.join(s.value for s in allowed)})"
+            ) from exc
+        return _campaign(response["Attributes"])
+
+    def add_batch(self, batch: BatchMessage) -> BatchStatus:
+        item = {
+            **self._key(batch.campaign_id, f"batch#{batch.batch_id}"),
+            "body": {"S": batch.to_body()},
+            "recipients": {"N": str(len(batch.recipients))},
+            "enqueued": {"BOOL": False},
+            "created_at": {"S": _now()},
+        }
+        try:
+            self._client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self._table,
+                            "Item": item,
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": self._key(batch.campaign_id),
+                            "UpdateExpression": "ADD #total :n",
+                            "ConditionExpression": "attribute_exists(pk)",
+                            "ExpressionAttributeNames": {"#total": "total"},
+                            "ExpressionAttributeValues": {":n": {"N": str(len(batch.recipients))}},
+                        }
+                    },
+                ]
+            )
+            return BatchStatus.NEW
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            cancellations = exc.response.get("CancellationReasons", [])
+            reasons = [r.get("Code") for r in cancellations]
+            if reasons and reasons[0] == "ConditionalCheckFailed":
+                old = cancellations[0].get("Item") or {}
+                return BatchStatus.ENQUEUED if old.get("enqueued", {}).get("BOOL") else BatchStatus.RECORDED
+            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+                raise CampaignNotFoundError(f"campaign {batch.campaign_id!r} does not exist") from exc
+            raise
+
+    def mark_batch_enqueued(self, campaign_id: str, batch_id: str) -> None:
+        self._client.update_item(
+            TableName=self._table,
+            Key=self._key(campaign_id, f"batch#{batch_id}"),
+            UpdateExpression="SET enqueued = :t",
+            ExpressionAttributeValues={":t": {"BOOL": True}},
+        )
+
+    def batches(self, campaign_id: str) -> Iterator[tuple[BatchMessage, bool]]:
+        paginator = self._client.get_paginator("query")
+        for page in paginator.paginate(
+            TableName=self._table,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :b)",
+            ExpressionAttributeValues={":pk": _pk(campaign_id), ":b": {"S": "batch#"}},
+            ConsistentRead=True,
+        ):
+            for item in page["Items"]:
+                yield BatchMessage.model_validate(json.loads(item["body"]["S"])), bool(item["enqueued"]["BOOL"])

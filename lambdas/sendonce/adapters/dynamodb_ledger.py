@@ -1,0 +1,288 @@
+"""The delivery ledger on DynamoDB: one item per (campaign_id, recipient_id).
+
+The claim rules of `sendonce.ledger_rules.classify` are stated here as condition
+expressions so that a claim is one atomic conditional write; a failed claim returns the
+old item (ReturnValuesOnConditionCheckFailure=ALL_OLD), which the same rules classify
+without another read. Every later write is conditional on the owner that claimed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+from sendonce.errors import LeaseLostError
+from sendonce.ledger_rules import IDEMPOTENCY_WINDOW_MS, STALE, classify
+from sendonce.models import (
+    DeliveryKey,
+    DeliveryRecord,
+    DeliveryRequest,
+    DeliveryState,
+    Receipt,
+    email_fingerprint,
+)
+from sendonce.ports import ClaimResult, ClaimStatus
+
+logger = logging.getLogger(__name__)
+
+_ser = TypeSerializer()
+_de = TypeDeserializer()
+
+_NAMES = {"#state": "state", "#owner": "owner"}
+
+# Claimable: absent; pending/dead-lettered (and, if the provider may have accepted an
+# earlier attempt, only under a live idempotency window); or held with an expired lease,
+# when the provider can repeat the send safely.
+_CLAIMABLE_IDEMPOTENT = (
+    "(attribute_not_exists(#state)"
+    " OR (#state IN (:pending, :dead) AND (attribute_not_exists(maybe_sent_at_ms) OR maybe_sent_at_ms > :cutoff))"
+    " OR (#state IN (:claimed, :in_flight) AND lease_until_ms < :now AND claimed_at_ms > :cutoff))"
+)
+# Without an idempotency key, a holder that reached in_flight may have sent: never retake it.
+_CLAIMABLE_NON_IDEMPOTENT = (
+    "(attribute_not_exists(#state)"
+    " OR (#state IN (:pending, :dead) AND attribute_not_exists(maybe_sent_at_ms))"
+    " OR (#state = :claimed AND lease_until_ms < :now))"
+)
+_SAME_PAYLOAD = "(attribute_not_exists(payload_hash) OR payload_hash = :ph)"
+
+
+def _now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _values(**values: Any) -> dict[str, Any]:
+    return {f":{name}": _ser.serialize(value) for name, value in values.items()}
+
+
+def _record(item: dict[str, Any]) -> DeliveryRecord:
+    data = {k: _de.deserialize(v) for k, v in item.items()}
+    return DeliveryRecord(
+        campaign_id=data["campaign_id"],
+        recipient_id=data["recipient_id"],
+        state=DeliveryState(data.get("state", "pending")),
+        owner=data.get("owner"),
+        lease_until_ms=_int(data.get("lease_until_ms")),
+        attempts=_int(data.get("attempts")) or 0,
+        batch_id=data.get("batch_id"),
+        payload_hash=data.get("payload_hash"),
+        provider=data.get("provider"),
+        provider_message_id=data.get("provider_message_id"),
+        reason=data.get("reason"),
+        error_class=data.get("error_class"),
+        email_fingerprint=data.get("email_fp"),
+        claimed_at_ms=_int(data.get("claimed_at_ms")),
+        maybe_sent_at_ms=_int(data.get("maybe_sent_at_ms")),
+        updated_at=data.get("updated_at"),
+        history=[{k: (int(v) if k.endswith("_ms") else v) for k, v in h.items()} for h in data.get("history", [])],
+    )
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _history(event: str, owner: str | None = None, detail: str | None = None) -> dict[str, Any]:
+    entry = {"at": _now_iso(), "event": event}
+    if owner:
+        entry["owner"] = owner
+    if detail:
+        entry["detail"] = detail[:500]
+    return {":entry": {"L": [_ser.serialize(entry)]}, ":empty": {"L": []}}
+
+
+_APPEND = "history = list_append(if_not_exists(history, :empty), :entry)"
+
+
+class DynamoDBLedger:
+    def __init__(self, *, client: Any, table_name: str):
+        self._client = client
+        self._table = table_name
+
+    def _key(self, key: DeliveryKey) -> dict[str, Any]:
+        return {"campaign_id": {"S": key.campaign_id}, "recipient_id": {"S": key.recipient_id}}
+
+    def claim(self, request: DeliveryRequest, *, payload_hash: str, lease_until_ms: int, now_ms: int) -> ClaimResult:
+        claimable = _CLAIMABLE_IDEMPOTENT if request.provider_idempotent else _CLAIMABLE_NON_IDEMPOTENT
+        values = _values(
+            claimed="claimed",
+            pending="pending",
+            dead="dead_lettered",
+            in_flight="in_flight",
+            now=now_ms,
+            owner=request.owner,
+            lease=lease_until_ms,
+            batch=request.batch_id,
+            provider=request.provider,
+            ph=payload_hash,
+            fp=email_fingerprint(request.email),
+            iso=_now_iso(),
+            one=1,
+        )
+        if request.provider_idempotent:
+            values.update(_values(cutoff=now_ms - IDEMPOTENCY_WINDOW_MS))
+        else:
+            del values[":in_flight"]
+        values.update(_history("claimed", request.owner))
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=self._key(request.key),
+                UpdateExpression=(
+                    "SET #state = :claimed, #owner = :owner, lease_until_ms = :lease, claimed_at_ms = :now,"
+                    " batch_id = :batch, provider = :provider, payload_hash = if_not_exists(payload_hash, :ph),"
+                    " email_fp = if_not_exists(email_fp, :fp), updated_at = :iso, " + _APPEND + " ADD attempts :one"
+                ),
+                ConditionExpression=f"{claimable} AND {_SAME_PAYLOAD}",
+                ExpressionAttributeNames=_NAMES,
+                ExpressionAttributeValues=values,
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+            return ClaimResult(ClaimStatus.CLAIMED)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            old = exc.response.get("Item")
+        record = _record(old) if old else self.get(request.key)
+        verdict = classify(record, payload_hash=payload_hash, provider_idempotent=request.provider_idempotent, now_ms=now_ms)
+        if verdict == STALE:
+            return self._close_stale(record)
+        if verdict is ClaimStatus.CLAIMED:
+            # The record changed between the write and now (e.g. a lease ran out): the
+            # caller's retry will claim it.
+            return ClaimResult(ClaimStatus.HELD, record)
+        return ClaimResult(verdict, record)
+
+    def _close_stale(self, record: DeliveryRecord) -> ClaimResult:
+        """A holder that may have sent is gone and the send cannot be repeated: unknown."""
+        reason = "previous attempt may have been accepted by the provider; not repeated"
+        values = _values(unknown="unknown", seen=record.state.value, iso=_now_iso(), reason=reason)
+        values.update(_history("unknown", record.owner, reason))
+        names = {"#state": "state"}
+        condition = "#state = :seen"
+        if record.owner:
+            condition += " AND #owner = :prev"
+            names["#owner"] = "owner"
+            values.update(_values(prev=record.owner))
+        try:
+            response = self._client.update_item(
+                TableName=self._table,
+                Key=self._key(record.key),
+                UpdateExpression="SET #state = :unknown, reason = :reason, error_class = :ec, updated_at = :iso, " + _APPEND,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues={**values, **_values(ec="stale")},
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            return ClaimResult(ClaimStatus.HELD, record)
+        return ClaimResult(ClaimStatus.FINAL, _record(response["Attributes"]), closed_as_unknown=True)
+
+    def _fenced_update(self, key: DeliveryKey, *, owner: str, allowed: Iterable[str], update: str, values: dict) -> None:
+        allowed = list(allowed)
+        states = {f":s{i}": {"S": s} for i, s in enumerate(allowed)}
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=self._key(key),
+                UpdateExpression=update,
+                ConditionExpression=f"#owner = :me AND #state IN ({', '.join(states)})",
+                ExpressionAttributeNames=_NAMES,
+                ExpressionAttributeValues={**values, **states, **_values(me=owner)},
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                raise LeaseLostError(f"{key.campaign_id}/{key.recipient_id} is no longer owned by {owner}") from exc
+            raise
+
+    def mark_in_flight(self, key: DeliveryKey, *, owner: str, now_ms: int) -> None:
+        values = _values(in_flight="in_flight", now=now_ms, iso=_now_iso())
+        values.update(_history("in_flight", owner))
+        self._fenced_update(
+            key,
+            owner=owner,
+            allowed=["claimed"],
+            update="SET #state = :in_flight, maybe_sent_at_ms = :now, updated_at = :iso, " + _APPEND,
+            values=values,
+        )
+
+    def mark_sent(self, key: DeliveryKey, *, owner: str, receipt: Receipt) -> None:
+        values = _values(sent="sent", mid=receipt.provider_message_id, iso=_now_iso())
+        values.update(_history("sent", owner, receipt.provider_message_id))
+        # 'unknown' is allowed too: a consumer that found this owner's in-flight claim
+        # stale closed it as unknown; the owner's receipt resolves it.
+        self._fenced_update(
+            key,
+            owner=owner,
+            allowed=["claimed", "in_flight", "unknown"],
+            update="SET #state = :sent, provider_message_id = :mid, updated_at = :iso, " + _APPEND
+            + " REMOVE lease_until_ms, reason, error_class",
+            values=values,
+        )
+
+    def settle(
+        self,
+        key: DeliveryKey,
+        *,
+        owner: str,
+        state: DeliveryState,
+        reason: str,
+        error_class: str,
+        maybe_sent: bool = False,
+        now_ms: int,
+    ) -> None:
+        values = _values(state=state.value, reason=reason[:500], ec=error_class, iso=_now_iso())
+        values.update(_history(state.value, owner, f"{error_class}: {reason}"))
+        update = "SET #state = :state, reason = :reason, error_class = :ec, updated_at = :iso, " + _APPEND
+        if maybe_sent:
+            update += ", maybe_sent_at_ms = if_not_exists(maybe_sent_at_ms, :now)"
+            values.update(_values(now=now_ms))
+        update += " REMOVE lease_until_ms"
+        self._fenced_update(key, owner=owner, allowed=["claimed", "in_flight"], update=update, values=values)
+
+    def close_unclaimed(
+        self, campaign_id: str, recipient_ids: Iterable[str], *, state: DeliveryState, reason: str, batch_id: str
+    ) -> int:
+        moved = 0
+        for recipient_id in recipient_ids:
+            values = _values(state=state.value, reason=reason[:500], pending="pending", dead="dead_lettered",
+                             iso=_now_iso(), batch=batch_id)
+            values.update(_history(state.value, None, reason))
+            try:
+                self._client.update_item(
+                    TableName=self._table,
+                    Key=self._key(DeliveryKey(campaign_id=campaign_id, recipient_id=recipient_id)),
+                    UpdateExpression="SET #state = :state, reason = :reason, updated_at = :iso,"
+                    " batch_id = if_not_exists(batch_id, :batch), " + _APPEND,
+                    ConditionExpression="attribute_not_exists(#state) OR #state IN (:pending, :dead)",
+                    ExpressionAttributeNames={"#state": "state"},
+                    ExpressionAttributeValues=values,
+                )
+                moved += 1
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                    raise
+        return moved
+
+    def get(self, key: DeliveryKey) -> DeliveryRecord | None:
+        response = self._client.get_item(TableName=self._table, Key=self._key(key), ConsistentRead=True)
+        item = response.get("Item")
+        return _record(item) if item else None
+
+    def records(self, campaign_id: str) -> Iterator[DeliveryRecord]:
+        paginator = self._client.get_paginator("query")
+        for page in paginator.paginate(
+            TableName=self._table,
+            KeyConditionExpression="campaign_id = :c",
+            ExpressionAttributeValues={":c": {"S": campaign_id}},
+            ConsistentRead=True,
+        ):
+            for item in page["Items"]:
+                yield _record(item)

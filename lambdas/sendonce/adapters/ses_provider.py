@@ -1,0 +1,75 @@
+"""Amazon SES v2 through boto3. SES has no idempotency key, so a send is attempted once:
+botocore's retries are off for this client (a retried SendEmail can send twice), and the
+domain's backoff handles throttling, which SES answers before accepting anything."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.config import Config
+from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError
+
+from sendonce.errors import AmbiguousProviderError, HaltProviderError, PermanentProviderError, RetryableProviderError
+from sendonce.models import OutboundEmail, Receipt
+
+# One attempt exactly: `max_attempts: 1` still made two in botocore's standard mode.
+SEND_CLIENT_CONFIG = Config(retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=10)
+
+_HALT = {"SendingPausedException", "AccountSuspendedException"}
+_PERMANENT = {"MessageRejected", "MailFromDomainNotVerifiedException", "BadRequestException", "NotFoundException"}
+_THROTTLE = {"TooManyRequestsException", "Throttling", "ThrottlingException", "LimitExceededException"}
+
+
+def classify_ses_error(exc: Exception) -> Exception:
+    if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError)):
+        return RetryableProviderError(f"ses unreachable: {exc}")  # never reached SES
+    if isinstance(exc, ClientError):
+        code = exc.response.get("Error", {}).get("Code", "")
+        message = exc.response.get("Error", {}).get("Message", "")
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        reason = f"ses {code}: {message}"[:500]
+        if code in _HALT or "quota" in message.lower():
+            return HaltProviderError(reason, code=code)
+        if code in _THROTTLE:
+            return RetryableProviderError(reason, code=code)
+        if code in _PERMANENT:
+            return PermanentProviderError(reason, code=code)
+        if status >= 500:
+            return AmbiguousProviderError(reason, code=code)
+        return PermanentProviderError(reason, code=code)
+    # Read timeout, reset connection: the request may have been accepted.
+    return AmbiguousProviderError(f"ses call interrupted: {type(exc).__name__}: {exc}")
+
+
+class SesProvider:
+    name = "ses"
+    idempotent = False
+
+    def __init__(self, *, client: Any, configuration_set: str | None = None):
+        self._client = client
+        self._configuration_set = configuration_set
+
+    def send(self, email: OutboundEmail) -> Receipt:
+        body: dict[str, Any] = {}
+        if email.html is not None:
+            body["Html"] = {"Data": email.html, "Charset": "UTF-8"}
+        if email.text is not None:
+            body["Text"] = {"Data": email.text, "Charset": "UTF-8"}
+        simple: dict[str, Any] = {"Subject": {"Data": email.subject, "Charset": "UTF-8"}, "Body": body}
+        if email.headers:
+            simple["Headers"] = [{"Name": k, "Value": v} for k, v in email.headers.items()]
+        params: dict[str, Any] = {
+            "FromEmailAddress": email.sender,
+            "Destination": {"ToAddresses": [email.to]},
+            "Content": {"Simple": simple},
+            "EmailTags": [{"Name": k, "Value": v} for k, v in email.tags.items()],
+        }
+        if email.reply_to:
+            params["ReplyToAddresses"] = [email.reply_to]
+        if self._configuration_set:
+            params["ConfigurationSetName"] = self._configuration_set
+        try:
+            response = self._client.send_email(**params)
+        except Exception as exc:  # every failure is classified; none escapes unexplained
+            raise classify_ses_error(exc) from exc
+        return Receipt(provider_message_id=response["MessageId"])

@@ -1,0 +1,269 @@
+"""Operator-facing domain: create, publish, pause, resume, cancel, delivery status.
+
+The CLI and the HTTP API both call this service; neither holds any logic of its own.
+Checkpoints come from the ledger, never from a cursor: resume re-reads which recipients
+have not ended and publishes exactly those.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from sendonce.errors import InvalidCampaignError, UnknownProviderError
+from sendonce.models import (
+    FINAL_STATES,
+    MAX_RECIPIENTS_PER_BATCH,
+    SCHEMA_VERSION,
+    BatchMessage,
+    Campaign,
+    CampaignState,
+    DeliveryState,
+    Recipient,
+)
+from sendonce.ports import BatchStatus, CampaignStore, Ledger, Queue
+from sendonce.rendering import RenderError, check_content
+
+logger = logging.getLogger(__name__)
+
+MESSAGES_PER_SEND = 10  # SQS SendMessageBatch takes ten entries
+
+# Which states each operator verb may start from (docs/operations.md draws the machine).
+TRANSITIONS: Mapping[str, tuple[CampaignState, tuple[CampaignState, ...]]] = {
+    "start": (CampaignState.SENDING, (CampaignState.DRAFT, CampaignState.SENDING)),
+    "pause": (CampaignState.PAUSED, (CampaignState.SENDING,)),
+    "resume": (CampaignState.SENDING, (CampaignState.PAUSED, CampaignState.SENDING)),
+    "cancel": (CampaignState.CANCELLED, (CampaignState.DRAFT, CampaignState.SENDING, CampaignState.PAUSED)),
+    "complete": (CampaignState.COMPLETED, (CampaignState.SENDING,)),
+}
+
+
+def batch_id_for(campaign_id: str, recipients: list[Recipient]) -> str:
+    """Content-addressed: publishing the same recipients again yields the same batch id."""
+    digest = hashlib.sha256(campaign_id.encode())
+    for recipient in recipients:
+        digest.update(json.dumps(recipient.model_dump(mode="json"), sort_keys=True).encode())
+    return "b" + digest.hexdigest()[:24]
+
+
+@dataclass
+class PublishReport:
+    campaign_id: str
+    accepted: int = 0
+    duplicates_in_input: list[str] = field(default_factory=list)
+    batches_new: int = 0
+    batches_already_enqueued: int = 0  # published before: not sent again (resume does that)
+    messages_sent: int = 0
+
+
+@dataclass(frozen=True)
+class DeliveryStatus:
+    campaign_id: str
+    state: CampaignState
+    total: int
+    pending: int
+    in_progress: int
+    sent: int
+    failed: int
+    suppressed: int
+    unknown: int
+    cancelled: int
+    dead_lettered: int
+    state_reason: str | None = None
+
+    @property
+    def remaining(self) -> int:
+        return self.pending + self.in_progress + self.dead_lettered
+
+    def as_dict(self) -> dict:
+        return {
+            "campaign_id": self.campaign_id,
+            "state": self.state.value,
+            "state_reason": self.state_reason,
+            "total": self.total,
+            "pending": self.pending,
+            "in_progress": self.in_progress,
+            "sent": self.sent,
+            "failed": self.failed,
+            "suppressed": self.suppressed,
+            "unknown": self.unknown,
+            "cancelled": self.cancelled,
+            "dead_lettered": self.dead_lettered,
+            "remaining": self.remaining,
+        }
+
+
+class CampaignService:
+    def __init__(
+        self,
+        *,
+        campaigns: CampaignStore,
+        ledger: Ledger,
+        queue: Queue,
+        provider_names: Iterable[str],
+        operator: str = "operator",
+    ):
+        self._campaigns = campaigns
+        self._ledger = ledger
+        self._queue = queue
+        self._provider_names = frozenset(provider_names)
+        self._operator = operator
+
+    def create(self, campaign: Campaign) -> Campaign:
+        if campaign.provider not in self._provider_names:
+            raise UnknownProviderError(
+                f"provider: {campaign.provider!r} is not registered (known: {', '.join(sorted(self._provider_names))})"
+            )
+        try:
+            check_content(campaign.content)
+        except RenderError as exc:
+            raise InvalidCampaignError(f"content: {exc}") from exc
+        return self._campaigns.create(campaign)
+
+    def get(self, campaign_id: str) -> Campaign:
+        return self._campaigns.get(campaign_id)
+
+    def publish(
+        self,
+        campaign_id: str,
+        recipients: Iterable[Recipient],
+        *,
+        batch_size: int = MAX_RECIPIENTS_PER_BATCH,
+        on_batch: Callable[[PublishReport], None] | None = None,
+    ) -> PublishReport:
+        """Record and enqueue recipients in batches; safe to repeat (batch ids are content-addressed
+        and the ledger dedups deliveries). Streams: holds one batch and the set of ids seen."""
+        if not 1 <= batch_size <= MAX_RECIPIENTS_PER_BATCH:
+            raise InvalidCampaignError(f"batch_size must be 1..{MAX_RECIPIENTS_PER_BATCH}")
+        campaign = self._campaigns.get(campaign_id)
+        to, allowed = TRANSITIONS["start"]
+        if campaign.state is CampaignState.DRAFT:
+            campaign = self._campaigns.transition(campaign_id, to=to, allowed_from=allowed, by=self._operator, reason="published")
+        elif campaign.state not in (CampaignState.SENDING, CampaignState.PAUSED):
+            raise InvalidCampaignError(f"campaign {campaign_id!r} is {campaign.state.value}; nothing can be published to it")
+        report = PublishReport(campaign_id=campaign_id)
+        seen: set[str] = set()
+        chunks: list[list[Recipient]] = [[]]
+        for recipient in recipients:
+            if recipient.recipient_id in seen:
+                report.duplicates_in_input.append(recipient.recipient_id)
+                continue
+            seen.add(recipient.recipient_id)
+            chunks[-1].append(recipient)
+            if len(chunks[-1]) == batch_size:
+                if len(chunks) == MESSAGES_PER_SEND:
+                    self._enqueue(chunks, campaign_id, report)
+                    chunks = []
+                    if on_batch:
+                        on_batch(report)
+                chunks.append([])
+        chunks = [c for c in chunks if c]
+        if chunks:
+            self._enqueue(chunks, campaign_id, report)
+            if on_batch:
+                on_batch(report)
+        return report
+
+    def _enqueue(self, chunks: list[list[Recipient]], campaign_id: str, report: PublishReport) -> None:
+        batches = []
+        for chunk in chunks:
+            batch = BatchMessage(
+                schema_version=SCHEMA_VERSION, campaign_id=campaign_id, batch_id=batch_id_for(campaign_id, chunk), recipients=chunk
+            )
+            report.accepted += len(chunk)
+            status = self._campaigns.add_batch(batch)
+            if status is BatchStatus.ENQUEUED:
+                report.batches_already_enqueued += 1
+                continue
+            # A batch recorded before but never confirmed on the queue (a publisher that
+            # crashed in between) is enqueued now; sending it twice is harmless.
+            report.batches_new += status is BatchStatus.NEW
+            batches.append(batch)
+        if not batches:
+            return
+        self._queue.publish([b.to_body() for b in batches])
+        report.messages_sent += len(batches)
+        for batch in batches:
+            self._campaigns.mark_batch_enqueued(campaign_id, batch.batch_id)
+
+    def pause(self, campaign_id: str, *, reason: str | None = None) -> Campaign:
+        to, allowed = TRANSITIONS["pause"]
+        return self._campaigns.transition(campaign_id, to=to, allowed_from=allowed, by=self._operator, reason=reason)
+
+    def cancel(self, campaign_id: str, *, reason: str | None = None) -> Campaign:
+        to, allowed = TRANSITIONS["cancel"]
+        return self._campaigns.transition(campaign_id, to=to, allowed_from=allowed, by=self._operator, reason=reason)
+
+    def resume(self, campaign_id: str, *, include_dead_lettered: bool = True) -> tuple[Campaign, int]:
+        """Back to sending, then publish every recipient that has not ended. Two resumes at
+        once publish the same recipients twice; the ledger sends each once."""
+        to, allowed = TRANSITIONS["resume"]
+        campaign = self._campaigns.transition(campaign_id, to=to, allowed_from=allowed, by=self._operator, reason="resumed")
+        states = {r.recipient_id: r.state for r in self._ledger.records(campaign_id)}
+        republish = {DeliveryState.PENDING}
+        if include_dead_lettered:
+            republish.add(DeliveryState.DEAD_LETTERED)
+        remaining: list[Recipient] = []
+        seen: set[str] = set()
+        for batch, _ in self._campaigns.batches(campaign_id):
+            for recipient in batch.recipients:
+                state = states.get(recipient.recipient_id, DeliveryState.PENDING)
+                if recipient.recipient_id not in seen and state in republish:
+                    seen.add(recipient.recipient_id)
+                    remaining.append(recipient)
+        bodies = []
+        for start in range(0, len(remaining), MAX_RECIPIENTS_PER_BATCH):
+            chunk = remaining[start : start + MAX_RECIPIENTS_PER_BATCH]
+            # Not recorded as new batches: the originals already hold these recipients.
+            batch = BatchMessage(
+                schema_version=SCHEMA_VERSION,
+                campaign_id=campaign_id,
+                batch_id="r" + batch_id_for(campaign_id, chunk)[1:],
+                recipients=chunk,
+            )
+            bodies.append(batch.to_body())
+        self._queue.publish(bodies)
+        logger.info("campaign resumed", extra={"campaign_id": campaign_id, "republished": len(remaining)})
+        return campaign, len(remaining)
+
+    def status(self, campaign_id: str, *, complete_when_done: bool = True) -> DeliveryStatus:
+        campaign = self._campaigns.get(campaign_id)
+        recipient_ids: set[str] = set()
+        for batch, _ in self._campaigns.batches(campaign_id):
+            recipient_ids.update(r.recipient_id for r in batch.recipients)
+        counts: Counter = Counter()
+        for record in self._ledger.records(campaign_id):
+            recipient_ids.discard(record.recipient_id)
+            counts[record.state] += 1
+        counts[DeliveryState.PENDING] += len(recipient_ids)  # published, never claimed
+        status = DeliveryStatus(
+            campaign_id=campaign_id,
+            state=campaign.state,
+            state_reason=campaign.state_reason,
+            total=sum(counts.values()),
+            pending=counts[DeliveryState.PENDING],
+            in_progress=counts[DeliveryState.CLAIMED] + counts[DeliveryState.IN_FLIGHT],
+            sent=counts[DeliveryState.SENT],
+            failed=counts[DeliveryState.FAILED],
+            suppressed=counts[DeliveryState.SUPPRESSED],
+            unknown=counts[DeliveryState.UNKNOWN],
+            cancelled=counts[DeliveryState.CANCELLED],
+            dead_lettered=counts[DeliveryState.DEAD_LETTERED],
+        )
+        if complete_when_done and campaign.state is CampaignState.SENDING and status.total and status.remaining == 0:
+            to, allowed = TRANSITIONS["complete"]
+            reason = f"{status.unknown} outcome(s) unknown" if status.unknown else "every recipient ended"
+            campaign = self._campaigns.transition(campaign_id, to=to, allowed_from=allowed, by="sendonce", reason=reason)
+            status = DeliveryStatus(**{**status.__dict__, "state": campaign.state, "state_reason": campaign.state_reason})
+        return status
+
+    def records(self, campaign_id: str) -> Iterator:
+        return self._ledger.records(campaign_id)
+
+
+def is_final(state: DeliveryState) -> bool:
+    return state in FINAL_STATES

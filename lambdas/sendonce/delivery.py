@@ -1,0 +1,336 @@
+"""The consumer's domain: deliver one batch so that each recipient gets the email once.
+
+Per recipient: claim in the ledger (through the DeliveryGuard), render, call the provider,
+record the outcome. Per batch: read the campaign's state first (pause and cancel are state
+read by the pipeline), keep a time budget, and say whether the SQS message may be
+acknowledged or must come back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from sendonce.errors import (
+    AmbiguousProviderError,
+    CampaignNotFoundError,
+    HaltProviderError,
+    IllegalTransitionError,
+    InvalidMessageError,
+    PermanentProviderError,
+    RetryableProviderError,
+)
+from sendonce.models import (
+    BatchMessage,
+    Campaign,
+    CampaignState,
+    DeliveryRequest,
+    DeliveryState,
+    OutboundEmail,
+    Receipt,
+    Recipient,
+    email_fingerprint,
+    is_valid_email,
+)
+from sendonce.ports import CampaignStore, DeliveryGuard, EmailProvider, Ledger, Queue
+from sendonce.rendering import CompiledContent, RenderError
+
+logger = logging.getLogger(__name__)
+
+AUTOMATIC = "sendonce (automatic halt)"
+
+
+def parse_batch(body: str) -> BatchMessage:
+    """Parse an SQS body, or raise InvalidMessageError saying exactly what is wrong."""
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise InvalidMessageError(f"body is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidMessageError("body is not a JSON object")
+    try:
+        return BatchMessage.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(body)'}: {err['msg']}" for err in exc.errors(include_url=False)[:5]
+        )
+        raise InvalidMessageError(f"invalid batch message: {problems}") from exc
+
+
+@dataclass
+class BatchReport:
+    """What happened to one batch; the handler turns it into metrics and the ack decision."""
+
+    campaign_id: str | None = None
+    batch_id: str | None = None
+    sent: int = 0
+    duplicates_prevented: int = 0
+    failed: int = 0
+    unknown: int = 0
+    conflicts: int = 0
+    # Recipients that must come back: retryable errors, held elsewhere, out of time.
+    returning: int = 0
+    dead_lettered: int = 0
+    cancelled: int = 0
+    poison_reason: str | None = None
+    skipped_state: CampaignState | None = None
+    halted_reason: str | None = None
+    errors_by_class: Counter = field(default_factory=Counter)
+    last_error: str | None = None
+
+    @property
+    def must_return(self) -> bool:
+        """The SQS message must come back (reported as a batch item failure)."""
+        return self.returning > 0
+
+
+class BatchIncompleteError(Exception):
+    """Raised by the record handler so that BatchProcessor reports the message as failed."""
+
+    def __init__(self, report: BatchReport):
+        super().__init__(
+            f"{report.returning} recipient(s) of batch {report.batch_id} must be retried"
+            + (f" (last error: {report.last_error})" if report.last_error else "")
+        )
+        self.report = report
+
+
+@dataclass
+class _BatchRun:
+    batch: BatchMessage
+    campaign: Campaign
+    provider: EmailProvider
+    content: CompiledContent
+    remaining_ms: Callable[[], int]
+    report: BatchReport
+    halt: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    returning_ids: list[str] = field(default_factory=list)
+
+    def count(self, attr: str, recipient_id: str | None = None, error: str | None = None, error_class: str | None = None):
+        with self.lock:
+            setattr(self.report, attr, getattr(self.report, attr) + 1)
+            if attr == "returning" and recipient_id:
+                self.returning_ids.append(recipient_id)
+            if error:
+                self.report.last_error = error
+            if error_class:
+                self.report.errors_by_class[error_class] += 1
+
+
+class DeliveryService:
+    def __init__(
+        self,
+        *,
+        ledger: Ledger,
+        guard: DeliveryGuard,
+        campaigns: CampaignStore,
+        providers: Mapping[str, EmailProvider],
+        queue: Queue,
+        send_concurrency: int = 8,
+        safety_margin_ms: int = 15_000,
+        throttle_retries: int = 3,
+        max_receive_count: int = 5,
+        instance_id: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ):
+        self._ledger = ledger
+        self._guard = guard
+        self._campaigns = campaigns
+        self._providers = providers
+        self._queue = queue
+        self._send_concurrency = send_concurrency
+        self._safety_margin_ms = safety_margin_ms
+        self._throttle_retries = throttle_retries
+        self._max_receive_count = max_receive_count
+        self._instance_id = instance_id or uuid.uuid4().hex[:8]
+        self._sleep = sleep
+        self._clock_ms = clock_ms
+
+    def process(self, body: str, *, receive_count: int, remaining_ms: Callable[[], int]) -> BatchReport:
+        try:
+            batch = parse_batch(body)
+        except InvalidMessageError as exc:
+            return self._poison(body, str(exc))
+        report = BatchReport(campaign_id=batch.campaign_id, batch_id=batch.batch_id)
+        try:
+            campaign = self._campaigns.get(batch.campaign_id)
+        except CampaignNotFoundError:
+            return self._poison(body, f"campaign {batch.campaign_id!r} does not exist", report)
+        if campaign.state is CampaignState.CANCELLED:
+            report.cancelled = self._ledger.close_unclaimed(
+                batch.campaign_id,
+                [r.recipient_id for r in batch.recipients],
+                state=DeliveryState.CANCELLED,
+                reason="campaign cancelled",
+                batch_id=batch.batch_id,
+            )
+            report.skipped_state = campaign.state
+            return report
+        if not campaign.accepts_sends:
+            # Paused (or not started): send nothing and acknowledge. The recipients stay
+            # pending in the ledger; resume republishes exactly those.
+            report.skipped_state = campaign.state
+            logger.info("campaign not sending; batch acknowledged unsent", extra={"campaign_state": campaign.state.value})
+            return report
+        provider = self._providers.get(campaign.provider)
+        if provider is None:
+            return self._poison(body, f"campaign {campaign.campaign_id!r} names unknown provider {campaign.provider!r}", report)
+        try:
+            content = CompiledContent(campaign.content)
+        except RenderError as exc:
+            return self._poison(body, f"campaign {campaign.campaign_id!r}: {exc}", report)
+
+        run = _BatchRun(batch=batch, campaign=campaign, provider=provider, content=content, remaining_ms=remaining_ms, report=report)
+        workers = min(self._send_concurrency, len(batch.recipients))
+        if workers == 1:
+            for recipient in batch.recipients:
+                self._deliver(run, recipient)
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="send") as pool:
+                list(pool.map(lambda r: self._deliver(run, r), batch.recipients))
+
+        if run.halt.is_set():
+            self._pause_for_halt(run)
+        if report.must_return and receive_count >= self._max_receive_count:
+            # This was the last delivery SQS will make before the DLQ: say so in the ledger,
+            # so status shows these recipients as dead-lettered with the last error.
+            report.dead_lettered = self._ledger.close_unclaimed(
+                batch.campaign_id,
+                run.returning_ids,
+                state=DeliveryState.DEAD_LETTERED,
+                reason=report.last_error or "message moved to the dead-letter queue",
+                batch_id=batch.batch_id,
+            )
+        return report
+
+    def _poison(self, body: str, reason: str, report: BatchReport | None = None) -> BatchReport:
+        report = report or BatchReport()
+        report.poison_reason = reason
+        # Kept in the DLQ with its reason instead of being retried maxReceiveCount times
+        # to no purpose. If this send fails, the exception makes the message come back.
+        self._queue.dead_letter(body, reason=reason)
+        logger.error("poison message moved to the dead-letter queue", extra={"reason": reason})
+        return report
+
+    def _pause_for_halt(self, run: _BatchRun) -> None:
+        try:
+            self._campaigns.transition(
+                run.campaign.campaign_id,
+                to=CampaignState.PAUSED,
+                allowed_from=[CampaignState.SENDING],
+                by=AUTOMATIC,
+                reason=run.report.halted_reason,
+            )
+            logger.error("provider halted sending; campaign paused", extra={"reason": run.report.halted_reason})
+        except IllegalTransitionError:
+            logger.warning("campaign already left 'sending' when the halt arrived")
+        # The unsent recipients are pending in the ledger; resume republishes them, so
+        # the message is acknowledged rather than retried against a halted provider.
+        run.report.returning = 0
+        run.returning_ids.clear()
+
+    def _deliver(self, run: _BatchRun, recipient: Recipient) -> None:
+        extra = {"recipient_id": recipient.recipient_id, "email_fp": email_fingerprint(recipient.email)}
+        if run.halt.is_set():
+            return  # left unclaimed: pending for resume
+        if run.remaining_ms() < self._safety_margin_ms:
+            run.count("returning", recipient.recipient_id, error="time budget exhausted before claiming")
+            return
+        request = DeliveryRequest(
+            campaign_id=run.batch.campaign_id,
+            recipient_id=recipient.recipient_id,
+            batch_id=run.batch.batch_id,
+            email=recipient.email,
+            variables=recipient.variables,
+            provider=run.provider.name,
+            provider_idempotent=run.provider.idempotent,
+            owner=f"{self._instance_id}-{uuid.uuid4().hex[:12]}",
+        )
+        try:
+            result = self._guard.send_once(request, lambda: self._send(run, recipient, request))
+        except PermanentProviderError as exc:
+            run.count("failed", error=exc.reason, error_class=exc.error_class)
+            logger.warning("delivery failed permanently", extra={**extra, "reason": exc.reason})
+            return
+        except HaltProviderError as exc:
+            with run.lock:
+                run.report.halted_reason = f"{run.provider.name}: {exc.reason}"
+                run.report.errors_by_class[exc.error_class] += 1
+            run.halt.set()
+            return
+        except AmbiguousProviderError as exc:
+            if run.provider.idempotent and exc.repeatable:
+                run.count("returning", recipient.recipient_id, error=exc.reason, error_class=exc.error_class)
+            else:
+                run.count("unknown", error=exc.reason, error_class=exc.error_class)
+                logger.error("provider outcome unknown; never re-sent automatically", extra={**extra, "reason": exc.reason})
+            return
+        except RetryableProviderError as exc:
+            run.count("returning", recipient.recipient_id, error=exc.reason, error_class=exc.error_class)
+            return
+
+        if result.kind == "sent":
+            run.count("sent")
+        elif result.kind == "replayed":
+            if result.closed_as_unknown:
+                run.count("unknown", error=result.reason, error_class="stale")
+            else:
+                run.count("duplicates_prevented")
+                logger.info("duplicate send prevented", extra={**extra, "ledger_state": result.state})
+        elif result.kind in ("held", "lease_lost"):
+            run.count("returning", recipient.recipient_id, error=f"delivery {result.kind} by another consumer")
+        elif result.kind == "conflict":
+            run.count("conflicts", error="recipient was claimed before with different content")
+            logger.error("payload conflict: not sent", extra=extra)
+        else:  # pragma: no cover - GuardResult kinds are closed
+            raise AssertionError(result.kind)
+
+    def _send(self, run: _BatchRun, recipient: Recipient, request: DeliveryRequest) -> Receipt:
+        """Runs under the ledger's claim. Every exception here settles the claim."""
+        if not is_valid_email(recipient.email):
+            raise PermanentProviderError("invalid email address")
+        try:
+            rendered = run.content.render(recipient.variables)
+        except RenderError as exc:
+            raise PermanentProviderError(str(exc)) from exc
+        email = OutboundEmail(
+            idempotency_key=request.key.idempotency_key,
+            sender=run.campaign.sender,
+            to=recipient.email,
+            reply_to=run.campaign.reply_to,
+            subject=rendered.subject,
+            html=rendered.html,
+            text=rendered.text,
+            tags={"campaign_id": run.campaign.campaign_id, "recipient_id": recipient.recipient_id},
+        )
+        if not run.provider.idempotent:
+            # Past this write a lost consumer may have sent: its delivery becomes unknown
+            # instead of being claimed again.
+            self._ledger.mark_in_flight(request.key, owner=request.owner, now_ms=self._clock_ms())
+        return self._send_with_backoff(run, email)
+
+    def _send_with_backoff(self, run: _BatchRun, email: OutboundEmail) -> Receipt:
+        attempt = 0
+        while True:
+            try:
+                return run.provider.send(email)
+            except RetryableProviderError as exc:
+                # Throttled or busy means not accepted, so trying again cannot duplicate.
+                delay = min(8.0, exc.retry_after if exc.retry_after else 0.2 * 2**attempt) * random.uniform(0.8, 1.2)
+                out_of_time = run.remaining_ms() - delay * 1000 < self._safety_margin_ms
+                if attempt >= self._throttle_retries or out_of_time or run.halt.is_set():
+                    raise
+                attempt += 1
+                self._sleep(delay)

@@ -1,0 +1,83 @@
+"""Domain errors. Adapters translate SDK errors into these; nothing else crosses the ports."""
+
+from __future__ import annotations
+
+
+class SendonceError(Exception):
+    """Base of every error sendonce raises on purpose."""
+
+
+class SettingsError(SendonceError):
+    """A setting is missing or invalid; raised at cold start."""
+
+
+class InvalidMessageError(SendonceError):
+    """An SQS body that can never be processed (poison): kept in the DLQ with this reason."""
+
+
+class InvalidCampaignError(SendonceError):
+    """A campaign spec or recipient that cannot be accepted; the message names the field."""
+
+
+class UnknownProviderError(InvalidCampaignError):
+    """A campaign names a provider that is not registered."""
+
+
+class CampaignNotFoundError(SendonceError):
+    pass
+
+
+class IllegalTransitionError(SendonceError):
+    """A campaign state change that the state machine does not allow."""
+
+
+class LeaseLostError(SendonceError):
+    """A ledger write fenced by owner failed: another consumer owns the delivery now."""
+
+
+class PayloadConflictError(SendonceError):
+    """The same delivery was claimed before with different content (recipient email or variables)."""
+
+
+class ProviderError(SendonceError):
+    """A provider call failed. Subclasses say what the failure means for the delivery."""
+
+    error_class = "provider"
+
+    def __init__(self, reason: str, *, code: str | None = None, retry_after: float | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+        self.retry_after = retry_after
+
+
+class RetryableProviderError(ProviderError):
+    """Not sent: throttled, busy, or a concurrent request with the same key. Safe to try again."""
+
+    error_class = "retryable"
+
+
+class PermanentProviderError(ProviderError):
+    """Not sent and never will be: invalid or rejected address, validation error."""
+
+    error_class = "permanent"
+
+
+class HaltProviderError(ProviderError):
+    """Not sent, and nothing else will be: quota exhausted, key suspended, sending paused."""
+
+    error_class = "halt"
+
+
+class AmbiguousProviderError(ProviderError):
+    """The provider may or may not have accepted the email: timeout, reset connection, 5xx.
+
+    `repeatable` says whether repeating the call under the same idempotency key is safe;
+    it is not when the provider reports the key was used for different content.
+    """
+
+    error_class = "ambiguous"
+
+    def __init__(self, reason: str, *, code: str | None = None, repeatable: bool = True):
+        super().__init__(reason, code=code)
+        self.repeatable = repeatable

@@ -1,0 +1,82 @@
+"""SQS consumer: one message is one batch of up to 100 recipients of one campaign."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from sendonce.delivery import BatchIncompleteError, BatchReport
+from sendonce.settings import ConsumerSettings
+from sendonce.wiring import ConsumerRuntime, consumer_runtime
+
+logger = Logger(service="sendonce")
+metrics = Metrics(namespace="Sendonce", service="sendonce")
+
+_FAILURE_METRICS = {
+    "permanent": "SendFailuresPermanent",
+    "retryable": "SendFailuresRetryable",
+    "halt": "SendFailuresHalt",
+    "ambiguous": "SendFailuresAmbiguous",
+}
+
+
+def _emit(report: BatchReport) -> None:
+    counts = {
+        "EmailsSent": report.sent,
+        "DuplicateSendsPrevented": report.duplicates_prevented,
+        "UnknownOutcomes": report.unknown,
+        "DeadLetteredRecipients": report.dead_lettered,
+        "PayloadConflicts": report.conflicts,
+        "PoisonMessages": 1 if report.poison_reason else 0,
+        "CampaignSkipsPaused": 1 if report.skipped_state else 0,
+    }
+    for error_class, count in report.errors_by_class.items():
+        name = _FAILURE_METRICS.get(error_class)
+        if name:
+            counts[name] = counts.get(name, 0) + count
+    for name, value in counts.items():
+        if value:
+            metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext, runtime: ConsumerRuntime | None = None) -> dict:
+    runtime = runtime or consumer_runtime(ConsumerSettings.from_env(os.environ))
+    # First, before any claim: leases are the function's remaining time.
+    runtime.guard.register_lambda_context(context)
+
+    def record_handler(record: SQSRecord) -> None:
+        logger.append_keys(message_id=record.message_id, campaign_id=None, batch_id=None)
+        report = runtime.service.process(
+            record.body,
+            receive_count=int(record.attributes.approximate_receive_count or 1),
+            remaining_ms=context.get_remaining_time_in_millis,
+        )
+        logger.append_keys(campaign_id=report.campaign_id, batch_id=report.batch_id)
+        _emit(report)
+        logger.info(
+            "batch processed",
+            extra={
+                "sent": report.sent,
+                "duplicates_prevented": report.duplicates_prevented,
+                "failed": report.failed,
+                "unknown": report.unknown,
+                "returning": report.returning,
+                "dead_lettered": report.dead_lettered,
+                "skipped_state": report.skipped_state,
+                "halted_reason": report.halted_reason,
+            },
+        )
+        if report.must_return:
+            raise BatchIncompleteError(report)
+
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=BatchProcessor(event_type=EventType.SQS), context=context
+    )

@@ -1,0 +1,219 @@
+"""The vocabulary of sendonce as typed models: campaigns, batches, recipients, deliveries."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SCHEMA_VERSION = 1
+MAX_RECIPIENTS_PER_BATCH = 100
+
+# Identifiers end up in DynamoDB keys, Resend's Idempotency-Key (<= 256 chars), provider
+# tags (letters, digits, _ and - only) and logs. They are opaque ids, never email
+# addresses: an '@' is refused so that logs cannot carry an address by way of an id.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$"
+Identifier = Annotated[str, Field(pattern=ID_PATTERN)]
+
+# Deliberately simple: one '@', no spaces, a dot in the domain. The provider has the final word.
+_EMAIL = re.compile(r"^[^@\s<>(),;:\"\[\]]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+$")
+VariableValue = str | int | float | bool | None
+
+
+def is_valid_email(address: str) -> bool:
+    return len(address) <= 254 and bool(_EMAIL.match(address))
+
+
+def email_fingerprint(address: str) -> str:
+    """A stable, non-reversible stand-in for an address in logs and the ledger."""
+    return hashlib.sha256(address.strip().lower().encode()).hexdigest()[:16]
+
+
+class Recipient(BaseModel):
+    """One addressee. The address is validated per delivery, not per batch, so one bad
+    address fails that recipient only instead of poisoning its 99 neighbours."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    recipient_id: Identifier
+    email: str = Field(min_length=1, max_length=320)
+    variables: dict[str, VariableValue] = Field(default_factory=dict)
+
+
+class BatchMessage(BaseModel):
+    """The body of one SQS message: up to 100 recipients of one campaign."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1]
+    campaign_id: Identifier
+    batch_id: Identifier
+    recipients: list[Recipient] = Field(min_length=1, max_length=MAX_RECIPIENTS_PER_BATCH)
+
+    @field_validator("recipients")
+    @classmethod
+    def _unique_recipients(cls, recipients: list[Recipient]) -> list[Recipient]:
+        seen: set[str] = set()
+        for recipient in recipients:
+            if recipient.recipient_id in seen:
+                raise ValueError(f"recipient_id {recipient.recipient_id!r} appears twice in one batch")
+            seen.add(recipient.recipient_id)
+        return recipients
+
+    def to_body(self) -> str:
+        return self.model_dump_json()
+
+
+class CampaignState(StrEnum):
+    DRAFT = "draft"
+    SENDING = "sending"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+
+
+class Content(BaseModel):
+    """Jinja templates. HTML is escaped by default; subject and text are not HTML."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    subject: str = Field(min_length=1, max_length=998)
+    html: str | None = None
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _some_body(self) -> Content:
+        if not self.html and not self.text:
+            raise ValueError("content needs html or text")
+        return self
+
+
+class Campaign(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    campaign_id: Identifier
+    name: str = Field(min_length=1, max_length=200)
+    provider: str
+    sender: str = Field(min_length=3, max_length=320)
+    reply_to: str | None = None
+    content: Content
+    state: CampaignState = CampaignState.DRAFT
+    state_reason: str | None = None
+    state_changed_by: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    total: int = 0
+    version: int = 0
+
+    @property
+    def accepts_sends(self) -> bool:
+        return self.state is CampaignState.SENDING
+
+
+class DeliveryState(StrEnum):
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    IN_FLIGHT = "in_flight"
+    SENT = "sent"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    SUPPRESSED = "suppressed"
+    CANCELLED = "cancelled"
+    DEAD_LETTERED = "dead_lettered"
+
+
+FINAL_STATES = frozenset(
+    {DeliveryState.SENT, DeliveryState.FAILED, DeliveryState.UNKNOWN, DeliveryState.SUPPRESSED, DeliveryState.CANCELLED}
+)
+HELD_STATES = frozenset({DeliveryState.CLAIMED, DeliveryState.IN_FLIGHT})
+
+
+class DeliveryKey(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    campaign_id: str
+    recipient_id: str
+
+    @property
+    def idempotency_key(self) -> str:
+        """The provider's idempotency key: the same string as the ledger key, readable."""
+        return f"sendonce:{self.campaign_id}:{self.recipient_id}"
+
+
+class DeliveryRecord(BaseModel):
+    """What the ledger holds for one delivery."""
+
+    model_config = ConfigDict(frozen=True)
+
+    campaign_id: str
+    recipient_id: str
+    state: DeliveryState
+    owner: str | None = None
+    lease_until_ms: int | None = None
+    attempts: int = 0
+    batch_id: str | None = None
+    payload_hash: str | None = None
+    provider: str | None = None
+    provider_message_id: str | None = None
+    reason: str | None = None
+    error_class: str | None = None
+    email_fingerprint: str | None = None
+    claimed_at_ms: int | None = None
+    # Set when the provider may have accepted the email (SES call started, or an ambiguous
+    # answer): from then on the delivery is repeated only under a provider idempotency key.
+    maybe_sent_at_ms: int | None = None
+    updated_at: str | None = None
+    history: list[dict] = Field(default_factory=list)
+
+    @property
+    def key(self) -> DeliveryKey:
+        return DeliveryKey(campaign_id=self.campaign_id, recipient_id=self.recipient_id)
+
+
+class Receipt(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    provider_message_id: str
+
+
+class OutboundEmail(BaseModel):
+    """One rendered email, ready for a provider."""
+
+    model_config = ConfigDict(frozen=True)
+
+    idempotency_key: str
+    sender: str
+    to: str
+    reply_to: str | None = None
+    subject: str
+    html: str | None = None
+    text: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    tags: dict[str, str] = Field(default_factory=dict)
+
+
+class DeliveryRequest(BaseModel):
+    """The payload the ledger guards: its key fields and the content that must not change."""
+
+    model_config = ConfigDict(frozen=True)
+
+    campaign_id: str
+    recipient_id: str
+    batch_id: str
+    email: str
+    variables: dict[str, VariableValue]
+    provider: str
+    provider_idempotent: bool
+    owner: str
+
+    @property
+    def key(self) -> DeliveryKey:
+        return DeliveryKey(campaign_id=self.campaign_id, recipient_id=self.recipient_id)
+
+    def content_hash(self) -> str:
+        body = json.dumps({"email": self.email, "variables": self.variables}, sort_keys=True, default=str)
+        return hashlib.sha256(body.encode()).hexdigest()[:32]

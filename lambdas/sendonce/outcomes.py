@@ -1,0 +1,39 @@
+"""What a provider error means for the delivery that was being sent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sendonce.errors import (
+    AmbiguousProviderError,
+    HaltProviderError,
+    LeaseLostError,
+    PermanentProviderError,
+    RetryableProviderError,
+)
+from sendonce.models import DeliveryState
+
+
+@dataclass(frozen=True)
+class Settlement:
+    state: DeliveryState
+    reason: str
+    error_class: str
+    maybe_sent: bool = False
+
+
+def settlement_for(error: BaseException, *, provider_idempotent: bool) -> Settlement | None:
+    """The ledger write for a send that raised `error`; None when there is nothing to write."""
+    if isinstance(error, LeaseLostError):
+        return None  # another owner holds the delivery; it is theirs to settle
+    if isinstance(error, PermanentProviderError):
+        return Settlement(DeliveryState.FAILED, error.reason, error.error_class)
+    if isinstance(error, (RetryableProviderError, HaltProviderError)):
+        return Settlement(DeliveryState.PENDING, error.reason, error.error_class)
+    reason = error.reason if isinstance(error, AmbiguousProviderError) else f"unexpected {type(error).__name__}: {error}"
+    # Anything else may have happened after the provider accepted the email. With an
+    # idempotency key the send may be repeated; without one it must not be.
+    repeatable = error.repeatable if isinstance(error, AmbiguousProviderError) else True
+    if provider_idempotent and repeatable:
+        return Settlement(DeliveryState.PENDING, reason, "ambiguous", maybe_sent=True)
+    return Settlement(DeliveryState.UNKNOWN, reason, "ambiguous", maybe_sent=True)

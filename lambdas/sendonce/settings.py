@@ -1,0 +1,81 @@
+"""Settings for the Lambda functions, validated once at cold start.
+
+Every value comes from the function's environment (set by the CDK stack). Secrets are
+never here: only the *name* of the Secrets Manager secret that holds the Resend key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sendonce.errors import SettingsError
+
+
+class ConsumerSettings(BaseModel):
+    """What the SQS consumer needs; field names map to SENDONCE_<NAME> variables."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ledger_table: str = Field(min_length=3, max_length=255)
+    campaigns_table: str = Field(min_length=3, max_length=255)
+    dead_letter_queue_url: str = Field(pattern=r"^https?://")
+    resend_api_key_secret: str | None = Field(default=None, min_length=1)
+    resend_api_url: str | None = Field(default=None, pattern=r"^https?://")
+    ses_configuration_set: str | None = None
+    send_concurrency: int = Field(default=8, ge=1, le=64)
+    provider_timeout_seconds: float = Field(default=10.0, gt=0, le=60)
+    safety_margin_ms: int = Field(default=15_000, ge=1_000)
+    max_receive_count: int = Field(default=5, ge=2)
+    throttle_retries: int = Field(default=3, ge=0, le=10)
+
+    @model_validator(mode="after")
+    def _margin_covers_one_provider_call(self) -> ConsumerSettings:
+        # A claim taken with less time left than one provider call could be stranded
+        # mid-call when the function is killed; the margin must cover a full call.
+        if self.safety_margin_ms < self.provider_timeout_seconds * 1000:
+            raise ValueError("safety_margin_ms must be at least provider_timeout_seconds * 1000")
+        return self
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> ConsumerSettings:
+        return _from_env(cls, environ)
+
+
+class ApiSettings(BaseModel):
+    """What the operator API needs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ledger_table: str = Field(min_length=3, max_length=255)
+    campaigns_table: str = Field(min_length=3, max_length=255)
+    queue_url: str = Field(pattern=r"^https?://")
+    dead_letter_queue_url: str = Field(pattern=r"^https?://")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> ApiSettings:
+        return _from_env(cls, environ)
+
+
+PREFIX = "SENDONCE_"
+
+
+def _from_env(model: type[BaseModel], environ: Mapping[str, str]):
+    if str(environ.get("POWERTOOLS_IDEMPOTENCY_DISABLED", "")).lower() in {"1", "true", "yes", "on"}:
+        # Powertools would silently skip the delivery ledger: refuse to start instead.
+        raise SettingsError("POWERTOOLS_IDEMPOTENCY_DISABLED is set: sendonce refuses to send without its ledger")
+    values = {}
+    for name in model.model_fields:
+        env_name = PREFIX + name.upper()
+        if env_name in environ and environ[env_name] != "":
+            values[name] = environ[env_name]
+    if "resend_api_url" in model.model_fields and "resend_api_url" not in values and environ.get("RESEND_API_URL"):
+        values["resend_api_url"] = environ["RESEND_API_URL"]
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{PREFIX}{'.'.join(str(p) for p in err['loc']).upper() or '(settings)'}: {err['msg']}" for err in exc.errors()
+        )
+        raise SettingsError(f"invalid {model.__name__}: {problems}") from exc

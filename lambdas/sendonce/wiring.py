@@ -1,0 +1,73 @@
+"""Builds the real services from validated settings. Nothing here runs at import time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import boto3
+
+from sendonce.adapters.dynamodb_campaigns import DynamoDBCampaignStore
+from sendonce.adapters.dynamodb_ledger import DynamoDBLedger
+from sendonce.adapters.idempotency import PowertoolsDeliveryGuard
+from sendonce.adapters.resend_provider import ResendProvider
+from sendonce.adapters.ses_provider import SEND_CLIENT_CONFIG, SesProvider
+from sendonce.adapters.sqs_queue import SqsQueue
+from sendonce.delivery import DeliveryService
+from sendonce.errors import SettingsError
+from sendonce.ports import EmailProvider
+from sendonce.settings import ConsumerSettings
+
+PROVIDER_NAMES = ("ses", "resend")
+
+
+@dataclass(frozen=True)
+class ConsumerRuntime:
+    service: DeliveryService
+    guard: PowertoolsDeliveryGuard
+
+
+def _resend_api_key(session: boto3.session.Session, secret_name: str) -> str:
+    from aws_lambda_powertools.utilities.parameters import SecretsProvider
+
+    provider = SecretsProvider(boto3_client=session.client("secretsmanager"))
+    value = provider.get(secret_name, max_age=300)
+    if not isinstance(value, str) or not value.strip():
+        raise SettingsError(f"secret {secret_name!r} holds no Resend API key")
+    return value.strip()
+
+
+def build_providers(settings: ConsumerSettings, session: boto3.session.Session) -> dict[str, EmailProvider]:
+    """The provider registry: campaigns name a provider; an unregistered name is refused at creation."""
+    providers: dict[str, EmailProvider] = {
+        "ses": SesProvider(
+            client=session.client("sesv2", config=SEND_CLIENT_CONFIG), configuration_set=settings.ses_configuration_set
+        )
+    }
+    if settings.resend_api_key_secret:
+        providers["resend"] = ResendProvider(
+            api_key=_resend_api_key(session, settings.resend_api_key_secret),
+            api_url=settings.resend_api_url,
+            timeout_seconds=settings.provider_timeout_seconds,
+        )
+    return providers
+
+
+@lru_cache(maxsize=4)
+def consumer_runtime(settings: ConsumerSettings) -> ConsumerRuntime:
+    session = boto3.session.Session()
+    dynamodb = session.client("dynamodb")
+    ledger = DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table)
+    guard = PowertoolsDeliveryGuard(ledger)
+    service = DeliveryService(
+        ledger=ledger,
+        guard=guard,
+        campaigns=DynamoDBCampaignStore(client=dynamodb, table_name=settings.campaigns_table),
+        providers=build_providers(settings, session),
+        queue=SqsQueue(client=session.client("sqs"), queue_url="", dead_letter_queue_url=settings.dead_letter_queue_url),
+        send_concurrency=settings.send_concurrency,
+        safety_margin_ms=settings.safety_margin_ms,
+        throttle_retries=settings.throttle_retries,
+        max_receive_count=settings.max_receive_count,
+    )
+    return ConsumerRuntime(service=service, guard=guard)

@@ -1,0 +1,223 @@
+"""In-memory fakes of the ports, for unit tests of domain logic (no sockets)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+
+from sendonce.errors import CampaignNotFoundError, IllegalTransitionError, LeaseLostError
+from sendonce.ledger_rules import STALE, classify
+from sendonce.models import (
+    BatchMessage,
+    Campaign,
+    CampaignState,
+    DeliveryKey,
+    DeliveryRecord,
+    DeliveryRequest,
+    DeliveryState,
+    OutboundEmail,
+    Receipt,
+)
+from sendonce.ports import BatchStatus, ClaimResult, ClaimStatus
+
+
+class FakeLedger:
+    def __init__(self):
+        self.items: dict[tuple[str, str], DeliveryRecord] = {}
+        self.requests = Counter()
+        self._lock = threading.Lock()
+
+    def _put(self, record: DeliveryRecord, event: str, owner: str | None = None) -> None:
+        history = [*record.history, {"event": event, "owner": owner}]
+        self.items[(record.campaign_id, record.recipient_id)] = record.model_copy(update={"history": history})
+
+    def claim(self, request: DeliveryRequest, *, payload_hash: str, lease_until_ms: int, now_ms: int) -> ClaimResult:
+        with self._lock:
+            self.requests["claim"] += 1
+            record = self.items.get((request.campaign_id, request.recipient_id))
+            verdict = classify(record, payload_hash=payload_hash, provider_idempotent=request.provider_idempotent, now_ms=now_ms)
+            if verdict is ClaimStatus.CLAIMED:
+                base = record or DeliveryRecord(
+                    campaign_id=request.campaign_id, recipient_id=request.recipient_id, state=DeliveryState.PENDING
+                )
+                self._put(
+                    base.model_copy(
+                        update={
+                            "state": DeliveryState.CLAIMED,
+                            "owner": request.owner,
+                            "lease_until_ms": lease_until_ms,
+                            "claimed_at_ms": now_ms,
+                            "attempts": base.attempts + 1,
+                            "payload_hash": base.payload_hash or payload_hash,
+                            "batch_id": request.batch_id,
+                            "provider": request.provider,
+                        }
+                    ),
+                    "claimed",
+                    request.owner,
+                )
+                return ClaimResult(ClaimStatus.CLAIMED)
+            if verdict == STALE:
+                self._put(record.model_copy(update={"state": DeliveryState.UNKNOWN, "error_class": "stale"}), "unknown")
+                return ClaimResult(ClaimStatus.FINAL, self.items[(record.campaign_id, record.recipient_id)], closed_as_unknown=True)
+            return ClaimResult(verdict, record)
+
+    def _fenced(self, key: DeliveryKey, owner: str, allowed: set[DeliveryState]) -> DeliveryRecord:
+        record = self.items.get((key.campaign_id, key.recipient_id))
+        if record is None or record.owner != owner or record.state not in allowed:
+            raise LeaseLostError(f"{key} not owned by {owner}")
+        return record
+
+    def mark_in_flight(self, key: DeliveryKey, *, owner: str, now_ms: int) -> None:
+        with self._lock:
+            self.requests["mark_in_flight"] += 1
+            record = self._fenced(key, owner, {DeliveryState.CLAIMED})
+            self._put(record.model_copy(update={"state": DeliveryState.IN_FLIGHT, "maybe_sent_at_ms": now_ms}), "in_flight", owner)
+
+    def mark_sent(self, key: DeliveryKey, *, owner: str, receipt: Receipt) -> None:
+        with self._lock:
+            self.requests["mark_sent"] += 1
+            record = self._fenced(key, owner, {DeliveryState.CLAIMED, DeliveryState.IN_FLIGHT, DeliveryState.UNKNOWN})
+            self._put(
+                record.model_copy(update={"state": DeliveryState.SENT, "provider_message_id": receipt.provider_message_id}),
+                "sent",
+                owner,
+            )
+
+    def settle(self, key, *, owner, state, reason, error_class, maybe_sent=False, now_ms) -> None:
+        with self._lock:
+            self.requests["settle"] += 1
+            record = self._fenced(key, owner, {DeliveryState.CLAIMED, DeliveryState.IN_FLIGHT})
+            update = {"state": state, "reason": reason, "error_class": error_class, "lease_until_ms": None}
+            if maybe_sent and record.maybe_sent_at_ms is None:
+                update["maybe_sent_at_ms"] = now_ms
+            self._put(record.model_copy(update=update), state.value, owner)
+
+    def close_unclaimed(self, campaign_id, recipient_ids: Iterable[str], *, state, reason, batch_id) -> int:
+        moved = 0
+        with self._lock:
+            for rid in recipient_ids:
+                record = self.items.get((campaign_id, rid))
+                if record is None:
+                    record = DeliveryRecord(campaign_id=campaign_id, recipient_id=rid, state=DeliveryState.PENDING, batch_id=batch_id)
+                if record.state in (DeliveryState.PENDING, DeliveryState.DEAD_LETTERED):
+                    self._put(record.model_copy(update={"state": state, "reason": reason}), state.value)
+                    moved += 1
+        return moved
+
+    def get(self, key: DeliveryKey) -> DeliveryRecord | None:
+        return self.items.get((key.campaign_id, key.recipient_id))
+
+    def records(self, campaign_id: str) -> Iterator[DeliveryRecord]:
+        return iter([r for (c, _), r in sorted(self.items.items()) if c == campaign_id])
+
+    def state_of(self, campaign_id: str, recipient_id: str) -> DeliveryState | None:
+        record = self.items.get((campaign_id, recipient_id))
+        return record.state if record else None
+
+
+class FakeProvider:
+    """Records accepted emails per address. `script` maps an address to a list of
+    exceptions (or callables) to raise on successive sends before accepting."""
+
+    def __init__(self, name: str = "resend", idempotent: bool = True, honours_keys: bool | None = None):
+        self.name = name
+        self.idempotent = idempotent
+        self.honours_keys = idempotent if honours_keys is None else honours_keys
+        self.accepted: list[OutboundEmail] = []
+        self.calls = 0
+        self.script: dict[str, list] = {}
+        self.accept_then_raise: dict[str, Exception] = {}
+        self._ids = itertools.count(1)
+        self._by_key: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def send(self, email: OutboundEmail) -> Receipt:
+        with self._lock:
+            self.calls += 1
+            queue = self.script.get(email.to)
+            if queue:
+                item = queue.pop(0)
+                raise item
+            if self.honours_keys and email.idempotency_key in self._by_key:
+                return Receipt(provider_message_id=self._by_key[email.idempotency_key])
+            message_id = f"msg-{next(self._ids)}"
+            self.accepted.append(email)
+            if self.honours_keys:
+                self._by_key[email.idempotency_key] = message_id
+            if email.to in self.accept_then_raise:
+                raise self.accept_then_raise.pop(email.to)
+            return Receipt(provider_message_id=message_id)
+
+    def deliveries(self) -> Counter:
+        return Counter(e.to for e in self.accepted)
+
+
+class FakeCampaignStore:
+    def __init__(self):
+        self.campaigns: dict[str, Campaign] = {}
+        self.batch_records: dict[str, dict[str, tuple[BatchMessage, bool]]] = {}
+
+    def create(self, campaign: Campaign) -> Campaign:
+        if campaign.campaign_id in self.campaigns:
+            raise IllegalTransitionError("exists")
+        self.campaigns[campaign.campaign_id] = campaign
+        return campaign
+
+    def get(self, campaign_id: str) -> Campaign:
+        try:
+            return self.campaigns[campaign_id]
+        except KeyError:
+            raise CampaignNotFoundError(campaign_id) from None
+
+    def transition(self, campaign_id, *, to, allowed_from, by, reason=None) -> Campaign:
+        campaign = self.get(campaign_id)
+        if campaign.state not in set(allowed_from):
+            raise IllegalTransitionError(f"{campaign.state} -> {to}")
+        campaign = campaign.model_copy(update={"state": to, "state_changed_by": by, "state_reason": reason})
+        self.campaigns[campaign_id] = campaign
+        return campaign
+
+    def add_batch(self, batch: BatchMessage) -> BatchStatus:
+        batches = self.batch_records.setdefault(batch.campaign_id, {})
+        if batch.batch_id in batches:
+            return BatchStatus.ENQUEUED if batches[batch.batch_id][1] else BatchStatus.RECORDED
+        batches[batch.batch_id] = (batch, False)
+        return BatchStatus.NEW
+
+    def mark_batch_enqueued(self, campaign_id: str, batch_id: str) -> None:
+        batch, _ = self.batch_records[campaign_id][batch_id]
+        self.batch_records[campaign_id][batch_id] = (batch, True)
+
+    def batches(self, campaign_id: str):
+        return iter(list(self.batch_records.get(campaign_id, {}).values()))
+
+
+class FakeQueue:
+    def __init__(self):
+        self.published: list[str] = []
+        self.dead_letters: list[tuple[str, str]] = []
+
+    def publish(self, bodies: list[str]) -> None:
+        self.published.extend(bodies)
+
+    def dead_letter(self, body: str, *, reason: str) -> None:
+        self.dead_letters.append((body, reason))
+
+
+class FakeClock:
+    def __init__(self, start_ms: int | None = None):
+        self.now_ms = start_ms if start_ms is not None else int(time.time() * 1000)
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+
+
+def remaining(ms: int) -> Callable[[], int]:
+    return lambda: ms

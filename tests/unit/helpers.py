@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sendonce.adapters.idempotency import PowertoolsDeliveryGuard
+from sendonce.delivery import DeliveryService
+from sendonce.models import SCHEMA_VERSION, BatchMessage, Campaign, CampaignState, Content, Recipient
+
+from tests.fakes import FakeCampaignStore, FakeClock, FakeLedger, FakeProvider, FakeQueue
+
+
+@dataclass
+class Ctx:
+    remaining_ms: int = 120_000
+    function_name: str = "test"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+@dataclass
+class World:
+    provider_name: str = "resend"
+    ledger: FakeLedger = field(default_factory=FakeLedger)
+    campaigns: FakeCampaignStore = field(default_factory=FakeCampaignStore)
+    queue: FakeQueue = field(default_factory=FakeQueue)
+    clock: FakeClock = field(default_factory=FakeClock)
+    ctx: Ctx = field(default_factory=Ctx)
+
+    def __post_init__(self):
+        self.providers = {"resend": FakeProvider("resend", idempotent=True), "ses": FakeProvider("ses", idempotent=False)}
+        self.sleeps: list[float] = []
+
+    @property
+    def provider(self) -> FakeProvider:
+        return self.providers[self.provider_name]
+
+    def service(self, **overrides) -> DeliveryService:
+        guard = PowertoolsDeliveryGuard(self.ledger, clock_ms=self.clock)
+        guard.register_lambda_context(self.ctx)
+        options = dict(
+            ledger=self.ledger,
+            guard=guard,
+            campaigns=self.campaigns,
+            providers=self.providers,
+            queue=self.queue,
+            send_concurrency=4,
+            safety_margin_ms=10_000,
+            throttle_retries=2,
+            max_receive_count=5,
+            sleep=self.sleeps.append,
+            clock_ms=self.clock,
+        )
+        options.update(overrides)
+        return DeliveryService(**options)
+
+    def campaign(self, campaign_id: str = "c1", state: CampaignState = CampaignState.SENDING, **content) -> Campaign:
+        campaign = Campaign(
+            campaign_id=campaign_id,
+            name="Launch",
+            provider=self.provider_name,
+            sender="news@example.com",
+            content=Content(
+                subject=content.get("subject", "Hello {{ name }}"),
+                html=content.get("html", "<p>Hi {{ name }}</p>"),
+                text=content.get("text", "Hi {{ name }}"),
+            ),
+            state=state,
+        )
+        self.campaigns.campaigns[campaign_id] = campaign
+        return campaign
+
+    def process(self, body: str, *, receive_count: int = 1, remaining_ms: int | None = None, service=None):
+        service = service or self.service()
+        return service.process(
+            body, receive_count=receive_count, remaining_ms=lambda: remaining_ms if remaining_ms is not None else self.ctx.remaining_ms
+        )
+
+
+def recipients(n: int, start: int = 0) -> list[Recipient]:
+    return [Recipient(recipient_id=f"r{i}", email=f"user{i}@example.com", variables={"name": f"User {i}"}) for i in range(start, start + n)]
+
+
+def batch(campaign_id: str = "c1", n: int = 5, batch_id: str = "b1", people: list[Recipient] | None = None) -> str:
+    return BatchMessage(
+        schema_version=SCHEMA_VERSION, campaign_id=campaign_id, batch_id=batch_id, recipients=people or recipients(n)
+    ).to_body()

@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import pytest
+from botocore.exceptions import ClientError, ReadTimeoutError
+from resend.exceptions import ResendError
+
+from sendonce.adapters.resend_provider import classify_resend_error
+from sendonce.adapters.ses_provider import classify_ses_error
+from sendonce.errors import (
+    AmbiguousProviderError,
+    HaltProviderError,
+    PermanentProviderError,
+    RetryableProviderError,
+    SettingsError,
+)
+from sendonce.ledger_rules import IDEMPOTENCY_WINDOW_MS, STALE, classify
+from sendonce.models import DeliveryRecord, DeliveryState
+from sendonce.ports import ClaimStatus
+from sendonce.settings import ConsumerSettings
+
+NOW = 1_800_000_000_000
+
+
+def rec(state, **kw) -> DeliveryRecord:
+    return DeliveryRecord(campaign_id="c", recipient_id="r", state=state, payload_hash="h", **kw)
+
+
+@pytest.mark.parametrize(
+    "record, idempotent, expected",
+    [
+        (None, False, ClaimStatus.CLAIMED),
+        (rec(DeliveryState.PENDING), False, ClaimStatus.CLAIMED),
+        (rec(DeliveryState.SENT), True, ClaimStatus.FINAL),
+        (rec(DeliveryState.CLAIMED, lease_until_ms=NOW + 1), True, ClaimStatus.HELD),
+        (rec(DeliveryState.CLAIMED, lease_until_ms=NOW - 1, claimed_at_ms=NOW - 10), False, ClaimStatus.CLAIMED),
+        (rec(DeliveryState.IN_FLIGHT, lease_until_ms=NOW - 1, claimed_at_ms=NOW - 10, maybe_sent_at_ms=NOW - 5), False, STALE),
+        (rec(DeliveryState.IN_FLIGHT, lease_until_ms=NOW - 1, claimed_at_ms=NOW - 10), True, ClaimStatus.CLAIMED),
+        (rec(DeliveryState.CLAIMED, lease_until_ms=NOW - 1, claimed_at_ms=NOW - IDEMPOTENCY_WINDOW_MS - 1), True, STALE),
+        (rec(DeliveryState.PENDING, maybe_sent_at_ms=NOW - 10), True, ClaimStatus.CLAIMED),
+        (rec(DeliveryState.PENDING, maybe_sent_at_ms=NOW - IDEMPOTENCY_WINDOW_MS - 1), True, STALE),
+        (rec(DeliveryState.DEAD_LETTERED), False, ClaimStatus.CLAIMED),
+    ],
+)
+def test_claim_rules(record, idempotent, expected):
+    assert classify(record, payload_hash="h", provider_idempotent=idempotent, now_ms=NOW) == expected
+
+
+def test_a_different_payload_is_a_conflict_even_when_sent():
+    assert classify(rec(DeliveryState.SENT), payload_hash="other", provider_idempotent=True, now_ms=NOW) is ClaimStatus.CONFLICT
+
+
+def resend_error(code, kind, headers=None):
+    return ResendError(code=code, error_type=kind, message="m", suggested_action="", headers=headers)
+
+
+@pytest.mark.parametrize(
+    "error, expected",
+    [
+        (resend_error(429, "rate_limit_exceeded", {"retry-after": "2"}), RetryableProviderError),
+        (resend_error(429, "daily_quota_exceeded"), HaltProviderError),
+        (resend_error(409, "concurrent_idempotent_requests"), RetryableProviderError),
+        (resend_error(409, "invalid_idempotent_request"), AmbiguousProviderError),
+        (resend_error(503, "service_unavailable"), RetryableProviderError),
+        (resend_error(500, "application_error"), AmbiguousProviderError),
+        (resend_error(500, "HttpClientError"), AmbiguousProviderError),
+        (resend_error(422, "validation_error"), PermanentProviderError),
+        (resend_error(400, "validation_error"), PermanentProviderError),
+        (resend_error(401, "missing_api_key"), HaltProviderError),
+        (resend_error(403, "invalid_api_key"), HaltProviderError),
+    ],
+)
+def test_resend_errors_are_classified(error, expected):
+    assert type(classify_resend_error(error)) is expected
+
+
+def test_resend_rate_limit_carries_retry_after_and_a_key_reuse_is_not_repeatable():
+    assert classify_resend_error(resend_error(429, "rate_limit_exceeded", {"retry-after": "2"})).retry_after == 2.0
+    assert classify_resend_error(resend_error(409, "invalid_idempotent_request")).repeatable is False
+
+
+def ses_error(code, status=400, message="m"):
+    return ClientError({"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}, "SendEmail")
+
+
+@pytest.mark.parametrize(
+    "error, expected",
+    [
+        (ses_error("TooManyRequestsException", 429, "Maximum sending rate exceeded."), RetryableProviderError),
+        (ses_error("LimitExceededException", 400, "Daily message quota exceeded."), HaltProviderError),
+        (ses_error("SendingPausedException"), HaltProviderError),
+        (ses_error("AccountSuspendedException"), HaltProviderError),
+        (ses_error("MessageRejected"), PermanentProviderError),
+        (ses_error("InternalFailure", 500), AmbiguousProviderError),
+        (ReadTimeoutError(endpoint_url="https://email"), AmbiguousProviderError),
+    ],
+)
+def test_ses_errors_are_classified(error, expected):
+    assert type(classify_ses_error(error)) is expected
+
+
+GOOD = {
+    "SENDONCE_LEDGER_TABLE": "ledger",
+    "SENDONCE_CAMPAIGNS_TABLE": "campaigns",
+    "SENDONCE_DEAD_LETTER_QUEUE_URL": "http://localhost:5000/123/dlq",
+}
+
+
+def test_settings_from_the_environment():
+    settings = ConsumerSettings.from_env({**GOOD, "SENDONCE_SEND_CONCURRENCY": "4"})
+    assert settings.send_concurrency == 4 and settings.ledger_table == "ledger"
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({k: v for k, v in GOOD.items() if k != "SENDONCE_LEDGER_TABLE"}, "SENDONCE_LEDGER_TABLE: Field required"),
+        ({**GOOD, "SENDONCE_SEND_CONCURRENCY": "0"}, "SENDONCE_SEND_CONCURRENCY"),
+        ({**GOOD, "SENDONCE_SAFETY_MARGIN_MS": "2000"}, "safety_margin_ms must be at least"),
+        ({**GOOD, "POWERTOOLS_IDEMPOTENCY_DISABLED": "true"}, "refuses to send without its ledger"),
+    ],
+)
+def test_bad_settings_are_refused_with_the_variable_named(env, message):
+    with pytest.raises(SettingsError, match=message):
+        ConsumerSettings.from_env(env)
