@@ -200,12 +200,16 @@ class FakeQueue:
     def __init__(self):
         self.published: list[str] = []
         self.dead_letters: list[tuple[str, str]] = []
+        self.returned_later: list[tuple[str, int]] = []
 
     def publish(self, bodies: list[str]) -> None:
         self.published.extend(bodies)
 
     def dead_letter(self, body: str, *, reason: str) -> None:
         self.dead_letters.append((body, reason))
+
+    def return_later(self, source_arn: str, receipt_handle: str, *, seconds: int) -> None:
+        self.returned_later.append((receipt_handle, seconds))
 
 
 class FakeClock:

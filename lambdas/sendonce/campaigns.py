@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from sendonce.errors import InvalidCampaignError, UnknownProviderError
 from sendonce.models import (
     FINAL_STATES,
+    HELD_STATES,
     MAX_RECIPIENTS_PER_BATCH,
     SCHEMA_VERSION,
     BatchMessage,
@@ -203,7 +205,14 @@ class CampaignService:
         once publish the same recipients twice; the ledger sends each once."""
         to, allowed = TRANSITIONS["resume"]
         campaign = self._campaigns.transition(campaign_id, to=to, allowed_from=allowed, by=self._operator, reason="resumed")
-        states = {r.recipient_id: r.state for r in self._ledger.records(campaign_id)}
+        now_ms = int(time.time() * 1000)
+        states = {}
+        for record in self._ledger.records(campaign_id):
+            state = record.state
+            if state in HELD_STATES and (record.lease_until_ms or 0) < now_ms:
+                # Its holder is gone; the consumer's claim rules take it over or close it as unknown.
+                state = DeliveryState.PENDING
+            states[record.recipient_id] = state
         republish = {DeliveryState.PENDING}
         if include_dead_lettered:
             republish.add(DeliveryState.DEAD_LETTERED)

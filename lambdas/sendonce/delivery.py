@@ -85,6 +85,8 @@ class BatchReport:
     poison_reason: str | None = None
     skipped_state: CampaignState | None = None
     halted_reason: str | None = None
+    # When the message should come back: the latest lease held by another consumer.
+    return_at_ms: int | None = None
     errors_by_class: Counter = field(default_factory=Counter)
     last_error: str | None = None
 
@@ -280,6 +282,12 @@ class DeliveryService:
         except RetryableProviderError as exc:
             run.count("returning", recipient.recipient_id, error=exc.reason, error_class=exc.error_class)
             return
+        except Exception as exc:  # noqa: BLE001 - one recipient's failure must not end the batch
+            # E.g. the ledger write after a send failed: the claim stays held until its lease
+            # ends, then the claim rules decide (repeat under the key, or unknown).
+            run.count("returning", recipient.recipient_id, error=f"{type(exc).__name__}: {exc}"[:300])
+            logger.exception("delivery interrupted", extra=extra)
+            return
 
         if result.kind == "sent":
             run.count("sent")
@@ -290,7 +298,10 @@ class DeliveryService:
                 run.count("duplicates_prevented")
                 logger.info("duplicate send prevented", extra={**extra, "ledger_state": result.state})
         elif result.kind in ("held", "lease_lost"):
-            run.count("returning", recipient.recipient_id, error=f"delivery {result.kind} by another consumer")
+            run.count("returning", recipient.recipient_id, error=f"delivery {result.kind.replace('_', ' ')} (another consumer holds it)")
+            if result.lease_until_ms:
+                with run.lock:
+                    run.report.return_at_ms = max(run.report.return_at_ms or 0, result.lease_until_ms)
         elif result.kind == "conflict":
             run.count("conflicts", error="recipient was claimed before with different content")
             logger.error("payload conflict: not sent", extra=extra)

@@ -130,6 +130,10 @@ class Queue(Protocol):
         """Keep a message that can never be processed in the DLQ, with its reason."""
         ...
 
+    def return_later(self, source_arn: str, receipt_handle: str, *, seconds: int) -> None:
+        """Make a received message visible again only after `seconds`."""
+        ...
+
 
 @dataclass(frozen=True)
 class GuardResult:
@@ -138,6 +142,7 @@ class GuardResult:
     provider_message_id: str | None = None
     reason: str | None = None
     closed_as_unknown: bool = False
+    lease_until_ms: int | None = None  # for "held": when the other owner's lease ends
 
 
 class DeliveryGuard(Protocol):

@@ -13,10 +13,11 @@ from sendonce.adapters.idempotency import PowertoolsDeliveryGuard
 from sendonce.adapters.resend_provider import ResendProvider
 from sendonce.adapters.ses_provider import SEND_CLIENT_CONFIG, SesProvider
 from sendonce.adapters.sqs_queue import SqsQueue
+from sendonce.campaigns import CampaignService
 from sendonce.delivery import DeliveryService
 from sendonce.errors import SettingsError
-from sendonce.ports import EmailProvider
-from sendonce.settings import ConsumerSettings
+from sendonce.ports import CampaignStore, EmailProvider, Ledger, Queue
+from sendonce.settings import ApiSettings, ConsumerSettings
 
 PROVIDER_NAMES = ("ses", "resend")
 
@@ -25,6 +26,7 @@ PROVIDER_NAMES = ("ses", "resend")
 class ConsumerRuntime:
     service: DeliveryService
     guard: PowertoolsDeliveryGuard
+    queue: Queue
 
 
 def _resend_api_key(session: boto3.session.Session, secret_name: str) -> str:
@@ -53,21 +55,62 @@ def build_providers(settings: ConsumerSettings, session: boto3.session.Session) 
     return providers
 
 
-@lru_cache(maxsize=4)
-def consumer_runtime(settings: ConsumerSettings) -> ConsumerRuntime:
-    session = boto3.session.Session()
+@dataclass(frozen=True)
+class ConsumerParts:
+    """The adapters a consumer is made of; local tooling may wrap them before assembly."""
+
+    ledger: Ledger
+    campaigns: CampaignStore
+    providers: dict[str, EmailProvider]
+    queue: Queue
+
+
+def consumer_parts(settings: ConsumerSettings, session: boto3.session.Session | None = None) -> ConsumerParts:
+    session = session or boto3.session.Session()
     dynamodb = session.client("dynamodb")
-    ledger = DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table)
-    guard = PowertoolsDeliveryGuard(ledger)
-    service = DeliveryService(
-        ledger=ledger,
-        guard=guard,
+    return ConsumerParts(
+        ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table),
         campaigns=DynamoDBCampaignStore(client=dynamodb, table_name=settings.campaigns_table),
         providers=build_providers(settings, session),
         queue=SqsQueue(client=session.client("sqs"), queue_url="", dead_letter_queue_url=settings.dead_letter_queue_url),
+    )
+
+
+def assemble_consumer(settings: ConsumerSettings, parts: ConsumerParts) -> ConsumerRuntime:
+    guard = PowertoolsDeliveryGuard(parts.ledger)
+    service = DeliveryService(
+        ledger=parts.ledger,
+        guard=guard,
+        campaigns=parts.campaigns,
+        providers=parts.providers,
+        queue=parts.queue,
         send_concurrency=settings.send_concurrency,
         safety_margin_ms=settings.safety_margin_ms,
         throttle_retries=settings.throttle_retries,
         max_receive_count=settings.max_receive_count,
     )
-    return ConsumerRuntime(service=service, guard=guard)
+    return ConsumerRuntime(service=service, guard=guard, queue=parts.queue)
+
+
+@lru_cache(maxsize=4)
+def consumer_runtime(settings: ConsumerSettings) -> ConsumerRuntime:
+    """The runtime for these settings, built once per Lambda execution environment."""
+    return assemble_consumer(settings, consumer_parts(settings))
+
+
+@lru_cache(maxsize=4)
+def campaign_service(settings: ApiSettings, operator: str = "operator") -> CampaignService:
+    """The operator service used by the HTTP API and the CLI."""
+    session = boto3.session.Session()
+    dynamodb = session.client("dynamodb")
+    return CampaignService(
+        campaigns=DynamoDBCampaignStore(client=dynamodb, table_name=settings.campaigns_table),
+        ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table),
+        queue=SqsQueue(
+            client=session.client("sqs"),
+            queue_url=settings.queue_url,
+            dead_letter_queue_url=settings.dead_letter_queue_url,
+        ),
+        provider_names=PROVIDER_NAMES,
+        operator=operator,
+    )

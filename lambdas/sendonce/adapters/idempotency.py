@@ -160,6 +160,7 @@ class PowertoolsDeliveryGuard:
     """The DeliveryGuard port: Powertools' idempotent_function over the ledger."""
 
     def __init__(self, ledger: Ledger, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)):
+        self._ledger = ledger
         self._persistence = LedgerPersistenceLayer(ledger, clock_ms)
         self.config = IdempotencyConfig(
             event_key_jmespath="[campaign_id, recipient_id]",
@@ -182,7 +183,9 @@ class PowertoolsDeliveryGuard:
         try:
             response = self._send_once(delivery=request.model_dump(mode="json"), send=send)
         except IdempotencyAlreadyInProgressError:
-            return GuardResult(kind="held")
+            # Rare: read when the holder's lease ends, so the message returns no sooner.
+            record = self._ledger.get(request.key)
+            return GuardResult(kind="held", lease_until_ms=record.lease_until_ms if record else None)
         except IdempotencyValidationError:
             return GuardResult(kind="conflict")
         except IdempotencyPersistenceLayerError as exc:

@@ -14,6 +14,7 @@ class SqsQueue:
         self._queue_url = queue_url
         self._dlq_url = dead_letter_queue_url
         self._attempts = attempts
+        self._source_urls: dict[str, str] = {}
 
     def publish(self, bodies: list[str]) -> None:
         for start in range(0, len(bodies), 10):
@@ -33,6 +34,16 @@ class SqsQueue:
             if pending:
                 reasons = "; ".join(f"{f['Id']}: {f.get('Code')} {f.get('Message', '')}" for f in failed)
                 raise RuntimeError(f"SQS refused {len(pending)} message(s) after {self._attempts} attempts: {reasons}")
+
+    def return_later(self, source_arn: str, receipt_handle: str, *, seconds: int) -> None:
+        queue_url = self._source_urls.get(source_arn)
+        if queue_url is None:
+            _, _, _, _, account, name = source_arn.split(":", 5)
+            queue_url = self._client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+            self._source_urls[source_arn] = queue_url
+        self._client.change_message_visibility(
+            QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=max(0, min(seconds, 43_200))
+        )
 
     def dead_letter(self, body: str, *, reason: str) -> None:
         if not self._dlq_url:

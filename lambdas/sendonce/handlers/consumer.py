@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -75,6 +77,12 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext, runtime: Consu
             },
         )
         if report.must_return:
+            if report.return_at_ms:
+                # Another consumer holds some recipients: come back when its lease ends
+                # instead of spending receives (and reaching the DLQ) while it works.
+                wait_s = math.ceil((report.return_at_ms - time.time() * 1000) / 1000) + 1
+                if wait_s > 0:
+                    runtime.queue.return_later(record.event_source_arn, record.receipt_handle, seconds=wait_s)
             raise BatchIncompleteError(report)
 
     return process_partial_response(

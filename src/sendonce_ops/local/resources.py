@@ -1,0 +1,100 @@
+"""Queues, tables and the Resend secret for integration tests, created with boto3.
+
+The demo deploys the real CDK template instead (infra/deploy_local.py); tests use this
+quicker path with unique names per test, mirroring the template's key schemas and
+redrive (tests/infra checks the template itself).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+
+RESEND_SECRET_NAME = "sendonce/resend-api-key"
+
+
+@dataclass(frozen=True)
+class LocalResources:
+    queue_url: str
+    queue_arn: str
+    dead_letter_queue_url: str
+    dead_letter_queue_arn: str
+    ledger_table: str
+    campaigns_table: str
+    resend_secret: str
+    max_receive_count: int
+
+    def consumer_env(self, **overrides: Any) -> dict[str, str]:
+        env = {
+            "SENDONCE_LEDGER_TABLE": self.ledger_table,
+            "SENDONCE_CAMPAIGNS_TABLE": self.campaigns_table,
+            "SENDONCE_DEAD_LETTER_QUEUE_URL": self.dead_letter_queue_url,
+            "SENDONCE_RESEND_API_KEY_SECRET": self.resend_secret,
+            "SENDONCE_MAX_RECEIVE_COUNT": str(self.max_receive_count),
+        }
+        env.update({k: str(v) for k, v in overrides.items()})
+        return env
+
+
+def create_tables(dynamodb: Any, *, ledger_table: str, campaigns_table: str) -> None:
+    dynamodb.create_table(
+        TableName=ledger_table,
+        KeySchema=[{"AttributeName": "campaign_id", "KeyType": "HASH"}, {"AttributeName": "recipient_id", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "campaign_id", "AttributeType": "S"},
+            {"AttributeName": "recipient_id", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    dynamodb.create_table(
+        TableName=campaigns_table,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
+def create_local_resources(
+    session: boto3.session.Session | None = None,
+    *,
+    prefix: str | None = None,
+    visibility_timeout_s: int = 30,
+    max_receive_count: int = 5,
+    resend_api_key: str = "re_local_test_key",
+) -> LocalResources:
+    session = session or boto3.session.Session()
+    prefix = prefix or f"t{uuid.uuid4().hex[:8]}"
+    sqs = session.client("sqs")
+    dlq_url = sqs.create_queue(QueueName=f"{prefix}-dlq", Attributes={"MessageRetentionPeriod": str(14 * 86400)})["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    queue_url = sqs.create_queue(
+        QueueName=f"{prefix}-campaigns",
+        Attributes={
+            "VisibilityTimeout": str(visibility_timeout_s),
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)}),
+        },
+    )["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    ledger, campaigns = f"{prefix}-ledger", f"{prefix}-campaigns"
+    create_tables(session.client("dynamodb"), ledger_table=ledger, campaigns_table=campaigns)
+    secrets = session.client("secretsmanager")
+    secret_name = f"{prefix}/{RESEND_SECRET_NAME}"
+    secrets.create_secret(Name=secret_name, SecretString=resend_api_key)
+    return LocalResources(
+        queue_url=queue_url,
+        queue_arn=queue_arn,
+        dead_letter_queue_url=dlq_url,
+        dead_letter_queue_arn=dlq_arn,
+        ledger_table=ledger,
+        campaigns_table=campaigns,
+        resend_secret=secret_name,
+        max_receive_count=max_receive_count,
+    )
+
+
+def verify_ses_sender(session: boto3.session.Session, address_or_domain: str) -> None:
+    session.client("sesv2").create_email_identity(EmailIdentity=address_or_domain)

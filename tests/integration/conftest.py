@@ -1,0 +1,145 @@
+"""A local sendonce for integration tests: moto resources, the local Resend server, the
+real consumer handler behind the local event-source poller."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import boto3
+import pytest
+
+from sendonce.campaigns import CampaignService
+from sendonce.handlers import consumer
+from sendonce.models import Campaign, Content, Recipient
+from sendonce.settings import ApiSettings, ConsumerSettings
+from sendonce.wiring import assemble_consumer, campaign_service, consumer_parts
+from sendonce_ops.local.moto_server import ses_deliveries
+from sendonce_ops.local.poller import EventSourcePoller
+from sendonce_ops.local.resend_server import LocalResendServer
+from sendonce_ops.local.resources import LocalResources, create_local_resources, verify_ses_sender
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def resend_server() -> Iterator[LocalResendServer]:
+    with LocalResendServer() as server:
+        yield server
+
+
+@dataclass
+class LocalSystem:
+    resources: LocalResources
+    resend: LocalResendServer
+    endpoint: str
+    env: dict[str, str]
+    domain: str
+    pollers: list[EventSourcePoller] = field(default_factory=list)
+    processes: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def settings(self) -> ConsumerSettings:
+        return ConsumerSettings.from_env(os.environ)
+
+    @property
+    def operator(self) -> CampaignService:
+        return campaign_service(
+            ApiSettings(
+                ledger_table=self.resources.ledger_table,
+                campaigns_table=self.resources.campaigns_table,
+                queue_url=self.resources.queue_url,
+                dead_letter_queue_url=self.resources.dead_letter_queue_url,
+            )
+        )
+
+    def recipients(self, n: int, start: int = 0) -> list[Recipient]:
+        return [
+            Recipient(recipient_id=f"r{i}", email=f"user{i}@{self.domain}", variables={"name": f"User {i}"})
+            for i in range(start, start + n)
+        ]
+
+    def campaign(self, campaign_id: str = "c1", provider: str = "resend") -> Campaign:
+        return self.operator.create(
+            Campaign(
+                campaign_id=campaign_id,
+                name="Spring launch",
+                provider=provider,
+                sender=f"news@{self.domain}",
+                content=Content(subject="Hello {{ name }}", html="<p>Hi {{ name }}</p>", text="Hi {{ name }}"),
+            )
+        )
+
+    def handler(self, module_handler=None):
+        """A handler with its own runtime, as one Lambda execution environment has."""
+        if module_handler is not None:
+            return module_handler
+        runtime = assemble_consumer(self.settings, consumer_parts(self.settings))
+        return functools.partial(consumer.lambda_handler, runtime=runtime)
+
+    def poller(self, *, handler=None, timeout_s: float = 20.0, concurrency: int = 1, batch_size: int = 1) -> EventSourcePoller:
+        poller = EventSourcePoller(
+            sqs_client=boto3.client("sqs"),
+            queue_url=self.resources.queue_url,
+            handler=handler or self.handler(),
+            batch_size=batch_size,
+            function_timeout_s=timeout_s,
+            max_concurrency=concurrency,
+        )
+        self.pollers.append(poller)
+        return poller
+
+    def consumer_process(self, handler: str = "sendonce_ops.local.faults:lambda_handler", *, timeout_s: float = 20.0,
+                         extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+        env = {**os.environ, **(extra_env or {}), "PYTHONPATH": os.pathsep.join([str(ROOT / "lambdas"), str(ROOT / "src")])}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sendonce_ops.local.poller", "--queue-url", self.resources.queue_url, "--handler",
+             handler, "--batch-size", "1", "--concurrency", "1", "--timeout", str(timeout_s), "--max-seconds", "60"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=open(os.devnull, "w") if not os.environ.get("SENDONCE_DEBUG_CONSUMERS") else None,
+        )
+        self.processes.append(process)
+        return process
+
+    def deliveries(self, provider: str = "resend") -> dict[str, int]:
+        if provider == "ses":
+            return {a: n for a, n in ses_deliveries(self.endpoint).items() if a.endswith("@" + self.domain)}
+        return {a: n for a, n in self.resend.deliveries().items() if a.endswith("@" + self.domain)}
+
+    def dead_letters(self) -> list[dict]:
+        sqs = boto3.client("sqs")
+        response = sqs.receive_message(
+            QueueUrl=self.resources.dead_letter_queue_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"],
+            VisibilityTimeout=0,
+        )
+        return response.get("Messages", [])
+
+
+@pytest.fixture
+def system(aws_env, moto, resend_server, monkeypatch) -> Iterator[LocalSystem]:
+    resources = create_local_resources(visibility_timeout_s=2, max_receive_count=5)
+    domain = f"{uuid.uuid4().hex[:8]}.example.com"
+    verify_ses_sender(boto3.session.Session(), domain)
+    env = resources.consumer_env(
+        SENDONCE_PROVIDER_TIMEOUT_SECONDS=5,
+        SENDONCE_SAFETY_MARGIN_MS=5000,
+        SENDONCE_SEND_CONCURRENCY=4,
+        RESEND_API_URL=resend_server.url,
+    )
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    local = LocalSystem(resources=resources, resend=resend_server, endpoint=moto.endpoint, env=env, domain=domain)
+    yield local
+    for poller in local.pollers:
+        poller.stop()
+    for process in local.processes:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
