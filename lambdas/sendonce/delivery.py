@@ -18,11 +18,13 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pydantic import ValidationError
 
 from sendonce.errors import (
     AmbiguousProviderError,
+    ProviderError,
     CampaignNotFoundError,
     HaltProviderError,
     IllegalTransitionError,
@@ -39,13 +41,17 @@ from sendonce.models import (
     OutboundEmail,
     Receipt,
     Recipient,
+    SendGroup,
     email_fingerprint,
     is_valid_email,
 )
-from sendonce.ports import CampaignStore, DeliveryGuard, EmailProvider, Ledger, Queue
+from sendonce.ledger_rules import GROUPED, STALE, classify
+from sendonce.ports import CampaignStore, ClaimStatus, DeliveryGuard, EmailProvider, GroupGuard, Ledger, Queue, RateLimiter
 from sendonce.rendering import CompiledContent, RenderError
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 AUTOMATIC = "sendonce (automatic halt)"
 
@@ -139,6 +145,8 @@ class DeliveryService:
         campaigns: CampaignStore,
         providers: Mapping[str, EmailProvider],
         queue: Queue,
+        group_guard: GroupGuard | None = None,
+        limiter: RateLimiter | None = None,
         send_concurrency: int = 8,
         safety_margin_ms: int = 15_000,
         throttle_retries: int = 3,
@@ -152,6 +160,8 @@ class DeliveryService:
         self._campaigns = campaigns
         self._providers = providers
         self._queue = queue
+        self._group_guard = group_guard
+        self._limiter = limiter
         self._send_concurrency = send_concurrency
         self._safety_margin_ms = safety_margin_ms
         self._throttle_retries = throttle_retries
@@ -195,13 +205,17 @@ class DeliveryService:
             return self._poison(body, f"campaign {campaign.campaign_id!r}: {exc}", report)
 
         run = _BatchRun(batch=batch, campaign=campaign, provider=provider, content=content, remaining_ms=remaining_ms, report=report)
-        workers = min(self._send_concurrency, len(batch.recipients))
-        if workers == 1:
-            for recipient in batch.recipients:
-                self._deliver(run, recipient)
+        if campaign.delivery_mode == "batch" and self._group_guard is not None and hasattr(provider, "send_batch"):
+            singles = self._deliver_groups(run)
         else:
+            singles = batch.recipients
+        workers = min(self._send_concurrency, len(singles))
+        if workers == 1:
+            for recipient in singles:
+                self._deliver(run, recipient)
+        elif workers > 1:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="send") as pool:
-                list(pool.map(lambda r: self._deliver(run, r), batch.recipients))
+                list(pool.map(lambda r: self._deliver(run, r), singles))
 
         if run.halt.is_set():
             self._pause_for_halt(run)
@@ -333,11 +347,20 @@ class DeliveryService:
         return self._send_with_backoff(run, email)
 
     def _send_with_backoff(self, run: _BatchRun, email: OutboundEmail) -> Receipt:
+        return self._call_with_backoff(run, lambda: run.provider.send(email))
+
+    def _call_with_backoff(self, run: _BatchRun, call: Callable[[], T]) -> T:
         attempt = 0
         while True:
+            if self._limiter is not None:
+                deadline = time.time() + (run.remaining_ms() - self._safety_margin_ms) / 1000
+                if not self._limiter.acquire(run.provider.name, deadline=deadline):
+                    raise RetryableProviderError("no slot in the shared send rate before the time budget ends")
             try:
-                return run.provider.send(email)
+                return call()
             except RetryableProviderError as exc:
+                if exc.throttled and self._limiter is not None:
+                    self._limiter.throttled(run.provider.name)
                 # Throttled or busy means not accepted, so trying again cannot duplicate.
                 delay = min(8.0, exc.retry_after if exc.retry_after else 0.2 * 2**attempt) * random.uniform(0.8, 1.2)
                 out_of_time = run.remaining_ms() - delay * 1000 < self._safety_margin_ms
@@ -345,3 +368,144 @@ class DeliveryService:
                     raise
                 attempt += 1
                 self._sleep(delay)
+
+    # --- batch mode: one provider request per send group -------------------------------
+
+    def _deliver_groups(self, run: _BatchRun) -> list[Recipient]:
+        """Send the batch as groups; returns the recipients left to the one-by-one path
+        (addresses or templates that fail before any request is made)."""
+        batch = run.batch
+        hashes = {r.recipient_id: self._guard.payload_hash(r.email, r.variables) for r in batch.recipients}
+        groups = self._campaigns.groups_of_batch(batch.campaign_id, batch.batch_id)
+        # Earlier groups first: each retry resends exactly its members under its key.
+        for group in groups:
+            self._run_group(run, group, hashes)
+        grouped = {r.recipient_id for g in groups for r in g.recipients}
+        singles, candidates = [], []
+        for recipient in batch.recipients:
+            if recipient.recipient_id in grouped:
+                continue
+            if not is_valid_email(recipient.email) or not self._renders(run, recipient):
+                singles.append(recipient)
+            else:
+                candidates.append(recipient)
+        if not candidates or run.halt.is_set():
+            return singles
+        group_id = f"{batch.batch_id}-g{len(groups) + 1}"
+        key = SendGroup(campaign_id=batch.campaign_id, group_id=group_id, recipients=[]).idempotency_key
+        records = self._ledger.get_many(batch.campaign_id, [r.recipient_id for r in candidates])
+        now_ms = self._clock_ms()
+        members = []
+        for recipient in candidates:
+            record = records.get(recipient.recipient_id)
+            verdict = classify(record, payload_hash=hashes[recipient.recipient_id], provider_idempotent=True,
+                               now_ms=now_ms, group_key=key)
+            if verdict is ClaimStatus.CLAIMED:
+                members.append(recipient)
+            elif verdict is ClaimStatus.FINAL:
+                run.count("duplicates_prevented")
+            elif verdict is ClaimStatus.CONFLICT:
+                run.count("conflicts", error="recipient was claimed before with different content")
+            elif verdict == STALE:
+                singles.append(recipient)  # the one-by-one claim closes it as unknown
+            else:  # held by a live owner, or owned by another group's request
+                run.count("returning", recipient.recipient_id, error=f"delivery {'held' if verdict != GROUPED else 'in another send group'}")
+                if verdict != GROUPED and record and record.lease_until_ms:
+                    with run.lock:
+                        run.report.return_at_ms = max(run.report.return_at_ms or 0, record.lease_until_ms)
+        if members:
+            # A batch holds at most 100 recipients, Resend's batch limit: one group suffices.
+            group = self._campaigns.record_group(SendGroup(campaign_id=batch.campaign_id, group_id=group_id, recipients=members))
+            self._run_group(run, group, hashes)
+        return singles
+
+    def _renders(self, run: _BatchRun, recipient: Recipient) -> bool:
+        try:
+            run.content.render(recipient.variables)
+            return True
+        except RenderError:
+            return False
+
+    def _run_group(self, run: _BatchRun, group: SendGroup, hashes: dict[str, str]) -> None:
+        size = len(group.recipients)
+        if run.halt.is_set():
+            return
+        member_ids = [r.recipient_id for r in group.recipients]
+        if run.remaining_ms() < self._safety_margin_ms:
+            with run.lock:
+                run.report.returning += size
+                run.returning_ids.extend(member_ids)
+                run.report.last_error = "time budget exhausted before the group request"
+            return
+        emails = []
+        for recipient in group.recipients:
+            rendered = run.content.render(recipient.variables)
+            emails.append(
+                OutboundEmail(
+                    idempotency_key=group.idempotency_key,
+                    sender=run.campaign.sender,
+                    to=recipient.email,
+                    reply_to=run.campaign.reply_to,
+                    subject=rendered.subject,
+                    html=rendered.html,
+                    text=rendered.text,
+                    tags={"campaign_id": run.campaign.campaign_id, "recipient_id": recipient.recipient_id},
+                )
+            )
+        owner = f"{self._instance_id}-{uuid.uuid4().hex[:12]}"
+
+        def send() -> list[Receipt | str]:
+            return self._call_with_backoff(
+                run, lambda: run.provider.send_batch(emails, idempotency_key=group.idempotency_key)
+            )
+
+        try:
+            result = self._group_guard.send_group_once(
+                group, owner=owner, provider=run.provider.name,
+                payload_hashes={r.recipient_id: hashes.get(r.recipient_id) or self._guard.payload_hash(r.email, r.variables)
+                                for r in group.recipients},
+                send=send,
+            )
+        except PermanentProviderError as exc:
+            self._count_many(run, "failed", member_ids, exc)
+            return
+        except HaltProviderError as exc:
+            with run.lock:
+                run.report.halted_reason = f"{run.provider.name}: {exc.reason}"
+                run.report.errors_by_class[exc.error_class] += 1
+            run.halt.set()
+            return
+        except AmbiguousProviderError as exc:
+            self._count_many(run, "returning" if exc.repeatable else "unknown", member_ids, exc)
+            return
+        except RetryableProviderError as exc:
+            self._count_many(run, "returning", member_ids, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - e.g. the completing transaction failed after the send
+            logger.exception("group send interrupted", extra={"group_id": group.group_id})
+            with run.lock:
+                run.report.returning += size
+                run.returning_ids.extend(member_ids)
+                run.report.last_error = f"{type(exc).__name__}: {exc}"[:300]
+            return
+        if result.kind == "sent":
+            for outcome in result.outcomes.values():
+                run.count("sent" if "id" in outcome else "failed", error=outcome.get("failed"),
+                          error_class=None if "id" in outcome else "permanent")
+        elif result.kind == "replayed":
+            with run.lock:
+                run.report.duplicates_prevented += size
+        else:
+            with run.lock:
+                run.report.returning += size
+                run.returning_ids.extend(member_ids)
+                run.report.last_error = f"send group {result.kind.replace('_', ' ')}"
+
+    @staticmethod
+    def _count_many(run: _BatchRun, attr: str, member_ids: list[str], exc: ProviderError) -> None:
+        with run.lock:
+            setattr(run.report, attr, getattr(run.report, attr) + len(member_ids))
+            if attr == "returning":
+                run.returning_ids.extend(member_ids)
+            run.report.errors_by_class[exc.error_class] += 1
+            run.report.last_error = exc.reason

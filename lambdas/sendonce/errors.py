@@ -52,9 +52,16 @@ class ProviderError(SendonceError):
 
 
 class RetryableProviderError(ProviderError):
-    """Not sent: throttled, busy, or a concurrent request with the same key. Safe to try again."""
+    """Not sent: throttled, busy, or a concurrent request with the same key. Safe to try again.
+
+    `throttled` marks a provider "too fast" answer, which slows the shared send rate.
+    """
 
     error_class = "retryable"
+
+    def __init__(self, reason: str, *, code: str | None = None, retry_after: float | None = None, throttled: bool = False):
+        super().__init__(reason, code=code, retry_after=retry_after)
+        self.throttled = throttled
 
 
 class PermanentProviderError(ProviderError):
@@ -81,3 +88,21 @@ class AmbiguousProviderError(ProviderError):
     def __init__(self, reason: str, *, code: str | None = None, repeatable: bool = True):
         super().__init__(reason, code=code)
         self.repeatable = repeatable
+
+
+class SuppressedError(SendonceError):
+    """The recipient's address is on the suppression list: the delivery ends as suppressed, unsent."""
+
+    error_class = "suppressed"
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class InvalidTokenError(SendonceError):
+    """An unsubscribe token that is malformed, altered or signed with an unknown key."""
+
+
+class WebhookSignatureError(SendonceError):
+    """A provider webhook whose signature is missing, wrong or outside the time tolerance."""

@@ -106,6 +106,9 @@ class Campaign(BaseModel):
     state_changed_by: str | None = None
     created_at: str | None = None
     updated_at: str | None = None
+    # "batch": one provider request per SQS message (Resend /emails/batch) instead of one
+    # per recipient. The provider must support it (checked at creation).
+    delivery_mode: Literal["single", "batch"] = "single"
     total: int = 0
     version: int = 0
 
@@ -166,12 +169,31 @@ class DeliveryRecord(BaseModel):
     # Set when the provider may have accepted the email (SES call started, or an ambiguous
     # answer): from then on the delivery is repeated only under a provider idempotency key.
     maybe_sent_at_ms: int | None = None
+    # Batch mode: the send group that owns this delivery; only that group's request (same
+    # idempotency key, same members) may send it.
+    group_key: str | None = None
     updated_at: str | None = None
     history: list[dict] = Field(default_factory=list)
 
     @property
     def key(self) -> DeliveryKey:
         return DeliveryKey(campaign_id=self.campaign_id, recipient_id=self.recipient_id)
+
+
+class SendGroup(BaseModel):
+    """Batch mode: recipients sent in one provider request under one idempotency key.
+    Membership is frozen when the group is first recorded: every retry sends exactly
+    these recipients with exactly this key, as the provider's batch idempotency requires."""
+
+    model_config = ConfigDict(frozen=True)
+
+    campaign_id: str
+    group_id: str
+    recipients: list[Recipient]
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"sendonce:{self.campaign_id}:group:{self.group_id}"
 
 
 class Receipt(BaseModel):

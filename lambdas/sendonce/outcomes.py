@@ -10,6 +10,7 @@ from sendonce.errors import (
     LeaseLostError,
     PermanentProviderError,
     RetryableProviderError,
+    SuppressedError,
 )
 from sendonce.models import DeliveryState
 
@@ -26,6 +27,8 @@ def settlement_for(error: BaseException, *, provider_idempotent: bool) -> Settle
     """The ledger write for a send that raised `error`; None when there is nothing to write."""
     if isinstance(error, LeaseLostError):
         return None  # another owner holds the delivery; it is theirs to settle
+    if isinstance(error, SuppressedError):
+        return Settlement(DeliveryState.SUPPRESSED, error.reason, error.error_class)
     if isinstance(error, PermanentProviderError):
         return Settlement(DeliveryState.FAILED, error.reason, error.error_class)
     if isinstance(error, (RetryableProviderError, HaltProviderError)):

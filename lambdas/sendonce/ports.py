@@ -7,7 +7,7 @@ Powertools; unit tests implement them in memory. Domain code imports only this m
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
@@ -21,6 +21,7 @@ from sendonce.models import (
     DeliveryState,
     OutboundEmail,
     Receipt,
+    SendGroup,
 )
 
 
@@ -41,11 +42,39 @@ class BatchStatus(StrEnum):
     ENQUEUED = "enqueued"  # recorded and on the queue before
 
 
+class BatchEmailProvider(EmailProvider, Protocol):
+    max_batch: int
+
+    def send_batch(self, emails: list[OutboundEmail], *, idempotency_key: str) -> list[Receipt | str]:
+        """One request for all emails; per email a receipt, or the reason it was refused.
+        Raises a ProviderError when the request as a whole failed."""
+        ...
+
+
+class RateLimiter(Protocol):
+    def acquire(self, provider: str, *, deadline: float | None = None) -> bool:
+        """Wait until one more request to `provider` is within the shared rate; False if
+        `deadline` (epoch seconds) would pass first."""
+        ...
+
+    def throttled(self, provider: str) -> None:
+        """The provider answered "too fast": slow every consumer down."""
+        ...
+
+
 class ClaimStatus(StrEnum):
     CLAIMED = "claimed"  # this owner holds the delivery until its lease ends
     FINAL = "final"  # already ended (sent, failed, unknown, ...): nothing to do
     HELD = "held"  # another owner holds a live lease
     CONFLICT = "conflict"  # claimed before with a different payload
+
+
+@dataclass(frozen=True)
+class GroupClaim:
+    claimed: bool
+    # When not claimed: members already ended, and the latest live lease of another owner.
+    final: dict[str, DeliveryRecord] = field(default_factory=dict)
+    held_until_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +119,22 @@ class Ledger(Protocol):
 
     def get(self, key: DeliveryKey) -> DeliveryRecord | None: ...
 
+    def get_many(self, campaign_id: str, recipient_ids: list[str]) -> dict[str, DeliveryRecord]: ...
+
     def records(self, campaign_id: str) -> Iterator[DeliveryRecord]: ...
+
+    # Batch mode: a send group is claimed, completed or released in one transaction.
+    def claim_group(
+        self, group: SendGroup, payload_hashes: dict[str, str], *, owner: str, provider: str, lease_until_ms: int, now_ms: int
+    ) -> GroupClaim: ...
+
+    def complete_group(self, group: SendGroup, *, owner: str, outcomes: dict[str, Receipt | str]) -> None:
+        """Each member sent (receipt) or failed (reason); raises LeaseLostError if not the owner."""
+        ...
+
+    def release_group(
+        self, group: SendGroup, *, owner: str, state: DeliveryState, reason: str, error_class: str
+    ) -> None: ...
 
 
 class CampaignStore(Protocol):
@@ -115,6 +159,16 @@ class CampaignStore(Protocol):
         ...
 
     def mark_batch_enqueued(self, campaign_id: str, batch_id: str) -> None: ...
+
+    def record_group(self, group: SendGroup) -> SendGroup:
+        """Freeze a send group's membership; if one with this id exists, return that one."""
+        ...
+
+    def get_group(self, campaign_id: str, group_id: str) -> SendGroup | None: ...
+
+    def groups_of_batch(self, campaign_id: str, batch_id: str) -> list[SendGroup]:
+        """The send groups recorded for one batch, oldest first."""
+        ...
 
     def batches(self, campaign_id: str) -> Iterator[tuple[BatchMessage, bool]]:
         """Every batch of the campaign with whether it reached the queue."""
@@ -145,7 +199,27 @@ class GuardResult:
     lease_until_ms: int | None = None  # for "held": when the other owner's lease ends
 
 
+@dataclass(frozen=True)
+class GroupResult:
+    kind: str  # "sent" | "replayed" | "held" | "lease_lost"
+    # "sent": recipient_id -> {"id": ...} or {"failed": reason}; "replayed": recipient_id -> state
+    outcomes: dict = field(default_factory=dict)
+
+
+class GroupGuard(Protocol):
+    """Runs one batch-mode provider request at most once per send group."""
+
+    def send_group_once(
+        self, group: SendGroup, *, owner: str, provider: str, payload_hashes: dict[str, str],
+        send: Callable[[], list[Receipt | str]],
+    ) -> GroupResult: ...
+
+
 class DeliveryGuard(Protocol):
     """Runs a provider call at most once per delivery (the ledger behind it decides)."""
 
     def send_once(self, request: DeliveryRequest, send: Callable[[], Receipt]) -> GuardResult: ...
+
+    def payload_hash(self, email: str, variables: dict) -> str:
+        """The content hash a claim stores; a later claim with another hash is a conflict."""
+        ...

@@ -29,6 +29,11 @@ class ConsumerSettings(BaseModel):
     safety_margin_ms: int = Field(default=15_000, ge=1_000)
     max_receive_count: int = Field(default=5, ge=2)
     throttle_retries: int = Field(default=3, ge=0, le=10)
+    # The shared send rate (docs/scale.md): SES recipients per second (capped further by the
+    # account's MaxSendRate when GetAccount answers), Resend requests per second per team.
+    ses_send_rate: float = Field(default=14.0, gt=0, le=100_000)
+    resend_requests_per_second: float = Field(default=10.0, gt=0, le=1_000)
+    shared_rate_limit: bool = True
 
     @model_validator(mode="after")
     def _margin_covers_one_provider_call(self) -> ConsumerSettings:

@@ -9,14 +9,15 @@ import boto3
 
 from sendonce.adapters.dynamodb_campaigns import DynamoDBCampaignStore
 from sendonce.adapters.dynamodb_ledger import DynamoDBLedger
-from sendonce.adapters.idempotency import PowertoolsDeliveryGuard
+from sendonce.adapters.dynamodb_rate_limiter import DynamoDBRateLimiter
+from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
 from sendonce.adapters.resend_provider import ResendProvider
 from sendonce.adapters.ses_provider import SEND_CLIENT_CONFIG, SesProvider
 from sendonce.adapters.sqs_queue import SqsQueue
 from sendonce.campaigns import CampaignService
 from sendonce.delivery import DeliveryService
 from sendonce.errors import SettingsError
-from sendonce.ports import CampaignStore, EmailProvider, Ledger, Queue
+from sendonce.ports import CampaignStore, EmailProvider, Ledger, Queue, RateLimiter
 from sendonce.settings import ApiSettings, ConsumerSettings
 
 PROVIDER_NAMES = ("ses", "resend")
@@ -26,7 +27,12 @@ PROVIDER_NAMES = ("ses", "resend")
 class ConsumerRuntime:
     service: DeliveryService
     guard: PowertoolsDeliveryGuard
+    group_guard: PowertoolsGroupGuard
     queue: Queue
+
+    def register_lambda_context(self, context) -> None:
+        self.guard.register_lambda_context(context)
+        self.group_guard.register_lambda_context(context)
 
 
 def _resend_api_key(session: boto3.session.Session, secret_name: str) -> str:
@@ -63,24 +69,42 @@ class ConsumerParts:
     campaigns: CampaignStore
     providers: dict[str, EmailProvider]
     queue: Queue
+    limiter: RateLimiter | None = None
 
 
 def consumer_parts(settings: ConsumerSettings, session: boto3.session.Session | None = None) -> ConsumerParts:
     session = session or boto3.session.Session()
     dynamodb = session.client("dynamodb")
+    providers = build_providers(settings, session)
+    limiter = None
+    if settings.shared_rate_limit:
+        ses_rate = settings.ses_send_rate
+        account_rate = providers["ses"].max_send_rate()
+        if account_rate:
+            ses_rate = min(ses_rate, account_rate)
+        limiter = DynamoDBRateLimiter(
+            client=dynamodb,
+            table_name=settings.campaigns_table,
+            rates={"ses": ses_rate, "resend": settings.resend_requests_per_second},
+            chunk=max(1, settings.send_concurrency // 2),
+        )
     return ConsumerParts(
         ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table),
         campaigns=DynamoDBCampaignStore(client=dynamodb, table_name=settings.campaigns_table),
-        providers=build_providers(settings, session),
+        providers=providers,
         queue=SqsQueue(client=session.client("sqs"), queue_url="", dead_letter_queue_url=settings.dead_letter_queue_url),
+        limiter=limiter,
     )
 
 
 def assemble_consumer(settings: ConsumerSettings, parts: ConsumerParts) -> ConsumerRuntime:
     guard = PowertoolsDeliveryGuard(parts.ledger)
+    group_guard = PowertoolsGroupGuard(parts.ledger)
     service = DeliveryService(
         ledger=parts.ledger,
         guard=guard,
+        group_guard=group_guard,
+        limiter=parts.limiter,
         campaigns=parts.campaigns,
         providers=parts.providers,
         queue=parts.queue,
@@ -89,7 +113,7 @@ def assemble_consumer(settings: ConsumerSettings, parts: ConsumerParts) -> Consu
         throttle_retries=settings.throttle_retries,
         max_receive_count=settings.max_receive_count,
     )
-    return ConsumerRuntime(service=service, guard=guard, queue=parts.queue)
+    return ConsumerRuntime(service=service, guard=guard, group_guard=group_guard, queue=parts.queue)
 
 
 @lru_cache(maxsize=4)

@@ -15,7 +15,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from sendonce.errors import CampaignNotFoundError, IllegalTransitionError
-from sendonce.models import BatchMessage, Campaign, CampaignState
+from sendonce.models import BatchMessage, Campaign, CampaignState, SendGroup
 from sendonce.ports import BatchStatus
 
 _ser = TypeSerializer()
@@ -170,3 +170,36 @@ class DynamoDBCampaignStore:
         ):
             for item in page["Items"]:
                 yield BatchMessage.model_validate(json.loads(item["body"]["S"])), bool(item["enqueued"]["BOOL"])
+
+    def record_group(self, group: SendGroup) -> SendGroup:
+        item = {
+            **self._key(group.campaign_id, f"group#{group.group_id}"),
+            "body": {"S": group.model_dump_json()},
+            "created_at": {"S": _now()},
+        }
+        try:
+            self._client.put_item(TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(pk)")
+            return group
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+        existing = self.get_group(group.campaign_id, group.group_id)
+        assert existing is not None
+        return existing
+
+    def get_group(self, campaign_id: str, group_id: str) -> SendGroup | None:
+        response = self._client.get_item(
+            TableName=self._table, Key=self._key(campaign_id, f"group#{group_id}"), ConsistentRead=True
+        )
+        item = response.get("Item")
+        return SendGroup.model_validate_json(item["body"]["S"]) if item else None
+
+    def groups_of_batch(self, campaign_id: str, batch_id: str) -> list[SendGroup]:
+        response = self._client.query(
+            TableName=self._table,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :g)",
+            ExpressionAttributeValues={":pk": _pk(campaign_id), ":g": {"S": f"group#{batch_id}-g"}},
+            ConsistentRead=True,
+        )
+        groups = [SendGroup.model_validate_json(item["body"]["S"]) for item in response["Items"]]
+        return sorted(groups, key=lambda g: int(g.group_id.rsplit("-g", 1)[1]))

@@ -17,16 +17,18 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from sendonce.errors import LeaseLostError
-from sendonce.ledger_rules import IDEMPOTENCY_WINDOW_MS, STALE, classify
+from sendonce.ledger_rules import GROUPED, IDEMPOTENCY_WINDOW_MS, STALE, classify
 from sendonce.models import (
+    FINAL_STATES,
     DeliveryKey,
     DeliveryRecord,
     DeliveryRequest,
     DeliveryState,
     Receipt,
+    SendGroup,
     email_fingerprint,
 )
-from sendonce.ports import ClaimResult, ClaimStatus
+from sendonce.ports import ClaimResult, ClaimStatus, GroupClaim
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,14 @@ _CLAIMABLE_NON_IDEMPOTENT = (
     " OR (#state = :claimed AND lease_until_ms < :now))"
 )
 _SAME_PAYLOAD = "(attribute_not_exists(payload_hash) OR payload_hash = :ph)"
+# A delivery a batch-mode group may have sent belongs to that group's request alone.
+_NOT_GROUPED = "(attribute_not_exists(group_key) OR attribute_not_exists(maybe_sent_at_ms))"
+_GROUP_CLAIMABLE = (
+    "(attribute_not_exists(#state) OR #state IN (:pending, :dead)"
+    " OR (#state IN (:claimed, :in_flight) AND lease_until_ms < :now))"
+    " AND (attribute_not_exists(group_key) OR group_key = :g OR attribute_not_exists(maybe_sent_at_ms))"
+    " AND (attribute_not_exists(maybe_sent_at_ms) OR maybe_sent_at_ms > :cutoff)"
+)
 
 
 def _now_iso() -> str:
@@ -78,6 +88,7 @@ def _record(item: dict[str, Any]) -> DeliveryRecord:
         email_fingerprint=data.get("email_fp"),
         claimed_at_ms=_int(data.get("claimed_at_ms")),
         maybe_sent_at_ms=_int(data.get("maybe_sent_at_ms")),
+        group_key=data.get("group_key"),
         updated_at=data.get("updated_at"),
         history=[{k: (int(v) if k.endswith("_ms") else v) for k, v in h.items()} for h in data.get("history", [])],
     )
@@ -138,7 +149,7 @@ class DynamoDBLedger:
                     " batch_id = :batch, provider = :provider, payload_hash = if_not_exists(payload_hash, :ph),"
                     " email_fp = if_not_exists(email_fp, :fp), updated_at = :iso, " + _APPEND + " ADD attempts :one"
                 ),
-                ConditionExpression=f"{claimable} AND {_SAME_PAYLOAD}",
+                ConditionExpression=f"{claimable} AND {_SAME_PAYLOAD} AND {_NOT_GROUPED}",
                 ExpressionAttributeNames=_NAMES,
                 ExpressionAttributeValues=values,
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -152,6 +163,8 @@ class DynamoDBLedger:
         verdict = classify(record, payload_hash=payload_hash, provider_idempotent=request.provider_idempotent, now_ms=now_ms)
         if verdict == STALE:
             return self._close_stale(record)
+        if verdict == GROUPED:
+            return ClaimResult(ClaimStatus.HELD, record)
         if verdict is ClaimStatus.CLAIMED:
             # The record changed between the write and now (e.g. a lease ran out): the
             # caller's retry will claim it.
@@ -286,3 +299,117 @@ class DynamoDBLedger:
         ):
             for item in page["Items"]:
                 yield _record(item)
+
+    def get_many(self, campaign_id: str, recipient_ids: list[str]) -> dict[str, DeliveryRecord]:
+        found: dict[str, DeliveryRecord] = {}
+        for start in range(0, len(recipient_ids), 100):
+            keys = [self._key(DeliveryKey(campaign_id=campaign_id, recipient_id=r)) for r in recipient_ids[start : start + 100]]
+            request = {self._table: {"Keys": keys, "ConsistentRead": True}}
+            while request:
+                response = self._client.batch_get_item(RequestItems=request)
+                for item in response["Responses"].get(self._table, []):
+                    record = _record(item)
+                    found[record.recipient_id] = record
+                request = response.get("UnprocessedKeys") or None
+        return found
+
+    def _transact(self, updates: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """One transaction; None on success, else the per-item cancellation reasons."""
+        try:
+            self._client.transact_write_items(TransactItems=[{"Update": {"TableName": self._table, **u}} for u in updates])
+            return None
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            reasons = exc.response.get("CancellationReasons") or []
+            if not any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
+                raise
+            return reasons
+
+    def claim_group(
+        self, group: SendGroup, payload_hashes: dict[str, str], *, owner: str, provider: str, lease_until_ms: int, now_ms: int
+    ) -> GroupClaim:
+        updates = []
+        for recipient in group.recipients:
+            values = _values(
+                claimed="claimed", pending="pending", dead="dead_lettered", in_flight="in_flight", now=now_ms,
+                owner=owner, lease=lease_until_ms, batch=group.group_id, provider=provider, g=group.idempotency_key,
+                ph=payload_hashes[recipient.recipient_id], fp=email_fingerprint(recipient.email), iso=_now_iso(), one=1,
+                cutoff=now_ms - IDEMPOTENCY_WINDOW_MS,
+            )
+            values.update(_history("claimed", owner, f"group {group.group_id}"))
+            updates.append(
+                {
+                    "Key": self._key(DeliveryKey(campaign_id=group.campaign_id, recipient_id=recipient.recipient_id)),
+                    # Claiming a group means its request may go out: maybe_sent is set now.
+                    "UpdateExpression": (
+                        "SET #state = :claimed, #owner = :owner, lease_until_ms = :lease, claimed_at_ms = :now,"
+                        " batch_id = :batch, provider = :provider, group_key = :g,"
+                        " maybe_sent_at_ms = if_not_exists(maybe_sent_at_ms, :now),"
+                        " payload_hash = if_not_exists(payload_hash, :ph), email_fp = if_not_exists(email_fp, :fp),"
+                        " updated_at = :iso, " + _APPEND + " ADD attempts :one"
+                    ),
+                    "ConditionExpression": f"{_GROUP_CLAIMABLE} AND {_SAME_PAYLOAD}",
+                    "ExpressionAttributeNames": _NAMES,
+                    "ExpressionAttributeValues": values,
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            )
+        reasons = self._transact(updates)
+        if reasons is None:
+            return GroupClaim(claimed=True)
+        final: dict[str, DeliveryRecord] = {}
+        held_until = None
+        for reason in reasons:
+            if reason.get("Code") != "ConditionalCheckFailed" or not reason.get("Item"):
+                continue
+            record = _record(reason["Item"])
+            if record.state in FINAL_STATES:
+                final[record.recipient_id] = record
+            elif record.lease_until_ms and record.lease_until_ms >= now_ms:
+                held_until = max(held_until or 0, record.lease_until_ms)
+        return GroupClaim(claimed=False, final=final, held_until_ms=held_until)
+
+    def complete_group(self, group: SendGroup, *, owner: str, outcomes: dict[str, Receipt | str]) -> None:
+        updates = []
+        for recipient in group.recipients:
+            outcome = outcomes[recipient.recipient_id]
+            if isinstance(outcome, Receipt):
+                values = _values(state="sent", mid=outcome.provider_message_id, iso=_now_iso(), me=owner, held="claimed")
+                values.update(_history("sent", owner, outcome.provider_message_id))
+                update = "SET #state = :state, provider_message_id = :mid, updated_at = :iso, " + _APPEND
+                update += " REMOVE lease_until_ms, reason, error_class"
+            else:
+                values = _values(state="failed", reason=outcome[:500], ec="permanent", iso=_now_iso(), me=owner, held="claimed")
+                values.update(_history("failed", owner, f"permanent: {outcome}"))
+                update = "SET #state = :state, reason = :reason, error_class = :ec, updated_at = :iso, " + _APPEND
+                update += " REMOVE lease_until_ms"
+            updates.append(
+                {
+                    "Key": self._key(DeliveryKey(campaign_id=group.campaign_id, recipient_id=recipient.recipient_id)),
+                    "UpdateExpression": update,
+                    "ConditionExpression": "#owner = :me AND #state = :held",
+                    "ExpressionAttributeNames": _NAMES,
+                    "ExpressionAttributeValues": values,
+                }
+            )
+        if self._transact(updates) is not None:
+            raise LeaseLostError(f"group {group.group_id} is no longer owned by {owner}")
+
+    def release_group(self, group: SendGroup, *, owner: str, state: DeliveryState, reason: str, error_class: str) -> None:
+        updates = []
+        for recipient in group.recipients:
+            values = _values(state=state.value, reason=reason[:500], ec=error_class, iso=_now_iso(), me=owner, held="claimed")
+            values.update(_history(state.value, owner, f"{error_class}: {reason}"))
+            updates.append(
+                {
+                    "Key": self._key(DeliveryKey(campaign_id=group.campaign_id, recipient_id=recipient.recipient_id)),
+                    "UpdateExpression": "SET #state = :state, reason = :reason, error_class = :ec, updated_at = :iso, "
+                    + _APPEND + " REMOVE lease_until_ms",
+                    "ConditionExpression": "#owner = :me AND #state = :held",
+                    "ExpressionAttributeNames": _NAMES,
+                    "ExpressionAttributeValues": values,
+                }
+            )
+        if self._transact(updates) is not None:
+            raise LeaseLostError(f"group {group.group_id} is no longer owned by {owner}")

@@ -36,9 +36,9 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer, DataRecord
 
 from sendonce.errors import LeaseLostError
-from sendonce.models import FINAL_STATES, HELD_STATES, DeliveryKey, DeliveryRecord, DeliveryRequest, Receipt
+from sendonce.models import FINAL_STATES, HELD_STATES, DeliveryKey, DeliveryRecord, DeliveryRequest, Receipt, SendGroup
 from sendonce.outcomes import settlement_for
-from sendonce.ports import ClaimStatus, GuardResult, Ledger
+from sendonce.ports import ClaimStatus, GroupResult, GuardResult, Ledger
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +169,8 @@ class PowertoolsDeliveryGuard:
             use_local_cache=False,
             response_hook=_replayed,
         )
+        # Configured now (Powertools would on first use) so payload_hash works before any send.
+        self._persistence.configure(self.config, key_prefix="sendonce")
         self._send_once = idempotent_function(
             data_keyword_argument="delivery",
             persistence_store=self._persistence,
@@ -178,6 +180,10 @@ class PowertoolsDeliveryGuard:
 
     def register_lambda_context(self, context: Any) -> None:
         self.config.register_lambda_context(context)
+
+    def payload_hash(self, email: str, variables: dict) -> str:
+        """The hash a claim stores for a delivery's content (the same in both modes)."""
+        return self._persistence._get_hashed_payload({"email": email, "variables": variables})
 
     def send_once(self, request: DeliveryRequest, send: Callable[[], Receipt]) -> GuardResult:
         try:
@@ -206,3 +212,125 @@ class PowertoolsDeliveryGuard:
 def _call_provider(*, delivery: dict, send: Callable[[], Receipt]) -> dict:
     receipt = send()
     return {"state": "sent", "provider_message_id": receipt.provider_message_id}
+
+
+class GroupPersistenceLayer(LedgerPersistenceLayer):
+    """Batch mode: the same lifecycle for one provider request carrying a send group.
+    The payload is {campaign_id, group_id, owner, provider, group (members), payload_hashes}."""
+
+    @staticmethod
+    def _group(data: dict[str, Any]) -> SendGroup:
+        missing = [name for name in ("campaign_id", "group_id", "owner") if not data.get(name)]
+        if missing:
+            raise IdempotencyKeyError(f"group payload lacks {', '.join(missing)}")
+        return SendGroup.model_validate(data["group"])
+
+    def save_inprogress(self, data: dict[str, Any], remaining_time_in_millis: int | None = None) -> None:
+        group = self._group(data)
+        now_ms = self._clock_ms()
+        if remaining_time_in_millis is None:
+            remaining_time_in_millis = FALLBACK_LEASE_MS
+        claim = self._ledger.claim_group(
+            group,
+            data["payload_hashes"],
+            owner=data["owner"],
+            provider=data["provider"],
+            lease_until_ms=now_ms + remaining_time_in_millis,
+            now_ms=now_ms,
+        )
+        if claim.claimed:
+            return
+        key = group.idempotency_key
+        if len(claim.final) == len(group.recipients):
+            response = {"final": {rid: r.state.value for rid, r in claim.final.items()}}
+            raise IdempotencyItemAlreadyExistsError(
+                old_data_record=DataRecord(idempotency_key=key, status="COMPLETED", response_data=json.dumps(response))
+            )
+        # Held by a live owner, or members in states this group cannot take (reported as
+        # in progress; the message returns and the next attempt re-reads the ledger).
+        raise IdempotencyItemAlreadyExistsError(
+            old_data_record=DataRecord(
+                idempotency_key=key,
+                status="INPROGRESS",
+                in_progress_expiry_timestamp=claim.held_until_ms or self._clock_ms() + FALLBACK_LEASE_MS,
+            )
+        )
+
+    def save_success(self, data: dict[str, Any], result: dict) -> None:
+        group = self._group(data)
+        outcomes = {
+            rid: (Receipt(provider_message_id=value["id"]) if "id" in value else value["failed"])
+            for rid, value in result["outcomes"].items()
+        }
+        self._ledger.complete_group(group, owner=data["owner"], outcomes=outcomes)
+
+    def delete_record(self, data: dict[str, Any], exception: Exception) -> None:
+        group = self._group(data)
+        settlement = settlement_for(exception, provider_idempotent=True)
+        if settlement is None:
+            return
+        try:
+            self._ledger.release_group(
+                group, owner=data["owner"], state=settlement.state, reason=settlement.reason, error_class=settlement.error_class
+            )
+        except LeaseLostError:
+            logger.warning("group lease lost before the outcome could be recorded")
+
+    def get_record(self, data: dict[str, Any]) -> DataRecord | None:
+        raise IdempotencyItemNotFoundError  # a failed group claim always returns its reason
+
+
+class PowertoolsGroupGuard:
+    """Powertools' idempotent_function around one batch request, keyed on (campaign, group)."""
+
+    def __init__(self, ledger: Ledger, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)):
+        self._persistence = GroupPersistenceLayer(ledger, clock_ms)
+        self.config = IdempotencyConfig(
+            event_key_jmespath="[campaign_id, group_id]",
+            raise_on_no_idempotency_key=True,
+            use_local_cache=False,
+            response_hook=_replayed,
+        )
+        self._send_once = idempotent_function(
+            data_keyword_argument="group_send",
+            persistence_store=self._persistence,
+            config=self.config,
+            key_prefix="sendonce-group",
+        )(_call_group)
+
+    def register_lambda_context(self, context: Any) -> None:
+        self.config.register_lambda_context(context)
+
+    def send_group_once(
+        self, group: SendGroup, *, owner: str, provider: str, payload_hashes: dict[str, str],
+        send: Callable[[], list[Receipt | str]],
+    ) -> GroupResult:
+        payload = {
+            "campaign_id": group.campaign_id,
+            "group_id": group.group_id,
+            "owner": owner,
+            "provider": provider,
+            "payload_hashes": payload_hashes,
+            "group": group.model_dump(mode="json"),
+        }
+        try:
+            response = self._send_once(group_send=payload, send=send, members=[r.recipient_id for r in group.recipients])
+        except IdempotencyAlreadyInProgressError:
+            return GroupResult(kind="held")
+        except IdempotencyPersistenceLayerError as exc:
+            if isinstance(exc.__cause__, LeaseLostError):
+                return GroupResult(kind="lease_lost")
+            raise
+        if response.get("replayed"):
+            return GroupResult(kind="replayed", outcomes=response.get("final", {}))
+        return GroupResult(kind="sent", outcomes=response["outcomes"])
+
+
+def _call_group(*, group_send: dict, send: Callable[[], list[Receipt | str]], members: list[str]) -> dict:
+    results = send()
+    return {
+        "outcomes": {
+            rid: ({"id": r.provider_message_id} if isinstance(r, Receipt) else {"failed": r})
+            for rid, r in zip(members, results, strict=True)
+        }
+    }

@@ -44,7 +44,9 @@ def classify_resend_error(exc: ResendError) -> Exception:
     if kind in _HALT_TYPES or code in ("401",):
         return HaltProviderError(reason, code=kind)
     if code == "429" or kind == "rate_limit_exceeded":
-        return RetryableProviderError(reason, code=kind, retry_after=_retry_after(getattr(exc, "headers", None)))
+        return RetryableProviderError(
+            reason, code=kind, retry_after=_retry_after(getattr(exc, "headers", None)), throttled=True
+        )
     if kind == "concurrent_idempotent_requests":
         return RetryableProviderError(reason, code=kind, retry_after=1.0)
     if kind == "invalid_idempotent_request":
@@ -64,6 +66,7 @@ def classify_resend_error(exc: ResendError) -> Exception:
 class ResendProvider:
     name = "resend"
     idempotent = True
+    max_batch = 100
 
     def __init__(self, *, api_key: str, api_url: str | None = None, timeout_seconds: float = 10.0):
         # The SDK keeps its configuration in module globals: one configuration per process.
@@ -72,7 +75,8 @@ class ResendProvider:
             resend.api_url = api_url.rstrip("/")
         resend.default_http_client = resend.RequestsClient(timeout=timeout_seconds)
 
-    def send(self, email: OutboundEmail) -> Receipt:
+    @staticmethod
+    def _params(email: OutboundEmail) -> dict[str, Any]:
         params: dict[str, Any] = {
             "from": email.sender,
             "to": [email.to],
@@ -87,11 +91,33 @@ class ResendProvider:
             params["reply_to"] = email.reply_to
         if email.headers:
             params["headers"] = dict(email.headers)
+        return params
+
+    def send(self, email: OutboundEmail) -> Receipt:
         try:
-            response = resend.Emails.send(params, {"idempotency_key": email.idempotency_key})
+            response = resend.Emails.send(self._params(email), {"idempotency_key": email.idempotency_key})
         except ResendError as exc:
             raise classify_resend_error(exc) from exc
         message_id = response.get("id") if isinstance(response, dict) else None
         if not message_id:
             raise AmbiguousProviderError("resend answered without an email id")
         return Receipt(provider_message_id=message_id)
+
+    def send_batch(self, emails: list[OutboundEmail], *, idempotency_key: str) -> list[Receipt | str]:
+        """POST /emails/batch in permissive mode: valid emails are accepted, invalid ones
+        come back under `errors` with their index; `data` lists the accepted ones in order."""
+        if not 1 <= len(emails) <= self.max_batch:
+            raise ValueError(f"a Resend batch holds 1..{self.max_batch} emails, not {len(emails)}")
+        try:
+            response = resend.Batch.send(
+                [self._params(e) for e in emails], {"idempotency_key": idempotency_key, "batch_validation": "permissive"}
+            )
+        except ResendError as exc:
+            raise classify_resend_error(exc) from exc
+        data = list(response.get("data") or []) if isinstance(response, dict) else []
+        errors = {int(e["index"]): str(e.get("message", "rejected")) for e in (response.get("errors") or [])}
+        if len(data) + len(errors) != len(emails):
+            raise AmbiguousProviderError(f"resend batch answer covers {len(data) + len(errors)} of {len(emails)} emails")
+        ids = iter(data)
+        return [f"resend rejected: {errors[i]}" if i in errors else Receipt(provider_message_id=next(ids)["id"])
+                for i in range(len(emails))]

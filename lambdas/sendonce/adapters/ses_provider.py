@@ -31,7 +31,7 @@ def classify_ses_error(exc: Exception) -> Exception:
         if code in _HALT or "quota" in message.lower():
             return HaltProviderError(reason, code=code)
         if code in _THROTTLE:
-            return RetryableProviderError(reason, code=code)
+            return RetryableProviderError(reason, code=code, throttled=True)
         if code in _PERMANENT:
             return PermanentProviderError(reason, code=code)
         if status >= 500:
@@ -48,6 +48,15 @@ class SesProvider:
     def __init__(self, *, client: Any, configuration_set: str | None = None):
         self._client = client
         self._configuration_set = configuration_set
+
+    def max_send_rate(self) -> float | None:
+        """The account's MaxSendRate (recipients/s) from GetAccount, or None if unavailable."""
+        try:
+            quota = self._client.get_account().get("SendQuota", {})
+        except Exception:  # noqa: BLE001 - not fatal: the configured rate applies
+            return None
+        rate = quota.get("MaxSendRate")
+        return float(rate) if rate else None
 
     def send(self, email: OutboundEmail) -> Receipt:
         body: dict[str, Any] = {}

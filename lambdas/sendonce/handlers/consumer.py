@@ -52,7 +52,7 @@ def _emit(report: BatchReport) -> None:
 def lambda_handler(event: dict[str, Any], context: LambdaContext, runtime: ConsumerRuntime | None = None) -> dict:
     runtime = runtime or consumer_runtime(ConsumerSettings.from_env(os.environ))
     # First, before any claim: leases are the function's remaining time.
-    runtime.guard.register_lambda_context(context)
+    runtime.register_lambda_context(context)
 
     def record_handler(record: SQSRecord) -> None:
         logger.append_keys(message_id=record.message_id, campaign_id=None, batch_id=None)

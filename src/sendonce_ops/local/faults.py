@@ -94,6 +94,16 @@ class FaultyProvider:
             _die()  # the provider accepted; the ledger never hears of it
         return receipt
 
+    def send_batch(self, emails: list[OutboundEmail], *, idempotency_key: str):
+        results = self._inner.send_batch(emails, idempotency_key=idempotency_key)
+        if any(self._faults.fires("after_accept", e.tags.get("recipient_id", "")) for e in emails):
+            _die()  # the whole batch was accepted; the ledger never hears of it
+        return results
+
+    @property
+    def max_batch(self) -> int:
+        return self._inner.max_batch
+
 
 @lru_cache(maxsize=1)
 def _runtime() -> ConsumerRuntime:
@@ -105,6 +115,7 @@ def _runtime() -> ConsumerRuntime:
         campaigns=parts.campaigns,
         providers={name: FaultyProvider(p, faults) for name, p in parts.providers.items()},
         queue=parts.queue,
+        limiter=parts.limiter,
     )
     return assemble_consumer(settings, wrapped)
 

@@ -1,0 +1,87 @@
+"""Resend batch mode: one POST /emails/batch per message, membership frozen per send group."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+
+from sendonce.models import DeliveryState
+from sendonce_ops.local.request_counter import RequestCounter
+
+pytestmark = pytest.mark.integration
+
+
+def states(system, campaign_id="c1"):
+    return {r.recipient_id: r.state for r in system.operator.records(campaign_id)}
+
+
+def test_batch_mode_sends_each_message_in_one_request_and_each_recipient_once(system):
+    system.campaign(delivery_mode="batch")
+    system.operator.publish("c1", system.recipients(250))
+
+    system.poller().run_until_idle(idle_seconds=2, max_seconds=60)
+
+    deliveries = system.deliveries()
+    assert len(deliveries) == 250 and set(deliveries.values()) == {1}
+    assert {a.endpoint for a in system.resend.accepted()} == {"/emails/batch"}
+    assert system.resend.stats()["requests"] == 3  # 100 + 100 + 50
+    assert set(states(system).values()) == {DeliveryState.SENT}
+
+
+def test_batch_killed_after_accept_is_replayed_with_the_same_key_and_members(system, tmp_path):
+    system.campaign(delivery_mode="batch")
+    system.operator.publish("c1", system.recipients(40))
+
+    dead = system.consumer_process(
+        timeout_s=8, extra_env={"SENDONCE_FAULTS": json.dumps([{"at": "after_accept", "recipient_id": "r3"}]),
+                                "SENDONCE_FAULT_MARKERS": str(tmp_path)}
+    )
+    assert dead.wait(timeout=30) == -9
+    assert set(states(system).values()) == {DeliveryState.CLAIMED}
+    system.poller().run_until_idle(idle_seconds=2, max_seconds=40)
+
+    deliveries = system.deliveries()
+    assert len(deliveries) == 40 and set(deliveries.values()) == {1}
+    assert system.resend.stats()["replays"] == 1  # the same request, answered from Resend's key store
+    assert set(states(system).values()) == {DeliveryState.SENT}
+
+
+def test_batch_mode_redelivery_and_partial_rejections(system):
+    system.campaign(delivery_mode="batch")
+    system.resend.reject([f"user{i}@{system.domain}" for i in (1, 2)])  # 422: permanent for those two
+    system.operator.publish("c1", system.recipients(10))
+    sqs = boto3.client("sqs")
+    body = sqs.receive_message(QueueUrl=system.resources.queue_url, VisibilityTimeout=0)["Messages"][0]["Body"]
+    sqs.send_message(QueueUrl=system.resources.queue_url, MessageBody=body)  # delivered twice
+
+    system.poller().run_until_idle(idle_seconds=2, max_seconds=40)
+
+    final = states(system)
+    assert final.pop("r1") is DeliveryState.FAILED and final.pop("r2") is DeliveryState.FAILED
+    assert set(final.values()) == {DeliveryState.SENT}
+    assert sum(system.deliveries().values()) == 8
+
+
+def test_dynamodb_requests_per_recipient_in_batch_mode(system, aws_env):
+    from sendonce.settings import ConsumerSettings
+    from sendonce.wiring import assemble_consumer, consumer_parts
+    from sendonce.handlers import consumer
+    import functools
+
+    system.campaign(delivery_mode="batch")
+    system.operator.publish("c1", system.recipients(100))
+    session = boto3.session.Session()
+    counter = RequestCounter(session)
+    settings = ConsumerSettings.from_env({**system.env, "SENDONCE_SHARED_RATE_LIMIT": "false"})
+    runtime = assemble_consumer(settings, consumer_parts(settings, session))
+    counter.reset()
+
+    system.poller(handler=functools.partial(consumer.lambda_handler, runtime=runtime)).run_until_idle(
+        idle_seconds=1, max_seconds=30)
+
+    per_recipient = counter.total("dynamodb") / 100
+    print(f"\nbatch mode DynamoDB requests per recipient: {per_recipient} ({dict(counter.calls)})")
+    assert per_recipient <= 0.1
+    assert sum(system.deliveries().values()) == 100
