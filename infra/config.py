@@ -1,0 +1,219 @@
+"""Deployment settings read from CDK context, with defaults so a bare `cdk synth` works.
+
+Everything sized from these values (function timeout, visibility timeout, event source
+concurrency) is derived here, once, so the stack, the tests and docs/deploy.md agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+PROVIDERS = ("ses", "resend")
+REMOVAL_POLICIES = ("retain", "destroy")
+
+# One SQS message (a batch) holds at most this many recipients (docs/messages.md).
+RECIPIENTS_PER_BATCH = 100
+# SQS redrive: a message is moved to the DLQ on its 6th receive. AWS recommends >= 5
+# because a throttled or timed-out invocation also counts as a receive.
+MAX_RECEIVE_COUNT = 5
+# Budgets in the function-timeout arithmetic (see `function_timeout_seconds`).
+THROTTLE_BACKOFF_BUDGET_SECONDS = 20
+LEDGER_WRITES_BUDGET_SECONDS = 5
+SAFETY_MARGIN_SECONDS = 15
+LAMBDA_MAX_TIMEOUT_SECONDS = 900
+# AWS bounds for an SQS event source's MaximumConcurrency.
+MAX_CONCURRENCY_BOUNDS = (2, 1000)
+
+DEFAULTS: dict[str, Any] = {
+    "stack_name": "Sendonce",
+    "provider": "ses",
+    "sender_domain": "example.com",
+    "ses_configuration_set": None,
+    "resend_api_key_secret_name": "sendonce/resend-api-key",
+    "oncall_email": None,
+    "oncall_https_url": None,
+    "send_rate": 14.0,
+    "send_concurrency": 8,
+    "provider_timeout_seconds": 10,
+    "provider_latency_ms": 250,
+    "batch_size": 1,
+    "max_concurrency": None,
+    "queue_age_alarm_minutes": 30,
+    "removal_policy": "retain",
+}
+
+
+class ConfigError(ValueError):
+    """A context value is missing its expected shape."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SendonceConfig:
+    stack_name: str
+    providers: tuple[str, ...]
+    sender_domain: str
+    ses_configuration_set: str | None
+    resend_api_key_secret_name: str
+    oncall_email: str | None
+    oncall_https_url: str | None
+    send_rate: float
+    send_concurrency: int
+    provider_timeout_seconds: int
+    provider_latency_ms: int
+    batch_size: int
+    max_concurrency_override: int | None
+    queue_age_alarm_minutes: int
+    removal_policy: str
+
+    @classmethod
+    def from_context(cls, get: Callable[[str], Any] | Mapping[str, Any]) -> SendonceConfig:
+        """Build from `node.try_get_context` (or a plain mapping); unknown keys are ignored."""
+        lookup = get.get if isinstance(get, Mapping) else get
+
+        def value(key: str) -> Any:
+            raw = lookup(key)
+            return DEFAULTS[key] if raw is None or raw == "" else raw
+
+        providers = _providers(value("provider"))
+        config = cls(
+            stack_name=str(value("stack_name")),
+            providers=providers,
+            sender_domain=str(value("sender_domain")),
+            ses_configuration_set=_optional_str(value("ses_configuration_set")),
+            resend_api_key_secret_name=str(value("resend_api_key_secret_name")),
+            oncall_email=_optional_str(value("oncall_email")),
+            oncall_https_url=_optional_str(value("oncall_https_url")),
+            send_rate=_number(value("send_rate"), "send_rate", float),
+            send_concurrency=_number(value("send_concurrency"), "send_concurrency", int),
+            provider_timeout_seconds=_number(value("provider_timeout_seconds"), "provider_timeout_seconds", int),
+            provider_latency_ms=_number(value("provider_latency_ms"), "provider_latency_ms", int),
+            batch_size=_number(value("batch_size"), "batch_size", int),
+            max_concurrency_override=(
+                None if value("max_concurrency") is None else _number(value("max_concurrency"), "max_concurrency", int)
+            ),
+            queue_age_alarm_minutes=_number(value("queue_age_alarm_minutes"), "queue_age_alarm_minutes", int),
+            removal_policy=str(value("removal_policy")).lower(),
+        )
+        config._validate()
+        return config
+
+    def _validate(self) -> None:
+        problems = []
+        if self.removal_policy not in REMOVAL_POLICIES:
+            problems.append(f"removal_policy must be one of {REMOVAL_POLICIES}, got {self.removal_policy!r}")
+        if self.send_rate <= 0:
+            problems.append("send_rate must be > 0 emails/s")
+        # The consumer's settings refuse send_concurrency outside 1..64 and a provider
+        # timeout above 60 s; refuse them here too, before a deploy.
+        if not 1 <= self.send_concurrency <= 64:
+            problems.append("send_concurrency must be within 1..64")
+        if not 1 <= self.provider_timeout_seconds <= 60:
+            problems.append("provider_timeout_seconds must be within 1..60")
+        if self.provider_latency_ms <= 0:
+            problems.append("provider_latency_ms must be > 0")
+        if not 1 <= self.batch_size <= 10:
+            problems.append("batch_size must be within 1..10 (no batching window)")
+        if self.max_concurrency_override is not None and not (
+            MAX_CONCURRENCY_BOUNDS[0] <= self.max_concurrency_override <= MAX_CONCURRENCY_BOUNDS[1]
+        ):
+            problems.append(f"max_concurrency must be within {MAX_CONCURRENCY_BOUNDS}")
+        if self.queue_age_alarm_minutes < 1:
+            problems.append("queue_age_alarm_minutes must be >= 1")
+        if self.oncall_https_url is not None and not self.oncall_https_url.startswith("https://"):
+            problems.append("oncall_https_url must start with https://")
+        if not problems and self.function_timeout_seconds > LAMBDA_MAX_TIMEOUT_SECONDS:
+            problems.append(
+                f"the batch would need a {self.function_timeout_seconds} s function timeout (Lambda max"
+                f" {LAMBDA_MAX_TIMEOUT_SECONDS} s): lower batch_size or provider_timeout_seconds,"
+                " or raise send_concurrency"
+            )
+        if problems:
+            raise ConfigError("invalid sendonce context: " + "; ".join(problems))
+
+    @property
+    def uses_ses(self) -> bool:
+        return "ses" in self.providers
+
+    @property
+    def uses_resend(self) -> bool:
+        return "resend" in self.providers
+
+    @property
+    def retain(self) -> bool:
+        return self.removal_policy == "retain"
+
+    @property
+    def function_timeout_seconds(self) -> int:
+        """Worst case for a full invocation, rounded up to a whole 30 s.
+
+        One batch = 100 recipients sent `send_concurrency` at a time, so
+        ceil(100 / 8) = 13 rounds; in the worst case every call in a round waits the
+        full provider timeout (10 s) -> 130 s. Add the consumer's throttle backoff
+        (20 s: up to 3 retries per send at 0.2/0.4/0.8 s, or up to 8 s each when the
+        provider sends Retry-After), the ledger writes (5 s: a claim and a record per
+        recipient, 8 in parallel, ~10 ms each plus DynamoDB retries) -> 155 s per
+        batch, x batch_size batches per invocation, + the safety margin below which
+        the consumer stops claiming (15 s) -> 170 s -> 180 s with the defaults.
+        (The incident's 30 s covered 3 rounds.)
+        """
+        rounds = math.ceil(RECIPIENTS_PER_BATCH / self.send_concurrency)
+        per_batch = (
+            rounds * self.provider_timeout_seconds + THROTTLE_BACKOFF_BUDGET_SECONDS + LEDGER_WRITES_BUDGET_SECONDS
+        )
+        total = self.batch_size * per_batch + SAFETY_MARGIN_SECONDS
+        return math.ceil(total / 30) * 30
+
+    @property
+    def visibility_timeout_seconds(self) -> int:
+        # AWS: at least 6 x the function timeout, so retries of a throttled or failed
+        # invocation never overlap a message still being worked on.
+        return 6 * self.function_timeout_seconds
+
+    @property
+    def safety_margin_ms(self) -> int:
+        return SAFETY_MARGIN_SECONDS * 1000
+
+    @property
+    def max_concurrency(self) -> int:
+        """Concurrent consumer invocations (SQS event source MaximumConcurrency).
+
+        Little's law: sends in flight = send_rate x average provider latency; one
+        invocation keeps `send_concurrency` in flight, so
+        ceil(send_rate x latency_s / send_concurrency), clamped to AWS's [2, 1000].
+        Defaults: ceil(14 x 0.25 / 8) = 1 -> 2. The floor of 2 can offer more than a
+        new SES account's 14/s; the consumer's throttle handling absorbs the excess.
+        """
+        if self.max_concurrency_override is not None:
+            return self.max_concurrency_override
+        wanted = math.ceil(self.send_rate * (self.provider_latency_ms / 1000) / self.send_concurrency)
+        low, high = MAX_CONCURRENCY_BOUNDS
+        return max(low, min(high, wanted))
+
+
+def _providers(raw: Any) -> tuple[str, ...]:
+    names = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
+    providers = tuple(dict.fromkeys(n.strip().lower() for n in names if str(n).strip()))
+    unknown = [p for p in providers if p not in PROVIDERS]
+    if not providers or unknown:
+        raise ConfigError(f"invalid sendonce context: provider must be one or more of {PROVIDERS}, got {raw!r}")
+    return providers
+
+
+def _optional_str(raw: Any) -> str | None:
+    return None if raw is None else str(raw)
+
+
+def _number(raw: Any, key: str, kind: type) -> Any:
+    # Context from `-c key=value` arrives as a string; from cdk.json as JSON numbers.
+    try:
+        number = float(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"invalid sendonce context: {key} must be a number, got {raw!r}") from None
+    if kind is int:
+        if not number.is_integer():
+            raise ConfigError(f"invalid sendonce context: {key} must be a whole number, got {raw!r}")
+        return int(number)
+    return number

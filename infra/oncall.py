@@ -1,0 +1,179 @@
+"""The on-call topic and the alarms that notify it (runbook: docs/operations.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra import metrics
+
+RUNBOOK = "docs/operations.md"
+FIVE_MINUTES = cdk.Duration.minutes(5)
+ONE_MINUTE = cdk.Duration.minutes(1)
+
+
+@dataclass(frozen=True)
+class AlarmSpec:
+    id: str
+    severity: str  # "page" wakes someone; "warning" is looked at in working hours
+    summary: str
+
+
+class OnCall(Construct):
+    """An encrypted SNS topic for on-call, its optional subscription, and the alarms."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        queue: sqs.IQueue,
+        dead_letter_queue: sqs.IQueue,
+        function: lambda_.IFunction,
+        queue_age_threshold: cdk.Duration,
+        email: str | None = None,
+        https_url: str | None = None,
+        removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
+    ) -> None:
+        super().__init__(scope, id)
+        stack = cdk.Stack.of(self)
+
+        # A customer managed key: CloudWatch cannot publish to a topic encrypted with
+        # the AWS managed SNS key, because that key's policy cannot be changed.
+        self.key = kms.Key(
+            self,
+            "Key",
+            description="sendonce on-call topic",
+            enable_key_rotation=True,
+            removal_policy=removal_policy,
+        )
+        self.key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsPublishEncrypted",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                # In a key policy "*" is this key. No source conditions: AWS documents
+                # this statement without them, and a condition KMS does not receive
+                # would silently drop every page.
+                resources=["*"],
+            )
+        )
+        self.topic = sns.Topic(
+            self,
+            "Topic",
+            display_name="sendonce on-call",
+            master_key=self.key,
+            enforce_ssl=True,
+        )
+        # enforce_ssl writes a topic policy, which replaces SNS's default one; allow
+        # this account's alarms to publish explicitly.
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsPublish",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["sns:Publish"],
+                resources=[self.topic.topic_arn],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {
+                        "aws:SourceArn": stack.format_arn(
+                            service="cloudwatch",
+                            resource="alarm",
+                            resource_name="*",
+                            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    },
+                },
+            )
+        )
+        if email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(email))
+        if https_url:
+            self.topic.add_subscription(
+                subscriptions.UrlSubscription(https_url, protocol=sns.SubscriptionProtocol.HTTPS)
+            )
+
+        self.alarms: dict[str, cw.Alarm] = {}
+        # Literal names (alarm.alarm_name is a Ref), for references that must not
+        # depend on the alarm resources.
+        self.alarm_names: list[str] = []
+        dlq_depth = dead_letter_queue.metric_approximate_number_of_messages_visible(
+            statistic="Maximum", period=ONE_MINUTE
+        )
+        self._alarm(
+            AlarmSpec("DeadLetterQueueNotEmpty", "warning", "A batch is in the dead-letter queue"),
+            dlq_depth,
+            threshold=0,
+        )
+        self._alarm(
+            AlarmSpec("DeadLetterQueueFlooded", "page", "More than 100 batches in the dead-letter queue"),
+            dlq_depth,
+            threshold=100,
+        )
+        self._alarm(
+            AlarmSpec("QueueStuck", "page", f"The oldest batch waited over {queue_age_threshold.to_minutes()} minutes"),
+            queue.metric_approximate_age_of_oldest_message(statistic="Maximum", period=FIVE_MINUTES),
+            threshold=queue_age_threshold.to_seconds(),
+        )
+        self._alarm(
+            AlarmSpec("DuplicateSendsPrevented", "warning", "Over 10 duplicate sends prevented in 5 minutes"),
+            metrics.sendonce_metric(metrics.DUPLICATE_SENDS_PREVENTED, period=FIVE_MINUTES),
+            threshold=10,
+        )
+        self._alarm(
+            AlarmSpec("UnknownOutcomes", "warning", "A send's outcome is unknown and needs reconciling"),
+            metrics.sendonce_metric(metrics.UNKNOWN_OUTCOMES, period=FIVE_MINUTES),
+            threshold=0,
+        )
+        self._alarm(
+            AlarmSpec("ProviderHalted", "page", "The provider told the consumer to stop sending"),
+            metrics.sendonce_metric(metrics.SEND_FAILURES_HALT, period=FIVE_MINUTES),
+            threshold=0,
+        )
+        self._alarm(
+            AlarmSpec("ProviderFailureRate", "page", "Over 5 % of sends failed for 15 minutes"),
+            metrics.failure_rate_percent(period=FIVE_MINUTES),
+            threshold=5,
+            evaluation_periods=3,
+        )
+        self._alarm(
+            AlarmSpec("ConsumerErrors", "warning", "The consumer function failed an invocation"),
+            function.metric_errors(statistic="Sum", period=FIVE_MINUTES),
+            threshold=0,
+        )
+        self._alarm(
+            AlarmSpec("ConsumerThrottles", "warning", "Lambda throttled the consumer"),
+            function.metric_throttles(statistic="Sum", period=FIVE_MINUTES),
+            threshold=0,
+        )
+
+    def _alarm(self, spec: AlarmSpec, metric: cw.IMetric, *, threshold: float, evaluation_periods: int = 1) -> cw.Alarm:
+        alarm_name = f"{cdk.Stack.of(self).stack_name}-{spec.id}"
+        alarm = cw.Alarm(
+            self,
+            spec.id,
+            alarm_name=alarm_name,
+            alarm_description=f"[{spec.severity}] {spec.summary}. Runbook: {RUNBOOK}#{spec.id.lower()}",
+            metric=metric,
+            threshold=threshold,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=evaluation_periods,
+            datapoints_to_alarm=evaluation_periods,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+        )
+        action = cw_actions.SnsAction(self.topic)
+        alarm.add_alarm_action(action)
+        alarm.add_ok_action(action)
+        self.alarms[spec.id] = alarm
+        self.alarm_names.append(alarm_name)
+        return alarm

@@ -1,0 +1,71 @@
+"""Synthesizing the app for tests, and reading what came out."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+FULL_CONTEXT: dict[str, Any] = {
+    "stack_name": "SendonceFull",
+    "provider": "ses,resend",
+    "sender_domain": "mail.example.org",
+    "ses_configuration_set": "sendonce-events",
+    "resend_api_key_secret_name": "sendonce/test-resend-key",
+    "oncall_email": "oncall@example.org",
+    "oncall_https_url": "https://pager.example.org/hooks/sendonce",
+    "send_rate": "200",
+    "removal_policy": "destroy",
+}
+
+
+@dataclass(frozen=True)
+class Synthesized:
+    context: dict[str, Any]
+    outdir: Path
+    template: dict[str, Any]
+    config: Any  # infra.config.SendonceConfig
+
+    @property
+    def resources(self) -> dict[str, dict[str, Any]]:
+        return self.template["Resources"]
+
+    def of_type(self, resource_type: str) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in self.resources.items() if v["Type"] == resource_type}
+
+    def only(self, resource_type: str) -> tuple[str, dict[str, Any]]:
+        found = self.of_type(resource_type)
+        assert len(found) == 1, f"expected one {resource_type}, found {list(found)}"
+        return next(iter(found.items()))
+
+    @cached_property
+    def assertions(self) -> Any:
+        """`aws_cdk.assertions.Template` over the synthesized template."""
+        from aws_cdk.assertions import Template
+
+        return Template.from_json(self.template)
+
+    @property
+    def validation_report(self) -> dict[str, Any]:
+        return json.loads((self.outdir / "validation-report.json").read_text())
+
+
+def cdk_json_context() -> dict[str, Any]:
+    return json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+
+
+def synthesize(tmp_path_factory: pytest.TempPathFactory, name: str, overrides: dict[str, Any]) -> Synthesized:
+    from infra.app import build_app
+
+    context = {**cdk_json_context(), **overrides}
+    outdir = tmp_path_factory.mktemp(name)
+    app, stack = build_app(context=context, outdir=str(outdir))
+    assembly = app.synth()
+    template = assembly.get_stack_by_name(stack.stack_name).template
+    return Synthesized(context=context, outdir=outdir, template=template, config=stack.config)

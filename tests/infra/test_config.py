@@ -1,0 +1,92 @@
+"""Context parsing and the sizing arithmetic (no synthesis)."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.config import ConfigError, SendonceConfig
+
+pytestmark = pytest.mark.infra
+
+
+def config(**context: object) -> SendonceConfig:
+    return SendonceConfig.from_context(dict(context))
+
+
+def test_bare_context_gives_the_documented_defaults() -> None:
+    defaults = config()
+
+    assert defaults.stack_name == "Sendonce"
+    assert defaults.providers == ("ses",)
+    assert defaults.sender_domain == "example.com"
+    assert defaults.resend_api_key_secret_name == "sendonce/resend-api-key"
+    assert defaults.send_rate == 14
+    assert defaults.removal_policy == "retain"
+    assert (defaults.oncall_email, defaults.oncall_https_url, defaults.ses_configuration_set) == (None, None, None)
+
+
+def test_function_timeout_covers_one_full_batch() -> None:
+    # ceil(100 / 8) = 13 rounds x 10 s + 20 s backoff + 5 s ledger + 15 s margin = 170 s -> 180 s.
+    defaults = config()
+    assert defaults.function_timeout_seconds == 180
+    assert defaults.visibility_timeout_seconds == 6 * 180
+    assert defaults.safety_margin_ms == 15_000
+
+
+def test_function_timeout_grows_with_batch_size_and_slower_providers() -> None:
+    assert config(batch_size=2).function_timeout_seconds == 330  # 2 x 155 + 15 = 325
+    assert config(send_concurrency=4).function_timeout_seconds == 300  # 25 x 10 + 40 = 290
+    assert config(provider_timeout_seconds=5).function_timeout_seconds == 120  # 13 x 5 + 40 = 105
+
+
+def test_a_batch_that_cannot_fit_in_lambdas_15_minutes_is_refused() -> None:
+    with pytest.raises(ConfigError, match="function timeout"):
+        config(batch_size=10)
+
+
+@pytest.mark.parametrize(
+    ("send_rate", "latency_ms", "send_concurrency", "expected"),
+    [
+        (14, 250, 8, 2),  # ceil(0.44) = 1, raised to AWS's minimum of 2
+        (200, 250, 8, 7),  # ceil(6.25)
+        (1000, 250, 8, 32),  # ceil(31.25)
+        (1_000_000, 250, 8, 1000),  # ceil(31250), clamped to AWS's maximum
+    ],
+)
+def test_max_concurrency_from_the_send_rate(
+    send_rate: float, latency_ms: int, send_concurrency: int, expected: int
+) -> None:
+    sized = config(send_rate=send_rate, provider_latency_ms=latency_ms, send_concurrency=send_concurrency)
+    assert sized.max_concurrency == expected
+
+
+def test_max_concurrency_override() -> None:
+    assert config(max_concurrency="12").max_concurrency == 12
+
+
+def test_command_line_context_arrives_as_strings() -> None:
+    parsed = config(send_rate="50", send_concurrency="16", provider="SES, resend", removal_policy="DESTROY")
+    assert (parsed.send_rate, parsed.send_concurrency) == (50.0, 16)
+    assert parsed.providers == ("ses", "resend")
+    assert parsed.retain is False
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"provider": "mailgun"},
+        {"provider": ","},
+        {"removal_policy": "snapshot"},
+        {"send_rate": "0"},
+        {"send_rate": "fast"},
+        {"send_concurrency": "2.5"},
+        {"send_concurrency": 65},
+        {"provider_timeout_seconds": 61},
+        {"batch_size": 0},
+        {"max_concurrency": 1},
+        {"oncall_https_url": "http://pager.example.org"},
+    ],
+)
+def test_bad_context_is_refused_before_synthesis(bad: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        config(**bad)

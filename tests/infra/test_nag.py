@@ -1,0 +1,52 @@
+"""cdk-nag AwsSolutions: no unacknowledged finding, and each acknowledgement says why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.infra.synthesis import Synthesized
+
+pytestmark = pytest.mark.infra
+
+# A new acknowledgement is a design decision: add it here on purpose, with its reason
+# in SendonceStack._acknowledge_findings.
+ACKNOWLEDGED = {"AwsSolutions-L1"}
+
+
+def _aws_solutions(synth: Synthesized) -> dict:
+    reports = [r for r in synth.validation_report["pluginReports"] if r["pluginName"] == "AwsSolutions"]
+    assert len(reports) == 1, "cdk-nag AwsSolutions did not run"
+    return reports[0]
+
+
+def test_no_unacknowledged_findings(assembly: Synthesized) -> None:
+    # Synthesis itself fails on a finding; the report confirms the pack ran and passed.
+    report = _aws_solutions(assembly)
+    assert report["conclusion"] == "success"
+    assert report["violations"] == []
+
+
+def test_acknowledgements_are_the_expected_ones_with_reasons(assembly: Synthesized) -> None:
+    suppressed = _aws_solutions(assembly).get("suppressedViolations", [])
+    assert {v["ruleName"] for v in suppressed} == ACKNOWLEDGED
+    for violation in suppressed:
+        assert len(violation["reason"]) > 40, violation["ruleName"]
+
+
+def test_a_new_finding_fails_synthesis(tmp_path: Path) -> None:
+    """The app wires cdk-nag so that an unacknowledged finding stops `cdk synth`."""
+    from aws_cdk import aws_sqs as sqs
+
+    from infra.app import build_app
+    from tests.infra.synthesis import cdk_json_context
+
+    app, stack = build_app(context=cdk_json_context(), outdir=str(tmp_path))
+    sqs.Queue(stack, "PlainQueue")  # no DLQ, no enforced SSL
+
+    with pytest.raises(RuntimeError, match="ValidationFailed"):
+        app.synth()
+
+    report = (tmp_path / "validation-report.json").read_text()
+    assert "AwsSolutions-SQS4" in report and "PlainQueue" in report
