@@ -36,6 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "oncall_email": None,
     "oncall_https_url": None,
     "send_rate": 14.0,
+    "resend_requests_per_second": 10.0,
     "send_concurrency": 8,
     "provider_timeout_seconds": 10,
     "provider_latency_ms": 250,
@@ -60,6 +61,7 @@ class SendonceConfig:
     oncall_email: str | None
     oncall_https_url: str | None
     send_rate: float
+    resend_requests_per_second: float
     send_concurrency: int
     provider_timeout_seconds: int
     provider_latency_ms: int
@@ -87,6 +89,7 @@ class SendonceConfig:
             oncall_email=_optional_str(value("oncall_email")),
             oncall_https_url=_optional_str(value("oncall_https_url")),
             send_rate=_number(value("send_rate"), "send_rate", float),
+            resend_requests_per_second=_number(value("resend_requests_per_second"), "resend_requests_per_second", float),
             send_concurrency=_number(value("send_concurrency"), "send_concurrency", int),
             provider_timeout_seconds=_number(value("provider_timeout_seconds"), "provider_timeout_seconds", int),
             provider_latency_ms=_number(value("provider_latency_ms"), "provider_latency_ms", int),

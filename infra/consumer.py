@@ -39,6 +39,8 @@ class Consumer(Construct):
         batch_size: int,
         max_concurrency: int,
         send_concurrency: int,
+        send_rate: float,
+        resend_requests_per_second: float,
         provider_timeout_seconds: int,
         safety_margin_ms: int,
         resend_api_key_secret_name: str | None = None,
@@ -67,6 +69,9 @@ class Consumer(Construct):
             "SENDONCE_CAMPAIGNS_TABLE": campaigns_table.table_name,
             "SENDONCE_DEAD_LETTER_QUEUE_URL": dead_letter_queue.queue_url,
             "SENDONCE_SEND_CONCURRENCY": str(send_concurrency),
+            # The send rate every concurrent consumer shares (a DynamoDB-paced limiter).
+            "SENDONCE_SES_SEND_RATE": f"{send_rate:g}",
+            "SENDONCE_RESEND_REQUESTS_PER_SECOND": f"{resend_requests_per_second:g}",
             "SENDONCE_PROVIDER_TIMEOUT_SECONDS": str(provider_timeout_seconds),
             "SENDONCE_SAFETY_MARGIN_MS": str(safety_margin_ms),
             # The consumer moves a batch to the DLQ itself on its last receive; it must

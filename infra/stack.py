@@ -72,6 +72,8 @@ class SendonceStack(cdk.Stack):
             batch_size=config.batch_size,
             max_concurrency=config.max_concurrency,
             send_concurrency=config.send_concurrency,
+            send_rate=config.send_rate,
+            resend_requests_per_second=config.resend_requests_per_second,
             provider_timeout_seconds=config.provider_timeout_seconds,
             safety_margin_ms=config.safety_margin_ms,
             resend_api_key_secret_name=config.resend_api_key_secret_name if config.uses_resend else None,
@@ -149,6 +151,11 @@ class SendonceStack(cdk.Stack):
             function.add_to_role_policy(
                 iam.PolicyStatement(sid="SendAsSenderIdentity", actions=["ses:SendEmail"], resources=resources)
             )
+            # The account's MaxSendRate caps the shared send rate. GetAccount is read-only
+            # and has no resource-level permissions, so it cannot be scoped further.
+            function.add_to_role_policy(
+                iam.PolicyStatement(sid="ReadSendQuota", actions=["ses:GetAccount"], resources=["*"])
+            )
 
     def _output(self, name: str, value: str) -> None:
         output = cdk.CfnOutput(self, name, value=value)
@@ -167,3 +174,13 @@ class SendonceStack(cdk.Stack):
                 ),
             )
         )
+        if self.config.uses_ses:
+            cdk.Validations.of(self.consumer.role).acknowledge(
+                cdk.Acknowledgment(
+                    id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
+                    reason=(
+                        "Only ses:GetAccount (statement ReadSendQuota): a read-only quota lookup that SES"
+                        " does not scope to resources. Sends stay scoped to the sender identity."
+                    ),
+                )
+            )
