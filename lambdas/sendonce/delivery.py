@@ -258,7 +258,12 @@ class DeliveryService:
         run.returning_ids.clear()
 
     def _deliver(self, run: _BatchRun, recipient: Recipient) -> None:
-        extra = {"recipient_id": recipient.recipient_id, "email_fp": email_fingerprint(recipient.email)}
+        extra = {
+            "campaign_id": run.batch.campaign_id,
+            "batch_id": run.batch.batch_id,
+            "recipient_id": recipient.recipient_id,
+            "email_fp": email_fingerprint(recipient.email),
+        }
         if run.halt.is_set():
             return  # left unclaimed: pending for resume
         if run.remaining_ms() < self._safety_margin_ms:

@@ -28,6 +28,15 @@ def is_valid_email(address: str) -> bool:
     return len(address) <= 254 and bool(_EMAIL.match(address))
 
 
+_ANY_EMAIL = re.compile(r"[^\s<>()\[\],;:\"'`]+@[A-Za-z0-9.-]+")
+
+
+def redact_emails(text: str) -> str:
+    """Replace addresses in provider messages with their fingerprint before they reach
+    logs or the ledger (a provider's validation message often quotes the address)."""
+    return _ANY_EMAIL.sub(lambda m: f"<email:{email_fingerprint(m.group(0))}>", text)
+
+
 def email_fingerprint(address: str) -> str:
     """A stable, non-reversible stand-in for an address in logs and the ledger."""
     return hashlib.sha256(address.strip().lower().encode()).hexdigest()[:16]

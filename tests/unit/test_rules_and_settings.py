@@ -122,3 +122,13 @@ def test_settings_from_the_environment():
 def test_bad_settings_are_refused_with_the_variable_named(env, message):
     with pytest.raises(SettingsError, match=message):
         ConsumerSettings.from_env(env)
+
+
+def test_provider_reasons_never_carry_a_raw_address():
+    from sendonce.errors import PermanentProviderError
+    from sendonce.models import email_fingerprint
+
+    error = PermanentProviderError("Invalid `to` field: Ann.Lee+promo@Example.com is not allowed")
+
+    assert "Ann.Lee" not in error.reason and "@" not in error.reason.replace("<email:", "")
+    assert email_fingerprint("Ann.Lee+promo@Example.com") in error.reason

@@ -8,7 +8,7 @@ import resend
 from resend.exceptions import ResendError
 
 from sendonce.errors import AmbiguousProviderError, HaltProviderError, PermanentProviderError, RetryableProviderError
-from sendonce.models import OutboundEmail, Receipt
+from sendonce.models import OutboundEmail, Receipt, redact_emails
 
 _HALT_TYPES = {
     "daily_quota_exceeded",
@@ -119,5 +119,5 @@ class ResendProvider:
         if len(data) + len(errors) != len(emails):
             raise AmbiguousProviderError(f"resend batch answer covers {len(data) + len(errors)} of {len(emails)} emails")
         ids = iter(data)
-        return [f"resend rejected: {errors[i]}" if i in errors else Receipt(provider_message_id=next(ids)["id"])
+        return [redact_emails(f"resend rejected: {errors[i]}") if i in errors else Receipt(provider_message_id=next(ids)["id"])
                 for i in range(len(emails))]
