@@ -15,6 +15,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from pydantic import ValidationError
+
 from sendonce.errors import InvalidCampaignError, UnknownProviderError
 from sendonce.models import (
     FINAL_STATES,
@@ -24,6 +26,8 @@ from sendonce.models import (
     BatchMessage,
     Campaign,
     CampaignState,
+    DeliveryKey,
+    DeliveryRecord,
     DeliveryState,
     Recipient,
 )
@@ -99,6 +103,52 @@ class DeliveryStatus:
         }
 
 
+@dataclass(frozen=True)
+class DeadLetter:
+    """One message read (not consumed) from the dead-letter queue."""
+
+    message_id: str
+    body: str
+    poison_reason: str | None = None  # the consumer's reason when it judged the message poison
+    sent_at_ms: int | None = None
+
+
+@dataclass
+class DeadLetterMessage:
+    message_id: str
+    campaign_id: str | None  # None: the body is no batch of any campaign
+    batch_id: str | None
+    recipients: int
+    dead_lettered: int  # of its recipients, how many the ledger holds as dead-lettered
+    error: str | None
+    sent_at_ms: int | None = None
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class DeadLetterGroup:
+    campaign_id: str | None
+    messages: int = 0
+    recipients: int = 0
+    dead_lettered: int = 0
+    last_error: str | None = None
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class DeadLetterSummary:
+    groups: list[DeadLetterGroup]
+    messages: list[DeadLetterMessage]
+
+    def as_dict(self) -> dict:
+        return {"messages": len(self.messages), "campaigns": [g.as_dict() for g in self.groups],
+                "details": [m.as_dict() for m in self.messages]}
+
+
 class CampaignService:
     def __init__(
         self,
@@ -107,18 +157,25 @@ class CampaignService:
         ledger: Ledger,
         queue: Queue,
         provider_names: Iterable[str],
+        batch_provider_names: Iterable[str] = ("resend",),
         operator: str = "operator",
     ):
         self._campaigns = campaigns
         self._ledger = ledger
         self._queue = queue
         self._provider_names = frozenset(provider_names)
+        self._batch_provider_names = frozenset(batch_provider_names)
         self._operator = operator
 
     def create(self, campaign: Campaign) -> Campaign:
         if campaign.provider not in self._provider_names:
             raise UnknownProviderError(
                 f"provider: {campaign.provider!r} is not registered (known: {', '.join(sorted(self._provider_names))})"
+            )
+        if campaign.delivery_mode == "batch" and campaign.provider not in self._batch_provider_names:
+            raise InvalidCampaignError(
+                f"delivery_mode: 'batch' needs a provider with batch sends ({', '.join(sorted(self._batch_provider_names))}),"
+                f" not {campaign.provider!r}"
             )
         try:
             check_content(campaign.content)
@@ -200,11 +257,15 @@ class CampaignService:
         to, allowed = TRANSITIONS["cancel"]
         return self._campaigns.transition(campaign_id, to=to, allowed_from=allowed, by=self._operator, reason=reason)
 
-    def resume(self, campaign_id: str, *, include_dead_lettered: bool = True) -> tuple[Campaign, int]:
+    def resume(
+        self, campaign_id: str, *, include_dead_lettered: bool = True, reason: str | None = None
+    ) -> tuple[Campaign, int]:
         """Back to sending, then publish every recipient that has not ended. Two resumes at
         once publish the same recipients twice; the ledger sends each once."""
         to, allowed = TRANSITIONS["resume"]
-        campaign = self._campaigns.transition(campaign_id, to=to, allowed_from=allowed, by=self._operator, reason="resumed")
+        campaign = self._campaigns.transition(
+            campaign_id, to=to, allowed_from=allowed, by=self._operator, reason=reason or "resumed"
+        )
         now_ms = int(time.time() * 1000)
         states = {}
         for record in self._ledger.records(campaign_id):
@@ -272,6 +333,64 @@ class CampaignService:
 
     def records(self, campaign_id: str) -> Iterator:
         return self._ledger.records(campaign_id)
+
+    def acting_as(self, operator: str) -> CampaignService:
+        """The same service recording `operator` as who changes campaign state (per API caller)."""
+        return CampaignService(
+            campaigns=self._campaigns, ledger=self._ledger, queue=self._queue, provider_names=self._provider_names,
+            batch_provider_names=self._batch_provider_names, operator=operator,
+        )
+
+    def delivery(self, campaign_id: str, recipient_id: str) -> DeliveryRecord | None:
+        """The ledger record of one delivery (None: not claimed yet, or never published)."""
+        self._campaigns.get(campaign_id)  # raises CampaignNotFoundError
+        return self._ledger.get(DeliveryKey(campaign_id=campaign_id, recipient_id=recipient_id))
+
+    def dead_lettered(self, campaign_id: str) -> list[DeliveryRecord]:
+        """Deliveries whose batch reached the DLQ unsent, each with the last error the ledger kept."""
+        return [r for r in self._ledger.records(campaign_id) if r.state is DeliveryState.DEAD_LETTERED]
+
+    def dead_letter_summary(self, letters: Iterable[DeadLetter]) -> DeadLetterSummary:
+        """Group dead-letter messages by campaign. A message's error is the poison reason the
+        consumer attached, else the reason the ledger recorded for its dead-lettered recipients."""
+        parsed: list[tuple[DeadLetter, BatchMessage | None]] = []
+        members: dict[str, set[str]] = {}
+        for letter in letters:
+            try:
+                batch = BatchMessage.model_validate_json(letter.body)
+            except ValidationError:
+                batch = None
+            parsed.append((letter, batch))
+            if batch:
+                members.setdefault(batch.campaign_id, set()).update(r.recipient_id for r in batch.recipients)
+        dead: dict[tuple[str, str], DeliveryRecord] = {}
+        for campaign_id, ids in members.items():
+            for record in self._ledger.records(campaign_id):
+                if record.state is DeliveryState.DEAD_LETTERED and record.recipient_id in ids:
+                    dead[(campaign_id, record.recipient_id)] = record
+        messages: list[DeadLetterMessage] = []
+        for letter, batch in parsed:
+            keys = [(batch.campaign_id, r.recipient_id) for r in batch.recipients] if batch else []
+            records = [dead[key] for key in keys if key in dead]
+            latest = max(records, key=lambda r: r.updated_at or "", default=None)
+            messages.append(DeadLetterMessage(
+                message_id=letter.message_id,
+                campaign_id=batch.campaign_id if batch else None,
+                batch_id=batch.batch_id if batch else None,
+                recipients=len(batch.recipients) if batch else 0,
+                dead_lettered=len(records),
+                error=letter.poison_reason or (latest.reason if latest else None),
+                sent_at_ms=letter.sent_at_ms,
+            ))
+        groups: dict[str | None, DeadLetterGroup] = {}
+        for message in sorted(messages, key=lambda m: m.sent_at_ms or 0):
+            group = groups.setdefault(message.campaign_id, DeadLetterGroup(campaign_id=message.campaign_id))
+            group.messages += 1
+            group.recipients += message.recipients
+            group.dead_lettered += message.dead_lettered
+            group.last_error = message.error or group.last_error
+        ordered = sorted(groups.values(), key=lambda g: (g.campaign_id is None, g.campaign_id or ""))
+        return DeadLetterSummary(groups=ordered, messages=messages)
 
 
 def is_final(state: DeliveryState) -> bool:

@@ -31,7 +31,9 @@ from sendonce.errors import (
     InvalidMessageError,
     PermanentProviderError,
     RetryableProviderError,
+    SuppressedError,
 )
+from sendonce.deliverability_ports import Suppressions
 from sendonce.models import (
     BatchMessage,
     Campaign,
@@ -48,6 +50,7 @@ from sendonce.models import (
 from sendonce.ledger_rules import GROUPED, STALE, classify
 from sendonce.ports import CampaignStore, ClaimStatus, DeliveryGuard, EmailProvider, GroupGuard, Ledger, Queue, RateLimiter
 from sendonce.rendering import CompiledContent, RenderError
+from sendonce.unsubscribe import UnsubscribeLinks
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +91,7 @@ class BatchReport:
     returning: int = 0
     dead_lettered: int = 0
     cancelled: int = 0
+    suppressed: int = 0
     poison_reason: str | None = None
     skipped_state: CampaignState | None = None
     halted_reason: str | None = None
@@ -147,6 +151,8 @@ class DeliveryService:
         queue: Queue,
         group_guard: GroupGuard | None = None,
         limiter: RateLimiter | None = None,
+        suppressions: Suppressions | None = None,
+        unsubscribe: UnsubscribeLinks | None = None,
         send_concurrency: int = 8,
         safety_margin_ms: int = 15_000,
         throttle_retries: int = 3,
@@ -162,6 +168,8 @@ class DeliveryService:
         self._queue = queue
         self._group_guard = group_guard
         self._limiter = limiter
+        self._suppressions = suppressions
+        self._unsubscribe = unsubscribe
         self._send_concurrency = send_concurrency
         self._safety_margin_ms = safety_margin_ms
         self._throttle_retries = throttle_retries
@@ -281,6 +289,9 @@ class DeliveryService:
         )
         try:
             result = self._guard.send_once(request, lambda: self._send(run, recipient, request))
+        except SuppressedError:
+            run.count("suppressed")
+            return
         except PermanentProviderError as exc:
             run.count("failed", error=exc.reason, error_class=exc.error_class)
             logger.warning("delivery failed permanently", extra={**extra, "reason": exc.reason})
@@ -331,25 +342,42 @@ class DeliveryService:
         """Runs under the ledger's claim. Every exception here settles the claim."""
         if not is_valid_email(recipient.email):
             raise PermanentProviderError("invalid email address")
+        suppression = self._suppression(recipient)
+        if suppression:
+            raise SuppressedError(suppression)
         try:
-            rendered = run.content.render(recipient.variables)
+            email = self._email(run, recipient, request.key.idempotency_key)
         except RenderError as exc:
             raise PermanentProviderError(str(exc)) from exc
-        email = OutboundEmail(
-            idempotency_key=request.key.idempotency_key,
+        if not run.provider.idempotent:
+            # Past this write a lost consumer may have sent: its delivery becomes unknown
+            # instead of being claimed again.
+            self._ledger.mark_in_flight(request.key, owner=request.owner, now_ms=self._clock_ms())
+        return self._send_with_backoff(run, email)
+
+    def _suppression(self, recipient: Recipient) -> str | None:
+        if self._suppressions is None:
+            return None
+        found = self._suppressions.is_suppressed(recipient.email)
+        return f"address suppressed ({found.reason.value}, {found.source})" if found else None
+
+    def _email(self, run: _BatchRun, recipient: Recipient, idempotency_key: str) -> OutboundEmail:
+        """The rendered email. Deterministic for a recipient: batch mode relies on it."""
+        rendered = run.content.render(recipient.variables)
+        headers = {}
+        if self._unsubscribe is not None:
+            headers = self._unsubscribe.headers(run.campaign.campaign_id, recipient.recipient_id, recipient.email)
+        return OutboundEmail(
+            idempotency_key=idempotency_key,
             sender=run.campaign.sender,
             to=recipient.email,
             reply_to=run.campaign.reply_to,
             subject=rendered.subject,
             html=rendered.html,
             text=rendered.text,
+            headers=headers,
             tags={"campaign_id": run.campaign.campaign_id, "recipient_id": recipient.recipient_id},
         )
-        if not run.provider.idempotent:
-            # Past this write a lost consumer may have sent: its delivery becomes unknown
-            # instead of being claimed again.
-            self._ledger.mark_in_flight(request.key, owner=request.owner, now_ms=self._clock_ms())
-        return self._send_with_backoff(run, email)
 
     def _send_with_backoff(self, run: _BatchRun, email: OutboundEmail) -> Receipt:
         return self._call_with_backoff(run, lambda: run.provider.send(email))
@@ -390,8 +418,8 @@ class DeliveryService:
         for recipient in batch.recipients:
             if recipient.recipient_id in grouped:
                 continue
-            if not is_valid_email(recipient.email) or not self._renders(run, recipient):
-                singles.append(recipient)
+            if not is_valid_email(recipient.email) or not self._renders(run, recipient) or self._suppression(recipient):
+                singles.append(recipient)  # the one-by-one path records why it is not sent
             else:
                 candidates.append(recipient)
         if not candidates or run.halt.is_set():
@@ -442,21 +470,7 @@ class DeliveryService:
                 run.returning_ids.extend(member_ids)
                 run.report.last_error = "time budget exhausted before the group request"
             return
-        emails = []
-        for recipient in group.recipients:
-            rendered = run.content.render(recipient.variables)
-            emails.append(
-                OutboundEmail(
-                    idempotency_key=group.idempotency_key,
-                    sender=run.campaign.sender,
-                    to=recipient.email,
-                    reply_to=run.campaign.reply_to,
-                    subject=rendered.subject,
-                    html=rendered.html,
-                    text=rendered.text,
-                    tags={"campaign_id": run.campaign.campaign_id, "recipient_id": recipient.recipient_id},
-                )
-            )
+        emails = [self._email(run, recipient, group.idempotency_key) for recipient in group.recipients]
         owner = f"{self._instance_id}-{uuid.uuid4().hex[:12]}"
 
         def send() -> list[Receipt | str]:

@@ -39,6 +39,14 @@ class PayloadConflictError(SendonceError):
     """The same delivery was claimed before with different content (recipient email or variables)."""
 
 
+class SuppressedError(SendonceError):
+    """The address is on the suppression list: the delivery ends suppressed, unsent."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
 class ProviderError(SendonceError):
     """A provider call failed. Subclasses say what the failure means for the delivery."""
 

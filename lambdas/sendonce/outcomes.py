@@ -28,6 +28,8 @@ def settlement_for(error: BaseException, *, provider_idempotent: bool) -> Settle
     if isinstance(error, LeaseLostError):
         return None  # another owner holds the delivery; it is theirs to settle
     if isinstance(error, SuppressedError):
+        return Settlement(DeliveryState.SUPPRESSED, error.reason, "suppressed")
+    if isinstance(error, SuppressedError):
         return Settlement(DeliveryState.SUPPRESSED, error.reason, error.error_class)
     if isinstance(error, PermanentProviderError):
         return Settlement(DeliveryState.FAILED, error.reason, error.error_class)

@@ -34,6 +34,17 @@ class ConsumerSettings(BaseModel):
     ses_send_rate: float = Field(default=14.0, gt=0, le=100_000)
     resend_requests_per_second: float = Field(default=10.0, gt=0, le=1_000)
     shared_rate_limit: bool = True
+    # Deliverability: the suppression list checked before every send, and the key and
+    # base URL of the one-click unsubscribe link every email carries (docs/deliverability.md).
+    suppressions_table: str | None = Field(default=None, min_length=3, max_length=255)
+    unsubscribe_key_secret: str | None = Field(default=None, min_length=1)
+    unsubscribe_base_url: str | None = Field(default=None, pattern=r"^https://")
+
+    @model_validator(mode="after")
+    def _unsubscribe_needs_key_and_url(self) -> ConsumerSettings:
+        if bool(self.unsubscribe_key_secret) != bool(self.unsubscribe_base_url):
+            raise ValueError("unsubscribe_key_secret and unsubscribe_base_url go together")
+        return self
 
     @model_validator(mode="after")
     def _margin_covers_one_provider_call(self) -> ConsumerSettings:

@@ -10,6 +10,9 @@ import boto3
 from sendonce.adapters.dynamodb_campaigns import DynamoDBCampaignStore
 from sendonce.adapters.dynamodb_ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb_rate_limiter import DynamoDBRateLimiter
+from sendonce.adapters.dynamodb_suppressions import DynamoDBSuppressions
+from sendonce.deliverability_ports import Suppressions
+from sendonce.unsubscribe import UnsubscribeLinks
 from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
 from sendonce.adapters.resend_provider import ResendProvider
 from sendonce.adapters.ses_provider import SEND_CLIENT_CONFIG, SesProvider
@@ -70,6 +73,8 @@ class ConsumerParts:
     providers: dict[str, EmailProvider]
     queue: Queue
     limiter: RateLimiter | None = None
+    suppressions: Suppressions | None = None
+    unsubscribe: UnsubscribeLinks | None = None
 
 
 def consumer_parts(settings: ConsumerSettings, session: boto3.session.Session | None = None) -> ConsumerParts:
@@ -88,12 +93,21 @@ def consumer_parts(settings: ConsumerSettings, session: boto3.session.Session | 
             rates={"ses": ses_rate, "resend": settings.resend_requests_per_second},
             chunk=max(1, settings.send_concurrency // 2),
         )
+    unsubscribe = None
+    if settings.unsubscribe_key_secret and settings.unsubscribe_base_url:
+        from sendonce.deliverability_wiring import unsubscribe_tokens
+
+        unsubscribe = UnsubscribeLinks(unsubscribe_tokens(session, settings.unsubscribe_key_secret), settings.unsubscribe_base_url)
     return ConsumerParts(
         ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table),
         campaigns=DynamoDBCampaignStore(client=dynamodb, table_name=settings.campaigns_table),
         providers=providers,
         queue=SqsQueue(client=session.client("sqs"), queue_url="", dead_letter_queue_url=settings.dead_letter_queue_url),
         limiter=limiter,
+        suppressions=(
+            DynamoDBSuppressions(client=dynamodb, table_name=settings.suppressions_table) if settings.suppressions_table else None
+        ),
+        unsubscribe=unsubscribe,
     )
 
 
@@ -105,6 +119,8 @@ def assemble_consumer(settings: ConsumerSettings, parts: ConsumerParts) -> Consu
         guard=guard,
         group_guard=group_guard,
         limiter=parts.limiter,
+        suppressions=parts.suppressions,
+        unsubscribe=parts.unsubscribe,
         campaigns=parts.campaigns,
         providers=parts.providers,
         queue=parts.queue,

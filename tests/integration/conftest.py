@@ -65,12 +65,13 @@ class LocalSystem:
             for i in range(start, start + n)
         ]
 
-    def campaign(self, campaign_id: str = "c1", provider: str = "resend") -> Campaign:
+    def campaign(self, campaign_id: str = "c1", provider: str = "resend", delivery_mode: str = "single") -> Campaign:
         return self.operator.create(
             Campaign(
                 campaign_id=campaign_id,
                 name="Spring launch",
                 provider=provider,
+                delivery_mode=delivery_mode,
                 sender=f"news@{self.domain}",
                 content=Content(subject="Hello {{ name }}", html="<p>Hi {{ name }}</p>", text="Hi {{ name }}"),
             )
@@ -131,6 +132,9 @@ def system(aws_env, moto, resend_server, monkeypatch) -> Iterator[LocalSystem]:
         SENDONCE_PROVIDER_TIMEOUT_SECONDS=5,
         SENDONCE_SAFETY_MARGIN_MS=5000,
         SENDONCE_SEND_CONCURRENCY=4,
+        # The shared limiter has tests of its own; elsewhere it must not slow tests down.
+        SENDONCE_RESEND_REQUESTS_PER_SECOND=1000,
+        SENDONCE_SES_SEND_RATE=1000,
         RESEND_API_URL=resend_server.url,
     )
     for name, value in env.items():
@@ -143,3 +147,92 @@ def system(aws_env, moto, resend_server, monkeypatch) -> Iterator[LocalSystem]:
         if process.poll() is None:
             process.kill()
         process.wait()
+
+
+# --- deliverability (issue 7): suppressions, provider events, one-click unsubscribe -------
+
+
+@dataclass
+class LocalDeliverability:
+    """The events and unsubscribe functions behind local HTTP APIs, wired to `system`'s
+    moto tables, with the local Resend server sending its webhooks to the events API."""
+
+    system: LocalSystem
+    resources: "DeliverabilityResources"
+    events_settings: "EventsSettings"
+    events_api: "LocalHttpApi"
+    unsubscribe_api: "LocalHttpApi"
+
+    @property
+    def webhook_url(self) -> str:
+        return self.events_api.url + "/webhooks/resend"
+
+    @property
+    def suppressions(self):
+        from sendonce.deliverability_wiring import suppressions
+
+        return suppressions(self.resources.suppressions_table)
+
+    @property
+    def ledger_events(self):
+        from sendonce.adapters.dynamodb_ledger_events import DynamoDBLedgerEvents
+
+        return DynamoDBLedgerEvents(
+            client=boto3.client("dynamodb"),
+            ledger_table=self.system.resources.ledger_table,
+            campaigns_table=self.system.resources.campaigns_table,
+        )
+
+    def tokens(self):
+        from sendonce.unsubscribe import UnsubscribeTokens
+
+        return UnsubscribeTokens.from_secret(self.resources.unsubscribe_key)
+
+    def ledger_item(self, campaign_id: str, recipient_id: str) -> dict:
+        from boto3.dynamodb.types import TypeDeserializer
+
+        item = boto3.client("dynamodb").get_item(
+            TableName=self.system.resources.ledger_table,
+            Key={"campaign_id": {"S": campaign_id}, "recipient_id": {"S": recipient_id}},
+            ConsistentRead=True,
+        ).get("Item", {})
+        return {k: TypeDeserializer().deserialize(v) for k, v in item.items()}
+
+
+@pytest.fixture
+def deliverability(system, monkeypatch) -> Iterator[LocalDeliverability]:
+    from sendonce.deliverability_settings import EventsSettings, UnsubscribeSettings
+    from sendonce.deliverability_wiring import assemble_events, assemble_unsubscribe
+    from sendonce.handlers import events, unsubscribe
+    from sendonce_ops.local.deliverability_resources import create_deliverability_resources
+    from sendonce_ops.local.http_api import LocalHttpApi
+
+    resources = create_deliverability_resources(webhook_secret=system.resend.webhook_secret)
+    for name, value in resources.env().items():
+        monkeypatch.setenv(name, value)
+    events_settings = EventsSettings(
+        ledger_table=system.resources.ledger_table,
+        campaigns_table=system.resources.campaigns_table,
+        suppressions_table=resources.suppressions_table,
+        resend_webhook_secret=resources.webhook_secret_name,
+        brake_min_sent=10,
+    )
+    unsubscribe_settings = UnsubscribeSettings(
+        suppressions_table=resources.suppressions_table,
+        unsubscribe_key_secret=resources.unsubscribe_key_secret,
+        ledger_table=system.resources.ledger_table,
+        campaigns_table=system.resources.campaigns_table,
+    )
+    events_api = LocalHttpApi(
+        functools.partial(events.lambda_handler, service=assemble_events(events_settings)), function_name="sendonce-events"
+    ).start()
+    unsubscribe_api = LocalHttpApi(
+        functools.partial(unsubscribe.lambda_handler, service=assemble_unsubscribe(unsubscribe_settings)),
+        function_name="sendonce-unsubscribe",
+    ).start()
+    local = LocalDeliverability(system, resources, events_settings, events_api, unsubscribe_api)
+    system.resend.set_webhook(local.webhook_url, resources.webhook_secret)
+    yield local
+    system.resend.set_webhook(None)
+    events_api.stop()
+    unsubscribe_api.stop()

@@ -1,0 +1,94 @@
+"""The suppression list on DynamoDB: one item per address, keyed by its fingerprint.
+
+    fp (S, partition key)   email_fingerprint(address); the address itself is never stored
+    reason, source, campaign_id, created_at
+
+Adds are conditional puts (attribute_not_exists), so the first reason recorded for an
+address stays and a repeated add is a no-op that says so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from sendonce.deliverability_ports import ImportReport, Suppression, SuppressionReason
+from sendonce.models import email_fingerprint
+
+IMPORT_WORKERS = 8
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _suppression(item: dict[str, Any]) -> Suppression:
+    return Suppression(
+        fingerprint=item["fp"]["S"],
+        reason=SuppressionReason(item["reason"]["S"]),
+        source=item.get("source", {}).get("S", ""),
+        campaign_id=item.get("campaign_id", {}).get("S"),
+        created_at=item.get("created_at", {}).get("S"),
+    )
+
+
+class DynamoDBSuppressions:
+    def __init__(self, *, client: Any, table_name: str):
+        self._client = client
+        self._table = table_name
+
+    def is_suppressed(self, email: str) -> Suppression | None:
+        return self.get(email_fingerprint(email))
+
+    def get(self, fingerprint: str) -> Suppression | None:
+        # Consistent: an unsubscribe recorded a moment ago must stop the next send.
+        response = self._client.get_item(TableName=self._table, Key={"fp": {"S": fingerprint}}, ConsistentRead=True)
+        item = response.get("Item")
+        return _suppression(item) if item else None
+
+    def add(self, email: str, reason: SuppressionReason, source: str, campaign_id: str | None = None) -> bool:
+        return self.add_fingerprint(email_fingerprint(email), reason, source, campaign_id)
+
+    def add_fingerprint(
+        self, fingerprint: str, reason: SuppressionReason, source: str, campaign_id: str | None = None
+    ) -> bool:
+        item = {
+            "fp": {"S": fingerprint},
+            "reason": {"S": SuppressionReason(reason).value},
+            "source": {"S": source[:200]},
+            "created_at": {"S": _now()},
+        }
+        if campaign_id:
+            item["campaign_id"] = {"S": campaign_id}
+        try:
+            self._client.put_item(TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(fp)")
+            return True
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+
+    def remove(self, email: str) -> bool:
+        response = self._client.delete_item(
+            TableName=self._table, Key={"fp": {"S": email_fingerprint(email)}}, ReturnValues="ALL_OLD"
+        )
+        return "Attributes" in response
+
+    def list(self) -> Iterator[Suppression]:
+        paginator = self._client.get_paginator("scan")
+        for page in paginator.paginate(TableName=self._table):
+            for item in page["Items"]:
+                yield _suppression(item)
+
+    def import_(self, emails: Iterable[str], *, reason: SuppressionReason, source: str) -> ImportReport:
+        # Conditional puts, not BatchWriteItem: a batch put would overwrite the reason of an
+        # address that is already suppressed (a complaint would become 'manual').
+        fingerprints = list(dict.fromkeys(email_fingerprint(e) for e in emails))
+        with ThreadPoolExecutor(max_workers=IMPORT_WORKERS) as pool:
+            results = list(pool.map(lambda fp: self.add_fingerprint(fp, reason, source), fingerprints))
+        added = sum(results)
+        return ImportReport(added=added, already_suppressed=len(results) - added)

@@ -1,0 +1,358 @@
+"""The operator HTTP API (API Gateway HTTP API, IAM auth): parse, call CampaignService, answer.
+
+Routes, bodies and errors are in docs/api.md; the OpenAPI document Powertools generates
+from the models below is served at GET /openapi.json (Swagger UI at GET /swagger).
+"""
+
+# No `from __future__ import annotations`: Powertools reads these annotations at runtime.
+
+import os
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal
+
+import boto3
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sendonce.adapters.s3_objects import S3ObjectLines
+from sendonce.campaigns import CampaignService, DeliveryStatus, PublishReport
+from sendonce.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError
+from sendonce.models import ID_PATTERN, Campaign
+from sendonce.operator_input import (
+    CampaignSpec,
+    InlineRecipient,
+    RecipientReader,
+    RejectedFileError,
+    RowTally,
+    describe_row,
+    format_for,
+    friendly_message,
+    publish_file,
+)
+from sendonce.settings import ApiSettings
+from sendonce.wiring import campaign_service
+
+logger = Logger(service="sendonce")
+app = APIGatewayHttpResolver(enable_validation=True)
+
+INLINE_RECIPIENTS_MAX = 1000
+TITLE = "sendonce operator API"
+VERSION = "1"
+
+CampaignId = Annotated[str, Path(pattern=ID_PATTERN, description="The campaign id.")]
+
+
+# --- bodies and responses ------------------------------------------------------------
+
+
+class CampaignView(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    campaign_id: str
+    name: str
+    provider: str
+    sender: str = Field(alias="from")
+    reply_to: str | None = None
+    subject: str
+    state: str
+    state_reason: str | None = None
+    state_changed_by: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    total: int = Field(description="Recipients published so far.")
+
+    @classmethod
+    def of(cls, campaign: Campaign) -> "CampaignView":
+        return cls(
+            campaign_id=campaign.campaign_id,
+            name=campaign.name,
+            provider=campaign.provider,
+            sender=campaign.sender,
+            reply_to=campaign.reply_to,
+            subject=campaign.content.subject,
+            state=campaign.state.value,
+            state_reason=campaign.state_reason,
+            state_changed_by=campaign.state_changed_by,
+            created_at=campaign.created_at,
+            updated_at=campaign.updated_at,
+            total=campaign.total,
+        )
+
+
+class S3Location(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bucket: str = Field(min_length=3, max_length=63)
+    key: str = Field(min_length=1, max_length=1024)
+    format: Literal["csv", "jsonl"] | None = Field(default=None, description="Default: from the key's extension.")
+
+
+class PublishBody(BaseModel):
+    """Exactly one of `recipients` (inline, at most 1,000) or `s3` (a CSV or JSON Lines object)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    recipients: list[InlineRecipient] | None = Field(default=None, min_length=1, max_length=INLINE_RECIPIENTS_MAX)
+    s3: S3Location | None = None
+    strict: bool = Field(
+        default=True,
+        description="S3 only: with true (default) one bad row rejects the whole file before anything is "
+        "published; with false bad rows are skipped and reported.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "PublishBody":
+        if (self.recipients is None) == (self.s3 is None):
+            raise ValueError("give exactly one of recipients or s3")
+        return self
+
+
+class PublishResult(BaseModel):
+    campaign_id: str
+    accepted: int = Field(description="Recipients recorded and enqueued (or found already enqueued).")
+    bad_rows: int = 0
+    duplicates: int = Field(description="Rows whose recipient_id appeared before; each is published once.")
+    problems: list[str] = Field(default_factory=list, description="The first 100 skipped rows, as 'LINE: reason'.")
+    batches_new: int
+    batches_already_enqueued: int
+    messages_sent: int
+
+
+class TransitionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str | None = Field(default=None, max_length=500)
+
+
+class ResumeResult(CampaignView):
+    republished: int = Field(description="Recipients not yet ended, published again.")
+
+
+class DeliveryStatusView(BaseModel):
+    campaign_id: str
+    state: str
+    state_reason: str | None = None
+    total: int
+    pending: int
+    in_progress: int
+    reserved: int = Field(description="Same as in_progress: claimed by a consumer, outcome not yet recorded.")
+    sent: int
+    failed: int
+    suppressed: int
+    unknown: int
+    cancelled: int
+    dead_lettered: int
+    remaining: int
+
+    @classmethod
+    def of(cls, status: DeliveryStatus) -> "DeliveryStatusView":
+        return cls(**status.as_dict(), reserved=status.in_progress)
+
+
+class ErrorBody(BaseModel):
+    statusCode: int
+    error: str
+    message: str
+    detail: list[dict[str, Any]] | None = None
+
+
+def _json(description: str, model: type[BaseModel]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"model": model}}}
+
+
+_ERROR_MEANINGS = {
+    400: "Invalid input: bad file rows, an unknown provider, a campaign that takes no more recipients",
+    404: "No such campaign",
+    409: "Not allowed in the campaign's current state, or the id exists already",
+    422: "The request does not match the schema; `detail` names each field",
+}
+
+
+def _responses(ok: int, description: str, model: type[BaseModel], *errors: int) -> dict[int, Any]:
+    return {ok: _json(description, model), **{code: _json(_ERROR_MEANINGS[code], ErrorBody) for code in (*errors, 422)}}
+
+
+# --- routes --------------------------------------------------------------------------
+
+
+def _caller() -> str:
+    """Who is calling: the IAM principal API Gateway authenticated (recorded as who changed state)."""
+    authorizer = (app.current_event.raw_event.get("requestContext") or {}).get("authorizer") or {}
+    iam = authorizer.get("iam") or {}
+    if iam.get("userArn"):
+        return iam["userArn"]
+    claims = (authorizer.get("jwt") or {}).get("claims") or {}
+    if claims.get("sub"):
+        return f"jwt:{claims['sub']}"
+    return "anonymous"
+
+
+def _service() -> CampaignService:
+    return app.context["service"].acting_as(_caller())
+
+
+@app.post("/campaigns", responses=_responses(201, "Created (state draft)", CampaignView, 400, 409))
+def create_campaign(spec: Annotated[CampaignSpec, Body()]) -> Response[CampaignView]:
+    campaign = _service().create(spec.to_campaign())
+    return Response(status_code=201, content_type=content_types.APPLICATION_JSON, body=CampaignView.of(campaign))
+
+
+@app.get("/campaigns/<campaign_id>", responses=_responses(200, "The campaign", CampaignView, 404))
+def get_campaign(campaign_id: CampaignId) -> CampaignView:
+    return CampaignView.of(_service().get(campaign_id))
+
+
+@app.post(
+    "/campaigns/<campaign_id>/publish",
+    responses=_responses(200, "Published (a draft starts sending)", PublishResult, 400, 404),
+)
+def publish(campaign_id: CampaignId, body: Annotated[PublishBody, Body()]) -> PublishResult:
+    service = _service()
+    if body.recipients is not None:
+        return _publish_result(service.publish(campaign_id, body.recipients), RowTally())
+    location = body.s3
+    name = f"s3://{location.bucket}/{location.key}"
+    fmt = format_for(location.key, location.format)
+    objects = app.context["objects"]
+    report, tally = publish_file(
+        service,
+        campaign_id,
+        lambda: RecipientReader(objects.lines(location.bucket, location.key), fmt, name=name),
+        name=name,
+        strict=body.strict,
+    )
+    return _publish_result(report, tally)
+
+
+def _publish_result(report: PublishReport, tally: RowTally) -> PublishResult:
+    return PublishResult(
+        campaign_id=report.campaign_id,
+        accepted=report.accepted,
+        bad_rows=tally.bad,
+        duplicates=tally.duplicates + len(report.duplicates_in_input),
+        problems=[f"{row.line}: {describe_row(row)}" for row in tally.kept],
+        batches_new=report.batches_new,
+        batches_already_enqueued=report.batches_already_enqueued,
+        messages_sent=report.messages_sent,
+    )
+
+
+@app.post("/campaigns/<campaign_id>/pause", responses=_responses(200, "Paused", CampaignView, 404, 409))
+def pause(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body()] = None) -> CampaignView:
+    return CampaignView.of(_service().pause(campaign_id, reason=body.reason if body else None))
+
+
+@app.post(
+    "/campaigns/<campaign_id>/resume",
+    responses=_responses(200, "Sending again; unended recipients republished", ResumeResult, 404, 409),
+)
+def resume(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body()] = None) -> ResumeResult:
+    campaign, republished = _service().resume(campaign_id, reason=body.reason if body else None)
+    return ResumeResult(**CampaignView.of(campaign).model_dump(), republished=republished)
+
+
+@app.post("/campaigns/<campaign_id>/cancel", responses=_responses(200, "Cancelled", CampaignView, 404, 409))
+def cancel(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body()] = None) -> CampaignView:
+    return CampaignView.of(_service().cancel(campaign_id, reason=body.reason if body else None))
+
+
+@app.get(
+    "/campaigns/<campaign_id>/delivery-status",
+    responses=_responses(200, "Counts by outcome", DeliveryStatusView, 404),
+)
+def delivery_status(campaign_id: CampaignId) -> DeliveryStatusView:
+    return DeliveryStatusView.of(_service().status(campaign_id))
+
+
+@app.get("/openapi.json", include_in_schema=False)
+def openapi_document():
+    return Response(
+        status_code=200,
+        content_type=content_types.APPLICATION_JSON,
+        body=app.get_openapi_json_schema(title=TITLE, version=VERSION),
+    )
+
+
+app.enable_swagger(path="/swagger", title=TITLE, version=VERSION)
+
+
+# --- errors --------------------------------------------------------------------------
+
+
+def _error(status: int, error: str, message: str, detail: list[dict[str, Any]] | None = None) -> Response:
+    body = {"statusCode": status, "error": error, "message": message}
+    if detail is not None:
+        body["detail"] = detail
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
+
+
+@app.exception_handler(CampaignNotFoundError)
+def _not_found(exc: CampaignNotFoundError) -> Response:
+    return _error(404, "CampaignNotFound", str(exc))
+
+
+@app.exception_handler(IllegalTransitionError)
+def _conflict(exc: IllegalTransitionError) -> Response:
+    return _error(409, "IllegalTransition", str(exc))
+
+
+@app.exception_handler(InvalidCampaignError)
+def _invalid(exc: InvalidCampaignError) -> Response:
+    message = str(exc)
+    if isinstance(exc, RejectedFileError):
+        message += ": " + "; ".join(f"line {r.line}: {describe_row(r)}" for r in exc.tally.kept if not r.is_duplicate)
+    return _error(400, type(exc).__name__.removesuffix("Error"), message)
+
+
+@app.exception_handler(RequestValidationError)
+def _unprocessable(exc: RequestValidationError) -> Response:
+    # loc and msg name the problem; the input itself is left out (it may hold an address).
+    detail = [
+        {"loc": list(e["loc"]), "msg": friendly_message(e), "type": e["type"]}
+        for e in exc.errors()
+    ]
+    first = detail[0] if detail else {"loc": [], "msg": "invalid request"}
+    message = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+    if len(detail) > 1:
+        message += f" (and {len(detail) - 1} more)"
+    return _error(422, "ValidationError", message, detail)
+
+
+@app.not_found
+def _no_route(exc: NotFoundError) -> Response:
+    event = app.current_event
+    return _error(404, "NotFound", f"no route for {event.http_method} {event.path}")
+
+
+@app.exception_handler(Exception)
+def _unexpected(exc: Exception) -> Response:
+    logger.exception("unexpected error")
+    return _error(500, "InternalError", "unexpected error; see the function's logs")
+
+
+# --- entry point ---------------------------------------------------------------------
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True)
+def lambda_handler(
+    event: dict[str, Any],
+    context: LambdaContext,
+    service: CampaignService | None = None,
+    objects: S3ObjectLines | None = None,
+) -> dict[str, Any]:
+    service = service or campaign_service(ApiSettings.from_env(os.environ))
+    app.append_context(service=service, objects=objects or _S3OnDemand())
+    return app.resolve(event, context)
+
+
+class _S3OnDemand:
+    """The S3 reader, with its client built only when a publish names an S3 object."""
+
+    def lines(self, bucket: str, key: str) -> Iterator[str]:
+        return S3ObjectLines(client=boto3.session.Session().client("s3")).lines(bucket, key)

@@ -1,0 +1,84 @@
+"""Provider events into the ledger: SES events from EventBridge, Resend webhooks over HTTP.
+
+One function, two doors: an EventBridge event (source aws.ses) is applied directly and a
+failure raises, so that Lambda's asynchronous retries (then the on-failure destination)
+keep it; a Resend webhook arrives through the HTTP API at POST /webhooks/resend, is
+verified (Svix) and answered 2xx once applied, non-2xx otherwise so that Resend retries
+with the same svix-id, which the ledger deduplicates.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from sendonce.deliverability_settings import EventsSettings
+from sendonce.deliverability_wiring import events_service
+from sendonce.errors import WebhookSignatureError
+from sendonce.provider_events import EventReport, ProviderEventService
+
+logger = Logger(service="sendonce")
+metrics = Metrics(namespace="Sendonce", service="sendonce")
+app = APIGatewayHttpResolver()
+
+WEBHOOK_PATH = "/webhooks/resend"
+BRAKE_METRICS = {"complaint": "ComplaintBrakeTriggered", "bounce": "BounceBrakeTriggered"}
+
+
+def _emit(report: EventReport) -> None:
+    counts = {
+        "ProviderEventsApplied": report.status == "applied",
+        "ProviderEventsDuplicate": report.status == "duplicate",
+        "ProviderEventsUnmatched": report.status == "no_delivery",
+        "Complaints": report.counted == "complaints",
+        "HardBounces": report.counted == "hard_bounces",
+        "SuppressionsAdded": report.newly_suppressed,
+        "UnknownOutcomesResolved": report.resolved_unknown,
+    }
+    if report.brake:
+        counts[BRAKE_METRICS[report.brake]] = 1
+    for name, value in counts.items():
+        if value:
+            metrics.add_metric(name=name, unit=MetricUnit.Count, value=int(value))
+    logger.info(
+        "provider event",
+        extra={
+            "provider": report.provider,
+            "kind": report.kind.value if report.kind else None,
+            "status": report.status,
+            "newly_suppressed": report.newly_suppressed,
+            "resolved_unknown": report.resolved_unknown,
+            "brake": report.brake,
+        },
+    )
+
+
+@app.post(WEBHOOK_PATH)
+def resend_webhook() -> Response | dict:
+    service: ProviderEventService = app.context["service"]
+    event = app.current_event
+    try:
+        report = service.handle_resend_webhook(event.decoded_body or "", event.headers)
+    except WebhookSignatureError as exc:
+        metrics.add_metric(name="WebhookSignaturesRejected", unit=MetricUnit.Count, value=1)
+        logger.warning("webhook refused", extra={"reason": str(exc)})
+        return Response(status_code=401, content_type="application/json", body='{"message":"invalid signature"}')
+    _emit(report)
+    return {"status": report.status}
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext, service: ProviderEventService | None = None) -> dict:
+    service = service or events_service(EventsSettings.from_env(os.environ))
+    if event.get("source") == "aws.ses":
+        report = service.handle_ses(event)
+        _emit(report)
+        return {"status": report.status}
+    app.append_context(service=service)
+    return app.resolve(event, context)

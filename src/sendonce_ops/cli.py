@@ -1,0 +1,659 @@
+"""`sendonce`: the operator's command line. Parsing and presentation only; every decision
+is CampaignService's (lambdas/sendonce/campaigns.py), as it is for the HTTP API.
+
+Endpoints come from the CloudFormation stack's outputs or SENDONCE_* variables
+(sendonce_ops.endpoints). docs/cli.md lists the commands with examples.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import functools
+import getpass
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from typing import IO, Any
+
+import boto3
+import click
+from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError, NoRegionError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
+from rich.table import Table
+from rich.text import Text
+
+from sendonce.campaigns import CampaignService, DeliveryStatus, PublishReport
+from sendonce.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError, SettingsError
+from sendonce.models import Campaign, CampaignState
+from sendonce.operator_input import (
+    RecipientFileError,
+    RecipientReader,
+    RejectedFileError,
+    Row,
+    describe_row,
+    format_for,
+    publish_file,
+)
+from sendonce.wiring import campaign_service
+from sendonce_ops.endpoints import DEFAULT_STACK, Endpoints, EndpointsError, queue_arn, resolve_endpoints
+from sendonce_ops.specs import SpecError, load_spec, locate
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    UNEXPECTED = 1
+    BAD_INPUT = 2  # usage error, invalid spec or file, campaign / stack / record not found
+    PARTIAL = 3  # part done: bad rows skipped, or `watch` timed out
+    CONFLICT = 4  # not allowed in the campaign's state (illegal transition, id exists)
+
+
+EXIT_CODES_HELP = """\b
+Exit codes:
+  0  done
+  1  unexpected error (AWS unreachable, a bug)
+  2  usage error, invalid spec or recipient file, or not found
+     (campaign, stack, ledger record)
+  3  partly done: bad rows were skipped (publish without --strict),
+     a publish stopped after some batches, or watch --timeout ran out
+  4  not allowed in the campaign's state: an illegal transition
+     (e.g. resume a cancelled campaign), or the id exists already
+"""
+
+FINISHED_STATES = (CampaignState.COMPLETED, CampaignState.CANCELLED, CampaignState.PAUSED)
+
+
+# --- context ------------------------------------------------------------------------
+
+
+@dataclass
+class Cli:
+    stack: str
+    operator_name: str | None
+    out: Console
+    err: Console
+    _session: Any = None
+    _endpoints: Endpoints | None = None
+    _services: dict[bool, CampaignService] = field(default_factory=dict)
+
+    @property
+    def session(self) -> boto3.session.Session:
+        if self._session is None:
+            self._session = boto3.session.Session()
+            if not self._session.region_name:
+                raise NoRegionError()
+        return self._session
+
+    @property
+    def endpoints(self) -> Endpoints:
+        if self._endpoints is None:
+            self._endpoints = resolve_endpoints(self.session, self.stack, os.environ)
+        return self._endpoints
+
+    def service(self, *, writes: bool = False) -> CampaignService:
+        """The operator service; `writes` records who changes state (an STS call, made only then)."""
+        if writes not in self._services:
+            operator = self.operator() if writes else "operator"
+            self._services[writes] = campaign_service(self.endpoints.api_settings(), operator=operator)
+        return self._services[writes]
+
+    def operator(self) -> str:
+        if self.operator_name:
+            return self.operator_name
+        try:
+            return self.session.client("sts").get_caller_identity()["Arn"]
+        except (BotoCoreError, ClientError):
+            return f"cli:{getpass.getuser()}"
+
+    def sqs(self) -> Any:
+        return self.session.client("sqs")
+
+    def json(self, data: Any) -> None:
+        click.echo(json.dumps(data, default=str))
+
+    def warn(self, message: str) -> None:
+        click.echo(message, err=True)
+
+
+pass_cli = click.make_pass_decorator(Cli)
+
+
+class _Group(click.Group):
+    """Turns the domain's errors into a message on stderr and a documented exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:  # noqa: BLE001 - every error leaves with a message and a code
+            code, message = _classify(exc)
+            click.echo(message, err=True)
+            if code is ExitCode.UNEXPECTED and os.environ.get("SENDONCE_DEBUG"):
+                traceback.print_exc()
+            ctx.exit(int(code))
+
+
+def _classify(exc: Exception) -> tuple[ExitCode, str]:
+    if isinstance(exc, SpecError):
+        return ExitCode.BAD_INPUT, "\n".join(exc.problems) + "\nnothing was created"
+    if isinstance(exc, IllegalTransitionError):
+        return ExitCode.CONFLICT, f"error: {exc}"
+    if isinstance(exc, (CampaignNotFoundError, InvalidCampaignError, EndpointsError, SettingsError)):
+        return ExitCode.BAD_INPUT, f"error: {exc}"
+    if isinstance(exc, NoRegionError):
+        return ExitCode.BAD_INPUT, "error: no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION, or a profile's region)"
+    if isinstance(exc, NoCredentialsError):
+        return ExitCode.BAD_INPUT, "error: no AWS credentials found (set AWS_PROFILE or AWS_ACCESS_KEY_ID/...)"
+    if isinstance(exc, EndpointConnectionError):
+        return ExitCode.UNEXPECTED, f"error: cannot reach AWS: {exc}"
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        return ExitCode.UNEXPECTED, f"error: AWS {exc.operation_name}: {error.get('Code')}: {error.get('Message')}"
+    return ExitCode.UNEXPECTED, f"unexpected error: {type(exc).__name__}: {exc} (SENDONCE_DEBUG=1 shows the traceback)"
+
+
+def _fail(code: ExitCode, message: str) -> None:
+    click.echo(message, err=True)
+    raise click.exceptions.Exit(int(code))
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text.")
+
+
+@click.group(cls=_Group, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--stack", envvar="SENDONCE_STACK", default=DEFAULT_STACK, show_default=True,
+    help="CloudFormation stack whose outputs name the queues and tables. SENDONCE_QUEUE_URL, "
+    "SENDONCE_DEAD_LETTER_QUEUE_URL, SENDONCE_LEDGER_TABLE and SENDONCE_CAMPAIGNS_TABLE override them "
+    "(with all four set, no stack is read). Env: SENDONCE_STACK.",
+)
+@click.option(
+    "--operator", "operator_name", envvar="SENDONCE_OPERATOR", default=None,
+    help="Recorded as who changed a campaign's state. Default: your AWS identity's ARN. Env: SENDONCE_OPERATOR.",
+)
+@click.pass_context
+def cli(ctx: click.Context, stack: str, operator_name: str | None) -> None:
+    """Operate sendonce campaigns: create, publish, pause, resume, cancel, watch; the DLQ; the ledger.
+
+    Region and credentials come from the usual AWS settings (AWS_REGION, AWS_PROFILE, ...);
+    AWS_ENDPOINT_URL points every client elsewhere (e.g. moto's server).
+    """
+    ctx.obj = Cli(stack=stack, operator_name=operator_name, out=Console(highlight=False), err=Console(stderr=True, highlight=False))
+
+
+def main() -> None:
+    cli(prog_name="sendonce")
+
+
+# --- campaign -----------------------------------------------------------------------
+
+
+@cli.group()
+def campaign() -> None:
+    """Create and steer campaigns (state machine: docs/operations-campaigns.md)."""
+
+
+def campaign_summary(campaign: Campaign) -> dict[str, Any]:
+    return {
+        "campaign_id": campaign.campaign_id,
+        "name": campaign.name,
+        "provider": campaign.provider,
+        "from": campaign.sender,
+        "subject": campaign.content.subject,
+        "state": campaign.state.value,
+        "state_reason": campaign.state_reason,
+        "state_changed_by": campaign.state_changed_by,
+        "updated_at": campaign.updated_at,
+        "total": campaign.total,
+    }
+
+
+@campaign.command("create")
+@click.option("--spec", "spec_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="YAML or JSON: id, name, subject, from, reply_to, html / html_file, text / text_file, provider.")
+@json_option
+@pass_cli
+def campaign_create(cli: Cli, spec_path: Path, as_json: bool) -> None:
+    """Create a campaign (state draft) from a spec file and print its id."""
+    spec = load_spec(spec_path)  # before any AWS call: a bad spec touches nothing
+    try:
+        created = cli.service(writes=True).create(spec.to_campaign())
+    except InvalidCampaignError as exc:  # e.g. an unregistered provider: point at its line
+        raise SpecError([locate(spec_path, str(exc))]) from exc
+    if as_json:
+        cli.json(campaign_summary(created))
+    else:
+        click.echo(created.campaign_id)
+
+
+@campaign.command("publish")
+@click.argument("campaign_id")
+@click.option("--recipients", "recipients_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="CSV (header recipient_id,email,...; other columns are template variables) or JSON Lines "
+              '({"recipient_id", "email", "variables"}).')
+@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default=None,
+              help="Default: from the extension (.csv, .jsonl, .ndjson).")
+@click.option("--strict", is_flag=True,
+              help="Check every row first and publish nothing if any is bad (exit 2). "
+              "Without it bad rows are skipped and reported, the rest published (exit 3).")
+@click.option("--batch-size", type=click.IntRange(1, 100), default=100, show_default=True, help="Recipients per SQS message.")
+@json_option
+@pass_cli
+def campaign_publish(cli: Cli, campaign_id: str, recipients_path: Path, fmt: str | None, strict: bool,
+                     batch_size: int, as_json: bool) -> None:
+    """Publish recipients from a file, streamed: a draft starts sending.
+
+    Every row is validated; a bad row is reported as FILE:LINE: reason and not sent. A
+    recipient_id repeated in the file is sent once and reported. Publishing the same file
+    again sends nobody twice.
+    """
+    name = str(recipients_path)
+    file_format = format_for(name, fmt)
+    progress: dict[str, Any] = {}
+
+    def report(row: Row) -> None:
+        cli.warn(f"{name}:{row.line}: {describe_row(row)}")
+
+    with _publishing_status(cli, as_json) as status:
+        def on_batch(so_far: PublishReport) -> None:
+            progress["report"] = so_far
+            status(f"published {so_far.accepted} recipients ({so_far.messages_sent} messages)")
+
+        try:
+            result, tally = publish_file(
+                cli.service(writes=True), campaign_id, lambda: _recipient_rows(recipients_path, file_format),
+                name=name, strict=strict, on_skip=report, batch_size=batch_size, on_batch=on_batch,
+            )
+        except RejectedFileError as exc:
+            _fail(ExitCode.BAD_INPUT, f"rejected: {exc} (fix them, or publish without --strict to skip them)")
+        except InvalidCampaignError as exc:
+            done = progress.get("report")
+            if done is None or not done.accepted:
+                raise
+            _fail(ExitCode.PARTIAL, f"error: {exc}\n{done.accepted} recipients were published before it; "
+                                    "fix the file and run the same command again (nobody is sent twice)")
+    duplicates = tally.duplicates + len(result.duplicates_in_input)
+    summary = {
+        "campaign_id": campaign_id,
+        "accepted": result.accepted,
+        "bad_rows": tally.bad,
+        "duplicates": duplicates,
+        "batches_new": result.batches_new,
+        "batches_already_enqueued": result.batches_already_enqueued,
+        "messages_sent": result.messages_sent,
+    }
+    if as_json:
+        cli.json(summary)
+    else:
+        click.echo(f"published to {campaign_id}")
+        table = Table(show_header=False)
+        table.add_column(style="bold")
+        table.add_column(justify="right")
+        table.add_row("accepted", str(result.accepted))
+        table.add_row("bad rows (skipped)", str(tally.bad))
+        table.add_row("duplicates (sent once)", str(duplicates))
+        table.add_row("batches new", str(result.batches_new))
+        table.add_row("batches already enqueued", str(result.batches_already_enqueued))
+        table.add_row("SQS messages sent", str(result.messages_sent))
+        cli.out.print(table)
+    if tally.bad:
+        raise click.exceptions.Exit(int(ExitCode.PARTIAL))
+
+
+def _recipient_rows(path: Path, file_format: str) -> Iterator[Row]:
+    """The file's rows, read as they are consumed; the header is checked now."""
+    name = str(path)
+    try:
+        handle = path.open(encoding="utf-8-sig", newline="")
+    except FileNotFoundError:
+        raise RecipientFileError(f"{name}: no such file") from None
+    except OSError as exc:
+        raise RecipientFileError(f"{name}: cannot be read: {exc}") from None
+    try:
+        reader = RecipientReader(_text_lines(handle, name), file_format, name=name)
+    except BaseException:
+        handle.close()
+        raise
+    return _closing(reader, handle)
+
+
+def _closing(rows: Iterable[Row], handle: IO[str]) -> Iterator[Row]:
+    with handle:
+        yield from rows
+
+
+def _text_lines(handle: IO[str], name: str) -> Iterator[str]:
+    number = 0
+    try:
+        for number, line in enumerate(handle, start=1):  # noqa: B007 - number is read after the loop
+            yield line
+    except UnicodeDecodeError:
+        raise RecipientFileError(f"{name}:{number + 1}: not UTF-8 text") from None
+
+
+@contextlib.contextmanager
+def _publishing_status(cli: Cli, quiet: bool) -> Iterator[Any]:
+    if quiet or not cli.err.is_terminal:
+        yield lambda message: None
+        return
+    with cli.err.status("publishing...") as status:
+        yield lambda message: status.update(message)
+
+
+def _transition_output(cli: Cli, campaign: Campaign, verb: str, as_json: bool, **extra: Any) -> None:
+    if as_json:
+        cli.json({**campaign_summary(campaign), **extra})
+        return
+    reason = f" ({campaign.state_reason})" if campaign.state_reason else ""
+    line = f"{verb} {campaign.campaign_id}: now {campaign.state.value}{reason}, by {campaign.state_changed_by}"
+    if "republished" in extra:
+        line += f"; republished {extra['republished']} recipient(s) not yet ended"
+    click.echo(line)
+
+
+@campaign.command("pause")
+@click.argument("campaign_id")
+@click.option("--reason", default=None, help="Recorded with the state change.")
+@json_option
+@pass_cli
+def campaign_pause(cli: Cli, campaign_id: str, reason: str | None, as_json: bool) -> None:
+    """Stop sending: consumers send no new batch of this campaign (those in progress finish)."""
+    _transition_output(cli, cli.service(writes=True).pause(campaign_id, reason=reason), "paused", as_json)
+
+
+@campaign.command("resume")
+@click.argument("campaign_id")
+@click.option("--reason", default=None, help="Recorded with the state change (default: resumed).")
+@json_option
+@pass_cli
+def campaign_resume(cli: Cli, campaign_id: str, reason: str | None, as_json: bool) -> None:
+    """Send again: republishes every recipient that has not ended (the ledger sends each once)."""
+    resumed, republished = cli.service(writes=True).resume(campaign_id, reason=reason)
+    _transition_output(cli, resumed, "resumed", as_json, republished=republished)
+
+
+@campaign.command("cancel")
+@click.argument("campaign_id")
+@click.option("--reason", default=None, help="Recorded with the state change.")
+@json_option
+@pass_cli
+def campaign_cancel(cli: Cli, campaign_id: str, reason: str | None, as_json: bool) -> None:
+    """End the campaign: recipients not yet sent end as cancelled. Cannot be undone."""
+    _transition_output(cli, cli.service(writes=True).cancel(campaign_id, reason=reason), "cancelled", as_json)
+
+
+STATUS_ROWS = (
+    ("total", "total"),
+    ("pending", "pending"),
+    ("in progress", "in_progress"),
+    ("sent", "sent"),
+    ("failed", "failed"),
+    ("suppressed", "suppressed"),
+    ("unknown", "unknown"),
+    ("cancelled", "cancelled"),
+    ("dead-lettered", "dead_lettered"),
+    ("remaining", "remaining"),
+)
+
+
+@campaign.command("status")
+@click.argument("campaign_id")
+@json_option
+@pass_cli
+def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
+    """Counts of the campaign's deliveries by outcome, its state and why."""
+    service = cli.service()
+    status = service.status(campaign_id)
+    dead = service.dead_lettered(campaign_id) if status.dead_lettered else []
+    if as_json:
+        cli.json({
+            **status.as_dict(),
+            "dead_lettered_recipients": [
+                {"recipient_id": r.recipient_id, "reason": r.reason, "updated_at": r.updated_at} for r in dead[:100]
+            ],
+        })
+        return
+    _print_status(cli, status)
+    if dead:
+        by_reason: dict[str, list[str]] = {}
+        for record in dead:
+            by_reason.setdefault(record.reason or "(no reason recorded)", []).append(record.recipient_id)
+        table = Table(title="dead-lettered recipients (last error)", title_justify="left")
+        table.add_column("last error")
+        table.add_column("recipients", justify="right")
+        table.add_column("recipient ids")
+        for reason, ids in sorted(by_reason.items(), key=lambda item: -len(item[1])):
+            shown = ", ".join(ids[:10]) + (f", ... ({len(ids) - 10} more)" if len(ids) > 10 else "")
+            table.add_row(Text(reason), str(len(ids)), Text(shown))
+        cli.out.print(table)
+        click.echo("`sendonce dlq redrive` sends them again (nobody twice)")
+
+
+def _print_status(cli: Cli, status: DeliveryStatus) -> None:
+    reason = f" ({status.state_reason})" if status.state_reason else ""
+    click.echo(f"campaign {status.campaign_id}: {status.state.value}{reason}")
+    table = Table(show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    values = status.as_dict()
+    for label, key in STATUS_ROWS:
+        table.add_row(label, str(values[key]))
+    cli.out.print(table)
+
+
+class _RateColumn(ProgressColumn):
+    def render(self, task: Any) -> Text:
+        speed = task.speed
+        return Text(f"{speed:.1f}/s" if speed else "-/s")
+
+
+@campaign.command("watch")
+@click.argument("campaign_id")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True, help="Seconds between reads.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None, help="Give up after this many seconds (exit 3).")
+@json_option
+@pass_cli
+def campaign_watch(cli: Cli, campaign_id: str, interval: float, timeout: float | None, as_json: bool) -> None:
+    """Follow progress until the campaign is completed, cancelled or paused.
+
+    A progress bar with rate and ETA; with --json one status line per read.
+    """
+    service = cli.service()
+    deadline = time.monotonic() + timeout if timeout is not None else float("inf")
+
+    def wait() -> bool:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(interval, left))
+        return True
+
+    if as_json:
+        while True:
+            status = service.status(campaign_id)
+            cli.json({**status.as_dict(), "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
+            if status.state in FINISHED_STATES:
+                return
+            if not wait():
+                raise click.exceptions.Exit(int(ExitCode.PARTIAL))
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _RateColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=cli.out) as progress:
+        task = progress.add_task(campaign_id, total=None)
+        while True:
+            status = service.status(campaign_id)
+            progress.update(
+                task,
+                total=status.total or None,
+                completed=status.total - status.remaining,
+                description=f"{campaign_id} {status.state.value}: {status.sent} sent, {status.failed} failed, "
+                f"{status.dead_lettered} dead-lettered",
+            )
+            if status.state in FINISHED_STATES:
+                break
+            if not wait():
+                progress.stop()
+                _print_status(cli, status)
+                _fail(ExitCode.PARTIAL, f"timed out after {timeout}s; campaign {campaign_id} is {status.state.value}")
+    _print_status(cli, status)
+
+
+# --- dead-letter queue --------------------------------------------------------------
+
+
+@cli.group()
+def dlq() -> None:
+    """The dead-letter queue: what is there and why; send it again."""
+
+
+@dlq.command("list")
+@click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True, help="Read at most this many messages.")
+@json_option
+@pass_cli
+def dlq_list(cli: Cli, limit: int, as_json: bool) -> None:
+    """Messages in the DLQ grouped by campaign, with the last error (read, not consumed)."""
+    from sendonce_ops.dead_letters import read_dead_letters
+
+    letters = read_dead_letters(cli.sqs(), cli.endpoints.dead_letter_queue_url, limit=limit)
+    summary = cli.service().dead_letter_summary(letters)
+    if as_json:
+        cli.json(summary.as_dict())
+        return
+    if not summary.messages:
+        click.echo("the dead-letter queue is empty")
+        return
+    table = Table(title=f"dead-letter queue: {len(summary.messages)} message(s)", title_justify="left")
+    for column, justify in (("campaign", "left"), ("messages", "right"), ("recipients", "right"),
+                            ("dead-lettered", "right"), ("last error", "left")):
+        table.add_column(column, justify=justify)
+    for group in summary.groups:
+        table.add_row(group.campaign_id or "(not a batch)", str(group.messages), str(group.recipients),
+                      str(group.dead_lettered), Text(group.last_error or "-"))
+    cli.out.print(table)
+
+
+@dlq.command("redrive")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="Move at most N messages (moved by this command: SQS move tasks take no count).")
+@click.option("--rate", type=click.IntRange(1, 500), default=None, help="Messages per second for the SQS move task.")
+@json_option
+@pass_cli
+def dlq_redrive(cli: Cli, limit: int | None, rate: int | None, as_json: bool) -> None:
+    """Move the DLQ's messages back to the campaign queue to be processed again.
+
+    Uses SQS StartMessageMoveTask; where that is not available (moto) the messages are moved
+    by this command instead, and it says so. Recipients already sent are not sent again.
+    """
+    from sendonce_ops.dead_letters import redrive
+
+    endpoints = cli.endpoints
+    sqs = cli.sqs()
+    result = redrive(
+        cli.session,
+        dead_letter_queue_url=endpoints.dead_letter_queue_url,
+        queue_url=endpoints.queue_url,
+        dead_letter_queue_arn=endpoints.dead_letter_queue_arn or queue_arn(sqs, endpoints.dead_letter_queue_url),
+        queue_arn=endpoints.queue_arn or queue_arn(sqs, endpoints.queue_url),
+        limit=limit,
+        rate=rate,
+    )
+    if as_json:
+        cli.json(result.as_dict())
+        return
+    if result.method == "move-task":
+        click.echo(f"SQS is moving the DLQ's messages back to the campaign queue (task {result.task_handle}); "
+                   "`sendonce dlq list` shows what is left")
+        return
+    if result.fallback_reason:
+        cli.warn(f"{result.fallback_reason}; moving the messages directly instead")
+    click.echo(f"moved {result.moved} message(s) from the DLQ back to the campaign queue")
+
+
+# --- ledger -------------------------------------------------------------------------
+
+
+@cli.group()
+def ledger() -> None:
+    """The delivery ledger: one record per (campaign, recipient)."""
+
+
+@ledger.command("show")
+@click.argument("campaign_id")
+@click.argument("recipient_id")
+@json_option
+@pass_cli
+def ledger_show(cli: Cli, campaign_id: str, recipient_id: str, as_json: bool) -> None:
+    """One delivery's record and history (the address appears only as a fingerprint)."""
+    record = cli.service().delivery(campaign_id, recipient_id)
+    if record is None:
+        _fail(ExitCode.BAD_INPUT, f"error: no ledger record for recipient {recipient_id!r} of campaign {campaign_id!r} "
+                                  "(not claimed by a consumer yet, or never published)")
+    if as_json:
+        cli.json(record.model_dump(mode="json"))
+        return
+    click.echo(f"delivery {campaign_id} / {recipient_id}")
+    table = Table(show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for name in ("state", "reason", "error_class", "attempts", "provider", "provider_message_id", "batch_id", "owner",
+                 "lease_until_ms", "maybe_sent_at_ms", "email_fingerprint", "updated_at"):
+        value = getattr(record, name)
+        if value is not None:
+            table.add_row(name, Text(str(value.value if hasattr(value, "value") else value)))
+    cli.out.print(table)
+    history = Table(title="history", title_justify="left")
+    for column in ("at", "event", "owner", "detail"):
+        history.add_column(column)
+    for entry in record.history:
+        history.add_row(*(Text(str(entry.get(c) or "")) for c in ("at", "event", "owner", "detail")))
+    cli.out.print(history)
+
+
+# --- local --------------------------------------------------------------------------
+
+
+@cli.group()
+def local() -> None:
+    """Run parts of sendonce on this machine (against moto or a real account)."""
+
+
+@local.command("api")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@pass_cli
+def local_api(cli: Cli, host: str, port: int) -> None:
+    """Serve the operator HTTP API's handler on loopback, as API Gateway would call it.
+
+    Requests carry your AWS identity as the IAM caller, so state changes record it.
+    """
+    from sendonce.handlers import api
+    from sendonce_ops.local.api_server import LocalApiServer
+
+    handler = functools.partial(api.lambda_handler, service=cli.service())
+    server = LocalApiServer(handler, caller_arn=cli.operator(), host=host, port=port)
+    cli.warn(f"sendonce API on {server.url} (OpenAPI: {server.url}/openapi.json, Swagger UI: {server.url}/swagger); "
+             "Ctrl-C stops")
+    sys.stderr.flush()
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+
+
+if __name__ == "__main__":
+    main()

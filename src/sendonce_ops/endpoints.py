@@ -1,0 +1,95 @@
+"""Where a deployed sendonce lives: the stack's outputs, or SENDONCE_* variables.
+
+Each value comes from its environment variable when set, else from the CloudFormation
+stack's output of the same meaning (the names infra/stack.py gives them). The stack is
+read only when some value is missing from the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+from pydantic import ValidationError
+
+from sendonce.settings import ApiSettings
+
+DEFAULT_STACK = "Sendonce"
+
+# field -> (environment variable, stack output)
+SOURCES = {
+    "queue_url": ("SENDONCE_QUEUE_URL", "QueueUrl"),
+    "dead_letter_queue_url": ("SENDONCE_DEAD_LETTER_QUEUE_URL", "DeadLetterQueueUrl"),
+    "ledger_table": ("SENDONCE_LEDGER_TABLE", "LedgerTableName"),
+    "campaigns_table": ("SENDONCE_CAMPAIGNS_TABLE", "CampaignsTableName"),
+}
+OPTIONAL = {
+    "queue_arn": ("SENDONCE_QUEUE_ARN", "QueueArn"),
+    "dead_letter_queue_arn": ("SENDONCE_DEAD_LETTER_QUEUE_ARN", "DeadLetterQueueArn"),
+}
+
+
+class EndpointsError(Exception):
+    """The deployment cannot be found or is incomplete; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    queue_url: str
+    dead_letter_queue_url: str
+    ledger_table: str
+    campaigns_table: str
+    queue_arn: str | None = None
+    dead_letter_queue_arn: str | None = None
+    stack: str | None = None  # the stack read, if any
+
+    def api_settings(self) -> ApiSettings:
+        try:
+            return ApiSettings(
+                ledger_table=self.ledger_table,
+                campaigns_table=self.campaigns_table,
+                queue_url=self.queue_url,
+                dead_letter_queue_url=self.dead_letter_queue_url,
+            )
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise EndpointsError(f"invalid sendonce endpoints: {problems}") from None
+
+
+def resolve_endpoints(session: Any, stack: str, environ: Mapping[str, str]) -> Endpoints:
+    values = {field: environ.get(env) or None for field, (env, _) in {**SOURCES, **OPTIONAL}.items()}
+    read_stack = None
+    if any(values[field] is None for field in SOURCES):
+        outputs = stack_outputs(session, stack)
+        read_stack = stack
+        for field, (_, output) in {**SOURCES, **OPTIONAL}.items():
+            values[field] = values[field] or outputs.get(output)
+        missing = [SOURCES[f][1] for f in SOURCES if not values[f]]
+        if missing:
+            raise EndpointsError(
+                f"stack {stack!r} has no output(s) {', '.join(missing)}: is it a sendonce stack? "
+                "(or set the SENDONCE_* variables)"
+            )
+    return Endpoints(**values, stack=read_stack)
+
+
+def stack_outputs(session: Any, stack: str) -> dict[str, str]:
+    region = session.region_name
+    try:
+        described = session.client("cloudformation").describe_stacks(StackName=stack)
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        if error.get("Code") == "ValidationError" and "does not exist" in error.get("Message", ""):
+            raise EndpointsError(
+                f"stack {stack!r} not found in region {region} "
+                "(deploy it with `cdk deploy` or set SENDONCE_* variables)"
+            ) from None
+        raise
+    outputs = described["Stacks"][0].get("Outputs", [])
+    return {o["OutputKey"]: o["OutputValue"] for o in outputs}
+
+
+def queue_arn(sqs: Any, queue_url: str) -> str:
+    return sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]

@@ -1,0 +1,113 @@
+"""Campaign spec files (YAML or JSON) for `sendonce campaign create --spec`.
+
+Validation is the API's (`CampaignSpec`); this module adds what only a file has: templates
+given as paths relative to the spec (`html_file`, `text_file`) and line numbers in every
+message, so an operator can jump to the field that is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from sendonce.errors import InvalidCampaignError
+from sendonce.operator_input import CampaignSpec, describe_validation_error
+
+TEMPLATE_FILES = {"html_file": "html", "text_file": "text"}
+
+
+class SpecError(InvalidCampaignError):
+    """A spec file that cannot become a campaign; each problem reads FILE[:LINE]: field: reason."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def load_spec(path: Path) -> CampaignSpec:
+    name = str(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise SpecError([f"{name}: no such file"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([f"{name}: cannot be read: {exc}"]) from None
+    data = _parse(name, text, json_file=path.suffix.lower() == ".json")
+    lines = _key_lines(text)
+
+    def at(field: str) -> str:
+        line = lines.get(field.split(".")[0])
+        return f"{name}:{line}" if line else name
+
+    if not isinstance(data, dict):
+        raise SpecError([f"{name}: a spec is a mapping of fields: id, name, subject, from, provider, html/text"])
+    problems = []
+    for file_key, field in TEMPLATE_FILES.items():
+        if file_key not in data:
+            continue
+        if field in data:
+            problems.append(f"{at(file_key)}: {file_key}: give {field} or {file_key}, not both")
+            continue
+        ref = data.pop(file_key)
+        if not isinstance(ref, str) or not ref:
+            problems.append(f"{at(file_key)}: {file_key}: expected a path relative to the spec")
+            continue
+        template = path.parent / ref
+        try:
+            data[field] = template.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = "no such file" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc})"
+            problems.append(f"{at(file_key)}: {file_key}: {template}: {reason}")
+    if problems:
+        raise SpecError(problems)
+    try:
+        return CampaignSpec.model_validate(data)
+    except ValidationError as exc:
+        found = []
+        for field, message in describe_validation_error(exc, limit=20):
+            if not field and message.startswith("html or text"):
+                found.append(f"{name}: html or text (or html_file / text_file) is required")
+            else:
+                found.append(f"{at(field)}: {field or '(spec)'}: {message}")
+        raise SpecError(found) from None
+
+
+def locate(path: Path, message: str) -> str:
+    """Prefix a service error such as "provider: 'x' is not registered" with FILE:LINE."""
+    field = message.split(":", 1)[0].strip()
+    try:
+        line = _key_lines(path.read_text(encoding="utf-8-sig")).get(field)
+    except (OSError, UnicodeDecodeError):
+        line = None
+    return f"{path}:{line}: {message}" if line else f"{path}: {message}"
+
+
+def _parse(name: str, text: str, *, json_file: bool) -> Any:
+    if json_file:
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError([f"{name}:{exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})"]) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{name}:{mark.line + 1}" if mark else name
+        raise SpecError([f"{where}: not valid YAML: {exc.problem or exc.context}"]) from None
+    except yaml.YAMLError as exc:
+        raise SpecError([f"{name}: not valid YAML: {exc}"]) from None
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """Top-level key -> 1-based line, from YAML's node tree (JSON parses as YAML here)."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return {}
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {key.value: key.start_mark.line + 1 for key, _ in node.value if isinstance(key, yaml.ScalarNode)}
