@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from sendonce.deliverability_ports import ReopenReport
 from sendonce.errors import InvalidCampaignError, UnknownProviderError
 from sendonce.models import (
     FINAL_STATES,
@@ -33,12 +34,13 @@ from sendonce.models import (
 )
 from sendonce.ports import BatchStatus, CampaignStore, Ledger, Queue
 from sendonce.rendering import RenderError, check_content
+from sendonce.unknowns import DEFAULT_UNKNOWN_WINDOW_S, UnknownOutcomes, resume_including_unknown
 
 logger = logging.getLogger(__name__)
 
 MESSAGES_PER_SEND = 10  # SQS SendMessageBatch takes ten entries
 
-# Which states each operator verb may start from (docs/operations.md draws the machine).
+# Which states each operator verb may start from (docs/operations-campaigns.md draws the machine).
 TRANSITIONS: Mapping[str, tuple[CampaignState, tuple[CampaignState, ...]]] = {
     "start": (CampaignState.SENDING, (CampaignState.DRAFT, CampaignState.SENDING)),
     "pause": (CampaignState.PAUSED, (CampaignState.SENDING,)),
@@ -299,6 +301,24 @@ class CampaignService:
         self._queue.publish(bodies)
         logger.info("campaign resumed", extra={"campaign_id": campaign_id, "republished": len(remaining)})
         return campaign, len(remaining)
+
+    def resume_including_unknown(
+        self,
+        campaign_id: str,
+        unknowns: UnknownOutcomes,
+        *,
+        recipient_ids: Iterable[str] | None = None,
+        older_than_s: int = DEFAULT_UNKNOWN_WINDOW_S,
+        include_dead_lettered: bool = True,
+        reason: str | None = None,
+    ) -> tuple[Campaign, int, ReopenReport]:
+        """`resume --include-unknown`: move the chosen unknown deliveries back to pending (the
+        operator accepts that they may be sent twice), then resume. A campaign that completed
+        with unknown outcomes is paused first so that it can be resumed."""
+        return resume_including_unknown(
+            self, self._campaigns, unknowns, campaign_id, recipient_ids=recipient_ids, older_than_s=older_than_s,
+            by=self._operator, include_dead_lettered=include_dead_lettered, reason=reason,
+        )
 
     def status(self, campaign_id: str, *, complete_when_done: bool = True) -> DeliveryStatus:
         campaign = self._campaigns.get(campaign_id)

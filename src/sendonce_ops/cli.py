@@ -43,6 +43,8 @@ from sendonce.operator_input import (
     format_for,
     publish_file,
 )
+from sendonce.deliverability_wiring import unknown_outcomes
+from sendonce.unknowns import DEFAULT_UNKNOWN_WINDOW_S
 from sendonce.wiring import campaign_service
 from sendonce_ops.endpoints import DEFAULT_STACK, Endpoints, EndpointsError, queue_arn, resolve_endpoints
 from sendonce_ops.specs import SpecError, load_spec, locate
@@ -357,6 +359,9 @@ def _transition_output(cli: Cli, campaign: Campaign, verb: str, as_json: bool, *
     line = f"{verb} {campaign.campaign_id}: now {campaign.state.value}{reason}, by {campaign.state_changed_by}"
     if "republished" in extra:
         line += f"; republished {extra['republished']} recipient(s) not yet ended"
+    if extra.get("reopened") or extra.get("confirmed_sent"):
+        line += (f"; reopened {len(extra['reopened'])} unknown outcome(s), "
+                 f"{len(extra['confirmed_sent'])} confirmed sent by the provider")
     click.echo(line)
 
 
@@ -373,10 +378,28 @@ def campaign_pause(cli: Cli, campaign_id: str, reason: str | None, as_json: bool
 @campaign.command("resume")
 @click.argument("campaign_id")
 @click.option("--reason", default=None, help="Recorded with the state change (default: resumed).")
+@click.option("--include-unknown", is_flag=True,
+              help="Also send again deliveries whose outcome is unknown (no provider 'sent' event for longer than "
+                   "--unknown-older-than): those recipients may get the email twice.")
+@click.option("--recipient", "recipient_ids", multiple=True,
+              help="With --include-unknown: only these recipients' unknown deliveries (repeatable).")
+@click.option("--unknown-older-than", type=click.IntRange(min=0), default=DEFAULT_UNKNOWN_WINDOW_S, show_default=True,
+              help="Seconds a delivery must have been unknown to be reopened.")
 @json_option
 @pass_cli
-def campaign_resume(cli: Cli, campaign_id: str, reason: str | None, as_json: bool) -> None:
+def campaign_resume(cli: Cli, campaign_id: str, reason: str | None, include_unknown: bool,
+                    recipient_ids: tuple[str, ...], unknown_older_than: int, as_json: bool) -> None:
     """Send again: republishes every recipient that has not ended (the ledger sends each once)."""
+    if include_unknown:
+        outcomes = unknown_outcomes(cli.endpoints.ledger_table, cli.endpoints.campaigns_table, cli.session)
+        resumed, republished, report = cli.service(writes=True).resume_including_unknown(
+            campaign_id, outcomes, recipient_ids=recipient_ids or None, older_than_s=unknown_older_than, reason=reason
+        )
+        _transition_output(cli, resumed, "resumed", as_json, republished=republished, reopened=report.reopened,
+                           confirmed_sent=report.confirmed_sent, not_reopened=report.skipped)
+        return
+    if recipient_ids:
+        _fail(ExitCode.BAD_INPUT, "error: --recipient chooses unknown deliveries: it needs --include-unknown")
     resumed, republished = cli.service(writes=True).resume(campaign_id, reason=reason)
     _transition_output(cli, resumed, "resumed", as_json, republished=republished)
 
@@ -653,6 +676,14 @@ def local_api(cli: Cli, host: str, port: int) -> None:
         pass
     finally:
         server.close()
+
+
+# --- deliverability: the suppression list, unknown outcomes (docs/deliverability.md) ---
+
+from sendonce_ops.deliverability_cli import campaign_unknowns, suppression  # noqa: E402
+
+cli.add_command(suppression)
+campaign.add_command(campaign_unknowns)
 
 
 if __name__ == "__main__":

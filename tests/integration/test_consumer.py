@@ -199,7 +199,7 @@ def test_an_invalid_address_fails_only_that_recipient_with_its_reason(system):
 
     system.poller().run_until_idle(idle_seconds=1, max_seconds=20)
 
-    record = system.operator._ledger.get(DeliveryKey(campaign_id="c1", recipient_id="bad"))
+    record = system.operator.delivery("c1", "bad")
     assert record.state is DeliveryState.FAILED and record.reason == "invalid email address"
     assert len(system.deliveries()) == 3
 

@@ -116,6 +116,8 @@ def _runtime() -> ConsumerRuntime:
         providers={name: FaultyProvider(p, faults) for name, p in parts.providers.items()},
         queue=parts.queue,
         limiter=parts.limiter,
+        suppressions=parts.suppressions,
+        unsubscribe=parts.unsubscribe,
     )
     return assemble_consumer(settings, wrapped)
 

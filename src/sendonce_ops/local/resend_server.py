@@ -5,6 +5,12 @@ validation, idempotency, rate-limit and error-body semantics, plus fault knobs
 (latency, fail, stall-after-accept, reject, halt) and a record of every
 accepted email so tests can count deliveries per recipient address.
 
+With a webhook URL set it also sends Resend's webhooks for accepted emails, signed
+the way Svix signs them (``email.sent``, then ``email.delivered``, or
+``email.bounced`` for addresses set to bounce, and ``email.complained`` after the
+delivery for addresses set to complain), retrying non-2xx answers with the same
+``svix-id``.
+
 Run as a process with ``python -m sendonce_ops.local.resend_server --port N``;
 steer a running server over ``/_local/*`` (see docs/local-resend.md).
 """
@@ -12,8 +18,12 @@ steer a running server over ``/_local/*`` (see docs/local-resend.md).
 from __future__ import annotations
 
 import argparse
+import base64
 import collections
+import datetime as dt
 import hashlib
+import hmac
+import os
 import json
 import math
 import random
@@ -22,6 +32,8 @@ import signal
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -47,6 +59,57 @@ _ADDRESS = re.compile(r"[^@\s<>\"]+@[^@\s<>\"]+\.[^@\s<>\"]+")
 _NAMED_ADDRESS = re.compile(r"[^<>]*<\s*([^<>]+?)\s*>")
 _TAG_PART = re.compile(r"[A-Za-z0-9_-]{1,256}")
 _ADDRESS_FORMAT = "The email address needs to follow the `email@example.com` or `Name <email@example.com>` format."
+WEBHOOK_RETRY_DELAYS_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)  # Resend's are 5 s, 5 min, 30 min, 2 h, ...; shortened locally
+WEBHOOK_WORKERS = 4
+WEBHOOK_EVENT_TYPES = frozenset({"email.sent", "email.delivered", "email.delivery_delayed", "email.bounced", "email.complained"})
+
+
+def new_webhook_secret() -> str:
+    """A signing secret in Resend's (Svix's) form: ``whsec_`` + base64 of random bytes."""
+    return "whsec_" + base64.b64encode(os.urandom(24)).decode()
+
+
+def svix_signature(secret: str, msg_id: str, timestamp: int | str, body: str) -> str:
+    """The ``svix-signature`` header value: ``v1,`` + base64(HMAC-SHA256(key, "{id}.{ts}.{body}"))."""
+    key = base64.b64decode(secret[len("whsec_"):] if secret.startswith("whsec_") else secret)
+    mac = hmac.new(key, f"{msg_id}.{timestamp}.{body}".encode(), hashlib.sha256).digest()
+    return "v1," + base64.b64encode(mac).decode()
+
+
+def svix_headers(secret: str, msg_id: str, body: str, timestamp: int | None = None) -> dict[str, str]:
+    timestamp = int(time.time()) if timestamp is None else timestamp
+    return {
+        "svix-id": msg_id,
+        "svix-timestamp": str(timestamp),
+        "svix-signature": svix_signature(secret, msg_id, timestamp, body),
+    }
+
+
+@dataclass
+class WebhookDelivery:
+    """One webhook message; every attempt carries the same ``svix_id``."""
+
+    svix_id: str
+    type: str
+    body: str
+    email_id: str
+    to: tuple[str, ...]
+    url: str
+    secret: str
+    attempts: list[int] = field(default_factory=list)  # HTTP status per attempt (0: no answer)
+    state: str = "pending"  # pending | delivered | failed
+    next_at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "svix_id": self.svix_id,
+            "type": self.type,
+            "email_id": self.email_id,
+            "to": list(self.to),
+            "attempts": list(self.attempts),
+            "state": self.state,
+            "payload": json.loads(self.body),
+        }
 
 
 @dataclass(frozen=True)
@@ -177,6 +240,8 @@ class LocalResendServer:
         clock: Callable[[], float] = time.time,
         seed: int | None = None,
         verbose: bool = False,
+        webhook_url: str | None = None,
+        webhook_secret: str | None = None,
     ):
         self.host = host
         self.requested_port = port
@@ -187,7 +252,14 @@ class LocalResendServer:
             "rate_limit": rate_limit,
             "latency_ms": latency_ms,
             "daily_quota": daily_quota,
+            "webhook_url": webhook_url,
+            "webhook_secret": webhook_secret,
         }
+        self._webhook_cv = threading.Condition()
+        self._webhook_threads: list[threading.Thread] = []
+        self.webhook_url: str | None = None
+        self.webhook_secret: str = webhook_secret or new_webhook_secret()
+        self._webhook_retry_delays: tuple[float, ...] = WEBHOOK_RETRY_DELAYS_SECONDS
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -197,6 +269,7 @@ class LocalResendServer:
         self.set_rate_limit(rate_limit)
         self.set_latency(*(latency_ms or (0, 0)))
         self.set_daily_quota(daily_quota)
+        self.set_webhook(webhook_url, webhook_secret)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -212,6 +285,12 @@ class LocalResendServer:
             daemon=True,
         )
         self._thread.start()
+        self._webhook_threads = [
+            threading.Thread(target=self._webhook_worker, name=f"local-resend-webhooks-{i}", daemon=True)
+            for i in range(WEBHOOK_WORKERS)
+        ]
+        for thread in self._webhook_threads:
+            thread.start()
         return self
 
     def stop(self) -> None:
@@ -222,6 +301,11 @@ class LocalResendServer:
         self._httpd.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        with self._webhook_cv:
+            self._webhook_cv.notify_all()
+        for thread in self._webhook_threads:
+            thread.join(timeout=5)
+        self._webhook_threads = []
         self._httpd = None
         self._thread = None
 
@@ -343,6 +427,7 @@ class LocalResendServer:
         self.set_rate_limit(self._initial["rate_limit"])
         self.set_latency(*(self._initial["latency_ms"] or (0, 0)))
         self.set_daily_quota(self._initial["daily_quota"])
+        self.set_webhook(self._initial["webhook_url"], self._initial["webhook_secret"] or self.webhook_secret)
 
     def faults(self) -> dict[str, Any]:
         with self._lock:
@@ -357,11 +442,16 @@ class LocalResendServer:
                     for address, r in sorted(self._rejections.items())
                 },
                 "halt": self._halt,
+                "webhook_url": self.webhook_url,
+                "bounce": sorted(self._bounce),
+                "complain": sorted(self._complain),
+                "webhook_retry_delays": list(self._webhook_retry_delays),
             }
 
     def apply_faults(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """Apply a ``POST /_local/faults`` body; unknown keys are refused."""
-        known = {"latency_ms", "rate_limit", "daily_quota", "fail_next", "stall_next", "reject", "clear_rejections", "halt"}
+        known = {"latency_ms", "rate_limit", "daily_quota", "fail_next", "stall_next", "reject", "clear_rejections", "halt",
+                 "webhook_url", "webhook_secret", "bounce", "complain", "clear_feedback", "webhook_retry_delays"}
         unknown = set(spec) - known
         if unknown:
             raise ValueError(f"unknown fault keys: {sorted(unknown)}; known: {sorted(known)}")
@@ -398,7 +488,187 @@ class LocalResendServer:
                 self.resume()
             else:
                 self.halt(str(spec["halt"]))
+        if "webhook_url" in spec or "webhook_secret" in spec:
+            self.set_webhook(spec.get("webhook_url", self.webhook_url), spec.get("webhook_secret"))
+        if spec.get("clear_feedback"):
+            self.clear_feedback()
+        if "bounce" in spec:
+            self.bounce(spec["bounce"])
+        if "complain" in spec:
+            self.complain(spec["complain"])
+        if "webhook_retry_delays" in spec:
+            self.set_webhook_retry_delays(spec["webhook_retry_delays"])
         return self.faults()
+
+    # -- webhooks --------------------------------------------------------------------
+
+    def set_webhook(self, url: str | None, secret: str | None = None) -> str:
+        """Send webhooks for accepted emails to ``url`` (None: stop); returns the signing secret."""
+        if url is not None and not re.match(r"^https?://", url):
+            raise ValueError("webhook_url must be an http(s) URL")
+        if secret is not None and not secret.startswith("whsec_"):
+            raise ValueError("webhook_secret must start with whsec_")
+        with self._lock:
+            self.webhook_url = url
+            if secret is not None:
+                self.webhook_secret = secret
+            return self.webhook_secret
+
+    def set_webhook_retry_delays(self, delays: Iterable[float]) -> None:
+        delays = tuple(float(d) for d in delays)
+        if any(d < 0 for d in delays):
+            raise ValueError("webhook retry delays must be >= 0")
+        with self._lock:
+            self._webhook_retry_delays = delays
+
+    def bounce(self, addresses: Iterable[str]) -> None:
+        """Emails reaching these addresses are accepted, then answered by ``email.bounced`` (Permanent)."""
+        self._feedback(self._bounce, addresses)
+
+    def complain(self, addresses: Iterable[str]) -> None:
+        """Emails reaching these addresses are delivered, then answered by ``email.complained``."""
+        self._feedback(self._complain, addresses)
+
+    def clear_feedback(self) -> None:
+        with self._lock:
+            self._bounce.clear()
+            self._complain.clear()
+
+    def _feedback(self, target: set[str], addresses: Iterable[str]) -> None:
+        if isinstance(addresses, str):
+            addresses = [addresses]
+        normalised = []
+        for raw in addresses:
+            address = normalise_address(raw)
+            if address is None:
+                raise ValueError(f"not an email address: {raw!r}")
+            normalised.append(address)
+        with self._lock:
+            target.update(normalised)
+
+    def webhook_deliveries(self) -> list[WebhookDelivery]:
+        with self._webhook_cv:
+            return list(self._webhooks.values())
+
+    def wait_for_webhooks(self, timeout: float = 10.0) -> bool:
+        """Block until no webhook is pending or being sent; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._webhook_cv:
+            while self._webhook_pending or self._webhook_busy:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._webhook_cv.wait(min(remaining, 0.1))
+        return True
+
+    def redeliver(self, svix_id: str) -> None:
+        """Send a delivered webhook again with the same svix-id (what Resend's replay does)."""
+        with self._webhook_cv:
+            hook = self._webhooks[svix_id]
+            hook.state = "pending"
+            hook.next_at = 0.0
+            self._webhook_pending.append(hook)
+            self._webhook_cv.notify_all()
+
+    def emit_webhook(self, address: str, event_type: str) -> int:
+        """Send ``event_type`` (e.g. ``email.complained``) now for every accepted email that
+        reached ``address``, as a mailbox provider's late feedback would; returns how many."""
+        if event_type not in WEBHOOK_EVENT_TYPES:
+            raise ValueError(f"event_type must be one of {sorted(WEBHOOK_EVENT_TYPES)}")
+        wanted = normalise_address(address)
+        with self._lock:
+            if self.webhook_url is None:
+                raise ValueError("no webhook_url is set")
+            records = [r for r in self._accepted if wanted in r.recipients]
+            for record in records:
+                self._queue_webhooks(record, [(event_type, 0.0)])
+        return len(records)
+
+    def _enqueue_webhooks(self, record: "AcceptedEmail") -> None:
+        """Called under ``_lock`` when an email is accepted."""
+        if self.webhook_url is None:
+            return
+        addresses = record.recipients
+        # Spaced out as a mailbox provider's answers are (seconds to days in reality).
+        events: list[tuple[str, float]] = [("email.sent", 0.0)]
+        if addresses & self._bounce:
+            events.append(("email.bounced", 0.1))
+        else:
+            events.append(("email.delivered", 0.05))
+            if addresses & self._complain:
+                events.append(("email.complained", 0.3))
+        self._queue_webhooks(record, events)
+
+    def _queue_webhooks(self, record: "AcceptedEmail", events: list[tuple[str, float]]) -> None:
+        url = self.webhook_url
+        created = dt.datetime.fromtimestamp(record.accepted_at, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        base = {
+            "created_at": created,
+            "email_id": record.id,
+            "from": record.sender,
+            "to": list(record.to),
+            "subject": record.subject,
+            "tags": {tag["name"]: tag["value"] for tag in record.tags},
+        }
+        hooks = []
+        for kind, delay in events:
+            data = dict(base)
+            if kind == "email.bounced":
+                data["bounce"] = {"message": "The recipient's mail server permanently rejected the email.",
+                                  "subType": "General", "type": "Permanent"}
+            body = json.dumps({"type": kind, "created_at": created, "data": data}, separators=(",", ":"))
+            hooks.append(
+                WebhookDelivery(
+                    svix_id=f"msg_{uuid.uuid4().hex}", type=kind, body=body, email_id=record.id, to=record.to,
+                    url=url, secret=self.webhook_secret, next_at=time.monotonic() + delay,
+                )
+            )
+        with self._webhook_cv:
+            for hook in hooks:
+                self._webhooks[hook.svix_id] = hook
+                self._webhook_pending.append(hook)
+            self._webhook_cv.notify_all()
+
+    def _webhook_worker(self) -> None:
+        while not self._stopping.is_set():
+            with self._webhook_cv:
+                now = time.monotonic()
+                due = [hook for hook in self._webhook_pending if hook.next_at <= now]
+                if not due:
+                    upcoming = min((hook.next_at for hook in self._webhook_pending), default=now + 0.1)
+                    self._webhook_cv.wait(max(0.005, min(upcoming - now, 0.1)))
+                    continue
+                hook = min(due, key=lambda h: h.next_at)
+                self._webhook_pending.remove(hook)
+                self._webhook_busy += 1
+            status = self._post_webhook(hook)
+            with self._webhook_cv:
+                hook.attempts.append(status)
+                if 200 <= status < 300:
+                    hook.state = "delivered"
+                elif len(hook.attempts) > len(self._webhook_retry_delays):
+                    hook.state = "failed"
+                else:
+                    hook.next_at = time.monotonic() + self._webhook_retry_delays[len(hook.attempts) - 1]
+                    self._webhook_pending.append(hook)
+                self._webhook_busy -= 1
+                self._webhook_cv.notify_all()
+
+    def _post_webhook(self, hook: WebhookDelivery) -> int:
+        # Signed per attempt (a fresh timestamp each time), the svix-id never changes.
+        headers = {
+            "content-type": "application/json",
+            "user-agent": "Svix-Webhooks/1.0 (sendonce-local-resend)",
+            **svix_headers(hook.secret, hook.svix_id, hook.body),
+        }
+        request = urllib.request.Request(hook.url, data=hook.body.encode(), headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code
+        except (urllib.error.URLError, OSError):
+            return 0
 
     # -- what happened -------------------------------------------------------------
 
@@ -618,6 +888,7 @@ class LocalResendServer:
         for index in valid:
             record = _record(entries[index], key, now, path, index if batch else None)
             self._accepted.append(record)
+            self._enqueue_webhooks(record)
             data.append({"id": record.id})
         if not batch:
             return _Reply(200, data[0])
@@ -664,6 +935,13 @@ class LocalResendServer:
             del self._keys[key]
 
     def _clear_state(self) -> None:
+        self._bounce: set[str] = set()
+        self._complain: set[str] = set()
+        with self._webhook_cv:
+            self._webhooks: dict[str, WebhookDelivery] = {}
+            self._webhook_pending: list[WebhookDelivery] = []
+            # Not reset: a worker may be mid-post; it decrements what it incremented.
+            self._webhook_busy: int = getattr(self, "_webhook_busy", 0)
         self._accepted: list[AcceptedEmail] = []
         self._keys: dict[str, _IdempotencyEntry] = {}
         self._fail_queue: collections.deque[int] = collections.deque()
@@ -696,6 +974,11 @@ class LocalResendServer:
             ("GET", "/_local/faults"): lambda _: self.faults(),
             ("POST", "/_local/faults"): lambda spec: self.apply_faults(_require_object(spec)),
             ("POST", "/_local/reset"): lambda _: (self.reset(), {"status": "reset"})[1],
+            ("GET", "/_local/webhooks"): lambda _: {"webhooks": [h.to_json() for h in self.webhook_deliveries()]},
+            ("POST", "/_local/webhooks/emit"): lambda spec: {
+                "queued": self.emit_webhook(str(_require_object(spec)["address"]), str(spec["type"]))},
+            ("POST", "/_local/webhooks/redeliver"): lambda spec: (
+                self.redeliver(str(_require_object(spec)["svix_id"])), {"status": "queued"})[1],
             ("POST", "/_local/clock"): lambda spec: {
                 "now": self.advance_clock(float(_require_object(spec).get("advance_seconds", 0)))
             },
@@ -880,6 +1163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--daily-quota", type=int, default=None, metavar="EMAILS")
     parser.add_argument("--api-key", default=None, help="the only accepted key (default: any key starting re_)")
     parser.add_argument("--verbose", action="store_true", help="log each request to stderr")
+    parser.add_argument("--webhook-url", default=None, help="send Svix-signed webhooks for accepted emails here")
+    parser.add_argument("--webhook-secret", default=None, help="whsec_... signing secret (default: a new one, printed)")
     args = parser.parse_args(argv)
 
     server = LocalResendServer(
@@ -890,11 +1175,15 @@ def main(argv: list[str] | None = None) -> int:
         latency_ms=args.latency_ms,
         daily_quota=args.daily_quota,
         verbose=args.verbose,
+        webhook_url=args.webhook_url,
+        webhook_secret=args.webhook_secret,
     ).start()
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     print(server.url, flush=True)
+    if args.webhook_url and not args.webhook_secret:
+        print(f"webhook signing secret: {server.webhook_secret}", file=sys.stderr, flush=True)
     while not stop.wait(0.2):
         pass
     server.stop()
