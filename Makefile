@@ -24,8 +24,12 @@ $(NPM_STAMP): package.json package-lock.json
 venv: $(STAMP)
 npm: $(NPM_STAMP)
 
+# Tests mostly wait (visibility timeouts, provider latency, subprocesses): four workers,
+# one file per worker, each with its own moto server, fit the 2-core machine.
+PYTEST_WORKERS ?= 4
+
 test: $(STAMP) $(NPM_STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

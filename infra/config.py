@@ -7,6 +7,7 @@ concurrency) is derived here, once, so the stack, the tests and docs/deploy.md a
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,13 +27,23 @@ SAFETY_MARGIN_SECONDS = 15
 LAMBDA_MAX_TIMEOUT_SECONDS = 900
 # AWS bounds for an SQS event source's MaximumConcurrency.
 MAX_CONCURRENCY_BOUNDS = (2, 1000)
+SES_CONFIGURATION_SET_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+S3_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 DEFAULTS: dict[str, Any] = {
     "stack_name": "Sendonce",
     "provider": "ses",
     "sender_domain": "example.com",
+    # SES configuration set the stack creates (with its EventBridge event destination);
+    # None -> "<stack_name>-events".
     "ses_configuration_set": None,
     "resend_api_key_secret_name": "sendonce/resend-api-key",
+    "resend_webhook_secret_name": "sendonce/resend-webhook-secret",
+    "unsubscribe_key_secret_name": "sendonce/unsubscribe-key",
+    # Without it the consumer sends no List-Unsubscribe header (docs/deploy.md).
+    "unsubscribe_base_url": None,
+    # The bucket operators publish recipient files from (the operator API's s3:GetObject).
+    "recipients_bucket": None,
     "oncall_email": None,
     "oncall_https_url": None,
     "send_rate": 14.0,
@@ -58,6 +69,10 @@ class SendonceConfig:
     sender_domain: str
     ses_configuration_set: str | None
     resend_api_key_secret_name: str
+    resend_webhook_secret_name: str
+    unsubscribe_key_secret_name: str
+    unsubscribe_base_url: str | None
+    recipients_bucket: str | None
     oncall_email: str | None
     oncall_https_url: str | None
     send_rate: float
@@ -86,6 +101,10 @@ class SendonceConfig:
             sender_domain=str(value("sender_domain")),
             ses_configuration_set=_optional_str(value("ses_configuration_set")),
             resend_api_key_secret_name=str(value("resend_api_key_secret_name")),
+            resend_webhook_secret_name=str(value("resend_webhook_secret_name")),
+            unsubscribe_key_secret_name=str(value("unsubscribe_key_secret_name")),
+            unsubscribe_base_url=_optional_str(value("unsubscribe_base_url")),
+            recipients_bucket=_optional_str(value("recipients_bucket")),
             oncall_email=_optional_str(value("oncall_email")),
             oncall_https_url=_optional_str(value("oncall_https_url")),
             send_rate=_number(value("send_rate"), "send_rate", float),
@@ -127,6 +146,15 @@ class SendonceConfig:
             problems.append("queue_age_alarm_minutes must be >= 1")
         if self.oncall_https_url is not None and not self.oncall_https_url.startswith("https://"):
             problems.append("oncall_https_url must start with https://")
+        # RFC 8058: the one-click link must be https (the consumer refuses anything else).
+        if self.unsubscribe_base_url is not None and not self.unsubscribe_base_url.startswith("https://"):
+            problems.append("unsubscribe_base_url must start with https://")
+        if self.ses_configuration_set is not None and not SES_CONFIGURATION_SET_NAME.fullmatch(
+            self.ses_configuration_set
+        ):
+            problems.append("ses_configuration_set must be 1-64 letters, digits, '-' or '_'")
+        if self.recipients_bucket is not None and not S3_BUCKET_NAME.fullmatch(self.recipients_bucket):
+            problems.append(f"recipients_bucket is not an S3 bucket name: {self.recipients_bucket!r}")
         if not problems and self.function_timeout_seconds > LAMBDA_MAX_TIMEOUT_SECONDS:
             problems.append(
                 f"the batch would need a {self.function_timeout_seconds} s function timeout (Lambda max"
@@ -143,6 +171,13 @@ class SendonceConfig:
     @property
     def uses_resend(self) -> bool:
         return "resend" in self.providers
+
+    @property
+    def configuration_set_name(self) -> str | None:
+        """The SES configuration set the stack creates and every SES send names (SES only)."""
+        if not self.uses_ses:
+            return None
+        return self.ses_configuration_set or f"{self.stack_name[:57]}-events"
 
     @property
     def retain(self) -> bool:

@@ -21,7 +21,7 @@ METRICS_NAMESPACE = "Sendonce"
 class Consumer(Construct):
     """The consumer function, its log group and role, and its SQS event source.
 
-    Grants on the tables, the DLQ, the secret and SES are the stack's to make; the
+    Grants on the tables, the DLQ, the secrets and SES are the stack's to make; the
     event source grants consuming from the source queue itself.
     """
 
@@ -35,6 +35,7 @@ class Consumer(Construct):
         max_receive_count: int,
         ledger_table: dynamodb.ITable,
         campaigns_table: dynamodb.ITable,
+        suppressions_table: dynamodb.ITable,
         timeout: cdk.Duration,
         batch_size: int,
         max_concurrency: int,
@@ -45,6 +46,8 @@ class Consumer(Construct):
         safety_margin_ms: int,
         resend_api_key_secret_name: str | None = None,
         ses_configuration_set: str | None = None,
+        unsubscribe_key_secret_name: str | None = None,
+        unsubscribe_base_url: str | None = None,
         memory_size: int = 512,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
@@ -67,6 +70,8 @@ class Consumer(Construct):
         environment: dict[str, str] = {
             "SENDONCE_LEDGER_TABLE": ledger_table.table_name,
             "SENDONCE_CAMPAIGNS_TABLE": campaigns_table.table_name,
+            # Read for every recipient before sending (docs/deliverability.md).
+            "SENDONCE_SUPPRESSIONS_TABLE": suppressions_table.table_name,
             "SENDONCE_DEAD_LETTER_QUEUE_URL": dead_letter_queue.queue_url,
             "SENDONCE_SEND_CONCURRENCY": str(send_concurrency),
             # The send rate every concurrent consumer shares (a DynamoDB-paced limiter).
@@ -86,6 +91,11 @@ class Consumer(Construct):
             environment["SENDONCE_RESEND_API_KEY_SECRET"] = resend_api_key_secret_name
         if ses_configuration_set:
             environment["SENDONCE_SES_CONFIGURATION_SET"] = ses_configuration_set
+        if unsubscribe_key_secret_name and unsubscribe_base_url:
+            # Both or neither (the settings model refuses one alone): without them emails
+            # carry no List-Unsubscribe header.
+            environment["SENDONCE_UNSUBSCRIBE_KEY_SECRET"] = unsubscribe_key_secret_name
+            environment["SENDONCE_UNSUBSCRIBE_BASE_URL"] = unsubscribe_base_url
 
         self.function = lambda_.Function(
             self,

@@ -27,6 +27,8 @@ class Dashboard(Construct):
         dead_letter_queue: sqs.IQueue,
         function: lambda_.IFunction,
         function_timeout: cdk.Duration,
+        events_function: lambda_.IFunction,
+        events_dead_letter_queue: sqs.IQueue,
         alarm_names: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, id)
@@ -127,6 +129,38 @@ class Dashboard(Construct):
                         dimensions_map={"FunctionName": function.function_name},
                         statistic="Maximum",
                         period=ONE_MINUTE,
+                    )
+                ],
+                width=WIDTH,
+            ),
+        )
+        self.dashboard.add_widgets(
+            cw.GraphWidget(
+                title="Deliverability: complaints, hard bounces, suppressions",
+                left=[
+                    m(metrics.COMPLAINTS, "Complaints"),
+                    m(metrics.HARD_BOUNCES, "Hard bounces"),
+                    m(metrics.SUPPRESSIONS_ADDED, "Suppressions added"),
+                    m(metrics.RECIPIENTS_UNSUBSCRIBED, "Unsubscribed (one-click)"),
+                    m(metrics.RECIPIENTS_SUPPRESSED, "Sends skipped (suppressed)"),
+                ],
+                width=WIDTH,
+            ),
+            cw.GraphWidget(
+                title="Brakes and refused webhooks",
+                left=[
+                    m(metrics.COMPLAINT_BRAKE_TRIGGERED, "Complaint brake"),
+                    m(metrics.BOUNCE_BRAKE_TRIGGERED, "Bounce brake"),
+                    m(metrics.WEBHOOK_SIGNATURES_REJECTED, "Webhook signatures rejected"),
+                ],
+                width=WIDTH,
+            ),
+            cw.GraphWidget(
+                title="Events function: errors, dead-lettered events",
+                left=[events_function.metric_errors(statistic="Sum", period=ONE_MINUTE)],
+                right=[
+                    events_dead_letter_queue.metric_approximate_number_of_messages_visible(
+                        statistic="Maximum", period=ONE_MINUTE, label="Events in DLQ"
                     )
                 ],
                 width=WIDTH,

@@ -1,4 +1,4 @@
-"""The delivery ledger and the campaigns table."""
+"""The delivery ledger, the campaigns table and the suppression list."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from constructs import Construct
 
 
 class LedgerTables(Construct):
-    """Where every delivery's state and every campaign's state live.
+    """Where every delivery's state and every campaign's state live, and who is never sent to.
 
     Ledger records have no TTL: a delivery's record must outlive every replay of its
     batch (SQS retention, the DLQ's 14 days, and redrives weeks later), or a replay
-    would send again.
+    would send again. Suppressions have none either: an unsubscribe or a complaint is
+    for good (docs/deliverability.md).
     """
 
     def __init__(self, scope: Construct, id: str, *, removal_policy: cdk.RemovalPolicy) -> None:
@@ -37,5 +38,12 @@ class LedgerTables(Construct):
             "Campaigns",
             partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
             sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
+            **common,
+        )
+        # One item per address, keyed by its fingerprint (the address is never stored).
+        self.suppressions = dynamodb.Table(
+            self,
+            "Suppressions",
+            partition_key=dynamodb.Attribute(name="fp", type=dynamodb.AttributeType.STRING),
             **common,
         )

@@ -1,4 +1,5 @@
-"""The consumer's own metrics, as Powertools publishes them (EMF).
+"""sendonce's own metrics, as Powertools publishes them (EMF), from the consumer and the
+deliverability functions alike.
 
 Powertools adds the default dimension `service` = POWERTOOLS_SERVICE_NAME to every
 metric, so an alarm must name that dimension to match the published series.
@@ -22,6 +23,15 @@ PAYLOAD_CONFLICTS = "PayloadConflicts"
 POISON_MESSAGES = "PoisonMessages"
 DEAD_LETTERED_RECIPIENTS = "DeadLetteredRecipients"
 CAMPAIGN_SKIPS_PAUSED = "CampaignSkipsPaused"
+RECIPIENTS_SUPPRESSED = "RecipientsSuppressed"
+# The events function (sendonce/handlers/events.py) and the unsubscribe function.
+COMPLAINT_BRAKE_TRIGGERED = "ComplaintBrakeTriggered"
+BOUNCE_BRAKE_TRIGGERED = "BounceBrakeTriggered"
+COMPLAINTS = "Complaints"
+HARD_BOUNCES = "HardBounces"
+SUPPRESSIONS_ADDED = "SuppressionsAdded"
+WEBHOOK_SIGNATURES_REJECTED = "WebhookSignaturesRejected"
+RECIPIENTS_UNSUBSCRIBED = "RecipientsUnsubscribed"
 
 
 def sendonce_metric(

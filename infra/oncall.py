@@ -40,6 +40,8 @@ class OnCall(Construct):
         queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
         function: lambda_.IFunction,
+        events_function: lambda_.IFunction,
+        events_dead_letter_queue: sqs.IQueue,
         queue_age_threshold: cdk.Duration,
         email: str | None = None,
         https_url: str | None = None,
@@ -154,6 +156,28 @@ class OnCall(Construct):
         self._alarm(
             AlarmSpec("ConsumerThrottles", "warning", "Lambda throttled the consumer"),
             function.metric_throttles(statistic="Sum", period=FIVE_MINUTES),
+            threshold=0,
+        )
+        self._alarm(
+            AlarmSpec("ComplaintBrakeTriggered", "page", "A campaign paused itself: its complaint rate is too high"),
+            metrics.sendonce_metric(metrics.COMPLAINT_BRAKE_TRIGGERED, period=FIVE_MINUTES),
+            threshold=0,
+        )
+        self._alarm(
+            AlarmSpec("BounceBrakeTriggered", "page", "A campaign paused itself: its hard-bounce rate is too high"),
+            metrics.sendonce_metric(metrics.BOUNCE_BRAKE_TRIGGERED, period=FIVE_MINUTES),
+            threshold=0,
+        )
+        self._alarm(
+            AlarmSpec("EventsErrors", "warning", "The events function failed an invocation"),
+            events_function.metric_errors(statistic="Sum", period=FIVE_MINUTES),
+            threshold=0,
+        )
+        self._alarm(
+            AlarmSpec("ProviderEventsDeadLettered", "warning", "A provider event could not be applied"),
+            events_dead_letter_queue.metric_approximate_number_of_messages_visible(
+                statistic="Maximum", period=ONE_MINUTE
+            ),
             threshold=0,
         )
 

@@ -2,8 +2,9 @@
 
 Synthesis costs seconds (jsii start-up, bundling, cdk-nag), so every test reads the
 same cloud assemblies: `default_assembly` is a bare `cdk synth` (cdk.json context
-only); `full_assembly` turns on every optional part (both providers, an SES
-configuration set, on-call subscriptions, destroy removal policy).
+only); `full_assembly` turns on every optional part (both providers, a named SES
+configuration set, on-call subscriptions, one-click unsubscribe, a recipients bucket,
+destroy removal policy).
 """
 
 from __future__ import annotations

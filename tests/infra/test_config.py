@@ -23,6 +23,18 @@ def test_bare_context_gives_the_documented_defaults() -> None:
     assert defaults.send_rate == 14
     assert defaults.removal_policy == "retain"
     assert (defaults.oncall_email, defaults.oncall_https_url, defaults.ses_configuration_set) == (None, None, None)
+    assert defaults.resend_webhook_secret_name == "sendonce/resend-webhook-secret"
+    assert defaults.unsubscribe_key_secret_name == "sendonce/unsubscribe-key"
+    # No base URL: the consumer sends without List-Unsubscribe (docs/deploy.md says bulk senders must set it).
+    assert (defaults.unsubscribe_base_url, defaults.recipients_bucket) == (None, None)
+
+
+def test_the_stack_names_its_ses_configuration_set() -> None:
+    assert config().configuration_set_name == "Sendonce-events"
+    assert config(stack_name="Mail").configuration_set_name == "Mail-events"
+    assert config(ses_configuration_set="sendonce-events").configuration_set_name == "sendonce-events"
+    assert config(stack_name="S" * 128).configuration_set_name == "S" * 57 + "-events"  # SES allows 64
+    assert config(provider="resend").configuration_set_name is None
 
 
 def test_function_timeout_covers_one_full_batch() -> None:
@@ -85,6 +97,9 @@ def test_command_line_context_arrives_as_strings() -> None:
         {"batch_size": 0},
         {"max_concurrency": 1},
         {"oncall_https_url": "http://pager.example.org"},
+        {"unsubscribe_base_url": "http://unsubscribe.example.org"},
+        {"ses_configuration_set": "sendonce events"},
+        {"recipients_bucket": "Acme_Lists"},
     ],
 )
 def test_bad_context_is_refused_before_synthesis(bad: dict[str, object]) -> None:

@@ -2,9 +2,13 @@
 
 Runs `cdk bootstrap` and `cdk deploy --method=direct` (moto does not apply a change
 set's outputs) from node_modules against a moto server of its own, then reads back
-with boto3 what CloudFormation created. moto's CloudFormation skips alarms and
-topic/queue policies and subscriptions, and its Lambda ignores `Architectures`: those are checked on
-the template (test_stack.py) and, for the architecture, on the deployed template.
+with boto3 what CloudFormation created. moto's CloudFormation skips alarms,
+topic/queue policies and subscriptions, the HTTP APIs (`AWS::ApiGatewayV2::*`), the SES
+configuration set and its event destination, and the events function's
+`EventInvokeConfig`; its Lambda ignores `Architectures`: those are checked on the
+template (test_stack.py) and, for the architecture, on the deployed template. The
+`ApiUrl` and `PublicApiUrl` outputs are built from the HTTP APIs' Refs, which moto
+resolves to None: they deploy, but read `https://None.execute-api...`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ pytestmark = [pytest.mark.infra, pytest.mark.timeout(240)]
 
 REGION = "us-east-1"
 CLI_STACK = "Sendonce"
-CLI_CONTEXT = {"provider": "ses,resend"}
+CLI_CONTEXT = {"provider": "ses,resend", "unsubscribe_base_url": "https://unsubscribe.example.com"}
 LOCAL_STACK = "SendonceLocal"
 
 
@@ -107,6 +111,16 @@ def test_cli_deploy_queues_with_redrive(cli_deployed: Deployed, aws: Any) -> Non
     assert int(source["MessageRetentionPeriod"]) < int(dead_letter["MessageRetentionPeriod"]) == 14 * 24 * 3600
 
 
+def _functions_by_handler(aws: Any, stack_name: str) -> dict[str, dict[str, Any]]:
+    resources = aws("cloudformation").describe_stack_resources(StackName=stack_name)["StackResources"]
+    functions = [
+        aws("lambda").get_function_configuration(FunctionName=r["PhysicalResourceId"])
+        for r in resources
+        if r.get("ResourceType") == "AWS::Lambda::Function"
+    ]
+    return {f["Handler"]: f for f in functions}
+
+
 def test_cli_deploy_tables(cli_deployed: Deployed, aws: Any) -> None:
     dynamodb = aws("dynamodb")
 
@@ -122,6 +136,8 @@ def test_cli_deploy_tables(cli_deployed: Deployed, aws: Any) -> None:
         {"AttributeName": "sk", "KeyType": "RANGE"},
     ]
     assert ledger["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    suppressions = dynamodb.describe_table(TableName=cli_deployed.outputs["SuppressionsTableName"])["Table"]
+    assert suppressions["KeySchema"] == [{"AttributeName": "fp", "KeyType": "HASH"}]
 
 
 def test_cli_deploy_function_configuration(cli_deployed: Deployed, aws: Any) -> None:
@@ -140,6 +156,60 @@ def test_cli_deploy_function_configuration(cli_deployed: Deployed, aws: Any) -> 
     assert environment["SENDONCE_RESEND_API_KEY_SECRET"] == "sendonce/resend-api-key"
     assert environment["SENDONCE_MAX_RECEIVE_COUNT"] == "5"
     assert environment["POWERTOOLS_SERVICE_NAME"] == "sendonce"
+    assert environment["SENDONCE_SUPPRESSIONS_TABLE"] == outputs["SuppressionsTableName"]
+    assert environment["SENDONCE_UNSUBSCRIBE_KEY_SECRET"] == "sendonce/unsubscribe-key"
+    assert environment["SENDONCE_UNSUBSCRIBE_BASE_URL"] == CLI_CONTEXT["unsubscribe_base_url"]
+    # The stack's configuration set, by its literal name (moto skips the set itself).
+    assert environment["SENDONCE_SES_CONFIGURATION_SET"] == f"{CLI_STACK}-events"
+
+
+def test_cli_deploy_deliverability_and_api_functions(cli_deployed: Deployed, aws: Any) -> None:
+    outputs = cli_deployed.outputs
+
+    functions = _functions_by_handler(aws, CLI_STACK)
+
+    assert set(functions) == {
+        "sendonce.handlers.consumer.lambda_handler",
+        "sendonce.handlers.api.lambda_handler",
+        "sendonce.handlers.events.lambda_handler",
+        "sendonce.handlers.unsubscribe.lambda_handler",
+    }
+    events = functions["sendonce.handlers.events.lambda_handler"]
+    assert events["FunctionName"] == outputs["EventsFunctionName"]
+    expected = {
+        "SENDONCE_LEDGER_TABLE": outputs["LedgerTableName"],
+        "SENDONCE_CAMPAIGNS_TABLE": outputs["CampaignsTableName"],
+        "SENDONCE_SUPPRESSIONS_TABLE": outputs["SuppressionsTableName"],
+        "SENDONCE_RESEND_WEBHOOK_SECRET": "sendonce/resend-webhook-secret",
+    }
+    variables = events["Environment"]["Variables"]
+    assert {name: variables.get(name) for name in expected} == expected
+    unsubscribe = functions["sendonce.handlers.unsubscribe.lambda_handler"]["Environment"]["Variables"]
+    assert unsubscribe["SENDONCE_SUPPRESSIONS_TABLE"] == outputs["SuppressionsTableName"]
+    assert unsubscribe["SENDONCE_UNSUBSCRIBE_KEY_SECRET"] == "sendonce/unsubscribe-key"
+    assert unsubscribe["SENDONCE_LEDGER_TABLE"] == outputs["LedgerTableName"]
+    api = functions["sendonce.handlers.api.lambda_handler"]["Environment"]["Variables"]
+    assert api["SENDONCE_QUEUE_URL"] == outputs["QueueUrl"]
+    assert api["SENDONCE_DEAD_LETTER_QUEUE_URL"] == outputs["DeadLetterQueueUrl"]
+    assert api["SENDONCE_LEDGER_TABLE"] == outputs["LedgerTableName"]
+    assert api["SENDONCE_CAMPAIGNS_TABLE"] == outputs["CampaignsTableName"]
+
+
+def test_cli_deploy_ses_events_rule_targets_the_events_function(cli_deployed: Deployed, aws: Any) -> None:
+    events_function = aws("lambda").get_function_configuration(FunctionName=cli_deployed.outputs["EventsFunctionName"])
+
+    [rule_name] = aws("events").list_rule_names_by_target(TargetArn=events_function["FunctionArn"])["RuleNames"]
+
+    pattern = json.loads(aws("events").describe_rule(Name=rule_name)["EventPattern"])
+    assert pattern["source"] == ["aws.ses"]
+    assert pattern["detail"]["mail"]["tags"]["ses:configuration-set"] == [f"{CLI_STACK}-events"]
+
+
+def test_cli_deploy_api_urls_are_placeholders_in_moto(cli_deployed: Deployed) -> None:
+    # moto creates no HTTP API, so the Refs the URLs are built from resolve to None; the
+    # deploy still completes. test_stack.py checks the URLs and routes on the template.
+    for output in ("ApiUrl", "PublicApiUrl"):
+        assert cli_deployed.outputs[output] == "https://None.execute-api.us-east-1.amazonaws.com/"
 
 
 def test_cli_deploy_function_is_arm64_in_the_deployed_template(cli_deployed: Deployed, aws: Any) -> None:
@@ -147,7 +217,8 @@ def test_cli_deploy_function_is_arm64_in_the_deployed_template(cli_deployed: Dep
     body = aws("cloudformation").get_template(StackName=CLI_STACK)["TemplateBody"]
     template = body if isinstance(body, dict) else json.loads(body)
     functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
-    assert [f["Properties"]["Architectures"] for f in functions] == [["arm64"]]
+    assert len(functions) == 4  # consumer, operator API, events, unsubscribe
+    assert all(f["Properties"]["Architectures"] == ["arm64"] for f in functions)
 
 
 def test_cli_deploy_event_source_mapping(cli_deployed: Deployed, aws: Any) -> None:
@@ -181,6 +252,18 @@ def test_deploy_to_moto_returns_the_outputs_and_parks_the_event_source(
     function = aws("lambda").get_function_configuration(FunctionName=outputs["ConsumerFunctionName"])
     assert function["Environment"]["Variables"]["SENDONCE_LEDGER_TABLE"] == outputs["LedgerTableName"]
     assert "SENDONCE_RESEND_API_KEY_SECRET" in function["Environment"]["Variables"]
+    # No unsubscribe_base_url in this context: no List-Unsubscribe, so no key either.
+    assert "SENDONCE_UNSUBSCRIBE_BASE_URL" not in function["Environment"]["Variables"]
+    assert "SENDONCE_SES_CONFIGURATION_SET" not in function["Environment"]["Variables"]  # Resend only
+    # Resend only: no SES configuration set or SES events rule, and the webhook route is there.
+    body = aws("cloudformation").get_template(StackName=LOCAL_STACK)["TemplateBody"]
+    template = body if isinstance(body, dict) else json.loads(body)
+    types = {r["Type"] for r in template["Resources"].values()}
+    assert not types & {"AWS::SES::ConfigurationSet", "AWS::Events::Rule"}
+    route_keys = {
+        r["Properties"]["RouteKey"] for r in template["Resources"].values() if r["Type"] == "AWS::ApiGatewayV2::Route"
+    }
+    assert "POST /webhooks/resend" in route_keys
     [mapping] = aws("lambda").list_event_source_mappings(FunctionName=outputs["ConsumerFunctionName"])[
         "EventSourceMappings"
     ]

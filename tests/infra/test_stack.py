@@ -10,7 +10,7 @@ from aws_cdk.assertions import Match
 
 from infra.config import MAX_RECEIVE_COUNT
 from infra.stack import OUTPUT_NAMES
-from tests.infra.synthesis import FULL_CONTEXT, Synthesized
+from tests.infra.synthesis import FULL_CONTEXT, REPO_ROOT, Synthesized
 
 pytestmark = pytest.mark.infra
 
@@ -78,6 +78,105 @@ def _table(synth: Synthesized, partition_key: str) -> tuple[str, dict[str, Any]]
         if {"AttributeName": partition_key, "KeyType": "HASH"} in table["Properties"]["KeySchema"]:
             return table_id, table
     raise AssertionError(f"no table keyed on {partition_key}")
+
+
+CONSUMER_HANDLER = "sendonce.handlers.consumer.lambda_handler"
+API_HANDLER = "sendonce.handlers.api.lambda_handler"
+EVENTS_HANDLER = "sendonce.handlers.events.lambda_handler"
+UNSUBSCRIBE_HANDLER = "sendonce.handlers.unsubscribe.lambda_handler"
+OPERATOR_ROUTES = {
+    "POST /campaigns",
+    "GET /campaigns/{id}",
+    "POST /campaigns/{id}/publish",
+    "POST /campaigns/{id}/pause",
+    "POST /campaigns/{id}/resume",
+    "POST /campaigns/{id}/cancel",
+    "GET /campaigns/{id}/delivery-status",
+    "GET /openapi.json",
+}
+UNSUBSCRIBE_ROUTES = {"GET /u/{token}", "POST /u/{token}"}
+WEBHOOK_ROUTE = "POST /webhooks/resend"
+
+
+def _function(synth: Synthesized, handler: str) -> tuple[str, dict[str, Any]]:
+    found = [(k, r["Properties"]) for k, r in synth.of_type("AWS::Lambda::Function").items()
+             if r["Properties"]["Handler"] == handler]  # fmt: skip
+    assert len(found) == 1, f"expected one function running {handler}, found {len(found)}"
+    return found[0]
+
+
+def _function_environment(synth: Synthesized, handler: str) -> dict[str, Any]:
+    return _function(synth, handler)[1]["Environment"]["Variables"]
+
+
+def _statements(synth: Synthesized, handler: str) -> list[dict[str, Any]]:
+    role_id = _ref(_function(synth, handler)[1]["Role"])
+    statements = []
+    for policy in synth.of_type("AWS::IAM::Policy").values():
+        if {"Ref": role_id} in policy["Properties"]["Roles"]:
+            statements += policy["Properties"]["PolicyDocument"]["Statement"]
+    return statements
+
+
+def _allows(statements: list[dict[str, Any]], action: str, resource: Any) -> bool:
+    return any(action in _as_list(s["Action"]) and resource in _as_list(s["Resource"]) for s in statements)
+
+
+def _routes(synth: Synthesized, api_id: str) -> dict[str, dict[str, Any]]:
+    """Route key -> route properties, for one HTTP API."""
+    return {
+        r["Properties"]["RouteKey"]: r["Properties"]
+        for r in synth.of_type("AWS::ApiGatewayV2::Route").values()
+        if r["Properties"]["ApiId"] == {"Ref": api_id}
+    }
+
+
+def _api_with_route(synth: Synthesized, route_key: str) -> str:
+    [api_id] = [
+        _ref(r["Properties"]["ApiId"])
+        for r in synth.of_type("AWS::ApiGatewayV2::Route").values()
+        if r["Properties"]["RouteKey"] == route_key
+    ]
+    return api_id
+
+
+def _operator_api(synth: Synthesized) -> str:
+    return _api_with_route(synth, "POST /campaigns")
+
+
+def _public_api(synth: Synthesized) -> str:
+    return _api_with_route(synth, "POST /u/{token}")
+
+
+def _route_function(synth: Synthesized, route: dict[str, Any]) -> str:
+    """The logical id of the function a route's Lambda proxy integration invokes."""
+    integration_id = _ref(route["Target"]["Fn::Join"][1][1])
+    integration = synth.resources[integration_id]["Properties"]
+    assert integration["IntegrationType"] == "AWS_PROXY"
+    assert integration["PayloadFormatVersion"] == "2.0"
+    return _ref(integration["IntegrationUri"])
+
+
+def _stage(synth: Synthesized, api_id: str) -> dict[str, Any]:
+    [stage] = [
+        s["Properties"]
+        for s in synth.of_type("AWS::ApiGatewayV2::Stage").values()
+        if s["Properties"]["ApiId"] == {"Ref": api_id}
+    ]
+    return stage
+
+
+def _with_placeholders(environment: dict[str, Any]) -> dict[str, str]:
+    """The function's environment as Lambda would see it: tokens replaced by plausible values."""
+    values = {}
+    for name, value in environment.items():
+        if isinstance(value, str):
+            values[name] = value
+        elif name.endswith("_URL"):
+            values[name] = "https://sqs.us-east-1.amazonaws.com/123456789012/queue"
+        else:
+            values[name] = "table-name"
+    return values
 
 
 def _alarm(synth: Synthesized, name: str) -> dict[str, Any]:
@@ -230,6 +329,7 @@ def test_environment_satisfies_the_consumer_settings(assembly: Synthesized) -> N
     placeholders = {
         "SENDONCE_LEDGER_TABLE": "ledger-table",
         "SENDONCE_CAMPAIGNS_TABLE": "campaigns-table",
+        "SENDONCE_SUPPRESSIONS_TABLE": "suppressions-table",
         "SENDONCE_DEAD_LETTER_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/dlq",
     }
     environment = {name: placeholders.get(name, value) for name, value in _environment(assembly).items()}
@@ -259,11 +359,11 @@ def test_secret_value_never_in_the_template(assembly: Synthesized) -> None:
 
 def test_secret_read_scoped_to_the_named_secret(full_assembly: Synthesized) -> None:
     reads = [s for s in _consumer_statements(full_assembly) if "secretsmanager:GetSecretValue" in _as_list(s["Action"])]
-    assert reads, "the consumer cannot read the Resend key"
-    for statement in reads:
-        for resource in _as_list(statement["Resource"]):
-            assert resource != "*"
-            assert f":secret:{FULL_CONTEXT['resend_api_key_secret_name']}-??????" in json.dumps(resource)
+    resources = [json.dumps(r) for s in reads for r in _as_list(s["Resource"])]
+    keys = ("resend_api_key_secret_name", "unsubscribe_key_secret_name")
+    named = [f":secret:{FULL_CONTEXT[key]}-??????" for key in keys]
+    # The Resend key and the unsubscribe key, each by name, nothing else.
+    assert sorted(next((n for n in named if n in r), r) for r in resources) == sorted(named)
 
 
 def test_ses_send_scoped_to_the_sender_identity(assembly: Synthesized) -> None:
@@ -276,8 +376,8 @@ def test_ses_send_scoped_to_the_sender_identity(assembly: Synthesized) -> None:
     resources = [json.dumps(r) for s in sends for r in _as_list(s["Resource"])]
     assert '"*"' not in resources
     assert any(f":identity/{assembly.config.sender_domain}" in r for r in resources)
-    if assembly.config.ses_configuration_set:
-        assert any(f":configuration-set/{assembly.config.ses_configuration_set}" in r for r in resources)
+    # The stack's own configuration set, named in every SES send.
+    assert any(f":configuration-set/{assembly.config.configuration_set_name}" in r for r in resources)
 
 
 def test_consumer_policy_has_no_wildcard_resource_but_the_quota_lookup(assembly: Synthesized) -> None:
@@ -305,6 +405,270 @@ def test_consumer_may_write_the_tables_and_the_dead_letter_queue(assembly: Synth
     assert allowed("sqs:DeleteMessage", _source_queue(assembly)[0])
 
 
+# --- the operator API -----------------------------------------------------------------
+
+
+def test_operator_api_routes_all_require_iam(assembly: Synthesized) -> None:
+    routes = _routes(assembly, _operator_api(assembly))
+    api_function = _function(assembly, API_HANDLER)[0]
+
+    assert set(routes) == OPERATOR_ROUTES
+    for key, route in routes.items():
+        assert route["AuthorizationType"] == "AWS_IAM", key
+        assert _route_function(assembly, route) == api_function, key
+
+
+def test_operator_api_function_environment(assembly: Synthesized) -> None:
+    from sendonce.settings import ApiSettings
+
+    environment = _function_environment(assembly, API_HANDLER)
+
+    assert environment["SENDONCE_LEDGER_TABLE"] == {"Ref": _table(assembly, "campaign_id")[0]}
+    assert environment["SENDONCE_CAMPAIGNS_TABLE"] == {"Ref": _table(assembly, "pk")[0]}
+    assert environment["SENDONCE_QUEUE_URL"] == {"Ref": _source_queue(assembly)[0]}
+    assert environment["SENDONCE_DEAD_LETTER_QUEUE_URL"] == {"Ref": _dead_letter_queue(assembly)[0]}
+    # The handler's own settings model accepts exactly what the stack sets.
+    sendonce_names = {name for name in environment if name.startswith("SENDONCE_")}
+    assert sendonce_names == {f"SENDONCE_{field.upper()}" for field in ApiSettings.model_fields}
+    ApiSettings.from_env(_with_placeholders(environment))
+
+
+def test_operator_api_function_answers_within_the_http_api_timeout(assembly: Synthesized) -> None:
+    # An HTTP API waits at most 30 s for its integration.
+    assert _function(assembly, API_HANDLER)[1]["Timeout"] < 30
+
+
+def test_operator_api_may_write_the_tables_and_publish(assembly: Synthesized) -> None:
+    statements = _statements(assembly, API_HANDLER)
+
+    for table_id in (_table(assembly, "campaign_id")[0], _table(assembly, "pk")[0]):
+        for action in ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"):
+            assert _allows(statements, action, {"Fn::GetAtt": [table_id, "Arn"]}), (action, table_id)
+    assert _allows(statements, "sqs:SendMessage", {"Fn::GetAtt": [_source_queue(assembly)[0], "Arn"]})
+    # Publishing never consumes, and the API never touches the suppression list.
+    assert not _allows(statements, "sqs:ReceiveMessage", {"Fn::GetAtt": [_source_queue(assembly)[0], "Arn"]})
+    assert "Suppressions" not in json.dumps(statements)
+
+
+def test_operator_api_reads_recipient_files_only_from_the_configured_bucket(
+    default_assembly: Synthesized, full_assembly: Synthesized
+) -> None:
+    def s3_statements(synth: Synthesized) -> list[dict[str, Any]]:
+        return [s for s in _statements(synth, API_HANDLER) if any(a.startswith("s3:") for a in _as_list(s["Action"]))]
+
+    assert s3_statements(default_assembly) == []
+    [statement] = s3_statements(full_assembly)
+    assert _as_list(statement["Action"]) == ["s3:GetObject"]
+    assert json.dumps(statement["Resource"]).endswith(f':s3:::{FULL_CONTEXT["recipients_bucket"]}/*"]]}}')
+
+
+def test_http_api_stages_log_access_without_paths(assembly: Synthesized) -> None:
+    for api_id in (_operator_api(assembly), _public_api(assembly)):
+        stage = _stage(assembly, api_id)
+        assert stage["StageName"] == "$default"
+        assert stage["AutoDeploy"] is True
+        log_group_id = _ref(stage["AccessLogSettings"]["DestinationArn"])
+        assert assembly.resources[log_group_id]["Type"] == "AWS::Logs::LogGroup"
+        fields = json.loads(stage["AccessLogSettings"]["Format"])
+        assert fields["requestId"] == "$context.requestId"
+        assert fields["routeKey"] == "$context.routeKey"
+        # An unsubscribe token travels in the path: the log must not keep it.
+        assert not any("$context.path" in value for value in fields.values())
+
+
+def test_http_apis_are_throttled(assembly: Synthesized) -> None:
+    operator = _stage(assembly, _operator_api(assembly))["DefaultRouteSettings"]
+    assert operator["ThrottlingRateLimit"] > 0 and operator["ThrottlingBurstLimit"] > 0
+    public = _stage(assembly, _public_api(assembly))["RouteSettings"]
+    assert set(public) == UNSUBSCRIBE_ROUTES
+    for settings in public.values():
+        assert settings == {"ThrottlingRateLimit": 50, "ThrottlingBurstLimit": 100}
+
+
+def test_new_functions_have_no_wildcard_resource(assembly: Synthesized) -> None:
+    for handler in (API_HANDLER, EVENTS_HANDLER, UNSUBSCRIBE_HANDLER):
+        for statement in _statements(assembly, handler):
+            for resource in _as_list(statement["Resource"]):
+                assert resource != "*", (handler, statement)
+
+
+def test_functions_run_python_on_arm64_with_their_own_log_group(assembly: Synthesized) -> None:
+    consumer = _consumer(assembly)[1]  # one bundle, built for one Python and one architecture
+    for handler in (CONSUMER_HANDLER, API_HANDLER, EVENTS_HANDLER, UNSUBSCRIBE_HANDLER):
+        properties = _function(assembly, handler)[1]
+        assert properties["Architectures"] == ["arm64"], handler
+        assert properties["Runtime"] == consumer["Runtime"], handler
+        assert properties["Code"] == consumer["Code"], handler
+        log_group_id = _ref(properties["LoggingConfig"]["LogGroup"])
+        assert assembly.resources[log_group_id]["Type"] == "AWS::Logs::LogGroup"
+
+
+# --- deliverability: suppressions, unsubscribe, provider events --------------------
+
+
+def test_suppressions_table_key(assembly: Synthesized) -> None:
+    _, table = _table(assembly, "fp")
+    assert table["Properties"]["KeySchema"] == [{"AttributeName": "fp", "KeyType": "HASH"}]
+    assert table["Properties"]["AttributeDefinitions"] == [{"AttributeName": "fp", "AttributeType": "S"}]
+
+
+def test_consumer_reads_the_suppression_list_before_sending(assembly: Synthesized) -> None:
+    suppressions_id = _table(assembly, "fp")[0]
+    statements = _consumer_statements(assembly)
+
+    assert _environment(assembly)["SENDONCE_SUPPRESSIONS_TABLE"] == {"Ref": suppressions_id}
+    assert _allows(statements, "dynamodb:GetItem", {"Fn::GetAtt": [suppressions_id, "Arn"]})
+    assert not _allows(statements, "dynamodb:PutItem", {"Fn::GetAtt": [suppressions_id, "Arn"]})
+
+
+def test_unsubscribe_links_only_with_a_base_url(default_assembly: Synthesized, full_assembly: Synthesized) -> None:
+    default = _environment(default_assembly)
+    assert "SENDONCE_UNSUBSCRIBE_BASE_URL" not in default
+    assert "SENDONCE_UNSUBSCRIBE_KEY_SECRET" not in default
+    assert not [s for s in _consumer_statements(default_assembly) if s.get("Sid") == "ReadUnsubscribeKey"]
+
+    full = _environment(full_assembly)
+    assert full["SENDONCE_UNSUBSCRIBE_BASE_URL"] == FULL_CONTEXT["unsubscribe_base_url"]
+    assert full["SENDONCE_UNSUBSCRIBE_KEY_SECRET"] == FULL_CONTEXT["unsubscribe_key_secret_name"]
+    [read] = [s for s in _consumer_statements(full_assembly) if s.get("Sid") == "ReadUnsubscribeKey"]
+    assert f":secret:{FULL_CONTEXT['unsubscribe_key_secret_name']}-??????" in json.dumps(read["Resource"])
+
+
+def test_public_api_routes_authorize_themselves(assembly: Synthesized) -> None:
+    routes = _routes(assembly, _public_api(assembly))
+    expected = UNSUBSCRIBE_ROUTES | ({WEBHOOK_ROUTE} if assembly.config.uses_resend else set())
+
+    assert set(routes) == expected
+    for key, route in routes.items():
+        # Mailbox providers and Resend cannot sign with SigV4: the token / Svix signature is checked.
+        assert route["AuthorizationType"] == "NONE", key
+        handler = EVENTS_HANDLER if key == WEBHOOK_ROUTE else UNSUBSCRIBE_HANDLER
+        assert _route_function(assembly, route) == _function(assembly, handler)[0], key
+
+
+def test_unsubscribe_function_environment_and_permissions(assembly: Synthesized) -> None:
+    from sendonce.deliverability_settings import UnsubscribeSettings
+
+    environment = _function_environment(assembly, UNSUBSCRIBE_HANDLER)
+    suppressions_id, ledger_id = _table(assembly, "fp")[0], _table(assembly, "campaign_id")[0]
+    assert environment["SENDONCE_SUPPRESSIONS_TABLE"] == {"Ref": suppressions_id}
+    assert environment["SENDONCE_LEDGER_TABLE"] == {"Ref": ledger_id}
+    assert environment["SENDONCE_UNSUBSCRIBE_KEY_SECRET"] == assembly.config.unsubscribe_key_secret_name
+    UnsubscribeSettings.from_env(_with_placeholders(environment))
+
+    statements = _statements(assembly, UNSUBSCRIBE_HANDLER)
+    dynamodb_actions = {
+        (action, _ref(resource))
+        for s in statements
+        for action in _as_list(s["Action"])
+        if action.startswith("dynamodb:")
+        for resource in _as_list(s["Resource"])
+        if isinstance(resource, dict) and "Fn::GetAtt" in resource
+    }
+    assert dynamodb_actions == {
+        ("dynamodb:GetItem", suppressions_id),
+        ("dynamodb:PutItem", suppressions_id),
+        ("dynamodb:GetItem", ledger_id),
+        ("dynamodb:UpdateItem", ledger_id),
+    }
+    [read] = [s for s in statements if "secretsmanager:GetSecretValue" in _as_list(s["Action"])]
+    assert f":secret:{assembly.config.unsubscribe_key_secret_name}-??????" in json.dumps(read["Resource"])
+
+
+def test_events_function_environment_and_permissions(assembly: Synthesized) -> None:
+    from sendonce.deliverability_settings import EventsSettings
+
+    environment = _function_environment(assembly, EVENTS_HANDLER)
+    EventsSettings.from_env(_with_placeholders(environment))
+    statements = _statements(assembly, EVENTS_HANDLER)
+    tables = {
+        "campaign_id": "SENDONCE_LEDGER_TABLE",
+        "pk": "SENDONCE_CAMPAIGNS_TABLE",
+        "fp": "SENDONCE_SUPPRESSIONS_TABLE",
+    }
+    for partition_key, variable in tables.items():
+        table_id = _table(assembly, partition_key)[0]
+        assert environment[variable] == {"Ref": table_id}
+        for action in ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"):
+            assert _allows(statements, action, {"Fn::GetAtt": [table_id, "Arn"]}), (action, partition_key)
+    # Transactions (annotation + counter) need no extra action: TransactWriteItems is
+    # authorized per item by UpdateItem.
+    reads = [s for s in statements if "secretsmanager:GetSecretValue" in _as_list(s["Action"])]
+    if assembly.config.uses_resend:
+        assert environment["SENDONCE_RESEND_WEBHOOK_SECRET"] == assembly.config.resend_webhook_secret_name
+        [read] = reads
+        assert f":secret:{assembly.config.resend_webhook_secret_name}-??????" in json.dumps(read["Resource"])
+    else:
+        assert "SENDONCE_RESEND_WEBHOOK_SECRET" not in environment
+        assert reads == []
+
+
+def test_ses_events_rule_targets_the_events_function(assembly: Synthesized) -> None:
+    from sendonce.provider_events import SES_DETAIL_TYPES
+
+    _, rule = assembly.only("AWS::Events::Rule")
+    properties = rule["Properties"]
+    events_id = _function(assembly, EVENTS_HANDLER)[0]
+
+    assert "EventBusName" not in properties  # the default bus, where SES publishes
+    pattern = properties["EventPattern"]
+    assert pattern["source"] == ["aws.ses"]
+    # Every detail-type the handler reads, and nothing it would ignore.
+    assert set(pattern["detail-type"]) == set(SES_DETAIL_TYPES)
+    assert pattern["detail"] == {
+        "mail": {"tags": {"ses:configuration-set": [assembly.config.configuration_set_name]}}
+    }
+    [target] = properties["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": [events_id, "Arn"]}
+    assert target["RetryPolicy"]["MaximumEventAgeInSeconds"] == 24 * 3600
+    dead_letter_id = _ref(target["DeadLetterConfig"]["Arn"])
+    assert assembly.resources[dead_letter_id]["Type"] == "AWS::SQS::Queue"
+    assembly.assertions.has_resource_properties(
+        "AWS::Lambda::Permission",
+        {
+            "FunctionName": {"Fn::GetAtt": [events_id, "Arn"]},
+            "Principal": "events.amazonaws.com",
+            "SourceArn": {"Fn::GetAtt": [assembly.only("AWS::Events::Rule")[0], "Arn"]},
+        },
+    )
+
+
+def test_failed_ses_events_are_kept(assembly: Synthesized) -> None:
+    # A complaint that is never applied is an address never suppressed.
+    events_id = _function(assembly, EVENTS_HANDLER)[0]
+    _, invoke_config = assembly.only("AWS::Lambda::EventInvokeConfig")
+    properties = invoke_config["Properties"]
+    assert properties["FunctionName"] == {"Ref": events_id}
+    dead_letter_id = _ref(properties["DestinationConfig"]["OnFailure"]["Destination"])
+    [target] = assembly.only("AWS::Events::Rule")[1]["Properties"]["Targets"]
+    assert _ref(target["DeadLetterConfig"]["Arn"]) == dead_letter_id
+    queue = assembly.resources[dead_letter_id]["Properties"]
+    assert queue["MessageRetentionPeriod"] == 14 * 24 * 3600
+    assert queue["SqsManagedSseEnabled"] is True
+    assert _allows(_statements(assembly, EVENTS_HANDLER), "sqs:SendMessage", {"Fn::GetAtt": [dead_letter_id, "Arn"]})
+    alarm = _alarm(assembly, "ProviderEventsDeadLettered")
+    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [dead_letter_id, "QueueName"]}}]
+    assert alarm["Threshold"] == 0
+
+
+def test_ses_configuration_set_publishes_to_the_default_bus(assembly: Synthesized) -> None:
+    name = assembly.config.configuration_set_name
+    configuration_set_id, configuration_set = assembly.only("AWS::SES::ConfigurationSet")
+    _, destination = assembly.only("AWS::SES::ConfigurationSetEventDestination")
+
+    assert configuration_set["Properties"]["Name"] == name
+    assert name == (assembly.context.get("ses_configuration_set") or f"{assembly.config.stack_name}-events")
+    assert _environment(assembly)["SENDONCE_SES_CONFIGURATION_SET"] == name
+    properties = destination["Properties"]
+    assert properties["ConfigurationSetName"] == {"Ref": configuration_set_id}
+    event_destination = properties["EventDestination"]
+    assert event_destination["Enabled"] is True
+    assert json.dumps(event_destination["EventBridgeDestination"]["EventBusArn"]).endswith(':event-bus/default"]]}')
+    assert set(event_destination["MatchingEventTypes"]) == {
+        "send", "delivery", "bounce", "complaint", "reject", "deliveryDelay", "renderingFailure"
+    }  # fmt: skip
+
+
 # --- on-call ------------------------------------------------------------------------
 
 METRIC_ALARMS = {
@@ -314,6 +678,16 @@ METRIC_ALARMS = {
     "ProviderHalted": ("Sendonce", "SendFailuresHalt", 0),
     "ConsumerErrors": ("AWS/Lambda", "Errors", 0),
     "ConsumerThrottles": ("AWS/Lambda", "Throttles", 0),
+    # What sendonce/handlers/events.py emits when a brake pauses a campaign.
+    "ComplaintBrakeTriggered": ("Sendonce", "ComplaintBrakeTriggered", 0),
+    "BounceBrakeTriggered": ("Sendonce", "BounceBrakeTriggered", 0),
+    "EventsErrors": ("AWS/Lambda", "Errors", 0),
+}
+# The function each AWS/Lambda alarm watches, by handler.
+ALARMED_FUNCTIONS = {
+    "ConsumerErrors": "sendonce.handlers.consumer.lambda_handler",
+    "ConsumerThrottles": "sendonce.handlers.consumer.lambda_handler",
+    "EventsErrors": "sendonce.handlers.events.lambda_handler",
 }
 
 
@@ -324,13 +698,21 @@ def _topic_id(synth: Synthesized) -> str:
 def test_every_alarm_notifies_on_call_and_ignores_missing_data(assembly: Synthesized) -> None:
     topic = {"Ref": _topic_id(assembly)}
     alarms = assembly.of_type("AWS::CloudWatch::Alarm")
-    assert len(alarms) >= 9
+    assert len(alarms) >= 13
     for alarm in alarms.values():
         properties = alarm["Properties"]
         assert properties["AlarmActions"] == [topic], properties["AlarmName"]
         assert properties["TreatMissingData"] == "notBreaching"
         assert properties["ComparisonOperator"] == "GreaterThanThreshold"
         assert "docs/operations.md#" in properties["AlarmDescription"]
+
+
+def test_every_alarm_has_a_runbook_entry(assembly: Synthesized) -> None:
+    runbook = (REPO_ROOT / "docs" / "operations.md").read_text()
+    anchors = {line.removeprefix("### ").strip().lower() for line in runbook.splitlines() if line.startswith("### ")}
+    for alarm in assembly.of_type("AWS::CloudWatch::Alarm").values():
+        description = alarm["Properties"]["AlarmDescription"]
+        assert description.rsplit("docs/operations.md#", 1)[1] in anchors, description
 
 
 @pytest.mark.parametrize(("threshold", "severity"), [(0, "warning"), (100, "page")])
@@ -368,7 +750,8 @@ def test_metric_alarms(assembly: Synthesized, name: str) -> None:
         assert alarm["Period"] == 300
         assert alarm["Statistic"] == "Sum"
     else:
-        assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": _consumer(assembly)[0]}}]
+        function_id = _function(assembly, ALARMED_FUNCTIONS[name])[0]
+        assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": function_id}}]
 
 
 def test_provider_failure_rate_alarm_uses_metric_math(assembly: Synthesized) -> None:
@@ -449,6 +832,12 @@ def test_dashboard_shows_sending_duplicates_failures_and_queues(assembly: Synthe
         "CampaignSkipsPaused",
         "ApproximateNumberOfMessagesVisible",
         "ApproximateAgeOfOldestMessage",
+        "Complaints",
+        "HardBounces",
+        "SuppressionsAdded",
+        "RecipientsSuppressed",
+        "ComplaintBrakeTriggered",
+        "BounceBrakeTriggered",
     ):
         assert metric in body, metric
 
@@ -463,6 +852,20 @@ def test_outputs_have_stable_names(assembly: Synthesized) -> None:
     assert outputs["DeadLetterQueueArn"]["Value"] == {"Fn::GetAtt": [_dead_letter_queue(assembly)[0], "Arn"]}
     assert outputs["LedgerTableName"]["Value"] == {"Ref": _table(assembly, "campaign_id")[0]}
     assert outputs["ConsumerFunctionName"]["Value"] == {"Ref": _consumer(assembly)[0]}
+    assert outputs["SuppressionsTableName"]["Value"] == {"Ref": _table(assembly, "fp")[0]}
+    assert outputs["EventsFunctionName"]["Value"] == {"Ref": _function(assembly, EVENTS_HANDLER)[0]}
+    events_config = assembly.only("AWS::Lambda::EventInvokeConfig")[1]["Properties"]
+    events_dead_letter_id = _ref(events_config["DestinationConfig"]["OnFailure"]["Destination"])
+    assert outputs["EventsDeadLetterQueueUrl"]["Value"] == {"Ref": events_dead_letter_id}
+
+
+def test_api_urls_are_built_from_the_api_ids(assembly: Synthesized) -> None:
+    # Ref, never Fn::GetAtt ApiEndpoint: moto skips HTTP APIs and fails a GetAtt on them.
+    outputs = assembly.template["Outputs"]
+    for output, api_id in (("ApiUrl", _operator_api(assembly)), ("PublicApiUrl", _public_api(assembly))):
+        parts = outputs[output]["Value"]["Fn::Join"][1]
+        assert parts[:3] == ["https://", {"Ref": api_id}, ".execute-api."], output
+        assert parts[-1] == "/"
 
 
 def test_stack_name_from_context(default_assembly: Synthesized, full_assembly: Synthesized) -> None:

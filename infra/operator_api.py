@@ -1,0 +1,94 @@
+"""The operator HTTP API: campaign create/publish/pause/resume/cancel/status, IAM-authorized."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_apigatewayv2 as apigwv2
+from aws_cdk import aws_apigatewayv2_authorizers as authorizers
+from aws_cdk import aws_apigatewayv2_integrations as integrations
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.function import ServiceFunction
+from infra.http_api import LoggedHttpApi
+
+HANDLER = "sendonce.handlers.api.lambda_handler"
+GET, POST = apigwv2.HttpMethod.GET, apigwv2.HttpMethod.POST
+# docs/api.md. /swagger is not routed: a browser cannot sign its requests with SigV4.
+ROUTES = (
+    (POST, "/campaigns"),
+    (GET, "/campaigns/{id}"),
+    (POST, "/campaigns/{id}/publish"),
+    (POST, "/campaigns/{id}/pause"),
+    (POST, "/campaigns/{id}/resume"),
+    (POST, "/campaigns/{id}/cancel"),
+    (GET, "/campaigns/{id}/delivery-status"),
+    (GET, "/openapi.json"),
+)
+# An HTTP API waits at most 30 s for its integration; a publish from S3 must finish inside it.
+TIMEOUT = cdk.Duration.seconds(29)
+# Operators, not traffic: enough for scripts, low enough to bound a runaway loop's cost.
+RATE_LIMIT, BURST_LIMIT = 10, 20
+
+
+class OperatorApi(Construct):
+    """The API function and the HTTP API in front of it; every route needs SigV4 (AWS_IAM).
+
+    Grants on the tables, the queue and the recipients bucket are the stack's to make.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        ledger_table: dynamodb.ITable,
+        campaigns_table: dynamodb.ITable,
+        queue: sqs.IQueue,
+        dead_letter_queue: sqs.IQueue,
+        removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
+        code: lambda_.Code | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        handler = ServiceFunction(
+            self,
+            "Handler",
+            handler=HANDLER,
+            description="sendonce operator API: create, publish, pause, resume, cancel campaigns",
+            environment={
+                "SENDONCE_LEDGER_TABLE": ledger_table.table_name,
+                "SENDONCE_CAMPAIGNS_TABLE": campaigns_table.table_name,
+                "SENDONCE_QUEUE_URL": queue.queue_url,
+                "SENDONCE_DEAD_LETTER_QUEUE_URL": dead_letter_queue.queue_url,
+            },
+            timeout=TIMEOUT,
+            memory_size=512,
+            removal_policy=removal_policy,
+            code=code,
+        )
+        self.function = handler.function
+        self.role = handler.role
+        self.log_group = handler.log_group
+
+        self.http = LoggedHttpApi(
+            self,
+            "Http",
+            description="sendonce operator API (IAM authorization)",
+            rate_limit=RATE_LIMIT,
+            burst_limit=BURST_LIMIT,
+            default_authorizer=authorizers.HttpIamAuthorizer(),
+            removal_policy=removal_policy,
+        )
+        self.api = self.http.api
+        self.url = self.http.url
+        integration = integrations.HttpLambdaIntegration(
+            "Handler",
+            self.function,
+            # One invoke permission for this API instead of one per route: the function
+            # serves this API only.
+            scope_permission_to_route=False,
+        )
+        for method, path in ROUTES:
+            self.api.add_routes(path=path, methods=[method], integration=integration)
