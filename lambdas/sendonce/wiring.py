@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import boto3
+from botocore.config import Config
 
 from sendonce.adapters.dynamodb_campaigns import DynamoDBCampaignStore
 from sendonce.adapters.dynamodb_ledger import DynamoDBLedger
@@ -77,9 +78,16 @@ class ConsumerParts:
     unsubscribe: UnsubscribeLinks | None = None
 
 
+# Ledger writes are conditional, so a retried write that had in fact succeeded fails its
+# condition and is read as "held" / "lease lost": safe. More attempts than botocore's
+# default keep a throttled table from stranding deliveries (an SES send whose mark_sent
+# fails ends unknown).
+LEDGER_CLIENT_CONFIG = Config(retries={"mode": "adaptive", "max_attempts": 10})
+
+
 def consumer_parts(settings: ConsumerSettings, session: boto3.session.Session | None = None) -> ConsumerParts:
     session = session or boto3.session.Session()
-    dynamodb = session.client("dynamodb")
+    dynamodb = session.client("dynamodb", config=LEDGER_CLIENT_CONFIG)
     providers = build_providers(settings, session)
     limiter = None
     if settings.shared_rate_limit:

@@ -25,7 +25,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 DECREASE = 0.7  # factor kept after each provider 429
-RECOVERY_PER_SECOND = 0.01  # factor regained per second without a 429
+RECOVERY_PER_SECOND = 0.05  # factor regained per second without a 429
 MIN_FACTOR = 0.1
 STATE_TTL_S = 2.0  # how long a consumer trusts its copy of the shared factor
 SLOT_RETENTION_S = 3600
@@ -57,6 +57,7 @@ class DynamoDBRateLimiter:
         self._lock = threading.Lock()
         self._allowance: dict[str, _Allowance] = {}
         self._factor: dict[str, tuple[float, float]] = {}  # provider -> (factor, read_at)
+        self._full: dict[str, int] = {}  # provider -> a slot this process saw full
         self.requests = 0
 
     def rate(self, provider: str) -> float:
@@ -75,15 +76,26 @@ class DynamoDBRateLimiter:
                 at = None
                 if allowance.slot == slot and allowance.times:
                     at = allowance.times.pop(0)
-                else:
+                elif self._full.get(provider) != slot:
                     rate = self.rate(provider)
                     capacity = max(1, math.floor(rate))
                     want = max(1, min(self._chunk, capacity))
                     granted, first = self._reserve(provider, slot, want, capacity)
                     if granted:
-                        times = [slot + (first + i) / rate for i in range(granted)]
-                        at = times.pop(0)
+                        # A place whose time has passed is spent no sooner than 1/rate after
+                        # the previous one (no catch-up burst), and never after its slot ends.
+                        times, cursor = [], now
+                        for i in range(granted):
+                            at_i = max(slot + (first + i) / rate, cursor)
+                            if at_i >= slot + 1:
+                                break
+                            times.append(at_i)
+                            cursor = at_i + 1 / rate
+                        if times:
+                            at = times.pop(0)
                         self._allowance[provider] = _Allowance(slot=slot, times=times)
+                    else:
+                        self._full[provider] = slot  # other threads here wait without asking
             if at is not None:
                 if deadline is not None and at > deadline:
                     return False

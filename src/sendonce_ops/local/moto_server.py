@@ -33,7 +33,71 @@ from typing import Any
 ENDPOINT_ENV = "SENDONCE_MOTO_ENDPOINT"
 REGION = "us-east-1"
 
-_SERVER_BOOTSTRAP = """
+# Two things in moto 5.2.5's DynamoDB would make batch mode (and any concurrent consumers)
+# measure or break on moto rather than on sendonce:
+# - transact_write_items deep-copies a table once per item of the transaction (to roll
+#   back on failure): a 100-item transaction on a 1,000-item table copies 100,000 items;
+# - its server is threaded but the backend is not thread-safe: a transaction deep-copying
+#   a table while another request writes to it fails with "dictionary changed size during
+#   iteration" (HTTP 500).
+# The server process below copies each table once per transaction (it rolls back exactly
+# as before) and runs one DynamoDB call at a time, as the GIL nearly does anyway.
+_DYNAMODB_PATCH = """
+import copy as _copy
+import functools as _functools
+import threading as _threading
+import types as _types
+
+import moto.dynamodb.models as _models
+from moto.dynamodb.models.table import Table as _Table
+
+_local = _threading.local()
+
+
+class _CopyEachTableOnce:
+    def __getattr__(self, name):
+        return getattr(_copy, name)
+
+    def deepcopy(self, obj, *args, **kwargs):
+        memo = getattr(_local, "tables", None)
+        if memo is not None and isinstance(obj, _Table):
+            if id(obj) not in memo:
+                memo[id(obj)] = _copy.deepcopy(obj)
+            return memo[id(obj)]
+        return _copy.deepcopy(obj, *args, **kwargs)
+
+
+_models.copy = _CopyEachTableOnce()
+_transact_write_items = _models.DynamoDBBackend.transact_write_items
+
+
+def transact_write_items(self, transact_items):
+    _local.tables = {}
+    try:
+        return _transact_write_items(self, transact_items)
+    finally:
+        _local.tables = None
+
+
+_models.DynamoDBBackend.transact_write_items = transact_write_items
+
+_backend_lock = _threading.RLock()
+
+
+def _one_at_a_time(function):
+    @_functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        with _backend_lock:
+            return function(*args, **kwargs)
+    return wrapper
+
+
+for _name, _function in list(vars(_models.DynamoDBBackend).items()):
+    if isinstance(_function, _types.FunctionType) and not _name.startswith("__"):
+        setattr(_models.DynamoDBBackend, _name, _one_at_a_time(_function))
+"""
+
+_SERVER_BOOTSTRAP = _DYNAMODB_PATCH + """
 import sys
 
 import docker

@@ -1,0 +1,89 @@
+"""The benchmark's core on tiny campaigns: every figure is reported, and the counts that
+do not depend on the machine are exact. No timing assertions: the machine is shared."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.core import BenchConfig, run_benchmark
+
+pytestmark = pytest.mark.integration
+
+MESSAGE_SIZE = 10
+
+TINY = BenchConfig(
+    name="smoke",
+    recipients=20,
+    rate_per_second=20.0,
+    rate_limited_seconds=2.0,
+    min_rate_per_second=5.0,
+    send_concurrency=4,
+    pollers=2,
+    latency_ms=(5.0, 20.0),
+    message_samples=1,
+    message_size=MESSAGE_SIZE,
+    ses_recipients=10,
+    limiter_unthrottled=False,
+    cold_start_runs=1,
+    phase_timeout_s=120.0,
+)
+
+REPORTED = (
+    "rate_ratio",
+    "ledger_overhead_ratio",
+    "ledger_overhead_ratio_unthrottled",
+    "ddb_requests_per_recipient",
+    "ddb_requests_per_recipient_ses",
+    "ddb_requests_per_duplicate",
+    "ddb_requests_per_recipient_batch_mode",
+    "ddb_requests_per_duplicate_batch_mode",
+    "write_units_per_recipient",
+    "write_units_per_duplicate",
+    "write_units_per_recipient_batch_mode",
+    "batch_vs_sequential_ratio",
+    "batch_vs_sequential_ratio_batch_mode",
+    "cold_start_import_ms",
+    "machine",
+    "goals",
+)
+
+
+@pytest.fixture(scope="module")
+def result(moto):
+    return run_benchmark(TINY, moto_endpoint=moto.endpoint)
+
+
+def test_the_report_is_one_json_object_with_every_figure(result):
+    assert json.loads(json.dumps(result)) == result
+    assert all(key in result for key in REPORTED), [key for key in REPORTED if key not in result]
+    assert set(result["goals"]) == {"rate_ratio", "ledger_overhead_ratio", "ledger_overhead_ratio_unthrottled"}
+
+
+def test_dynamodb_requests_per_recipient_are_exact(result):
+    # Resend single mode: claim + mark_sent; SES adds mark_in_flight; a redelivered
+    # recipient costs the one failed claim, which returns the old item.
+    assert result["ddb_requests_per_recipient"] == 2.0
+    assert result["ddb_requests_per_recipient_ses"] == 3.0
+    assert result["ddb_requests_per_duplicate"] == 1.0
+    # Batch mode, per message: group lookup, BatchGetItem, group put, claim and completion
+    # transactions; a redelivered message: group lookup and the refused claim transaction.
+    assert result["ddb_requests_per_recipient_batch_mode"] == 5 / MESSAGE_SIZE
+    assert result["ddb_requests_per_duplicate_batch_mode"] == 2 / MESSAGE_SIZE
+    assert result["ddb_requests_per_recipient_by_purpose"]["single_fresh"]["campaign_read"] == 1 / MESSAGE_SIZE
+
+
+def test_write_units_follow_the_item_sizes(result):
+    assert result["ledger_item_bytes"]["max"] <= 1024  # so every ledger write is one unit
+    assert result["write_units_per_recipient"] == 2.0
+    assert result["write_units_per_recipient_ses"] == 3.0
+    assert result["write_units_per_duplicate"] == 1.0  # a failed conditional write still costs
+    assert result["write_units_per_recipient_batch_mode"] >= 4.0  # 2 transactions x 2 units per item
+
+
+def test_ratios_and_timings_are_reported(result):
+    for key in ("rate_ratio", "ledger_overhead_ratio", "ledger_overhead_ratio_unthrottled", "batch_vs_sequential_ratio",
+                "batch_vs_sequential_ratio_batch_mode", "cold_start_import_ms"):
+        assert isinstance(result[key], float) and result[key] > 0, key
+    assert result["rate_configured_per_s"] >= TINY.min_rate_per_second
