@@ -10,10 +10,10 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 
 .PHONY: venv npm test test-unit test-integration test-infra test-chaos demo bench clean
 
-$(STAMP): requirements.txt requirements-dev.txt lambdas/requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt lambdas/requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q -r requirements-dev.txt -c constraints.txt
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 

@@ -685,6 +685,12 @@ from sendonce_ops.deliverability_cli import campaign_unknowns, suppression  # no
 cli.add_command(suppression)
 campaign.add_command(campaign_unknowns)
 
+# --- the cost model and the demo (docs/benchmarks.md, docs/incident.md) ---
+
+from sendonce_ops.cost import cost  # noqa: E402
+
+cli.add_command(cost)
+
 
 if __name__ == "__main__":
     main()
