@@ -46,6 +46,7 @@ from bench.capacity import (
     DynamoDBRequestLog,
     item_size,
 )
+from sendonce_ops.local.moto_server import MotoServer
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPIENTS_PER_MESSAGE = 100
@@ -187,45 +188,6 @@ class ResendProcess:
         self._call("POST", "/_local/faults", {"rate_limit": requests_per_second})
 
 
-class BenchMotoProcess:
-    """moto's server for the benchmark: MotoServer's bootstrap (its Docker workaround and
-    DynamoDB patch), quiet."""
-
-    def __init__(self) -> None:
-        self._process: subprocess.Popen[bytes] | None = None
-        self.endpoint = ""
-
-    def start(self) -> BenchMotoProcess:
-        import socket
-
-        from sendonce_ops.local import moto_server
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", moto_server._SERVER_BOOTSTRAP, "-H", "127.0.0.1", "-p", str(port)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        self.endpoint = f"http://localhost:{port}"
-        try:
-            moto_server.MotoServer(endpoint=self.endpoint).start()  # waits until it answers
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def stop(self) -> None:
-        process, self._process = self._process, None
-        if process and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
-
-
 @dataclass
 class PublishedCampaign:
     campaign_id: str
@@ -254,7 +216,7 @@ class LocalStack:
             if self._moto_endpoint:
                 self.moto_endpoint, self.moto_patched = self._moto_endpoint, False
             else:
-                moto = BenchMotoProcess().start()
+                moto = MotoServer().start()  # its bootstrap carries the DynamoDB patch
                 self._exit.callback(moto.stop)
                 self.moto_endpoint, self.moto_patched = moto.endpoint, True
             self._exit.enter_context(patched_environ(aws_env(self.moto_endpoint)))
