@@ -82,7 +82,7 @@ class ConsumerParts:
 # condition and is read as "held" / "lease lost": safe. More attempts than botocore's
 # default keep a throttled table from stranding deliveries (an SES send whose mark_sent
 # fails ends unknown).
-LEDGER_CLIENT_CONFIG = Config(retries={"mode": "adaptive", "max_attempts": 10})
+LEDGER_CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 6})
 
 
 def consumer_parts(settings: ConsumerSettings, session: boto3.session.Session | None = None) -> ConsumerParts:

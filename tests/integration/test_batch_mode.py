@@ -30,24 +30,6 @@ def test_batch_mode_sends_each_message_in_one_request_and_each_recipient_once(sy
     assert set(states(system).values()) == {DeliveryState.SENT}
 
 
-def test_batch_killed_after_accept_is_replayed_with_the_same_key_and_members(system, tmp_path):
-    system.campaign(delivery_mode="batch")
-    system.operator.publish("c1", system.recipients(40))
-
-    dead = system.consumer_process(
-        timeout_s=8, extra_env={"SENDONCE_FAULTS": json.dumps([{"at": "after_accept", "recipient_id": "r3"}]),
-                                "SENDONCE_FAULT_MARKERS": str(tmp_path)}
-    )
-    assert dead.wait(timeout=30) == -9
-    assert set(states(system).values()) == {DeliveryState.CLAIMED}
-    system.poller().run_until_idle(idle_seconds=2, max_seconds=40)
-
-    deliveries = system.deliveries()
-    assert len(deliveries) == 40 and set(deliveries.values()) == {1}
-    assert system.resend.stats()["replays"] == 1  # the same request, answered from Resend's key store
-    assert set(states(system).values()) == {DeliveryState.SENT}
-
-
 def test_batch_mode_redelivery_and_partial_rejections(system):
     system.campaign(delivery_mode="batch")
     system.resend.reject([f"user{i}@{system.domain}" for i in (1, 2)])  # 422: permanent for those two

@@ -13,7 +13,7 @@ from sendonce.models import DeliveryKey, DeliveryState
 from sendonce_ops import baseline
 from sendonce_ops.local.sqs_tools import queue_depths
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.chaos
 
 
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1):

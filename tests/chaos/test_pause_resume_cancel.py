@@ -14,7 +14,7 @@ from sendonce_ops.local.sqs_tools import queue_depths
 
 from tests.integration.operator_helpers import as_json, json_lines, sendonce, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.chaos
 
 BATCH = 10
 CONSUMERS = 2
