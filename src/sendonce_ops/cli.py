@@ -688,8 +688,10 @@ campaign.add_command(campaign_unknowns)
 # --- the cost model and the demo (docs/benchmarks.md, docs/incident.md) ---
 
 from sendonce_ops.cost import cost  # noqa: E402
+from sendonce_ops.demo import demo  # noqa: E402
 
 cli.add_command(cost)
+cli.add_command(demo)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,288 @@
+"""The demo's local AWS: the real stack deployed into moto, its consumer's configuration
+read back from what was deployed, scaled in time, and consumer processes that run it.
+
+Nothing here is a hand-made copy of the stack: queue URLs and table names come from the
+stack outputs, the handler, timeout and environment from the deployed function, the
+batch size and MaximumConcurrency from its event source mapping, maxReceiveCount from
+the queue's redrive policy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from sendonce_ops.local.moto_server import aws_env
+from sendonce_ops.local.poller import disable_moto_event_source_mappings
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RESEND_DEMO_KEY = "re_sendonce_demo_key"
+# Below these, a loopback call on a busy 2-core machine can time out for no reason.
+MIN_PROVIDER_TIMEOUT_S = 1
+MIN_SAFETY_MARGIN_MS = 1000
+
+
+def deploy_stack(endpoint: str, *, context: Mapping[str, Any]) -> dict[str, str]:
+    """`infra.deploy_local.deploy_to_moto` (the repository's CDK app, synthesized and created)."""
+    try:
+        from infra.deploy_local import deploy_to_moto
+    except ModuleNotFoundError:
+        # `infra/` is the CDK app at the repository root, not an installed package.
+        sys.path.insert(0, str(REPO_ROOT))
+        from infra.deploy_local import deploy_to_moto
+    return deploy_to_moto(endpoint, context=dict(context))
+
+
+@dataclass(frozen=True)
+class DeployedConsumer:
+    """The consumer as the stack deployed it."""
+
+    function_name: str
+    handler: str  # Lambda's form: package.module.function
+    timeout_s: int
+    environment: dict[str, str]
+    batch_size: int
+    max_concurrency: int
+    queue_url: str
+    queue_arn: str
+    dead_letter_queue_url: str
+    ledger_table: str
+    campaigns_table: str
+    visibility_timeout_s: int
+    max_receive_count: int
+
+    @classmethod
+    def read(cls, session: boto3.session.Session, outputs: Mapping[str, str]) -> DeployedConsumer:
+        lambda_client = session.client("lambda")
+        function_name = outputs["ConsumerFunctionName"]
+        function = lambda_client.get_function_configuration(FunctionName=function_name)
+        mappings = disable_moto_event_source_mappings(lambda_client, function_name)
+        if len(mappings) != 1:
+            raise RuntimeError(f"expected one event source mapping on {function_name}, found {len(mappings)}")
+        mapping = mappings[0]
+        attributes = session.client("sqs").get_queue_attributes(
+            QueueUrl=outputs["QueueUrl"], AttributeNames=["VisibilityTimeout", "RedrivePolicy"]
+        )["Attributes"]
+        return cls(
+            function_name=function_name,
+            handler=function["Handler"],
+            timeout_s=int(function["Timeout"]),
+            environment=dict(function.get("Environment", {}).get("Variables", {})),
+            batch_size=int(mapping["batch_size"] or 10),
+            # Without MaximumConcurrency Lambda scales out on its own; locally, two.
+            max_concurrency=int(mapping["max_concurrency"] or 2),
+            queue_url=outputs["QueueUrl"],
+            queue_arn=outputs["QueueArn"],
+            dead_letter_queue_url=outputs["DeadLetterQueueUrl"],
+            ledger_table=outputs["LedgerTableName"],
+            campaigns_table=outputs["CampaignsTableName"],
+            visibility_timeout_s=int(attributes["VisibilityTimeout"]),
+            max_receive_count=int(json.loads(attributes["RedrivePolicy"])["maxReceiveCount"]),
+        )
+
+    @property
+    def poller_handler(self) -> str:
+        """The handler in the poller's module:function form."""
+        module, _, function = self.handler.rpartition(".")
+        return f"{module}:{function}"
+
+
+@dataclass(frozen=True)
+class TimeScale:
+    """Deployed durations divided by `factor`, keeping their proportions.
+
+    The function timeout and the queue's visibility timeout shrink together (still
+    6 x apart). The provider timeout and the safety margin shrink too, but not below
+    MIN_PROVIDER_TIMEOUT_S / MIN_SAFETY_MARGIN_MS.
+    """
+
+    factor: int
+
+    def function_timeout_s(self, consumer: DeployedConsumer) -> float:
+        return consumer.timeout_s / self.factor
+
+    def visibility_timeout_s(self, consumer: DeployedConsumer) -> int:
+        return max(1, math.ceil(consumer.visibility_timeout_s / self.factor))
+
+    def overrides(self, consumer: DeployedConsumer) -> dict[str, str]:
+        env = consumer.environment
+        provider_timeout = max(MIN_PROVIDER_TIMEOUT_S, float(env["SENDONCE_PROVIDER_TIMEOUT_SECONDS"]) / self.factor)
+        margin = max(MIN_SAFETY_MARGIN_MS, provider_timeout * 1000, int(env["SENDONCE_SAFETY_MARGIN_MS"]) / self.factor)
+        return {
+            "SENDONCE_PROVIDER_TIMEOUT_SECONDS": f"{provider_timeout:g}",
+            "SENDONCE_SAFETY_MARGIN_MS": str(math.ceil(margin)),
+        }
+
+
+class ConsumerProcess:
+    """One local event-source poller process: one concurrent Lambda execution environment."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        consumer: DeployedConsumer,
+        handler: str,
+        function_timeout_s: float,
+        env: Mapping[str, str],
+        log_dir: Path,
+    ) -> None:
+        self.name = name
+        self.stdout_path = log_dir / f"{name}.out"
+        self.stderr_path = log_dir / f"{name}.err"
+        command = [
+            sys.executable, "-m", "sendonce_ops.local.poller",
+            "--queue-url", consumer.queue_url,
+            "--handler", handler,
+            "--batch-size", str(consumer.batch_size),
+            "--concurrency", "1",
+            "--timeout", f"{function_timeout_s:g}",
+            "--function-name", consumer.function_name,
+        ]  # fmt: skip
+        with open(self.stdout_path, "wb") as stdout, open(self.stderr_path, "wb") as stderr:
+            self.process = subprocess.Popen(
+                command,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                # Its own session: Ctrl-C reaches the demo, which stops consumers in order.
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def returncode(self) -> int | None:
+        return self.process.poll()
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no acknowledgement, as when Lambda's sandbox dies."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """SIGTERM: the poller finishes the invocation in progress and exits."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def counters(self) -> dict[str, int]:
+        """The poller's last stdout line: its counters, written when it stops."""
+        try:
+            lines = self.stdout_path.read_text(errors="replace").strip().splitlines()
+        except FileNotFoundError:
+            return {}
+        for line in reversed(lines):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and "invocations" in data:
+                return {k: int(v) for k, v in data.items()}
+        return {}
+
+
+class ResendServerProcess:
+    """The local Resend server (`python -m sendonce_ops.local.resend_server`) in a process of
+    its own, steered over its /_local/* endpoints (docs/local-resend.md): its request
+    handling gets a core of its own, and its log (a SIGKILLed client's reset connection is
+    logged with a traceback) stays out of the demo's output."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self._log_path = log_dir / "resend-server.err"
+        self.process: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def start(self) -> ResendServerProcess:
+        with open(self._log_path, "wb") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "sendonce_ops.local.resend_server", "--port", "0"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                start_new_session=True,
+            )
+        assert self.process.stdout is not None
+        self.url = self.process.stdout.readline().strip()  # it prints its URL once listening
+        if not self.url.startswith("http"):
+            self.stop()
+            raise RuntimeError(f"the local Resend server did not start: {self._log_path.read_text()[-2000:]}")
+        return self
+
+    def _call(self, method: str, path: str, body: dict | None = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
+        request = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"content-type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - loopback only
+            return json.loads(response.read())
+
+    def stats(self) -> dict[str, Any]:
+        return self._call("GET", "/_local/stats")
+
+    def deliveries(self) -> dict[str, int]:
+        return self._call("GET", "/_local/deliveries")["deliveries"]
+
+    def armed_stalls(self) -> int:
+        return len(self._call("GET", "/_local/faults")["stall_next"])
+
+    def stall_next(self, count: int, seconds: float) -> None:
+        self._call("POST", "/_local/faults", {"stall_next": {"count": count, "seconds": seconds}})
+
+    def reset(self) -> None:
+        self._call("POST", "/_local/reset")
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def consumer_environment(
+    consumer: DeployedConsumer, *, endpoint: str, resend_url: str, overrides: Mapping[str, str]
+) -> dict[str, str]:
+    """The deployed function's environment, pointed at moto and the local Resend server,
+    with the demo's overrides on top (each one printed by the demo)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")}
+    env.update(aws_env(endpoint))
+    env.update(consumer.environment)
+    env.update(overrides)
+    env["RESEND_API_URL"] = resend_url
+    # The same code Lambda would run, from this checkout.
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "lambdas"), str(REPO_ROOT / "src")])
+    return env
+
+
+def wait_for(predicate, *, timeout_s: float, interval_s: float = 0.05, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached within {timeout_s:g} s")
+        time.sleep(interval_s)
