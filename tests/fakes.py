@@ -87,13 +87,15 @@ class FakeLedger:
                 owner,
             )
 
-    def settle(self, key, *, owner, state, reason, error_class, maybe_sent=False, now_ms) -> None:
+    def settle(self, key, *, owner, state, reason, error_class, maybe_sent=False, clear_maybe_sent=False, now_ms) -> None:
         with self._lock:
             self.requests["settle"] += 1
             record = self._fenced(key, owner, {DeliveryState.CLAIMED, DeliveryState.IN_FLIGHT})
             update = {"state": state, "reason": reason, "error_class": error_class, "lease_until_ms": None}
             if maybe_sent and record.maybe_sent_at_ms is None:
                 update["maybe_sent_at_ms"] = now_ms
+            elif clear_maybe_sent:
+                update["maybe_sent_at_ms"] = None
             self._put(record.model_copy(update=update), state.value, owner)
 
     def close_unclaimed(self, campaign_id, recipient_ids: Iterable[str], *, state, reason, batch_id) -> int:

@@ -429,6 +429,7 @@ class DeliveryService:
         records = self._ledger.get_many(batch.campaign_id, [r.recipient_id for r in candidates])
         now_ms = self._clock_ms()
         members = []
+        foreign: set[str] = set()
         for recipient in candidates:
             record = records.get(recipient.recipient_id)
             verdict = classify(record, payload_hash=hashes[recipient.recipient_id], provider_idempotent=True,
@@ -441,11 +442,22 @@ class DeliveryService:
                 run.count("conflicts", error="recipient was claimed before with different content")
             elif verdict == STALE:
                 singles.append(recipient)  # the one-by-one claim closes it as unknown
-            else:  # held by a live owner, or owned by another group's request
-                run.count("returning", recipient.recipient_id, error=f"delivery {'held' if verdict != GROUPED else 'in another send group'}")
-                if verdict != GROUPED and record and record.lease_until_ms:
+            elif verdict == GROUPED and record is not None and record.group_key:
+                foreign.add(record.group_key)
+            else:  # held by a live owner
+                run.count("returning", recipient.recipient_id, error="delivery held by another consumer")
+                if record and record.lease_until_ms:
                     with run.lock:
                         run.report.return_at_ms = max(run.report.return_at_ms or 0, record.lease_until_ms)
+        for group_key in sorted(foreign):
+            # Another batch's group may have carried these recipients (its message was
+            # acknowledged while the campaign was paused, say): only a replay of that
+            # request, same members and key, may send them. Replay it here.
+            other = self._campaigns.get_group(batch.campaign_id, group_key.rsplit(":group:", 1)[-1])
+            if other is None:
+                continue
+            other_hashes = {r.recipient_id: self._guard.payload_hash(r.email, r.variables) for r in other.recipients}
+            self._run_group(run, other, other_hashes)
         if members:
             # A batch holds at most 100 recipients, Resend's batch limit: one group suffices.
             group = self._campaigns.record_group(SendGroup(campaign_id=batch.campaign_id, group_id=group_id, recipients=members))

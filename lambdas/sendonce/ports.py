@@ -105,9 +105,12 @@ class Ledger(Protocol):
         reason: str,
         error_class: str,
         maybe_sent: bool = False,
+        clear_maybe_sent: bool = False,
         now_ms: int,
     ) -> None:
-        """End a held delivery as failed / unknown, or release it back to pending."""
+        """End a held delivery as failed / unknown, or release it back to pending.
+        `clear_maybe_sent`: the provider said the email was not accepted (SES throttling
+        after in_flight), so the delivery may be claimed again."""
         ...
 
     def close_unclaimed(

@@ -249,15 +249,19 @@ class DynamoDBLedger:
         reason: str,
         error_class: str,
         maybe_sent: bool = False,
+        clear_maybe_sent: bool = False,
         now_ms: int,
     ) -> None:
         values = _values(state=state.value, reason=reason[:500], ec=error_class, iso=_now_iso())
         values.update(_history(state.value, owner, f"{error_class}: {reason}"))
         update = "SET #state = :state, reason = :reason, error_class = :ec, updated_at = :iso, " + _APPEND
+        remove = ["lease_until_ms"]
         if maybe_sent:
             update += ", maybe_sent_at_ms = if_not_exists(maybe_sent_at_ms, :now)"
             values.update(_values(now=now_ms))
-        update += " REMOVE lease_until_ms"
+        elif clear_maybe_sent:
+            remove.append("maybe_sent_at_ms")
+        update += " REMOVE " + ", ".join(remove)
         self._fenced_update(key, owner=owner, allowed=["claimed", "in_flight"], update=update, values=values)
 
     def close_unclaimed(

@@ -1,0 +1,65 @@
+"""Ledger throttling in batch mode and with SES: chosen DynamoDB calls of the consumer's own
+session fail with ProvisionedThroughputExceededException, raised before botocore could retry
+(as when its retries ran out). Single mode with Resend: test_provider_and_ledger_faults.py."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+
+from sendonce.models import DeliveryState
+
+from tests.chaos.injection import consumer_on, ledger_throttle
+
+pytestmark = pytest.mark.chaos
+
+
+def throttled_consumer(system, calls: dict[str, set[int]], **env: str):
+    session = boto3.session.Session()
+    throttle = ledger_throttle(session, calls)
+    return consumer_on(system, session, **env), throttle
+
+
+def test_batch_mode_ledger_throttled_before_and_after_the_send_neither_duplicates_nor_loses(system):
+    system.campaign(delivery_mode="batch")
+    system.operator.publish("c1", system.recipients(20))
+    # The 1st group claim fails (nothing sent); the 2nd claim succeeds and the group's request
+    # is accepted; the 3rd transaction, recording the outcome, fails after the send.
+    # Short leases (3 s): a group held by a consumer that could not record its outcome is
+    # taken over before its message runs out of receives (this fixture's visibility timeout
+    # is 2 s; batch mode does not stretch it to the holder's lease, single mode does).
+    handler, throttle = throttled_consumer(
+        system, {"TransactWriteItems": {1, 3}}, SENDONCE_SAFETY_MARGIN_MS="1000", SENDONCE_PROVIDER_TIMEOUT_SECONDS="1"
+    )
+
+    system.poller(handler=handler, timeout_s=3).run_until_idle(idle_seconds=2, max_seconds=60)
+
+    assert throttle.raised["TransactWriteItems"] == 2
+    deliveries = system.deliveries()
+    assert len(deliveries) == 20 and set(deliveries.values()) == {1}
+    assert {r.state for r in system.operator.records("c1")} == {DeliveryState.SENT}
+    assert system.resend.stats()["replays"] == 1  # the unrecorded send was repeated under its key
+
+
+def test_ses_ledger_throttled_never_duplicates_and_flags_what_it_cannot_know(system):
+    system.campaign(provider="ses")
+    system.operator.publish("c1", system.recipients(12))
+    # Early UpdateItem calls of every kind fail: claims, in-flight marks, sent marks, settlements.
+    handler, throttle = throttled_consumer(system, {"UpdateItem": {1, 2, 5, 8, 13, 21}})
+
+    system.poller(handler=handler, timeout_s=7).run_until_idle(idle_seconds=2, max_seconds=60)
+
+    assert throttle.raised["UpdateItem"] == 6
+    deliveries = system.deliveries("ses")
+    assert set(deliveries.values()) <= {1}  # no duplicate, whatever the ledger could not record
+    records = {r.recipient_id: r for r in system.operator.records("c1")}
+    assert len(records) == 12
+    for recipient in system.recipients(12):
+        record = records[recipient.recipient_id]
+        if recipient.email in deliveries:
+            assert record.state in (DeliveryState.SENT, DeliveryState.UNKNOWN), record
+        else:
+            # Never accepted by SES: only visible as unknown, never silently dropped.
+            assert record.state is DeliveryState.UNKNOWN, record
+    status = system.operator.status("c1")
+    assert status.remaining == 0 and status.sent + status.unknown == 12
