@@ -488,9 +488,9 @@ class CampaignRun:
 
     def _pause_and_resume(self) -> None:
         total = len(self.recipients)
-        # Paused and resumed before the killed consumer's batch comes back: in batch mode a
-        # batch whose fault is still playing out must not be acknowledged while paused
-        # (docs/incident.md, "What the demo does not do").
+        # Early, and resumed before the killed consumer's batch comes back: resume then
+        # republishes that batch's recipients too, and whichever message reaches a consumer
+        # first replays the dead consumer's request under its key.
         resume_by = self._redelivery_at - 3
         low, high = PAUSE_HOLD_S
         self._wait(

@@ -25,6 +25,13 @@ time alone. Where it goes, and what the demo's moto process does instead:
    item. Here only the second, real validation runs. The one difference: an update with
    an invalid expression on a missing item leaves a key-only item behind (the demo sends
    none).
+7. Query lists every item of the table, filters it to the partition and sorts it again for
+   each 1 MB page (and deep-copies the page): reading a 12,480-item campaign's ledger took
+   ~35 s. Here a query on one partition (no index, no range-key condition) sorts just that
+   partition once per page and pages by bisection. Everything else goes to moto's query.
+8. Every item read back goes through moto's generic, shape-driven response serializer,
+   ~2 ms per ledger item (most of a 12,480-item read). The items are DynamoDB JSON
+   already; here Query, Scan, GetItem and BatchGetItem answers are written with json.dumps.
 
 Measured in-process (client and moto): 17 ms -> 4 ms per recipient in batch mode,
 22 ms -> 10 ms in single mode with SES. SQS, SES, CloudFormation and Lambda are stock
@@ -216,6 +223,70 @@ def _sendonce_demo_moto_patches():
             return self.node_to_validate if self._precheck else super().validate()
 
     models.UpdateExpressionValidator = OnceUpdateExpressionValidator
+
+    # 7. Query one partition without listing, filtering and sorting the whole table per page.
+    import bisect
+
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import RESULT_SIZE_LIMIT
+
+    query = Table.query
+
+    def query_one_partition(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
+                            scan_index_forward, projection_expressions, index_name=None, consistent_read=False,
+                            filter_expression=None, hash_key_conditions=None, range_key_conditions=None,
+                            **filter_kwargs):
+        if (index_name is not None or hash_key is None or self.range_key_attr is None or range_comparison
+                or range_key_conditions or filter_kwargs or self.range_key_type not in ("S", "N")):
+            return query(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
+                         scan_index_forward, projection_expressions, index_name, consistent_read,
+                         filter_expression, hash_key_conditions=hash_key_conditions,
+                         range_key_conditions=range_key_conditions, **filter_kwargs)
+        partition = self.items.get(hash_key) or {}
+        ordered = sorted(partition.values(), key=lambda item: item.range_key.cast_value)
+        keys = [item.range_key.cast_value for item in ordered]
+        if exclusive_start_key is not None:
+            start = DynamoType(exclusive_start_key[self.range_key_attr]).cast_value
+            ordered = ordered[bisect.bisect_right(keys, start):] if scan_index_forward else ordered[:bisect.bisect_left(keys, start)]
+        if scan_index_forward is False:
+            ordered.reverse()
+        results, size, last_evaluated_key = [], 0, None
+        for item in ordered:
+            item_size = item.size()
+            if len(results) == limit or size + item_size > RESULT_SIZE_LIMIT:
+                last_evaluated_key = self._get_last_evaluated_key(results[-1], None)
+                break
+            results.append(item)
+            size += item_size
+        scanned = len(results)
+        # No copy: requests are applied one at a time (2.), so nothing changes an item
+        # while this one's response is written.
+        if filter_expression is not None:
+            results = [item for item in results if filter_expression.expr(item)]
+        if projection_expressions:
+            results = [item.project(projection_expressions) for item in copy.deepcopy(results)]
+        return results, scanned, last_evaluated_key
+
+    Table.query = query_one_partition
+
+    # 8. Items read back are already DynamoDB JSON: write them as JSON, not through moto's
+    # shape-by-shape response serializer (~2 ms per ledger item).
+    serialized = responses.DynamoHandler.serialized
+    item_reads = {"Query", "Scan", "GetItem", "BatchGetItem"}
+
+    def serialized_items_as_json(self, action_result):
+        result = action_result.result
+        if isinstance(action_result, responses.DynamoResult) and isinstance(result, dict) and self._get_action() in item_reads:
+            try:
+                body = json.dumps(result, separators=(",", ":"))
+            except (TypeError, ValueError):
+                return serialized(self, action_result)
+            headers = dict(self.response_headers)
+            headers["Content-Type"] = "application/x-amz-json-1.0"
+            return 200, headers, body
+        return serialized(self, action_result)
+
+    responses.DynamoHandler.serialized = serialized_items_as_json
 
 
 _sendonce_demo_moto_patches()

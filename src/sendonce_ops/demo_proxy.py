@@ -18,6 +18,7 @@ from __future__ import annotations
 import http.client
 import os
 import signal
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -25,6 +26,14 @@ from urllib.parse import urlsplit
 SES_SEND_PATHS = ("/v2/email/outbound-emails",)
 RESEND_SEND_PATHS = ("/emails", "/emails/batch")
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host", "te", "trailer"}
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:  # noqa: ANN001
+        # A killed consumer, or one that gave up on a stalled answer, leaves a dead socket
+        # behind: that is the fault working, not an error worth a traceback.
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
 
 
 class FaultProxy:
@@ -67,7 +76,7 @@ class FaultProxy:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
         return self

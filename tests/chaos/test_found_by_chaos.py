@@ -13,6 +13,8 @@ from sendonce.models import DeliveryState
 
 from tests.chaos.injection import FailingCalls, consumer_on
 
+pytestmark = pytest.mark.chaos
+
 
 def states(system, campaign_id: str = "c1") -> dict[str, DeliveryState]:
     return {r.recipient_id: r.state for r in system.operator.records(campaign_id)}
@@ -23,8 +25,6 @@ def wait_for(predicate, timeout: float = 20.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.1)
-
-pytestmark = pytest.mark.chaos
 
 
 def test_ses_throttling_after_in_flight_is_retried_later_not_closed_unknown(system):
@@ -60,7 +60,7 @@ def test_batch_mode_pause_while_an_unfinished_group_returns_then_resume_sends_it
     _, republished = system.operator.resume("c1")
     poller.run_until_idle(idle_seconds=2, max_seconds=40)
 
-    # Then every recipient is sent once (today: none is, and all end dead-lettered)
+    # Then every recipient is sent once (before the fix: none was, and all ended dead-lettered)
     assert republished == 10
     deliveries = system.deliveries()
     assert len(deliveries) == 10 and set(deliveries.values()) == {1}, (deliveries, states(system))
