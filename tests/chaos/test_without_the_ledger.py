@@ -33,7 +33,9 @@ def test_two_consumers_on_the_same_message_without_the_ledger_send_it_twice(syst
     deliveries = deliver_one_message_twice_at_once(system, baseline.lambda_handler, baseline.lambda_handler, 20)
 
     assert len(deliveries) == 20
-    assert sum(deliveries.values()) == 40  # both copies of the message were sent in full
+    # Both copies of the message were sent in full (more, if a slow run let the
+    # visibility timeout pass and a third delivery happened: still the point).
+    assert min(deliveries.values()) >= 2
 
 
 def kill_after_three_accepted(system, handler: str) -> None:
