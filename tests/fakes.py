@@ -9,7 +9,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
 from sendonce.errors import CampaignNotFoundError, IllegalTransitionError, LeaseLostError
-from sendonce.ledger_rules import STALE, classify
+from sendonce import delivery_protocol as protocol
+from sendonce.delivery_protocol import Event, Verdict, classify
 from sendonce.models import (
     BatchMessage,
     Campaign,
@@ -39,76 +40,95 @@ class FakeLedger:
             self.requests["claim"] += 1
             record = self.items.get((request.campaign_id, request.recipient_id))
             verdict = classify(record, payload_hash=payload_hash, provider_idempotent=request.provider_idempotent, now_ms=now_ms)
-            if verdict is ClaimStatus.CLAIMED:
+            if verdict is Verdict.CLAIM:
                 base = record or DeliveryRecord(
                     campaign_id=request.campaign_id, recipient_id=request.recipient_id, state=DeliveryState.PENDING
                 )
-                self._put(
-                    base.model_copy(
-                        update={
-                            "state": DeliveryState.CLAIMED,
-                            "owner": request.owner,
-                            "lease_until_ms": lease_until_ms,
-                            "claimed_at_ms": now_ms,
-                            "attempts": base.attempts + 1,
-                            "payload_hash": base.payload_hash or payload_hash,
-                            "batch_id": request.batch_id,
-                            "provider": request.provider,
-                        }
-                    ),
-                    "claimed",
-                    request.owner,
-                )
+                update = {
+                    "state": DeliveryState.CLAIMED,
+                    "owner": request.owner,
+                    "lease_until_ms": lease_until_ms,
+                    "claimed_at_ms": now_ms,
+                    "attempts": base.attempts + 1,
+                    "payload_hash": base.payload_hash or payload_hash,
+                    "batch_id": request.batch_id,
+                    "provider": request.provider,
+                }
+                if request.provider_idempotent and base.maybe_sent_at_ms is None:
+                    update.update(maybe_sent_at_ms=now_ms, maybe_sent_by=request.owner)
+                self._put(base.model_copy(update=update), "claimed", request.owner)
                 return ClaimResult(ClaimStatus.CLAIMED)
-            if verdict == STALE:
+            if verdict is Verdict.STALE:
                 self._put(record.model_copy(update={"state": DeliveryState.UNKNOWN, "error_class": "stale"}), "unknown")
                 return ClaimResult(ClaimStatus.FINAL, self.items[(record.campaign_id, record.recipient_id)], closed_as_unknown=True)
-            return ClaimResult(verdict, record)
+            if verdict in (Verdict.FINAL, Verdict.CONFLICT):
+                return ClaimResult(ClaimStatus(verdict.value), record)
+            return ClaimResult(ClaimStatus.HELD, record)
 
-    def _fenced(self, key: DeliveryKey, owner: str, allowed: set[DeliveryState]) -> DeliveryRecord:
+    def _fenced(self, key: DeliveryKey, owner: str, event: Event) -> DeliveryRecord:
         record = self.items.get((key.campaign_id, key.recipient_id))
-        if record is None or record.owner != owner or record.state not in allowed:
+        if record is None or record.owner != owner or record.state.value not in protocol.sources(event):
             raise LeaseLostError(f"{key} not owned by {owner}")
         return record
 
     def mark_in_flight(self, key: DeliveryKey, *, owner: str, now_ms: int) -> None:
         with self._lock:
             self.requests["mark_in_flight"] += 1
-            record = self._fenced(key, owner, {DeliveryState.CLAIMED})
-            self._put(record.model_copy(update={"state": DeliveryState.IN_FLIGHT, "maybe_sent_at_ms": now_ms}), "in_flight", owner)
+            record = self._fenced(key, owner, Event.MARK_IN_FLIGHT)
+            self._put(record.model_copy(update={"state": DeliveryState.IN_FLIGHT, "maybe_sent_at_ms": record.maybe_sent_at_ms or now_ms,
+                                                "maybe_sent_by": record.maybe_sent_by or owner}), "in_flight", owner)
 
     def mark_sent(self, key: DeliveryKey, *, owner: str, receipt: Receipt) -> None:
         with self._lock:
             self.requests["mark_sent"] += 1
-            record = self._fenced(key, owner, {DeliveryState.CLAIMED, DeliveryState.IN_FLIGHT, DeliveryState.UNKNOWN})
+            record = self._fenced(key, owner, Event.MARK_SENT)
             self._put(
                 record.model_copy(update={"state": DeliveryState.SENT, "provider_message_id": receipt.provider_message_id}),
                 "sent",
                 owner,
             )
 
-    def settle(self, key, *, owner, state, reason, error_class, maybe_sent=False, clear_maybe_sent=False, now_ms) -> None:
+    def settle(self, key, *, owner, state, reason, error_class, maybe_sent=False, refused=False, now_ms) -> None:
         with self._lock:
             self.requests["settle"] += 1
-            record = self._fenced(key, owner, {DeliveryState.CLAIMED, DeliveryState.IN_FLIGHT})
+            record = self._fenced(key, owner, protocol.settle_event(state, maybe_sent=maybe_sent))
             update = {"state": state, "reason": reason, "error_class": error_class, "lease_until_ms": None}
             if maybe_sent and record.maybe_sent_at_ms is None:
-                update["maybe_sent_at_ms"] = now_ms
-            elif clear_maybe_sent:
-                update["maybe_sent_at_ms"] = None
+                update.update(maybe_sent_at_ms=now_ms, maybe_sent_by=owner)
+            elif refused and record.maybe_sent_by == owner:
+                update.update(maybe_sent_at_ms=None, maybe_sent_by=None, group_key=None)
             self._put(record.model_copy(update=update), state.value, owner)
 
     def close_unclaimed(self, campaign_id, recipient_ids: Iterable[str], *, state, reason, batch_id) -> int:
+        event = {DeliveryState.DEAD_LETTERED: Event.CLOSE_DEAD_LETTERED, DeliveryState.SUPPRESSED: Event.CLOSE_SUPPRESSED}[state]
         moved = 0
         with self._lock:
             for rid in recipient_ids:
                 record = self.items.get((campaign_id, rid))
+                if record is None and not protocol.allows_absent(event):
+                    continue
                 if record is None:
                     record = DeliveryRecord(campaign_id=campaign_id, recipient_id=rid, state=DeliveryState.PENDING, batch_id=batch_id)
-                if record.state in (DeliveryState.PENDING, DeliveryState.DEAD_LETTERED):
-                    self._put(record.model_copy(update={"state": state, "reason": reason}), state.value)
-                    moved += 1
+                elif record.state.value not in protocol.sources(event):
+                    continue
+                self._put(record.model_copy(update={"state": state, "reason": reason}), state.value)
+                moved += 1
         return moved
+
+    def close_as_read(self, record, event, *, reason, now_ms, key=None, batch_id=None):
+        key = key or record.key
+        with self._lock:
+            current = self.items.get((key.campaign_id, key.recipient_id))
+            if current != record:
+                return None
+            base = record or DeliveryRecord(campaign_id=key.campaign_id, recipient_id=key.recipient_id,
+                                            state=DeliveryState.PENDING, batch_id=batch_id)
+            target = protocol.transition(event).target
+            self._put(base.model_copy(update={"state": target, "reason": reason, "lease_until_ms": None}), target.value)
+            return self.items[(key.campaign_id, key.recipient_id)]
+
+    def get_many(self, campaign_id: str, recipient_ids: list[str]) -> dict[str, DeliveryRecord]:
+        return {rid: self.items[(campaign_id, rid)] for rid in recipient_ids if (campaign_id, rid) in self.items}
 
     def get(self, key: DeliveryKey) -> DeliveryRecord | None:
         return self.items.get((key.campaign_id, key.recipient_id))
@@ -175,19 +195,39 @@ class FakeCampaignStore:
         except KeyError:
             raise CampaignNotFoundError(campaign_id) from None
 
-    def transition(self, campaign_id, *, to, allowed_from, by, reason=None) -> Campaign:
+    def transition(self, campaign_id, *, to, allowed_from, by, reason=None, publishing_until_ms=None,
+                   unless_publishing_at_ms=None, stays=False) -> Campaign:
         campaign = self.get(campaign_id)
         if campaign.state not in set(allowed_from):
             raise IllegalTransitionError(f"{campaign.state} -> {to}")
-        campaign = campaign.model_copy(update={"state": to, "state_changed_by": by, "state_reason": reason})
+        if unless_publishing_at_ms is not None and (campaign.publishing_until_ms or 0) >= unless_publishing_at_ms:
+            raise IllegalTransitionError(f"{campaign_id} is being published")
+        update = {} if stays else {"state": to, "state_changed_by": by, "state_reason": reason}
+        if publishing_until_ms is not None:
+            update["publishing_until_ms"] = publishing_until_ms
+        campaign = campaign.model_copy(update=update)
         self.campaigns[campaign_id] = campaign
         return campaign
+
+    def end_publish(self, campaign_id: str) -> None:
+        self.campaigns[campaign_id] = self.get(campaign_id).model_copy(update={"publishing_until_ms": None})
+
+    def batch_settled(self, campaign_id: str) -> int:
+        campaign = self.get(campaign_id)
+        self.campaigns[campaign_id] = campaign.model_copy(update={"open_batches": campaign.open_batches - 1})
+        return campaign.open_batches - 1
+
+    def reset_open_batches(self, campaign_id: str, count: int) -> None:
+        self.campaigns[campaign_id] = self.get(campaign_id).model_copy(update={"open_batches": count})
 
     def add_batch(self, batch: BatchMessage) -> BatchStatus:
         batches = self.batch_records.setdefault(batch.campaign_id, {})
         if batch.batch_id in batches:
             return BatchStatus.ENQUEUED if batches[batch.batch_id][1] else BatchStatus.RECORDED
+        self.get(batch.campaign_id)
         batches[batch.batch_id] = (batch, False)
+        campaign = self.campaigns[batch.campaign_id]
+        self.campaigns[batch.campaign_id] = campaign.model_copy(update={"open_batches": campaign.open_batches + 1})
         return BatchStatus.NEW
 
     def mark_batch_enqueued(self, campaign_id: str, batch_id: str) -> None:

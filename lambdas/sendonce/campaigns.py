@@ -19,6 +19,9 @@ from pydantic import ValidationError
 
 from sendonce.deliverability_ports import ReopenReport
 from sendonce.errors import InvalidCampaignError, UnknownProviderError
+from sendonce import campaign_lifecycle as lifecycle
+from sendonce.campaign_lifecycle import CampaignEvent
+from sendonce.errors import IllegalTransitionError
 from sendonce.models import (
     FINAL_STATES,
     HELD_STATES,
@@ -39,15 +42,9 @@ from sendonce.unknowns import DEFAULT_UNKNOWN_WINDOW_S, UnknownOutcomes, resume_
 logger = logging.getLogger(__name__)
 
 MESSAGES_PER_SEND = 10  # SQS SendMessageBatch takes ten entries
-
-# Which states each operator verb may start from (docs/operations-campaigns.md draws the machine).
-TRANSITIONS: Mapping[str, tuple[CampaignState, tuple[CampaignState, ...]]] = {
-    "start": (CampaignState.SENDING, (CampaignState.DRAFT, CampaignState.SENDING)),
-    "pause": (CampaignState.PAUSED, (CampaignState.SENDING,)),
-    "resume": (CampaignState.SENDING, (CampaignState.PAUSED, CampaignState.SENDING)),
-    "cancel": (CampaignState.CANCELLED, (CampaignState.DRAFT, CampaignState.SENDING, CampaignState.PAUSED)),
-    "complete": (CampaignState.COMPLETED, (CampaignState.SENDING,)),
-}
+# A publish holds a lease on the campaign, renewed before every request to the queue; a
+# publisher that dies lets the campaign complete this long after its last request.
+PUBLISH_LEASE_MS = 5 * 60 * 1000
 
 
 def batch_id_for(campaign_id: str, recipients: list[Recipient]) -> str:
@@ -87,6 +84,11 @@ class DeliveryStatus:
     def remaining(self) -> int:
         return self.pending + self.in_progress + self.dead_lettered
 
+    @property
+    def done(self) -> bool:
+        """Every published recipient has ended (the campaign may not have completed yet)."""
+        return self.total > 0 and self.remaining == 0
+
     def as_dict(self) -> dict:
         return {
             "campaign_id": self.campaign_id,
@@ -102,6 +104,7 @@ class DeliveryStatus:
             "cancelled": self.cancelled,
             "dead_lettered": self.dead_lettered,
             "remaining": self.remaining,
+            "done": self.done,
         }
 
 
@@ -151,6 +154,54 @@ class DeadLetterSummary:
                 "details": [m.as_dict() for m in self.messages]}
 
 
+def delivery_status(campaigns: CampaignStore, ledger: Ledger, campaign_id: str) -> DeliveryStatus:
+    """Counts of every published recipient by ledger state. A pure read."""
+    campaign = campaigns.get(campaign_id)
+    recipient_ids: set[str] = set()
+    for batch, _ in campaigns.batches(campaign_id):
+        recipient_ids.update(r.recipient_id for r in batch.recipients)
+    counts: Counter = Counter()
+    for record in ledger.records(campaign_id):
+        recipient_ids.discard(record.recipient_id)
+        counts[record.state] += 1
+    counts[DeliveryState.PENDING] += len(recipient_ids)  # published, never claimed
+    return DeliveryStatus(
+        campaign_id=campaign_id,
+        state=campaign.state,
+        state_reason=campaign.state_reason,
+        total=sum(counts.values()),
+        pending=counts[DeliveryState.PENDING],
+        in_progress=counts[DeliveryState.CLAIMED] + counts[DeliveryState.IN_FLIGHT],
+        sent=counts[DeliveryState.SENT],
+        failed=counts[DeliveryState.FAILED],
+        suppressed=counts[DeliveryState.SUPPRESSED],
+        unknown=counts[DeliveryState.UNKNOWN],
+        cancelled=counts[DeliveryState.CANCELLED],
+        dead_lettered=counts[DeliveryState.DEAD_LETTERED],
+    )
+
+
+def complete_if_done(campaigns: CampaignStore, ledger: Ledger, campaign_id: str, *, now_ms: int) -> Campaign | None:
+    """The `complete` event, when the ledger says every published recipient ended. The
+    write is conditional on the campaign still sending and no publish lease live, so a
+    publish under way keeps it open. Returns the completed campaign, or None."""
+    status = delivery_status(campaigns, ledger, campaign_id)
+    if status.state is not CampaignState.SENDING or not status.done:
+        return None
+    reason = f"{status.unknown} outcome(s) unknown" if status.unknown else "every recipient ended"
+    try:
+        return lifecycle.apply(
+            campaigns, campaign_id, CampaignEvent.COMPLETE, by=lifecycle.AUTOMATIC, reason=reason,
+            unless_publishing_at_ms=now_ms,
+        )
+    except IllegalTransitionError:
+        return None
+
+
+def _system_clock() -> int:
+    return int(time.time() * 1000)
+
+
 class CampaignService:
     def __init__(
         self,
@@ -161,7 +212,9 @@ class CampaignService:
         provider_names: Iterable[str],
         batch_provider_names: Iterable[str] = ("resend",),
         operator: str = "operator",
+        clock_ms: Callable[[], int] = _system_clock,
     ):
+        self._clock_ms = clock_ms
         self._campaigns = campaigns
         self._ledger = ledger
         self._queue = queue
@@ -200,34 +253,43 @@ class CampaignService:
         and the ledger dedups deliveries). Streams: holds one batch and the set of ids seen."""
         if not 1 <= batch_size <= MAX_RECIPIENTS_PER_BATCH:
             raise InvalidCampaignError(f"batch_size must be 1..{MAX_RECIPIENTS_PER_BATCH}")
-        campaign = self._campaigns.get(campaign_id)
-        to, allowed = TRANSITIONS["start"]
-        if campaign.state is CampaignState.DRAFT:
-            campaign = self._campaigns.transition(campaign_id, to=to, allowed_from=allowed, by=self._operator, reason="published")
-        elif campaign.state not in (CampaignState.SENDING, CampaignState.PAUSED):
-            raise InvalidCampaignError(f"campaign {campaign_id!r} is {campaign.state.value}; nothing can be published to it")
-        report = PublishReport(campaign_id=campaign_id)
-        seen: set[str] = set()
-        chunks: list[list[Recipient]] = [[]]
-        for recipient in recipients:
-            if recipient.recipient_id in seen:
-                report.duplicates_in_input.append(recipient.recipient_id)
-                continue
-            seen.add(recipient.recipient_id)
-            chunks[-1].append(recipient)
-            if len(chunks[-1]) == batch_size:
-                if len(chunks) == MESSAGES_PER_SEND:
-                    self._enqueue(chunks, campaign_id, report)
-                    chunks = []
-                    if on_batch:
-                        on_batch(report)
-                chunks.append([])
-        chunks = [c for c in chunks if c]
-        if chunks:
-            self._enqueue(chunks, campaign_id, report)
-            if on_batch:
-                on_batch(report)
+        self._open_publish(campaign_id)
+        try:
+            report = PublishReport(campaign_id=campaign_id)
+            seen: set[str] = set()
+            chunks: list[list[Recipient]] = [[]]
+            for recipient in recipients:
+                if recipient.recipient_id in seen:
+                    report.duplicates_in_input.append(recipient.recipient_id)
+                    continue
+                seen.add(recipient.recipient_id)
+                chunks[-1].append(recipient)
+                if len(chunks[-1]) == batch_size:
+                    if len(chunks) == MESSAGES_PER_SEND:
+                        self._enqueue(chunks, campaign_id, report)
+                        chunks = []
+                        if on_batch:
+                            on_batch(report)
+                    chunks.append([])
+            chunks = [c for c in chunks if c]
+            if chunks:
+                self._enqueue(chunks, campaign_id, report)
+                if on_batch:
+                    on_batch(report)
+        finally:
+            self._campaigns.end_publish(campaign_id)
         return report
+
+    def _open_publish(self, campaign_id: str) -> Campaign:
+        """Take (or renew) the publish lease; a draft or completed campaign starts sending."""
+        try:
+            return lifecycle.apply(
+                self._campaigns, campaign_id, CampaignEvent.PUBLISH, by=self._operator, reason="published",
+                publishing_until_ms=self._clock_ms() + PUBLISH_LEASE_MS,
+            )
+        except IllegalTransitionError as exc:
+            state = self._campaigns.get(campaign_id).state
+            raise InvalidCampaignError(f"campaign {campaign_id!r} is {state.value}; nothing can be published to it") from exc
 
     def _enqueue(self, chunks: list[list[Recipient]], campaign_id: str, report: PublishReport) -> None:
         batches = []
@@ -246,61 +308,71 @@ class CampaignService:
             batches.append(batch)
         if not batches:
             return
+        self._open_publish(campaign_id)  # renew the lease before each request to the queue
         self._queue.publish([b.to_body() for b in batches])
         report.messages_sent += len(batches)
         for batch in batches:
             self._campaigns.mark_batch_enqueued(campaign_id, batch.batch_id)
 
     def pause(self, campaign_id: str, *, reason: str | None = None) -> Campaign:
-        to, allowed = TRANSITIONS["pause"]
-        return self._campaigns.transition(campaign_id, to=to, allowed_from=allowed, by=self._operator, reason=reason)
+        return lifecycle.apply(self._campaigns, campaign_id, CampaignEvent.PAUSE, by=self._operator, reason=reason)
 
     def cancel(self, campaign_id: str, *, reason: str | None = None) -> Campaign:
-        to, allowed = TRANSITIONS["cancel"]
-        return self._campaigns.transition(campaign_id, to=to, allowed_from=allowed, by=self._operator, reason=reason)
+        """Cancelled, then every recipient that has not ended is published once more so
+        that consumers close each one as the ledger says: cancelled, or unknown where an
+        attempt may have been accepted. A delivery a live consumer holds ends as that
+        consumer decides; one a dead consumer held is closed when its lease has run out."""
+        campaign = lifecycle.apply(self._campaigns, campaign_id, CampaignEvent.CANCEL, by=self._operator, reason=reason)
+        remaining = self._not_ended(campaign_id, {DeliveryState.PENDING, DeliveryState.DEAD_LETTERED,
+                                                  DeliveryState.CLAIMED, DeliveryState.IN_FLIGHT})
+        self._queue.publish(self._bodies(campaign_id, remaining, prefix="x"))
+        return campaign
 
     def resume(
         self, campaign_id: str, *, include_dead_lettered: bool = True, reason: str | None = None
     ) -> tuple[Campaign, int]:
         """Back to sending, then publish every recipient that has not ended. Two resumes at
         once publish the same recipients twice; the ledger sends each once."""
-        to, allowed = TRANSITIONS["resume"]
-        campaign = self._campaigns.transition(
-            campaign_id, to=to, allowed_from=allowed, by=self._operator, reason=reason or "resumed"
+        campaign = lifecycle.apply(
+            self._campaigns, campaign_id, CampaignEvent.RESUME, by=self._operator, reason=reason or "resumed"
         )
-        now_ms = int(time.time() * 1000)
-        states = {}
-        for record in self._ledger.records(campaign_id):
-            state = record.state
-            if state in HELD_STATES and (record.lease_until_ms or 0) < now_ms:
-                # Its holder is gone; the consumer's claim rules take it over or close it as unknown.
-                state = DeliveryState.PENDING
-            states[record.recipient_id] = state
-        republish = {DeliveryState.PENDING}
+        republish = {DeliveryState.PENDING, DeliveryState.CLAIMED, DeliveryState.IN_FLIGHT}
         if include_dead_lettered:
             republish.add(DeliveryState.DEAD_LETTERED)
+        remaining = self._not_ended(campaign_id, republish)
+        bodies = self._bodies(campaign_id, remaining, prefix="r")
+        # These messages now stand for every batch not yet settled (hint for completion).
+        self._campaigns.reset_open_batches(campaign_id, len(bodies))
+        self._queue.publish(bodies)
+        logger.info("campaign resumed", extra={"campaign_id": campaign_id, "republished": len(remaining)})
+        return campaign, len(remaining)
+
+    def _not_ended(self, campaign_id: str, states: set[DeliveryState]) -> list[Recipient]:
+        """Published recipients whose ledger state is in `states` (never claimed counts as
+        pending). Held deliveries are included: the consumer's rules decide (come back
+        while the lease is live, take over or close when it has run out)."""
+        known = {record.recipient_id: record.state for record in self._ledger.records(campaign_id)}
         remaining: list[Recipient] = []
         seen: set[str] = set()
         for batch, _ in self._campaigns.batches(campaign_id):
             for recipient in batch.recipients:
-                state = states.get(recipient.recipient_id, DeliveryState.PENDING)
-                if recipient.recipient_id not in seen and state in republish:
+                if recipient.recipient_id not in seen and known.get(recipient.recipient_id, DeliveryState.PENDING) in states:
                     seen.add(recipient.recipient_id)
                     remaining.append(recipient)
+        return remaining
+
+    @staticmethod
+    def _bodies(campaign_id: str, recipients: list[Recipient], *, prefix: str) -> list[str]:
         bodies = []
-        for start in range(0, len(remaining), MAX_RECIPIENTS_PER_BATCH):
-            chunk = remaining[start : start + MAX_RECIPIENTS_PER_BATCH]
+        for start in range(0, len(recipients), MAX_RECIPIENTS_PER_BATCH):
+            chunk = recipients[start : start + MAX_RECIPIENTS_PER_BATCH]
             # Not recorded as new batches: the originals already hold these recipients.
             batch = BatchMessage(
-                schema_version=SCHEMA_VERSION,
-                campaign_id=campaign_id,
-                batch_id="r" + batch_id_for(campaign_id, chunk)[1:],
-                recipients=chunk,
+                schema_version=SCHEMA_VERSION, campaign_id=campaign_id,
+                batch_id=prefix + batch_id_for(campaign_id, chunk)[1:], recipients=chunk,
             )
             bodies.append(batch.to_body())
-        self._queue.publish(bodies)
-        logger.info("campaign resumed", extra={"campaign_id": campaign_id, "republished": len(remaining)})
-        return campaign, len(remaining)
+        return bodies
 
     def resume_including_unknown(
         self,
@@ -320,36 +392,13 @@ class CampaignService:
             by=self._operator, include_dead_lettered=include_dead_lettered, reason=reason,
         )
 
-    def status(self, campaign_id: str, *, complete_when_done: bool = True) -> DeliveryStatus:
-        campaign = self._campaigns.get(campaign_id)
-        recipient_ids: set[str] = set()
-        for batch, _ in self._campaigns.batches(campaign_id):
-            recipient_ids.update(r.recipient_id for r in batch.recipients)
-        counts: Counter = Counter()
-        for record in self._ledger.records(campaign_id):
-            recipient_ids.discard(record.recipient_id)
-            counts[record.state] += 1
-        counts[DeliveryState.PENDING] += len(recipient_ids)  # published, never claimed
-        status = DeliveryStatus(
-            campaign_id=campaign_id,
-            state=campaign.state,
-            state_reason=campaign.state_reason,
-            total=sum(counts.values()),
-            pending=counts[DeliveryState.PENDING],
-            in_progress=counts[DeliveryState.CLAIMED] + counts[DeliveryState.IN_FLIGHT],
-            sent=counts[DeliveryState.SENT],
-            failed=counts[DeliveryState.FAILED],
-            suppressed=counts[DeliveryState.SUPPRESSED],
-            unknown=counts[DeliveryState.UNKNOWN],
-            cancelled=counts[DeliveryState.CANCELLED],
-            dead_lettered=counts[DeliveryState.DEAD_LETTERED],
-        )
-        if complete_when_done and campaign.state is CampaignState.SENDING and status.total and status.remaining == 0:
-            to, allowed = TRANSITIONS["complete"]
-            reason = f"{status.unknown} outcome(s) unknown" if status.unknown else "every recipient ended"
-            campaign = self._campaigns.transition(campaign_id, to=to, allowed_from=allowed, by="sendonce", reason=reason)
-            status = DeliveryStatus(**{**status.__dict__, "state": campaign.state, "state_reason": campaign.state_reason})
-        return status
+    def status(self, campaign_id: str) -> DeliveryStatus:
+        """Counts by ledger state. Never changes the campaign: completion is the consumer's
+        `complete` event (or `complete_if_done`)."""
+        return delivery_status(self._campaigns, self._ledger, campaign_id)
+
+    def complete_if_done(self, campaign_id: str) -> Campaign | None:
+        return complete_if_done(self._campaigns, self._ledger, campaign_id, now_ms=self._clock_ms())
 
     def records(self, campaign_id: str) -> Iterator:
         return self._ledger.records(campaign_id)
@@ -358,7 +407,7 @@ class CampaignService:
         """The same service recording `operator` as who changes campaign state (per API caller)."""
         return CampaignService(
             campaigns=self._campaigns, ledger=self._ledger, queue=self._queue, provider_names=self._provider_names,
-            batch_provider_names=self._batch_provider_names, operator=operator,
+            batch_provider_names=self._batch_provider_names, operator=operator, clock_ms=self._clock_ms,
         )
 
     def delivery(self, campaign_id: str, recipient_id: str) -> DeliveryRecord | None:

@@ -35,9 +35,11 @@ from sendonce.errors import (
 )
 from sendonce.deliverability_ports import Suppressions
 from sendonce.models import (
+    FINAL_STATES,
     BatchMessage,
     Campaign,
     CampaignState,
+    DeliveryKey,
     DeliveryRequest,
     DeliveryState,
     OutboundEmail,
@@ -47,8 +49,11 @@ from sendonce.models import (
     email_fingerprint,
     is_valid_email,
 )
-from sendonce.ledger_rules import GROUPED, STALE, classify
-from sendonce.ports import CampaignStore, ClaimStatus, DeliveryGuard, EmailProvider, GroupGuard, Ledger, Queue, RateLimiter
+from sendonce import campaign_lifecycle as lifecycle
+from sendonce.campaign_lifecycle import AUTOMATIC_HALT, CampaignEvent
+from sendonce.campaigns import complete_if_done
+from sendonce.delivery_protocol import Event, Verdict, cancel_event, classify
+from sendonce.ports import CampaignStore, DeliveryGuard, EmailProvider, GroupGuard, Ledger, Queue, RateLimiter
 from sendonce.rendering import CompiledContent, RenderError
 from sendonce.unsubscribe import UnsubscribeLinks
 
@@ -56,7 +61,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-AUTOMATIC = "sendonce (automatic halt)"
 
 
 def parse_batch(body: str) -> BatchMessage:
@@ -189,13 +193,7 @@ class DeliveryService:
         except CampaignNotFoundError:
             return self._poison(body, f"campaign {batch.campaign_id!r} does not exist", report)
         if campaign.state is CampaignState.CANCELLED:
-            report.cancelled = self._ledger.close_unclaimed(
-                batch.campaign_id,
-                [r.recipient_id for r in batch.recipients],
-                state=DeliveryState.CANCELLED,
-                reason="campaign cancelled",
-                batch_id=batch.batch_id,
-            )
+            self._close_cancelled(batch, report)
             report.skipped_state = campaign.state
             return report
         if not campaign.accepts_sends:
@@ -213,6 +211,17 @@ class DeliveryService:
             return self._poison(body, f"campaign {campaign.campaign_id!r}: {exc}", report)
 
         run = _BatchRun(batch=batch, campaign=campaign, provider=provider, content=content, remaining_ms=remaining_ms, report=report)
+        last_receive = receive_count >= self._max_receive_count
+        if last_receive:
+            # SQS moves the message to the DLQ if this attempt does not end it, whether the
+            # attempt returns, crashes or times out: say so in the ledger first, so that no
+            # recipient is left pending behind a message in the DLQ. Dead-lettered deliveries
+            # are claimable, so this attempt sends them as usual.
+            self._ledger.close_unclaimed(
+                batch.campaign_id, [r.recipient_id for r in batch.recipients], state=DeliveryState.DEAD_LETTERED,
+                reason="last receive: the message goes to the dead-letter queue unless this attempt ends it",
+                batch_id=batch.batch_id,
+            )
         if campaign.delivery_mode == "batch" and self._group_guard is not None and hasattr(provider, "send_batch"):
             singles = self._deliver_groups(run)
         else:
@@ -227,17 +236,58 @@ class DeliveryService:
 
         if run.halt.is_set():
             self._pause_for_halt(run)
-        if report.must_return and receive_count >= self._max_receive_count:
-            # This was the last delivery SQS will make before the DLQ: say so in the ledger,
-            # so status shows these recipients as dead-lettered with the last error.
-            report.dead_lettered = self._ledger.close_unclaimed(
-                batch.campaign_id,
-                run.returning_ids,
-                state=DeliveryState.DEAD_LETTERED,
-                reason=report.last_error or "message moved to the dead-letter queue",
-                batch_id=batch.batch_id,
+        if report.must_return and last_receive:
+            # Those released to pending during this attempt are dead-lettered too, with the last error.
+            self._ledger.close_unclaimed(
+                batch.campaign_id, run.returning_ids, state=DeliveryState.DEAD_LETTERED,
+                reason=report.last_error or "message moved to the dead-letter queue", batch_id=batch.batch_id,
             )
+            records = self._ledger.get_many(batch.campaign_id, run.returning_ids)
+            report.dead_lettered = sum(1 for r in records.values() if r.state is DeliveryState.DEAD_LETTERED)
+        if not report.must_return and not run.halt.is_set() and campaign.state is CampaignState.SENDING:
+            self._settle_batch(batch.campaign_id)
         return report
+
+    def _settle_batch(self, campaign_id: str) -> None:
+        """Every recipient of this message ended: one batch fewer open. At zero (or below,
+        after a message was settled twice) the ledger decides whether the campaign is complete."""
+        try:
+            if self._campaigns.batch_settled(campaign_id) <= 0:
+                completed = complete_if_done(self._campaigns, self._ledger, campaign_id, now_ms=self._clock_ms())
+                if completed is not None:
+                    logger.info("campaign completed", extra={"campaign_id": campaign_id, "reason": completed.state_reason})
+        except Exception:  # noqa: BLE001 - the batch itself is done; a later batch or resume completes it
+            logger.exception("could not check whether the campaign completed")
+
+    def _close_cancelled(self, batch: BatchMessage, report: BatchReport) -> None:
+        """The campaign was cancelled: close each delivery of the batch as the protocol says —
+        cancelled, or unknown where an attempt may have been accepted. A delivery a live
+        consumer holds is left to it; the message comes back when its lease has run out."""
+        ids = [r.recipient_id for r in batch.recipients]
+        records = self._ledger.get_many(batch.campaign_id, ids)
+        now_ms = self._clock_ms()
+        for recipient_id in ids:
+            record = records.get(recipient_id)
+            event = cancel_event(record, now_ms=now_ms)
+            if event is None:
+                if record is not None and record.state not in FINAL_STATES:
+                    report.returning += 1
+                    report.last_error = "delivery held by a live consumer; closed when it ends"
+                    report.return_at_ms = max(report.return_at_ms or 0, record.lease_until_ms or 0)
+                continue
+            reason = "campaign cancelled" if event is Event.CLOSE_CANCELLED else (
+                "campaign cancelled after an attempt that may have been accepted by the provider")
+            closed = self._ledger.close_as_read(
+                record, event, reason=reason, now_ms=now_ms,
+                key=DeliveryKey(campaign_id=batch.campaign_id, recipient_id=recipient_id), batch_id=batch.batch_id,
+            )
+            if closed is None:
+                report.returning += 1  # changed while we looked: decide again when the message returns
+                report.last_error = "delivery changed while the cancelled campaign was being closed"
+            elif closed.state is DeliveryState.CANCELLED:
+                report.cancelled += 1
+            else:
+                report.unknown += 1
 
     def _poison(self, body: str, reason: str, report: BatchReport | None = None) -> BatchReport:
         report = report or BatchReport()
@@ -250,11 +300,8 @@ class DeliveryService:
 
     def _pause_for_halt(self, run: _BatchRun) -> None:
         try:
-            self._campaigns.transition(
-                run.campaign.campaign_id,
-                to=CampaignState.PAUSED,
-                allowed_from=[CampaignState.SENDING],
-                by=AUTOMATIC,
+            lifecycle.apply(
+                self._campaigns, run.campaign.campaign_id, CampaignEvent.HALT, by=AUTOMATIC_HALT,
                 reason=run.report.halted_reason,
             )
             logger.error("provider halted sending; campaign paused", extra={"reason": run.report.halted_reason})
@@ -384,6 +431,7 @@ class DeliveryService:
 
     def _call_with_backoff(self, run: _BatchRun, call: Callable[[], T]) -> T:
         attempt = 0
+        refused_all = True  # every answer so far said "not accepted"
         while True:
             if self._limiter is not None:
                 deadline = time.time() + (run.remaining_ms() - self._safety_margin_ms) / 1000
@@ -392,6 +440,8 @@ class DeliveryService:
             try:
                 return call()
             except RetryableProviderError as exc:
+                refused_all = refused_all and exc.proves_not_accepted
+                exc.proves_not_accepted = refused_all
                 if exc.throttled and self._limiter is not None:
                     self._limiter.throttled(run.provider.name)
                 # Throttled or busy means not accepted, so trying again cannot duplicate.
@@ -406,17 +456,29 @@ class DeliveryService:
 
     def _deliver_groups(self, run: _BatchRun) -> list[Recipient]:
         """Send the batch as groups; returns the recipients left to the one-by-one path
-        (addresses or templates that fail before any request is made)."""
+        (addresses or templates that fail before any request is made, suppressed
+        addresses, and deliveries whose earlier attempt went out under their own key)."""
         batch = run.batch
         hashes = {r.recipient_id: self._guard.payload_hash(r.email, r.variables) for r in batch.recipients}
         groups = self._campaigns.groups_of_batch(batch.campaign_id, batch.batch_id)
-        # Earlier groups first: each retry resends exactly its members under its key.
+        records = self._ledger.get_many(batch.campaign_id, [r.recipient_id for r in batch.recipients])
+        # A recorded group whose request may have gone out is replayed exactly (same members,
+        # same key), so the provider answers from its key store. One that never went out —
+        # recorded, then the time ran out; or refused outright — binds nobody: its members
+        # are decided afresh (suppressed since, now in another group, ...).
+        replayed: set[str] = set()
         for group in groups:
-            self._run_group(run, group, hashes)
-        grouped = {r.recipient_id for g in groups for r in g.recipients}
+            if any(
+                (record := records.get(r.recipient_id)) is not None
+                and record.group_key == group.idempotency_key
+                and record.maybe_sent_at_ms is not None
+                for r in group.recipients
+            ):
+                self._run_group(run, group, hashes)
+                replayed.update(r.recipient_id for r in group.recipients)
         singles, candidates = [], []
         for recipient in batch.recipients:
-            if recipient.recipient_id in grouped:
+            if recipient.recipient_id in replayed:
                 continue
             if not is_valid_email(recipient.email) or not self._renders(run, recipient) or self._suppression(recipient):
                 singles.append(recipient)  # the one-by-one path records why it is not sent
@@ -424,9 +486,10 @@ class DeliveryService:
                 candidates.append(recipient)
         if not candidates or run.halt.is_set():
             return singles
+        if replayed:
+            records = self._ledger.get_many(batch.campaign_id, [r.recipient_id for r in candidates])
         group_id = f"{batch.batch_id}-g{len(groups) + 1}"
         key = SendGroup(campaign_id=batch.campaign_id, group_id=group_id, recipients=[]).idempotency_key
-        records = self._ledger.get_many(batch.campaign_id, [r.recipient_id for r in candidates])
         now_ms = self._clock_ms()
         members = []
         foreign: set[str] = set()
@@ -434,16 +497,18 @@ class DeliveryService:
             record = records.get(recipient.recipient_id)
             verdict = classify(record, payload_hash=hashes[recipient.recipient_id], provider_idempotent=True,
                                now_ms=now_ms, group_key=key)
-            if verdict is ClaimStatus.CLAIMED:
+            if verdict is Verdict.CLAIM:
                 members.append(recipient)
-            elif verdict is ClaimStatus.FINAL:
+            elif verdict is Verdict.FINAL:
                 run.count("duplicates_prevented")
-            elif verdict is ClaimStatus.CONFLICT:
+            elif verdict is Verdict.CONFLICT:
                 run.count("conflicts", error="recipient was claimed before with different content")
-            elif verdict == STALE:
+            elif verdict is Verdict.STALE:
                 singles.append(recipient)  # the one-by-one claim closes it as unknown
-            elif verdict == GROUPED and record is not None and record.group_key:
+            elif verdict is Verdict.GROUPED and record is not None and record.group_key:
                 foreign.add(record.group_key)
+            elif verdict is Verdict.GROUPED:
+                singles.append(recipient)  # an attempt went out under its own key: only that key may repeat it
             else:  # held by a live owner
                 run.count("returning", recipient.recipient_id, error="delivery held by another consumer")
                 if record and record.lease_until_ms:

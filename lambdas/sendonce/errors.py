@@ -39,14 +39,6 @@ class PayloadConflictError(SendonceError):
     """The same delivery was claimed before with different content (recipient email or variables)."""
 
 
-class SuppressedError(SendonceError):
-    """The address is on the suppression list: the delivery ends suppressed, unsent."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
-
-
 class ProviderError(SendonceError):
     """A provider call failed. Subclasses say what the failure means for the delivery."""
 
@@ -70,9 +62,15 @@ class RetryableProviderError(ProviderError):
 
     error_class = "retryable"
 
-    def __init__(self, reason: str, *, code: str | None = None, retry_after: float | None = None, throttled: bool = False):
+    def __init__(
+        self, reason: str, *, code: str | None = None, retry_after: float | None = None, throttled: bool = False,
+        proves_not_accepted: bool = True,
+    ):
         super().__init__(reason, code=code, retry_after=retry_after)
         self.throttled = throttled
+        # False when the answer says another request with the same key is under way
+        # (Resend's 409 concurrent_idempotent_requests): that one may yet be accepted.
+        self.proves_not_accepted = proves_not_accepted
 
 
 class PermanentProviderError(ProviderError):

@@ -118,12 +118,20 @@ class Campaign(BaseModel):
     # "batch": one provider request per SQS message (Resend /emails/batch) instead of one
     # per recipient. The provider must support it (checked at creation).
     delivery_mode: Literal["single", "batch"] = "single"
-    total: int = 0
+    # Published batches whose message has not yet been acknowledged with every recipient
+    # ended: a hint that tells a consumer when to check whether the campaign is complete
+    # (the ledger decides). Resume resets it to the batches it publishes.
+    open_batches: int = 0
+    # A publish in progress holds this lease (renewed per request); a campaign does not
+    # complete while it is live, so a long streamed publish cannot end in a completed campaign.
+    publishing_until_ms: int | None = None
     version: int = 0
 
     @property
     def accepts_sends(self) -> bool:
-        return self.state is CampaignState.SENDING
+        # A completed campaign's messages are processed too: every recipient has ended, so
+        # each claim finds its delivery final; were one not, sending it is what was asked.
+        return self.state in (CampaignState.SENDING, CampaignState.COMPLETED)
 
 
 class DeliveryState(StrEnum):
@@ -175,9 +183,12 @@ class DeliveryRecord(BaseModel):
     error_class: str | None = None
     email_fingerprint: str | None = None
     claimed_at_ms: int | None = None
-    # Set when the provider may have accepted the email (SES call started, or an ambiguous
-    # answer): from then on the delivery is repeated only under a provider idempotency key.
+    # The first moment the provider may have accepted the email (Resend: the claim; SES: the
+    # in_flight mark): from then on it is repeated only under its key and inside the window.
     maybe_sent_at_ms: int | None = None
+    # The owner whose attempt set maybe_sent_at_ms: only it may lift the mark, and only
+    # when the provider refused every request it made (delivery_protocol.py).
+    maybe_sent_by: str | None = None
     # Batch mode: the send group that owns this delivery; only that group's request (same
     # idempotency key, same members) may send it.
     group_key: str | None = None

@@ -21,6 +21,8 @@ class Settlement:
     reason: str
     error_class: str
     maybe_sent: bool = False
+    # The provider refused every request of the claim: nothing can have been accepted by it.
+    refused: bool = False
 
 
 def settlement_for(error: BaseException, *, provider_idempotent: bool) -> Settlement | None:
@@ -28,13 +30,13 @@ def settlement_for(error: BaseException, *, provider_idempotent: bool) -> Settle
     if isinstance(error, LeaseLostError):
         return None  # another owner holds the delivery; it is theirs to settle
     if isinstance(error, SuppressedError):
-        return Settlement(DeliveryState.SUPPRESSED, error.reason, "suppressed")
-    if isinstance(error, SuppressedError):
-        return Settlement(DeliveryState.SUPPRESSED, error.reason, error.error_class)
+        return Settlement(DeliveryState.SUPPRESSED, error.reason, "suppressed", refused=True)
     if isinstance(error, PermanentProviderError):
-        return Settlement(DeliveryState.FAILED, error.reason, error.error_class)
-    if isinstance(error, (RetryableProviderError, HaltProviderError)):
-        return Settlement(DeliveryState.PENDING, error.reason, error.error_class)
+        return Settlement(DeliveryState.FAILED, error.reason, error.error_class, refused=True)
+    if isinstance(error, RetryableProviderError):
+        return Settlement(DeliveryState.PENDING, error.reason, error.error_class, refused=error.proves_not_accepted)
+    if isinstance(error, HaltProviderError):
+        return Settlement(DeliveryState.PENDING, error.reason, error.error_class, refused=True)
     reason = error.reason if isinstance(error, AmbiguousProviderError) else f"unexpected {type(error).__name__}: {error}"
     # Anything else may have happened after the provider accepted the email. With an
     # idempotency key the send may be repeated; without one it must not be.

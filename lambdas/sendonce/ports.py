@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from sendonce.delivery_protocol import Event
 from sendonce.models import (
     BatchMessage,
     Campaign,
@@ -105,19 +106,27 @@ class Ledger(Protocol):
         reason: str,
         error_class: str,
         maybe_sent: bool = False,
-        clear_maybe_sent: bool = False,
+        refused: bool = False,
         now_ms: int,
     ) -> None:
         """End a held delivery as failed / unknown, or release it back to pending.
-        `clear_maybe_sent`: the provider said the email was not accepted (SES throttling
-        after in_flight), so the delivery may be claimed again."""
+        `refused`: the provider refused every request of this claim; if this owner set the
+        maybe-sent mark, it is lifted (delivery_protocol.py)."""
         ...
 
     def close_unclaimed(
         self, campaign_id: str, recipient_ids: Iterable[str], *, state: DeliveryState, reason: str, batch_id: str
     ) -> int:
-        """Move deliveries that nobody holds and that have not ended (absent or pending) to
-        `state` (dead_lettered, cancelled, suppressed). Returns how many moved."""
+        """Move deliveries that nobody holds and that have not ended to `state`
+        (dead_lettered or suppressed), from the states the protocol allows. Returns how many moved."""
+        ...
+
+    def close_as_read(
+        self, record: DeliveryRecord | None, event: Event, *, reason: str, now_ms: int, key: DeliveryKey | None = None,
+        batch_id: str | None = None,
+    ) -> DeliveryRecord | None:
+        """Apply a closing transition (stale, cancelled) if the delivery is still as read;
+        the new record, or None when it changed in between."""
         ...
 
     def get(self, key: DeliveryKey) -> DeliveryRecord | None: ...
@@ -136,7 +145,7 @@ class Ledger(Protocol):
         ...
 
     def release_group(
-        self, group: SendGroup, *, owner: str, state: DeliveryState, reason: str, error_class: str
+        self, group: SendGroup, *, owner: str, state: DeliveryState, reason: str, error_class: str, refused: bool = False
     ) -> None: ...
 
 
@@ -153,13 +162,28 @@ class CampaignStore(Protocol):
         allowed_from: Iterable[CampaignState],
         by: str,
         reason: str | None = None,
+        publishing_until_ms: int | None = None,
+        unless_publishing_at_ms: int | None = None,
+        stays: bool = False,
     ) -> Campaign:
-        """Conditional state change; raises IllegalTransitionError when the current state is not allowed."""
+        """Conditional state change (`stays`: the state is kept, and so are who set it and why); raises IllegalTransitionError when the current state is
+        not allowed (or, with `unless_publishing_at_ms`, while a publish lease is live then).
+        Callers go through campaign_lifecycle.apply, which reads the transition table."""
+        ...
+
+    def end_publish(self, campaign_id: str) -> None:
+        """Drop the publish lease."""
         ...
 
     def add_batch(self, batch: BatchMessage) -> BatchStatus:
-        """Record a published batch (adding its size to the campaign's total when new)."""
+        """Record a published batch (one more open batch when new)."""
         ...
+
+    def batch_settled(self, campaign_id: str) -> int:
+        """A batch's message was acknowledged with every recipient ended; the open batches left (a hint)."""
+        ...
+
+    def reset_open_batches(self, campaign_id: str, count: int) -> None: ...
 
     def mark_batch_enqueued(self, campaign_id: str, batch_id: str) -> None: ...
 

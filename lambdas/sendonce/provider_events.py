@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from sendonce import campaign_lifecycle as lifecycle
+from sendonce.campaign_lifecycle import CampaignEvent
 from sendonce.deliverability_ports import (
     AnnotationStatus,
     EventKind,
@@ -323,9 +325,7 @@ class ProviderEventService:
 
     def _pause(self, campaign_id: str, brake: str, by: str, reason: str) -> str | None:
         try:
-            self._campaigns.transition(
-                campaign_id, to=CampaignState.PAUSED, allowed_from=[CampaignState.SENDING], by=by, reason=reason
-            )
+            lifecycle.apply(self._campaigns, campaign_id, CampaignEvent.BRAKE, by=by, reason=reason)
         except (IllegalTransitionError, CampaignNotFoundError):
             return None  # already paused, cancelled or completed: nothing left to brake
         logger.error("campaign paused by a brake", extra={"campaign_id": campaign_id, "brake": brake, "reason": reason})

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from sendonce import campaign_lifecycle as lifecycle
+from sendonce.campaign_lifecycle import CampaignEvent
 from sendonce.deliverability_ports import LedgerEvents, ReopenReport, UnknownDelivery
 from sendonce.errors import InvalidCampaignError
 from sendonce.models import Campaign, CampaignState, DeliveryKey
@@ -89,17 +91,14 @@ def resume_including_unknown(
     pending recipient, the reopened ones among them). A campaign that completed with
     unknown outcomes is moved back to paused first so that it can be resumed."""
     campaign = campaigns.get(campaign_id)
-    if campaign.state not in (CampaignState.PAUSED, CampaignState.SENDING, CampaignState.COMPLETED):
+    if not (lifecycle.can(CampaignEvent.RESUME, campaign.state) or lifecycle.can(CampaignEvent.REOPEN_UNKNOWN, campaign.state)):
         raise InvalidCampaignError(f"campaign {campaign_id!r} is {campaign.state.value}; it cannot be resumed")
     report = unknowns.reopen(campaign_id, recipient_ids=recipient_ids, older_than_s=older_than_s, by=by)
     if campaign.state is CampaignState.COMPLETED:
         if not report.reopened:
             return campaign, 0, report
-        campaigns.transition(
-            campaign_id,
-            to=CampaignState.PAUSED,
-            allowed_from=[CampaignState.COMPLETED],
-            by=by,
+        lifecycle.apply(
+            campaigns, campaign_id, CampaignEvent.REOPEN_UNKNOWN, by=by,
             reason=f"reopened {len(report.reopened)} unknown outcome(s)",
         )
     campaign, republished = service.resume(

@@ -65,5 +65,5 @@ def test_dynamodb_requests_per_recipient_in_batch_mode(system, aws_env):
 
     per_recipient = counter.total("dynamodb") / 100
     print(f"\nbatch mode DynamoDB requests per recipient: {per_recipient} ({dict(counter.calls)})")
-    assert per_recipient <= 0.1
+    assert per_recipient <= 0.11  # 6 per message, plus the completion check once per campaign
     assert sum(system.deliveries().values()) == 100

@@ -202,6 +202,7 @@ def test_resend_webhooks_annotate_every_delivery_and_suppress_hard_bounces(syste
 def test_a_complaint_suppresses_and_the_brake_pauses_the_campaign(system, deliverability):
     run_campaign(system, 12)
     assert system.resend.wait_for_webhooks(20)
+    system.operator.publish("c1", system.recipients(5, start=12))  # more to send: the brake has work to do
     assert deliverability.ledger_events.feedback("c1").sent == 12  # past the minimum sample (10)
 
     assert system.resend.emit_webhook(f"user3@{system.domain}", "email.complained") == 1

@@ -79,7 +79,7 @@ def test_resume_publishes_only_recipients_that_have_not_ended(world):
     svc.create(draft())
     svc.publish("c1", recipients(5))
     svc.pause("c1")
-    world.ledger.close_unclaimed("c1", ["r0", "r1"], state=DeliveryState.CANCELLED, reason="x", batch_id="b")  # ended
+    world.ledger.close_unclaimed("c1", ["r0", "r1"], state=DeliveryState.SUPPRESSED, reason="x", batch_id="b")  # ended
     world.ledger.close_unclaimed("c1", ["r2"], state=DeliveryState.DEAD_LETTERED, reason="dlq", batch_id="b")
     world.queue.published.clear()
 
@@ -90,7 +90,7 @@ def test_resume_publishes_only_recipients_that_have_not_ended(world):
     assert count == 3 and sorted(ids) == ["r2", "r3", "r4"]
 
 
-def test_status_counts_add_up_and_a_finished_campaign_completes_itself(world):
+def test_status_counts_add_up_and_reading_it_never_completes_the_campaign(world):
     svc = service(world)
     svc.create(draft())
     svc.publish("c1", recipients(4))
@@ -100,7 +100,8 @@ def test_status_counts_add_up_and_a_finished_campaign_completes_itself(world):
     assert (status.total, status.pending, status.dead_lettered, status.remaining) == (4, 3, 1, 4)
     assert status.state is CampaignState.SENDING
 
-    world.ledger.close_unclaimed("c1", ["r0", "r1", "r2", "r3"], state=DeliveryState.CANCELLED, reason="x", batch_id="b")
+    world.ledger.close_unclaimed("c1", ["r0", "r1", "r2", "r3"], state=DeliveryState.SUPPRESSED, reason="x", batch_id="b")
     done = svc.status("c1")
-    assert done.remaining == 0 and done.cancelled == 4
-    assert done.state is CampaignState.COMPLETED
+    assert done.remaining == 0 and done.suppressed == 4 and done.done
+    assert done.state is CampaignState.SENDING  # a read changes nothing
+    assert svc.complete_if_done("c1").state is CampaignState.COMPLETED

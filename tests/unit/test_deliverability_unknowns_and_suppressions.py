@@ -9,7 +9,7 @@ from sendonce.campaigns import CampaignService
 from sendonce.deliverability_ports import EventKind, ProviderEvent, SuppressionReason
 from sendonce.deliverability_settings import EventsSettings, UnsubscribeSettings
 from sendonce.errors import InvalidCampaignError, SettingsError, SuppressedError
-from sendonce.ledger_rules import classify
+from sendonce.delivery_protocol import Verdict, classify
 from sendonce.models import BatchMessage, CampaignState, DeliveryRecord, DeliveryState, email_fingerprint
 from sendonce.outcomes import settlement_for
 from sendonce.ports import ClaimStatus
@@ -73,7 +73,7 @@ def test_reopen_moves_chosen_unknowns_to_pending_and_the_claim_rules_let_them_go
     assert report.reopened == ["r1", "r2"] and report.skipped == ["r4"]
     reopened = world.ledger.items[("c1", "r1")]
     assert reopened.state is DeliveryState.PENDING and reopened.maybe_sent_at_ms is None
-    assert classify(reopened, payload_hash="h", provider_idempotent=False, now_ms=NOW) is ClaimStatus.CLAIMED
+    assert classify(reopened, payload_hash="h", provider_idempotent=False, now_ms=NOW) is Verdict.CLAIM
     assert world.ledger.items[("c1", "r3")].state is DeliveryState.UNKNOWN  # not chosen: untouched
 
 

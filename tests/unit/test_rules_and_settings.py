@@ -13,41 +13,7 @@ from sendonce.errors import (
     RetryableProviderError,
     SettingsError,
 )
-from sendonce.ledger_rules import IDEMPOTENCY_WINDOW_MS, STALE, classify
-from sendonce.models import DeliveryRecord, DeliveryState
-from sendonce.ports import ClaimStatus
 from sendonce.settings import ConsumerSettings
-
-NOW = 1_800_000_000_000
-
-
-def rec(state, **kw) -> DeliveryRecord:
-    return DeliveryRecord(campaign_id="c", recipient_id="r", state=state, payload_hash="h", **kw)
-
-
-@pytest.mark.parametrize(
-    "record, idempotent, expected",
-    [
-        (None, False, ClaimStatus.CLAIMED),
-        (rec(DeliveryState.PENDING), False, ClaimStatus.CLAIMED),
-        (rec(DeliveryState.SENT), True, ClaimStatus.FINAL),
-        (rec(DeliveryState.CLAIMED, lease_until_ms=NOW + 1), True, ClaimStatus.HELD),
-        (rec(DeliveryState.CLAIMED, lease_until_ms=NOW - 1, claimed_at_ms=NOW - 10), False, ClaimStatus.CLAIMED),
-        (rec(DeliveryState.IN_FLIGHT, lease_until_ms=NOW - 1, claimed_at_ms=NOW - 10, maybe_sent_at_ms=NOW - 5), False, STALE),
-        (rec(DeliveryState.IN_FLIGHT, lease_until_ms=NOW - 1, claimed_at_ms=NOW - 10), True, ClaimStatus.CLAIMED),
-        (rec(DeliveryState.CLAIMED, lease_until_ms=NOW - 1, claimed_at_ms=NOW - IDEMPOTENCY_WINDOW_MS - 1), True, STALE),
-        (rec(DeliveryState.PENDING, maybe_sent_at_ms=NOW - 10), True, ClaimStatus.CLAIMED),
-        (rec(DeliveryState.PENDING, maybe_sent_at_ms=NOW - IDEMPOTENCY_WINDOW_MS - 1), True, STALE),
-        (rec(DeliveryState.DEAD_LETTERED), False, ClaimStatus.CLAIMED),
-    ],
-)
-def test_claim_rules(record, idempotent, expected):
-    assert classify(record, payload_hash="h", provider_idempotent=idempotent, now_ms=NOW) == expected
-
-
-def test_a_different_payload_is_a_conflict_even_when_sent():
-    assert classify(rec(DeliveryState.SENT), payload_hash="other", provider_idempotent=True, now_ms=NOW) is ClaimStatus.CONFLICT
-
 
 def resend_error(code, kind, headers=None):
     return ResendError(code=code, error_type=kind, message="m", suggested_action="", headers=headers)

@@ -32,7 +32,8 @@ def _pk(campaign_id: str) -> dict[str, Any]:
 
 def _campaign(item: dict[str, Any]) -> Campaign:
     data = {k: _de.deserialize(v) for k, v in item.items() if k not in ("pk", "sk")}
-    for name in ("total", "version"):
+    data.pop("total", None)  # stored by earlier versions; status counts recipients from the ledger
+    for name in ("open_batches", "version", "publishing_until_ms"):
         if name in data:
             data[name] = int(data[name])
     return Campaign.model_validate(data)
@@ -73,12 +74,27 @@ class DynamoDBCampaignStore:
         allowed_from: Iterable[CampaignState],
         by: str,
         reason: str | None = None,
+        publishing_until_ms: int | None = None,
+        unless_publishing_at_ms: int | None = None,
+        stays: bool = False,
     ) -> Campaign:
         allowed = list(allowed_from)
         states = {f":from{i}": {"S": s.value} for i, s in enumerate(allowed)}
-        values = {":to": {"S": to.value}, ":by": {"S": by}, ":now": {"S": _now()}, ":one": {"N": "1"}, **states}
-        update = "SET #state = :to, state_changed_by = :by, updated_at = :now"
-        if reason:
+        values = {":now": {"S": _now()}, ":one": {"N": "1"}, **states}
+        update = "SET updated_at = :now"
+        if not stays:
+            update += ", #state = :to, state_changed_by = :by"
+            values.update({":to": {"S": to.value}, ":by": {"S": by}})
+        condition = f"attribute_exists(pk) AND #state IN ({', '.join(states)})"
+        if publishing_until_ms is not None:
+            update += ", publishing_until_ms = :lease"
+            values[":lease"] = {"N": str(publishing_until_ms)}
+        if unless_publishing_at_ms is not None:
+            condition += " AND (attribute_not_exists(publishing_until_ms) OR publishing_until_ms < :at)"
+            values[":at"] = {"N": str(unless_publishing_at_ms)}
+        if stays:
+            update += " ADD version :one"
+        elif reason:
             update += ", state_reason = :reason"
             values[":reason"] = {"S": reason[:500]}
             update += " ADD version :one"
@@ -89,7 +105,7 @@ class DynamoDBCampaignStore:
                 TableName=self._table,
                 Key=self._key(campaign_id),
                 UpdateExpression=update,
-                ConditionExpression=f"attribute_exists(pk) AND #state IN ({', '.join(states)})",
+                ConditionExpression=condition,
                 ExpressionAttributeNames={"#state": "state"},
                 ExpressionAttributeValues=values,
                 ReturnValues="ALL_NEW",
@@ -102,11 +118,35 @@ class DynamoDBCampaignStore:
             if not old:
                 raise CampaignNotFoundError(f"campaign {campaign_id!r} does not exist") from exc
             current = _de.deserialize(old["state"])
+            if current in {s.value for s in allowed}:
+                raise IllegalTransitionError(f"campaign {campaign_id!r} is being published; it cannot move to {to.value} now") from exc
             raise IllegalTransitionError(
                 f"campaign {campaign_id!r} is {current}; cannot move to {to.value} "
                 f"(only from {', '.join(s.value for s in allowed)})"
             ) from exc
         return _campaign(response["Attributes"])
+
+    def end_publish(self, campaign_id: str) -> None:
+        self._client.update_item(
+            TableName=self._table, Key=self._key(campaign_id), UpdateExpression="REMOVE publishing_until_ms",
+            ConditionExpression="attribute_exists(pk)",
+        )
+
+    def batch_settled(self, campaign_id: str) -> int:
+        """One batch's message was acknowledged with every recipient ended; returns the
+        batches still open (a hint: at zero or below, check the ledger)."""
+        response = self._client.update_item(
+            TableName=self._table, Key=self._key(campaign_id), UpdateExpression="ADD open_batches :minus",
+            ConditionExpression="attribute_exists(pk)", ExpressionAttributeValues={":minus": {"N": "-1"}},
+            ReturnValues="UPDATED_NEW",
+        )
+        return int(response["Attributes"]["open_batches"]["N"])
+
+    def reset_open_batches(self, campaign_id: str, count: int) -> None:
+        self._client.update_item(
+            TableName=self._table, Key=self._key(campaign_id), UpdateExpression="SET open_batches = :n",
+            ConditionExpression="attribute_exists(pk)", ExpressionAttributeValues={":n": {"N": str(count)}},
+        )
 
     def add_batch(self, batch: BatchMessage) -> BatchStatus:
         item = {
@@ -131,10 +171,9 @@ class DynamoDBCampaignStore:
                         "Update": {
                             "TableName": self._table,
                             "Key": self._key(batch.campaign_id),
-                            "UpdateExpression": "ADD #total :n",
+                            "UpdateExpression": "ADD open_batches :one",
                             "ConditionExpression": "attribute_exists(pk)",
-                            "ExpressionAttributeNames": {"#total": "total"},
-                            "ExpressionAttributeValues": {":n": {"N": str(len(batch.recipients))}},
+                            "ExpressionAttributeValues": {":one": {"N": "1"}},
                         }
                     },
                 ]

@@ -36,7 +36,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer, DataRecord
 
 from sendonce.errors import LeaseLostError
-from sendonce.models import FINAL_STATES, HELD_STATES, DeliveryKey, DeliveryState, DeliveryRecord, DeliveryRequest, Receipt, SendGroup
+from sendonce.models import FINAL_STATES, HELD_STATES, DeliveryKey, DeliveryRecord, DeliveryRequest, Receipt, SendGroup
 from sendonce.outcomes import settlement_for
 from sendonce.ports import ClaimStatus, GroupResult, GuardResult, Ledger
 
@@ -97,10 +97,7 @@ class LedgerPersistenceLayer(BasePersistenceLayer):
                 reason=settlement.reason,
                 error_class=settlement.error_class,
                 maybe_sent=settlement.maybe_sent,
-                # A definite "not accepted" from a provider without keys undoes in_flight.
-                clear_maybe_sent=(
-                    settlement.state is DeliveryState.PENDING and not settlement.maybe_sent and not request.provider_idempotent
-                ),
+                refused=settlement.refused,
                 now_ms=self._clock_ms(),
             )
         except LeaseLostError:
@@ -275,7 +272,8 @@ class GroupPersistenceLayer(LedgerPersistenceLayer):
             return
         try:
             self._ledger.release_group(
-                group, owner=data["owner"], state=settlement.state, reason=settlement.reason, error_class=settlement.error_class
+                group, owner=data["owner"], state=settlement.state, reason=settlement.reason,
+                error_class=settlement.error_class, refused=settlement.refused,
             )
         except LeaseLostError:
             logger.warning("group lease lost before the outcome could be recorded")

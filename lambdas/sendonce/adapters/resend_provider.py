@@ -48,7 +48,7 @@ def classify_resend_error(exc: ResendError) -> Exception:
             reason, code=kind, retry_after=_retry_after(getattr(exc, "headers", None)), throttled=True
         )
     if kind == "concurrent_idempotent_requests":
-        return RetryableProviderError(reason, code=kind, retry_after=1.0)
+        return RetryableProviderError(reason, code=kind, retry_after=1.0, proves_not_accepted=False)
     if kind == "invalid_idempotent_request":
         # The key was used before for different content: something may have been sent
         # under it, and retrying is useless.

@@ -1,0 +1,121 @@
+"""The campaign lifecycle as data: one transition table, read by the code, the docs and the tests.
+
+Every state change of a campaign, the automatic ones included, is a row here, and every
+caller changes state through `apply`, which turns the rows of one event into conditional
+writes. Reading a campaign (status, watch) never changes its state: completion is the
+`complete` event, taken by a consumer when the ledger says nothing remains and no publish
+is under way (its lease is in the campaign item, checked in the same conditional write).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sendonce.errors import IllegalTransitionError
+from sendonce.models import Campaign, CampaignState
+from sendonce.ports import CampaignStore
+
+C = CampaignState
+
+AUTOMATIC = "sendonce (automatic)"
+AUTOMATIC_HALT = "sendonce (automatic halt)"
+
+
+class CampaignEvent(StrEnum):
+    PUBLISH = "publish"
+    PAUSE = "pause"
+    HALT = "halt"
+    BRAKE = "brake"
+    RESUME = "resume"
+    REOPEN_UNKNOWN = "reopen_unknown"
+    CANCEL = "cancel"
+    COMPLETE = "complete"
+
+
+@dataclass(frozen=True)
+class CampaignTransition:
+    event: CampaignEvent
+    source: CampaignState
+    target: CampaignState
+    by: str  # who takes it: operator, or sendonce on its own
+    guard: str = ""
+
+
+T = CampaignTransition
+E = CampaignEvent
+TRANSITIONS: tuple[CampaignTransition, ...] = (
+    T(E.PUBLISH, C.DRAFT, C.SENDING, "operator", "opens a publish lease"),
+    T(E.PUBLISH, C.SENDING, C.SENDING, "operator", "opens a publish lease"),
+    T(E.PUBLISH, C.PAUSED, C.PAUSED, "operator", "opens a publish lease; recorded, sent on resume"),
+    T(E.PUBLISH, C.COMPLETED, C.SENDING, "operator", "new recipients reopen it; opens a publish lease"),
+    T(E.PAUSE, C.SENDING, C.PAUSED, "operator"),
+    T(E.HALT, C.SENDING, C.PAUSED, "sendonce", "the provider refuses every send (quota, suspended key)"),
+    T(E.BRAKE, C.SENDING, C.PAUSED, "sendonce", "complaint or bounce rate over its brake"),
+    T(E.RESUME, C.PAUSED, C.SENDING, "operator", "republishes every recipient that has not ended"),
+    T(E.RESUME, C.SENDING, C.SENDING, "operator", "republishes every recipient that has not ended"),
+    T(E.REOPEN_UNKNOWN, C.COMPLETED, C.PAUSED, "operator", "some unknown outcomes reopened (resume follows)"),
+    T(E.CANCEL, C.DRAFT, C.CANCELLED, "operator", "republishes the rest so consumers close them"),
+    T(E.CANCEL, C.SENDING, C.CANCELLED, "operator", "republishes the rest so consumers close them"),
+    T(E.CANCEL, C.PAUSED, C.CANCELLED, "operator", "republishes the rest so consumers close them"),
+    T(E.COMPLETE, C.SENDING, C.COMPLETED, "sendonce", "every published recipient ended; no publish lease live"),
+)
+
+
+def sources(event: CampaignEvent) -> list[CampaignState]:
+    return [t.source for t in TRANSITIONS if t.event is event]
+
+
+def writes(event: CampaignEvent) -> list[tuple[CampaignState, list[CampaignState], bool]]:
+    """The conditional writes that take `event`: (target, sources, stays). A row that stays
+    in its state gets a write of its own, which keeps who changed the state and why."""
+    by_target: dict[tuple[CampaignState, bool], list[CampaignState]] = defaultdict(list)
+    for t in TRANSITIONS:
+        if t.event is event:
+            by_target[(t.target, t.source is t.target)].append(t.source)
+    return [(target, allowed, stays) for (target, stays), allowed in by_target.items()]
+
+
+def can(event: CampaignEvent, state: CampaignState) -> bool:
+    return state in sources(event)
+
+
+def apply(
+    store: CampaignStore,
+    campaign_id: str,
+    event: CampaignEvent,
+    *,
+    by: str,
+    reason: str | None = None,
+    publishing_until_ms: int | None = None,
+    unless_publishing_at_ms: int | None = None,
+) -> Campaign:
+    """Take `event` on the campaign: one conditional write per target state of the event
+    (most events have one), tried until one matches the campaign's current state."""
+    last: IllegalTransitionError | None = None
+    for target, allowed, stays in writes(event):
+        try:
+            return store.transition(
+                campaign_id, to=target, allowed_from=allowed, by=by, reason=reason, stays=stays,
+                publishing_until_ms=publishing_until_ms, unless_publishing_at_ms=unless_publishing_at_ms,
+            )
+        except IllegalTransitionError as exc:
+            last = exc
+    assert last is not None
+    raise IllegalTransitionError(f"{event.value}: {last}") from last
+
+
+def mermaid() -> str:
+    lines = ["stateDiagram-v2", "    [*] --> draft: create"]
+    for t in TRANSITIONS:
+        lines.append(f"    {t.source.value} --> {t.target.value}: {t.event.value}")
+    lines += ["    completed --> [*]", "    cancelled --> [*]"]
+    return "\n".join(lines)
+
+
+def table() -> str:
+    rows = ["| event | from | to | by | guard / effect |", "|---|---|---|---|---|"]
+    for t in TRANSITIONS:
+        rows.append(f"| `{t.event.value}` | {t.source.value} | {t.target.value} | {t.by} | {t.guard} |")
+    return "\n".join(rows)
