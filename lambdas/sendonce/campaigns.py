@@ -278,6 +278,10 @@ class CampaignService:
                     on_batch(report)
         finally:
             self._campaigns.end_publish(campaign_id)
+        if not report.messages_sent:
+            # Nothing new reached the queue (all published before), so no consumer will settle
+            # a batch for this publish: it may have reopened a campaign that is already done.
+            self.complete_if_done(campaign_id)
         return report
 
     def _open_publish(self, campaign_id: str) -> Campaign:
@@ -344,6 +348,8 @@ class CampaignService:
         # These messages now stand for every batch not yet settled (hint for completion).
         self._campaigns.reset_open_batches(campaign_id, len(bodies))
         self._queue.publish(bodies)
+        if not bodies:
+            campaign = self.complete_if_done(campaign_id) or campaign
         logger.info("campaign resumed", extra={"campaign_id": campaign_id, "republished": len(remaining)})
         return campaign, len(remaining)
 

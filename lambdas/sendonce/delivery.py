@@ -40,6 +40,7 @@ from sendonce.models import (
     Campaign,
     CampaignState,
     DeliveryKey,
+    DeliveryRecord,
     DeliveryRequest,
     DeliveryState,
     OutboundEmail,
@@ -213,15 +214,7 @@ class DeliveryService:
         run = _BatchRun(batch=batch, campaign=campaign, provider=provider, content=content, remaining_ms=remaining_ms, report=report)
         last_receive = receive_count >= self._max_receive_count
         if last_receive:
-            # SQS moves the message to the DLQ if this attempt does not end it, whether the
-            # attempt returns, crashes or times out: say so in the ledger first, so that no
-            # recipient is left pending behind a message in the DLQ. Dead-lettered deliveries
-            # are claimable, so this attempt sends them as usual.
-            self._ledger.close_unclaimed(
-                batch.campaign_id, [r.recipient_id for r in batch.recipients], state=DeliveryState.DEAD_LETTERED,
-                reason="last receive: the message goes to the dead-letter queue unless this attempt ends it",
-                batch_id=batch.batch_id,
-            )
+            self._dead_letter_first(batch)
         if campaign.delivery_mode == "batch" and self._group_guard is not None and hasattr(provider, "send_batch"):
             singles = self._deliver_groups(run)
         else:
@@ -247,6 +240,17 @@ class DeliveryService:
         if not report.must_return and not run.halt.is_set() and campaign.state is CampaignState.SENDING:
             self._settle_batch(batch.campaign_id)
         return report
+
+    def _dead_letter_first(self, batch: BatchMessage) -> None:
+        """SQS moves the message to the DLQ if this attempt does not end it, whether the
+        attempt returns, crashes or times out: say so in the ledger first, so that no
+        recipient is left pending behind a message in the DLQ. Dead-lettered deliveries are
+        claimable, so this attempt sends them as usual."""
+        self._ledger.close_unclaimed(
+            batch.campaign_id, [r.recipient_id for r in batch.recipients], state=DeliveryState.DEAD_LETTERED,
+            reason="last receive: the message goes to the dead-letter queue unless this attempt ends it",
+            batch_id=batch.batch_id,
+        )
 
     def _settle_batch(self, campaign_id: str) -> None:
         """Every recipient of this message ended: one batch fewer open. At zero (or below,
@@ -466,14 +470,12 @@ class DeliveryService:
         # same key), so the provider answers from its key store. One that never went out —
         # recorded, then the time ran out; or refused outright — binds nobody: its members
         # are decided afresh (suppressed since, now in another group, ...).
+        # A group whose first request is older than the key window cannot be replayed: its
+        # members go one by one, and the claim rules close them as unknown.
         replayed: set[str] = set()
+        now_ms = self._clock_ms()
         for group in groups:
-            if any(
-                (record := records.get(r.recipient_id)) is not None
-                and record.group_key == group.idempotency_key
-                and record.maybe_sent_at_ms is not None
-                for r in group.recipients
-            ):
+            if self._replayable(group, records, hashes, now_ms):
                 self._run_group(run, group, hashes)
                 replayed.update(r.recipient_id for r in group.recipients)
         singles, candidates = [], []
@@ -490,7 +492,6 @@ class DeliveryService:
             records = self._ledger.get_many(batch.campaign_id, [r.recipient_id for r in candidates])
         group_id = f"{batch.batch_id}-g{len(groups) + 1}"
         key = SendGroup(campaign_id=batch.campaign_id, group_id=group_id, recipients=[]).idempotency_key
-        now_ms = self._clock_ms()
         members = []
         foreign: set[str] = set()
         for recipient in candidates:
@@ -528,6 +529,19 @@ class DeliveryService:
             group = self._campaigns.record_group(SendGroup(campaign_id=batch.campaign_id, group_id=group_id, recipients=members))
             self._run_group(run, group, hashes)
         return singles
+
+    @staticmethod
+    def _replayable(group: SendGroup, records: Mapping[str, DeliveryRecord], hashes: dict[str, str], now_ms: int) -> bool:
+        """Whether a recorded group's request may have gone out (a member carries its key and
+        a maybe-sent mark) and can still be repeated (not older than the key window)."""
+        marked = [records[r.recipient_id] for r in group.recipients if r.recipient_id in records
+                  and records[r.recipient_id].group_key == group.idempotency_key
+                  and records[r.recipient_id].maybe_sent_at_ms is not None]
+        return bool(marked) and not any(
+            classify(record, payload_hash=hashes.get(record.recipient_id, ""), provider_idempotent=True, now_ms=now_ms,
+                     group_key=group.idempotency_key) is Verdict.STALE
+            for record in marked
+        )
 
     def _renders(self, run: _BatchRun, recipient: Recipient) -> bool:
         try:

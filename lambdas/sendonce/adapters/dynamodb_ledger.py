@@ -190,6 +190,11 @@ _APPEND = "history = list_append(if_not_exists(history, :empty), :entry)"
 
 
 _LIFT = "maybe_sent_at_ms, maybe_sent_by, group_key"
+# Only the owner whose attempt set the mark may lift it (a refusal seen by a later owner
+# says nothing of an earlier owner's request).
+_LIFT_GUARD = " AND maybe_sent_by = :me"
+# The mark keeps the *first* possibly accepted attempt: the key's 24 h count from there.
+_FIRST_MARK = "if_not_exists(maybe_sent_at_ms, :now)"
 
 
 class DynamoDBLedger:
@@ -219,7 +224,7 @@ class DynamoDBLedger:
         )
         if keyed:
             # From the claim on, the provider may accept this delivery's request.
-            update += ", maybe_sent_at_ms = if_not_exists(maybe_sent_at_ms, :now), maybe_sent_by = if_not_exists(maybe_sent_by, :owner)"
+            update += f", maybe_sent_at_ms = {_FIRST_MARK}, maybe_sent_by = if_not_exists(maybe_sent_by, :owner)"
         if group_key:
             update += ", group_key = :g"
             values.update(_values(g=group_key))
@@ -373,7 +378,7 @@ class DynamoDBLedger:
             # may have been accepted; the mark (and its window) stays.
             try:
                 self._fenced_update(key, owner=owner, event=event, values=values,
-                                    update=update + " REMOVE lease_until_ms, " + _LIFT, extra=" AND maybe_sent_by = :me")
+                                    update=update + " REMOVE lease_until_ms, " + _LIFT, extra=_LIFT_GUARD)
                 return
             except LeaseLostError:
                 pass
@@ -528,7 +533,7 @@ class DynamoDBLedger:
                 updates.append(self._fenced_member(
                     group, recipient.recipient_id, owner=owner, event=event, values=values,
                     update=update + " REMOVE lease_until_ms" + (", " + _LIFT if lift else ""),
-                    extra=" AND maybe_sent_by = :me" if lift else "",
+                    extra=_LIFT_GUARD if lift else "",
                 ))
             reasons = self._transact(updates)
             if reasons is None:

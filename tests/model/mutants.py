@@ -1,0 +1,134 @@
+"""Does the model have teeth? Each mutant reverts one fix of issue 10; the model check must
+find a counterexample for it. Run by `make verify`: `python -m tests.model.mutants`.
+
+A mutant is applied by replacing one named piece of our own code for the duration of a run
+(mutation testing, not a test double). Prints, per mutant, the machine that caught it, the
+invariant's message, how many steps were generated until the first failure and how long
+the failing example was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+from moto import mock_aws
+
+from sendonce import campaigns as campaigns_module
+from sendonce import delivery as delivery_module
+from sendonce import delivery_protocol as protocol
+from sendonce.adapters import dynamodb_ledger
+from sendonce.delivery_protocol import Event
+from sendonce.models import Campaign, CampaignState, DeliveryState
+
+from tests.model import test_delivery_model as model
+
+
+@contextlib.contextmanager
+def replaced(owner, name: str, value) -> Iterator[None]:
+    saved = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)
+
+
+def _old_cancel_event(record, *, now_ms):
+    # Before: cancel closed only deliveries nobody had ever held, all as cancelled.
+    if record is None or record.state in (DeliveryState.PENDING, DeliveryState.DEAD_LETTERED):
+        return Event.CLOSE_CANCELLED
+    return None
+
+
+def _old_release_group(original):
+    def release(self, group, *, owner, state, reason, error_class, refused=False):
+        return original(self, group, owner=owner, state=state, reason=reason, error_class=error_class, refused=False)
+    return release
+
+
+def _status_completes(original):
+    def status(self, campaign_id):
+        result = original(self, campaign_id)
+        if result.state is CampaignState.SENDING and result.done:
+            from sendonce import campaign_lifecycle as lifecycle
+            lifecycle.apply(self._campaigns, campaign_id, lifecycle.CampaignEvent.COMPLETE, by="sendonce")
+        return result
+    return status
+
+
+@contextlib.contextmanager
+def defect_5() -> Iterator[None]:
+    with replaced(campaigns_module.CampaignService, "status", _status_completes(campaigns_module.CampaignService.status)), \
+            replaced(Campaign, "accepts_sends", property(lambda c: c.state is CampaignState.SENDING)):
+        yield
+
+
+def _rules_with_grouped_first():
+    rules = list(protocol.CLAIM_RULES)
+    stale = next(r for r in rules if r.verdict is protocol.Verdict.STALE and r.maybe_sent is protocol.MaybeSent.OLD)
+    grouped = next(r for r in rules if r.verdict is protocol.Verdict.GROUPED)
+    rules[rules.index(stale)], rules[rules.index(grouped)] = grouped, stale
+    return tuple(rules)
+
+
+MUTANTS = {
+    "1 refused takeover forgets the first attempt": lambda: replaced(dynamodb_ledger, "_LIFT_GUARD", ""),
+    "2 window counted from the last claim": lambda: replaced(dynamodb_ledger, "_FIRST_MARK", ":now"),
+    "3a refused group keeps its mark": lambda: replaced(
+        dynamodb_ledger.DynamoDBLedger, "release_group", _old_release_group(dynamodb_ledger.DynamoDBLedger.release_group)),
+    "3b group past the window stays claimed": lambda: replaced(protocol, "CLAIM_RULES", _rules_with_grouped_first()),
+    "3c a never-requested group is replayed as recorded": lambda: replaced(
+        delivery_module.DeliveryService, "_replayable", staticmethod(lambda group, records, hashes, now_ms: True)),
+    "4 cancel leaves held deliveries, closes maybe-sent as cancelled": lambda: replaced(
+        delivery_module, "cancel_event", _old_cancel_event),
+    "5 a status read completes the campaign": defect_5,
+    "6 last receive dead-letters only after sending": lambda: replaced(
+        delivery_module.DeliveryService, "_dead_letter_first", lambda self, batch: None),
+}
+
+
+def run(max_examples: int) -> list[dict]:
+    results = []
+    for name, mutant in MUTANTS.items():
+        found = None
+        for machine in model.MACHINES:
+            model.FIGURES.clear()
+            started = time.monotonic()
+            try:
+                with mutant():
+                    run_state_machine_as_test(machine, settings=settings(
+                        max_examples=max_examples, stateful_step_count=25, deadline=None, database=None,
+                        phases=[Phase.generate], suppress_health_check=list(HealthCheck)))
+            except Exception as exc:  # noqa: BLE001 - any failure is the finding
+                found = {
+                    "mutant": name, "machine": machine.__name__,
+                    "invariant": str(exc).strip().splitlines()[0][:200],
+                    "steps_until_found": model.FIGURES["steps"], "failing_example_steps": model.FIGURES["example_steps"],
+                    "examples_until_found": model.FIGURES["examples"], "seconds": round(time.monotonic() - started, 1),
+                }
+                break
+        results.append(found or {"mutant": name, "found": False})
+        print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+def main() -> int:
+    os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"})
+    os.environ.pop("AWS_ENDPOINT_URL", None)
+    max_examples = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    with mock_aws():
+        results = run(max_examples)
+    missed = [r["mutant"] for r in results if r.get("found") is False]
+    print(json.dumps({"mutants": len(results), "caught": len(results) - len(missed), "missed": missed}))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,368 @@
+"""The stateful model check: the real ledger and campaign adapters (moto, in process), the
+real Powertools guards, DeliveryService and CampaignService, driven by Hypothesis through
+crashes at every step, two consumers on one message, time jumps (a lease, 23 h, 25 h),
+operator actions and provider refusals, with the invariants checked after every step.
+
+Profiles: `make test` runs the bounded one (derandomized, a few minutes at most);
+`make verify` runs the deep one (SENDONCE_MODEL_PROFILE=deep, at least 20,000 steps) and
+writes its figures to model-figures.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import boto3
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from moto import mock_aws
+
+from sendonce.adapters.dynamodb_campaigns import DynamoDBCampaignStore
+from sendonce.adapters.dynamodb_ledger import DynamoDBLedger
+from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
+from sendonce.campaigns import CampaignService
+from sendonce.delivery import DeliveryService
+from sendonce.delivery_protocol import FINAL, HELD
+from sendonce.errors import IllegalTransitionError, InvalidCampaignError
+from sendonce.models import Campaign, CampaignState, Content, DeliveryState, Recipient
+from sendonce_ops.local.resources import create_tables
+
+from tests.deliverability_fakes import FakeSuppressions
+from tests.model.world import (
+    CAMPAIGN_WRITES,
+    LEDGER_WRITES,
+    Clock,
+    Crash,
+    CrashingProxy,
+    Faults,
+    ProviderModel,
+    QueueModel,
+)
+
+S = DeliveryState
+HOUR = 3600 * 1000
+LEASE_MS = 60_000
+VISIBILITY_MS = 30_000  # shorter than a lease on purpose: a second consumer meets a live holder
+RECIPIENTS = 7
+BATCH_SIZE = 3
+FIGURES = Counter()
+
+settings.register_profile(
+    "bounded", max_examples=20, stateful_step_count=20, deadline=None, derandomize=True, database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+settings.register_profile(
+    "deep", max_examples=300, stateful_step_count=25, deadline=None, database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+settings.register_profile("debug", settings.get_profile("bounded"), phases=[Phase.explicit, Phase.generate])
+PROFILE = os.environ.get("SENDONCE_MODEL_PROFILE", "bounded")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _moto_in_process():
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    saved = {k: os.environ.get(k) for k in [*env, "AWS_ENDPOINT_URL"]}
+    os.environ.update(env)
+    os.environ.pop("AWS_ENDPOINT_URL", None)
+    started = time.monotonic()
+    with mock_aws():
+        yield
+    FIGURES["seconds"] = round(time.monotonic() - started, 1)
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    figures = {"profile": PROFILE, **FIGURES}
+    Path(os.environ.get("SENDONCE_MODEL_FIGURES", "model-figures.json")).write_text(json.dumps(figures, indent=1) + "\n")
+    print(f"\nmodel check ({PROFILE}): {json.dumps(figures)}")
+
+
+class Ctx:
+    function_name = "model"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return LEASE_MS
+
+
+class DeliveryModel(RuleBasedStateMachine):
+    provider_name = "resend"
+    mode = "single"
+
+    @initialize(first=st.integers(2, RECIPIENTS))
+    def setup(self, first):
+        provider = self.provider_name
+        FIGURES["examples"] += 1
+        FIGURES["example_steps"] = 0
+        self.clock = Clock(int(time.time() * 1000) + 30 * 24 * HOUR)  # ahead of the wall clock Powertools reads
+        self.faults = Faults()
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        name = f"m{uuid.uuid4().hex[:10]}"
+        create_tables(client, ledger_table=name, campaigns_table=name + "-c")
+        self.ledger = DynamoDBLedger(client=client, table_name=name)
+        self.store = DynamoDBCampaignStore(client=client, table_name=name + "-c")
+        self.queue = QueueModel(self.clock, max_receive_count=5, visibility_ms=VISIBILITY_MS)
+        self.provider = ProviderModel(provider, provider == "resend", self.clock, self.faults)
+        self.suppressions = FakeSuppressions()
+        ledger = CrashingProxy(self.ledger, self.faults, LEDGER_WRITES)
+        campaigns = CrashingProxy(self.store, self.faults, CAMPAIGN_WRITES)
+        guard, group_guard = PowertoolsDeliveryGuard(ledger, clock_ms=self.clock), PowertoolsGroupGuard(ledger, clock_ms=self.clock)
+        guard.register_lambda_context(Ctx())
+        group_guard.register_lambda_context(Ctx())
+        self.consumer = DeliveryService(
+            ledger=ledger, guard=guard, campaigns=campaigns, providers={provider: self.provider}, queue=self.queue,
+            group_guard=group_guard, suppressions=self.suppressions, send_concurrency=1, safety_margin_ms=5_000,
+            throttle_retries=1, max_receive_count=5, sleep=lambda s: None, clock_ms=self.clock,
+        )
+        self.operator = CampaignService(campaigns=self.store, ledger=self.ledger, queue=self.queue,
+                                        provider_names=[provider], clock_ms=self.clock)
+        FIGURES[f"examples_{provider}_{self.mode}"] += 1
+        self.operator.create(Campaign(
+            campaign_id="c1", name="model", provider=provider, sender="news@example.com", delivery_mode=self.mode,
+            content=Content(subject="Hi {{ name }}", text="Hello {{ name }}"),
+        ))
+        self.people = [Recipient(recipient_id=f"r{i}", email=f"user{i}@example.com", variables={"name": f"U{i}"})
+                       for i in range(RECIPIENTS)]
+        self.published: set[str] = set()
+        # Deliveries for which an attempt may have been accepted without the ledger knowing
+        # how it ended: the only ones allowed to end unknown.
+        self.risky: set[str] = set()
+        self.operator.publish("c1", self.people[:first], batch_size=BATCH_SIZE)
+        self.published.update(r.recipient_id for r in self.people[:first])
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _step(self, name: str) -> None:
+        FIGURES["steps"] += 1
+        FIGURES["example_steps"] = FIGURES.get("example_steps", 0) + 1
+        FIGURES[f"rule_{name}"] += 1
+
+    def _records(self) -> dict[str, object]:
+        return {r.recipient_id: r for r in self.ledger.records("c1")}
+
+    def _process(self, message, *, crash_at=None, after=False, short_budget=False, lose_ack=False) -> None:
+        self.faults.crash_at, self.faults.after, self.faults.steps = crash_at, after, 0
+        try:
+            report = self.consumer.process(
+                message.body, receive_count=message.receive_count, remaining_ms=lambda: 1_000 if short_budget else LEASE_MS
+            )
+        except Crash:
+            FIGURES["crashes"] += 1
+            self._mark_risky_after_crash(message)
+            return
+        finally:
+            self.faults.crash_at = None
+        if report.unknown or report.errors_by_class.get("ambiguous"):
+            self._mark_ambiguous(message)
+        if report.must_return:
+            message.visible_at_ms = (report.return_at_ms + 1) if report.return_at_ms else self.clock() + VISIBILITY_MS
+        elif lose_ack:
+            FIGURES["lost_acks"] += 1
+        elif message in self.queue.messages:
+            self.queue.ack(message)
+
+    def _batch_ids(self, message) -> list[str]:
+        return [r["recipient_id"] for r in json.loads(message.body)["recipients"]]
+
+    def _mark_risky_after_crash(self, message) -> None:
+        records = self._records()
+        for rid in self._batch_ids(message):
+            record = records.get(rid)
+            if record is not None and record.state in HELD:
+                if self.provider.idempotent or record.state is S.IN_FLIGHT:
+                    self.risky.add(rid)
+
+    def _mark_ambiguous(self, message) -> None:
+        records = self._records()
+        for rid in self._batch_ids(message):
+            record = records.get(rid)
+            if record is not None and record.maybe_sent_at_ms is not None:
+                self.risky.add(rid)
+
+    # --- rules ----------------------------------------------------------------------------
+
+    @rule(start=st.integers(0, RECIPIENTS - 1), size=st.integers(1, RECIPIENTS))
+    def publish(self, start, size):
+        self._step("publish")
+        chunk = self.people[start : start + size]
+        try:
+            self.operator.publish("c1", chunk, batch_size=BATCH_SIZE)
+        except InvalidCampaignError:
+            assert self.store.get("c1").state is CampaignState.CANCELLED
+            return
+        self.published.update(r.recipient_id for r in chunk)
+
+    @rule(start=st.integers(0, RECIPIENTS - 2), consume=st.integers(1, 3))
+    def publish_while_consuming_and_reading_status(self, start, consume):
+        """A long streamed publish: consumers work and operators read status in the middle."""
+        self._step("publish_while_consuming")
+        chunk = self.people[start:]
+
+        def stream():
+            for i, recipient in enumerate(chunk):
+                yield recipient
+                if i == BATCH_SIZE:
+                    for _ in range(consume):
+                        message = self.queue.receive(0)
+                        if message is not None:
+                            self._process(message)
+                    before = self.store.get("c1").state
+                    self.operator.status("c1")
+                    assert self.store.get("c1").state is before, "reading status changed the campaign"
+
+        try:
+            self.operator.publish("c1", stream(), batch_size=2)
+        except InvalidCampaignError:
+            return
+        self.published.update(r.recipient_id for r in chunk)
+
+    @rule(index=st.integers(0, 5), crash_at=st.none() | st.integers(1, 14), after=st.booleans(),
+          short_budget=st.booleans(), lose_ack=st.booleans())
+    def consume(self, index, crash_at, after, short_budget, lose_ack):
+        self._step("consume")
+        message = self.queue.receive(index)
+        if message is not None:
+            self._process(message, crash_at=crash_at, after=after, short_budget=short_budget and crash_at is None,
+                          lose_ack=lose_ack)
+
+    @rule(index=st.integers(0, 5), crash_at=st.none() | st.integers(1, 14))
+    def consume_a_message_already_in_flight(self, index, crash_at):
+        """SQS delivers at least once: a second consumer gets a message the first still works on."""
+        self._step("consume_in_flight")
+        if self.queue.messages:
+            message = self.queue.messages[index % len(self.queue.messages)]
+            message.receive_count += 1
+            if message.receive_count <= self.queue.max_receive_count:
+                self._process(message, crash_at=crash_at)
+
+    @rule(ms=st.sampled_from([1_000, LEASE_MS + 1, 6 * 60_000, 23 * HOUR, 25 * HOUR]))
+    def advance_time(self, ms):
+        self._step("advance_time")
+        self.clock.advance(ms)
+
+    @rule(kind=st.sampled_from(["rate_limited", "busy", "concurrent", "timeout_before", "timeout_after"]),
+          count=st.integers(1, 3))
+    def provider_refuses(self, kind, count):
+        self._step("provider_refuses")
+        self.provider.script.extend([kind] * count)
+
+    @precondition(lambda self: self.provider.quota_until_ms <= self.clock())
+    @rule()
+    def provider_quota_exhausted_for_a_day(self):
+        self._step("quota")
+        self.provider.quota_until_ms = self.clock() + 24 * HOUR
+
+    @rule(verb=st.sampled_from(["pause", "resume", "cancel"]))
+    def operator_acts(self, verb):
+        self._step(f"operator_{verb}")
+        try:
+            getattr(self.operator, verb)("c1")
+        except (IllegalTransitionError, InvalidCampaignError):
+            pass
+
+    @precondition(lambda self: bool(self.queue.dlq))
+    @rule()
+    def redrive_dead_letters(self):
+        self._step("redrive")
+        self.queue.redrive()
+
+    @rule(index=st.integers(0, RECIPIENTS - 1))
+    def recipient_unsubscribes(self, index):
+        self._step("suppress")
+        from sendonce.deliverability_ports import SuppressionReason
+
+        self.suppressions.add(self.people[index].email, SuppressionReason.UNSUBSCRIBED, "model")
+
+    def teardown(self):
+        if hasattr(self, "ledger"):
+            self._drain_and_check()
+
+    # --- invariants -----------------------------------------------------------------------
+
+    @invariant()
+    def the_invariants_hold(self):
+        """accepted <= 1 per delivery; every recipient in exactly one visible state; counts add
+        up; the ledger never contradicts the provider; nobody pending without a message that
+        will bring them (unless the campaign is paused); completed means nothing remains."""
+        if not hasattr(self, "ledger"):
+            return
+        twice = {k: n for k, n in self.provider.accepted.items() if n > 1}
+        assert not twice, f"duplicates: {twice}"
+        status = self.operator.status("c1")
+        records = self._records()
+        assert status.total == len(self.published | set(records)), (status, self.published)
+        parts = (status.pending + status.in_progress + status.sent + status.failed + status.suppressed + status.unknown
+                 + status.cancelled + status.dead_lettered)
+        assert parts == status.total
+        for rid, record in records.items():
+            accepted = self.provider.accepted[("c1", rid)]
+            if record.state is S.SENT:
+                assert accepted == 1, f"{rid} sent in the ledger, accepted {accepted} times"
+            if record.state in (S.FAILED, S.SUPPRESSED, S.CANCELLED):
+                assert accepted == 0, f"{rid} {record.state.value} but the provider accepted it"
+        if status.state is CampaignState.COMPLETED:
+            assert status.remaining == 0, f"completed with {status.remaining} remaining"
+        if status.state in (CampaignState.SENDING, CampaignState.COMPLETED, CampaignState.CANCELLED):
+            carried = {r["recipient_id"] for m in self.queue.messages for r in json.loads(m.body)["recipients"]}
+            hidden = {rid for rid in self.published if (rid not in records or records[rid].state is S.PENDING)} - carried
+            assert not hidden, f"pending on a {status.state.value} campaign with no message to bring them: {hidden}"
+
+    def _drain_and_check(self) -> None:
+        """A final fault-free drain, then: nothing pending or in progress unless paused, and
+        unknown only where an attempt may have been accepted without the ledger knowing."""
+        self.provider.script.clear()
+        self.provider.quota_until_ms = 0
+        for _ in range(12):
+            self.clock.advance(LEASE_MS + VISIBILITY_MS + 1)
+            progressed = False
+            while (message := self.queue.receive(0)) is not None:
+                progressed = True
+                self._process(message)
+            if self.queue.dlq:
+                self.queue.redrive()
+                progressed = True
+            if not progressed and not [m for m in self.queue.messages]:
+                break
+        campaign = self.store.get("c1")
+        status = self.operator.status("c1")
+        FIGURES["drains"] += 1
+        FIGURES["steps"] += 1
+        FIGURES[f"final_{campaign.state.value}"] += 1
+        if campaign.state in (CampaignState.PAUSED, CampaignState.DRAFT):
+            return
+        records = self._records()
+        stuck = {rid: (records[rid].state.value if rid in records else "pending") for rid in self.published
+                 if rid not in records or records[rid].state not in FINAL}
+        assert not stuck, f"after a fault-free drain of a {campaign.state.value} campaign: {stuck}"
+        unknown = {rid for rid, r in records.items() if r.state is S.UNKNOWN}
+        assert unknown <= self.risky, f"unknown without a possibly accepted attempt: {unknown - self.risky}"
+        FIGURES["unknown_outcomes"] += len(unknown)
+        assert campaign.state is not CampaignState.SENDING, "every recipient ended but the campaign did not complete"
+
+
+class ResendSingle(DeliveryModel):
+    provider_name, mode = "resend", "single"
+
+
+class ResendBatch(DeliveryModel):
+    provider_name, mode = "resend", "batch"
+
+
+class SesSingle(DeliveryModel):
+    provider_name, mode = "ses", "single"
+
+
+MACHINES = (ResendSingle, ResendBatch, SesSingle)
+for machine in MACHINES:
+    machine.TestCase.settings = settings.get_profile(PROFILE)
+TestResendSingle = ResendSingle.TestCase
+TestResendBatch = ResendBatch.TestCase
+TestSesSingle = SesSingle.TestCase

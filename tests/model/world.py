@@ -1,0 +1,223 @@
+"""The world the model check drives the real code through: a provider that keeps
+idempotency keys exactly 24 h, an SQS queue with receive counts and a DLQ, a clock that
+jumps, and crashes at any write.
+
+Only the outside world is modelled; the ledger and the campaigns table are the real
+DynamoDB adapters on moto (in process), and the services, guards and rules are the real ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+
+from sendonce.errors import AmbiguousProviderError, HaltProviderError, RetryableProviderError
+from sendonce.models import OutboundEmail, Receipt
+
+KEY_LIFETIME_MS = 24 * 3600 * 1000  # Resend forgets a key 24 h after its first request
+
+
+class Crash(BaseException):
+    """The consumer dies here: no handler, no finally in our code catches it (BaseException)."""
+
+
+class Clock:
+    def __init__(self, start_ms: int):
+        self.now_ms = start_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+
+
+@dataclass
+class Faults:
+    """Where the running consumer dies: at the n-th step it takes (a write to the ledger or
+    the campaigns table, or a provider call), before or after the step happens."""
+
+    crash_at: int | None = None
+    after: bool = False
+    steps: int = 0
+
+    def step(self, what: str) -> bool:
+        """Called before a step; raises Crash if the consumer dies before it. Returns whether
+        it must die right after it."""
+        self.steps += 1
+        if self.crash_at is not None and self.steps == self.crash_at:
+            self.crash_at = None
+            if not self.after:
+                raise Crash(f"before {what}")
+            return True
+        return False
+
+
+class CrashingProxy:
+    """Wraps an adapter: every method named in `writes` is a step where the consumer may die."""
+
+    def __init__(self, inner, faults: Faults, writes: frozenset[str]):
+        self._inner = inner
+        self._faults = faults
+        self._writes = writes
+
+    def __getattr__(self, name):
+        attr = getattr(self._inner, name)
+        if name not in self._writes or not callable(attr):
+            return attr
+
+        def step(*args, **kwargs):
+            die_after = self._faults.step(name)
+            result = attr(*args, **kwargs)
+            if die_after:
+                raise Crash(f"after {name}")
+            return result
+
+        return step
+
+
+LEDGER_WRITES = frozenset({"claim", "mark_in_flight", "mark_sent", "settle", "close_unclaimed", "close_as_read",
+                           "claim_group", "complete_group", "release_group"})
+CAMPAIGN_WRITES = frozenset({"transition", "batch_settled", "record_group", "reset_open_batches"})
+
+
+def _hash(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _recipient(email: OutboundEmail) -> tuple[str, str]:
+    return email.tags["campaign_id"], email.tags["recipient_id"]
+
+
+@dataclass
+class ProviderModel:
+    """Resend (keyed: a key is remembered exactly 24 h from its first request, a replay
+    with other content is a 409) or SES (no key). Refusals are scripted one call at a time."""
+
+    name: str
+    idempotent: bool
+    clock: Clock
+    faults: Faults
+    accepted: Counter = field(default_factory=Counter)  # (campaign, recipient) -> emails accepted
+    keys: dict[str, tuple[int, str, object]] = field(default_factory=dict)
+    script: list[str] = field(default_factory=list)  # the next calls' answers
+    quota_until_ms: int = 0
+    calls: int = 0
+    max_batch: int = 100
+    _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    def _refusal(self) -> str | None:
+        if self.clock() < self.quota_until_ms:
+            return "quota"
+        return self.script.pop(0) if self.script else None
+
+    def _before(self, what: str) -> tuple[bool, str | None]:
+        self.calls += 1
+        die_after = self.faults.step(what)
+        answer = self._refusal()
+        if answer == "rate_limited":
+            raise RetryableProviderError("429 rate_limit_exceeded", throttled=True, retry_after=0.0)
+        if answer == "busy":
+            raise RetryableProviderError("503 service_unavailable")
+        if answer == "concurrent":
+            raise RetryableProviderError("409 concurrent_idempotent_requests", proves_not_accepted=False)
+        if answer == "quota":
+            raise HaltProviderError("429 daily_quota_exceeded")
+        if answer == "timeout_before":
+            raise AmbiguousProviderError("read timeout")
+        return die_after, answer
+
+    def _replay(self, key: str, body: str):
+        known = self.keys.get(key)
+        if known is None or self.clock() - known[0] >= KEY_LIFETIME_MS:
+            return None
+        if known[1] != body:
+            raise AmbiguousProviderError("409 invalid_idempotent_request", repeatable=False)
+        return known[2]
+
+    def send(self, email: OutboundEmail) -> Receipt:
+        die_after, answer = self._before("send")
+        body = _hash(email.model_dump(mode="json"))
+        if self.idempotent and (replayed := self._replay(email.idempotency_key, body)) is not None:
+            receipt = replayed
+        else:
+            self.accepted[_recipient(email)] += 1
+            receipt = Receipt(provider_message_id=f"{self.name}-{next(self._ids)}")
+            if self.idempotent:
+                self.keys[email.idempotency_key] = (self.clock(), body, receipt)
+        if die_after:
+            raise Crash("after the provider accepted")
+        if answer == "timeout_after":
+            raise AmbiguousProviderError("read timeout after the provider accepted")
+        return receipt
+
+    def send_batch(self, emails: list[OutboundEmail], *, idempotency_key: str) -> list[Receipt | str]:
+        die_after, answer = self._before("send_batch")
+        body = _hash([e.model_dump(mode="json") for e in emails])
+        if (replayed := self._replay(idempotency_key, body)) is not None:
+            receipts = replayed
+        else:
+            receipts = []
+            for email in emails:
+                self.accepted[_recipient(email)] += 1
+                receipts.append(Receipt(provider_message_id=f"{self.name}-{next(self._ids)}"))
+            self.keys[idempotency_key] = (self.clock(), body, receipts)
+        if die_after:
+            raise Crash("after the provider accepted the batch")
+        if answer == "timeout_after":
+            raise AmbiguousProviderError("read timeout after the provider accepted")
+        return list(receipts)
+
+
+@dataclass
+class Message:
+    body: str
+    receive_count: int = 0
+    visible_at_ms: int = 0
+
+
+class QueueModel:
+    """SQS with redrive: a message received more than `max_receive_count` times moves to the DLQ."""
+
+    def __init__(self, clock: Clock, *, max_receive_count: int, visibility_ms: int):
+        self.clock = clock
+        self.max_receive_count = max_receive_count
+        self.visibility_ms = visibility_ms
+        self.messages: list[Message] = []
+        self.dlq: list[Message] = []
+
+    # the Queue port
+    def publish(self, bodies: list[str]) -> None:
+        self.messages.extend(Message(body) for body in bodies)
+
+    def dead_letter(self, body: str, *, reason: str) -> None:
+        self.dlq.append(Message(body))
+
+    def return_later(self, source_arn: str, receipt_handle: str, *, seconds: int) -> None:  # pragma: no cover
+        raise AssertionError("the model's consumer sets visibility itself")
+
+    # what SQS does
+    def receive(self, index: int) -> Message | None:
+        visible = [m for m in self.messages if m.visible_at_ms <= self.clock()]
+        if not visible:
+            return None
+        message = visible[index % len(visible)]
+        if message.receive_count >= self.max_receive_count:
+            self.messages.remove(message)
+            self.dlq.append(message)
+            return None
+        message.receive_count += 1
+        message.visible_at_ms = self.clock() + self.visibility_ms
+        return message
+
+    def ack(self, message: Message) -> None:
+        self.messages.remove(message)
+
+    def redrive(self) -> int:
+        moved = len(self.dlq)
+        self.messages.extend(Message(m.body) for m in self.dlq)  # a new message: new id, receive count 0
+        self.dlq.clear()
+        return moved
