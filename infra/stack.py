@@ -9,6 +9,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.bundling import lambda_code
@@ -19,7 +20,7 @@ from infra.ledger import LedgerTables
 from infra.oncall import OnCall
 from infra.operator_api import OperatorApi
 from infra.provider_events import ProviderEvents
-from infra.public_api import PublicApi
+from infra.public_api import PublicApi, RouteThrottle
 from infra.queues import SendQueues
 
 OUTPUT_NAMES = (
@@ -95,6 +96,7 @@ class SendonceStack(cdk.Stack):
             ses_configuration_set=config.configuration_set_name,
             unsubscribe_key_secret_name=config.unsubscribe_key_secret_name if config.unsubscribe_base_url else None,
             unsubscribe_base_url=config.unsubscribe_base_url,
+            reserved_concurrency=config.consumer_reserved_concurrency,
             removal_policy=removal_policy,
             code=code,
         )
@@ -105,6 +107,7 @@ class SendonceStack(cdk.Stack):
             campaigns_table=self.tables.campaigns,
             queue=self.queues.queue,
             dead_letter_queue=self.queues.dead_letter_queue,
+            reserved_concurrency=config.api_reserved_concurrency,
             removal_policy=removal_policy,
             code=code,
         )
@@ -116,6 +119,7 @@ class SendonceStack(cdk.Stack):
             suppressions_table=self.tables.suppressions,
             resend_webhook_secret_name=config.resend_webhook_secret_name if config.uses_resend else None,
             ses_configuration_set_name=config.configuration_set_name,
+            reserved_concurrency=config.events_reserved_concurrency,
             removal_policy=removal_policy,
             code=code,
         )
@@ -126,7 +130,12 @@ class SendonceStack(cdk.Stack):
             ledger_table=self.tables.ledger,
             campaigns_table=self.tables.campaigns,
             unsubscribe_key_secret_name=config.unsubscribe_key_secret_name,
+            unsubscribe_throttle=RouteThrottle(
+                rate_limit=config.unsubscribe_rate_limit, burst_limit=config.unsubscribe_burst_limit
+            ),
+            webhook_throttle=RouteThrottle(rate_limit=config.webhook_rate_limit, burst_limit=config.webhook_burst_limit),
             events_function=self.provider_events.function if config.uses_resend else None,
+            unsubscribe_reserved_concurrency=config.unsubscribe_reserved_concurrency,
             removal_policy=removal_policy,
             code=code,
         )
@@ -183,14 +192,30 @@ class SendonceStack(cdk.Stack):
         cdk.Tags.of(self).add("project", "sendonce", exclude_resource_types=["AWS::KMS::Key"])
         self._acknowledge_findings()
 
+    # Every grant below is the list of IAM actions the function's code calls, per resource;
+    # tests/infra/test_permissions.py holds each function to exactly that. No
+    # grant_read_write_data / grant_read_data: they bring DeleteItem, BatchWriteItem,
+    # PutItem and Scan. The ledger is append-only: only conditional UpdateItems write it
+    # (a TransactWriteItems of Updates is authorized per item by dynamodb:UpdateItem),
+    # nothing may put over, delete or scan a delivery record.
+
     def _grant_consumer(self) -> None:
         function = self.consumer.function
-        self.tables.ledger.grant_read_write_data(function)
-        self.tables.campaigns.grant_read_write_data(function)
+        # Claims, fenced marks and settlements, close_unclaimed, group claims and
+        # completions (TransactWriteItems of Updates): UpdateItem. A record re-read after
+        # a failed claim: GetItem. Batch mode's membership check: BatchGetItem.
+        self.tables.ledger.grant(function, "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem")
+        # The campaign (GetItem) and its automatic moves (UpdateItem); batch mode's send
+        # groups (conditional PutItem, GetItem, Query); the shared rate limiter's slots
+        # (UpdateItem) and throttle state (PutItem, GetItem).
+        self.tables.campaigns.grant(
+            function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"
+        )
         # A consistent GetItem per recipient before sending; the consumer never writes it.
-        self.tables.suppressions.grant_read_data(function)
-        # Poison batches are moved to the DLQ by the consumer itself.
-        self.queues.dead_letter_queue.grant_send_messages(function)
+        self.tables.suppressions.grant(function, "dynamodb:GetItem")
+        # Poison batches are moved to the DLQ by the consumer itself (SendMessage only; the
+        # event source's grant covers receiving, deleting and returning source messages).
+        self._allow_send(function, self.queues.dead_letter_queue)
 
         if self.config.uses_resend:
             self.resend_api_key = self._allow_secret_read(
@@ -220,10 +245,19 @@ class SendonceStack(cdk.Stack):
 
     def _grant_operator_api(self) -> None:
         function = self.operator_api.function
-        self.tables.ledger.grant_read_write_data(function)
-        self.tables.campaigns.grant_read_write_data(function)
-        # Publish enqueues batches; the API never consumes them.
-        self.queues.queue.grant_send_messages(function)
+        # Read-only on the ledger: status and resume read a campaign's records (Query).
+        # Its routes never write the ledger (cancel and pause are campaign state; reopening
+        # unknowns and redrives are the CLI's, with the operator's own credentials).
+        self.tables.ledger.grant(function, "dynamodb:Query")
+        # Create (conditional PutItem), get, state moves and batch marks (UpdateItem), a
+        # batch's record with its campaign's total (TransactWriteItems of a conditional Put
+        # and an Update), the batches of a campaign (Query).
+        self.tables.campaigns.grant(
+            function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"
+        )
+        # Publish enqueues batches (SendMessageBatch is authorized by SendMessage); the API
+        # never consumes them.
+        self._allow_send(function, self.queues.queue)
         if self.config.recipients_bucket:
             # Recipient files are streamed from S3 by a publish naming bucket and key.
             bucket = s3.Bucket.from_bucket_name(self, "RecipientsBucket", self.config.recipients_bucket)
@@ -235,11 +269,14 @@ class SendonceStack(cdk.Stack):
 
     def _grant_provider_events(self) -> None:
         function = self.provider_events.function
-        # Annotations and unknown -> sent on the ledger, feedback counters and brakes in the
-        # campaigns table, suppressions for hard bounces and complaints.
-        self.tables.ledger.grant_read_write_data(function)
-        self.tables.campaigns.grant_read_write_data(function)
-        self.tables.suppressions.grant_read_write_data(function)
+        # Annotations and unknown -> sent on the ledger (conditional UpdateItem, or an Update
+        # in a transaction with the campaign's counter), the record read after a duplicate.
+        self.tables.ledger.grant(function, "dynamodb:GetItem", "dynamodb:UpdateItem")
+        # Feedback counters (UpdateItem, ADD), read back by the brakes (Query), which pause
+        # a campaign (UpdateItem).
+        self.tables.campaigns.grant(function, "dynamodb:UpdateItem", "dynamodb:Query")
+        # Hard bounces and complaints: a conditional PutItem (the first reason stays).
+        self.tables.suppressions.grant(function, "dynamodb:PutItem")
         if self.config.uses_resend:
             self._allow_secret_read(
                 function, "ResendWebhookSecret", self.config.resend_webhook_secret_name, sid="ReadResendWebhookSecret"
@@ -254,6 +291,11 @@ class SendonceStack(cdk.Stack):
         self._allow_secret_read(
             function, "UnsubscribeKey", self.config.unsubscribe_key_secret_name, sid="ReadUnsubscribeKey"
         )
+
+    @staticmethod
+    def _allow_send(function: lambda_.IFunction, queue: sqs.IQueue) -> None:
+        """sqs:SendMessage alone (grant_send_messages adds GetQueueAttributes and GetQueueUrl)."""
+        function.add_to_role_policy(iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[queue.queue_arn]))
 
     def _allow_secret_read(
         self, function: lambda_.IFunction, id: str, secret_name: str, *, sid: str
