@@ -27,6 +27,18 @@ SAFETY_MARGIN_SECONDS = 15
 LAMBDA_MAX_TIMEOUT_SECONDS = 900
 # AWS bounds for an SQS event source's MaximumConcurrency.
 MAX_CONCURRENCY_BOUNDS = (2, 1000)
+# Flood protection (docs/operations.md#flood-protection). Lambda refuses a reservation that
+# leaves the account fewer than 100 unreserved concurrent executions.
+LAMBDA_MIN_UNRESERVED = 100
+# API Gateway's default account-level throttle per region: a route limit above it never binds.
+API_RATE_LIMIT_MAX, API_BURST_LIMIT_MAX = 10_000, 5_000
+# The events function's share, sized from the send rate: about 3 provider events per email
+# (sent, delivered, now and then a bounce or complaint), ~50 ms each (one or two
+# conditional DynamoDB writes), x2 headroom, at least 10.
+EVENTS_PER_EMAIL = 3
+EVENT_SECONDS = 0.05
+EVENTS_HEADROOM = 2
+MIN_EVENTS_RESERVED = 10
 SES_CONFIGURATION_SET_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 S3_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
@@ -55,6 +67,19 @@ DEFAULTS: dict[str, Any] = {
     "max_concurrency": None,
     "queue_age_alarm_minutes": 30,
     "removal_policy": "retain",
+    # Public API throttling per route (requests/s, burst), docs/operations.md#flood-protection.
+    "unsubscribe_rate_limit": 50,
+    "unsubscribe_burst_limit": 100,
+    "webhook_rate_limit": 100,
+    "webhook_burst_limit": 200,
+    # Reserved concurrency: the consumer's is its event source's max_concurrency; the
+    # events function's is derived from send_rate unless set.
+    "events_reserved_concurrency": None,
+    "unsubscribe_reserved_concurrency": 10,
+    "api_reserved_concurrency": 10,
+    # The account's Lambda concurrency quota (1,000 unless raised): what the reservations
+    # are checked against, before a deploy fails on them.
+    "account_concurrency": 1000,
 }
 
 
@@ -84,6 +109,14 @@ class SendonceConfig:
     max_concurrency_override: int | None
     queue_age_alarm_minutes: int
     removal_policy: str
+    unsubscribe_rate_limit: int
+    unsubscribe_burst_limit: int
+    webhook_rate_limit: int
+    webhook_burst_limit: int
+    events_reserved_concurrency_override: int | None
+    unsubscribe_reserved_concurrency: int
+    api_reserved_concurrency: int
+    account_concurrency: int
 
     @classmethod
     def from_context(cls, get: Callable[[str], Any] | Mapping[str, Any]) -> SendonceConfig:
@@ -93,6 +126,9 @@ class SendonceConfig:
         def value(key: str) -> Any:
             raw = lookup(key)
             return DEFAULTS[key] if raw is None or raw == "" else raw
+
+        def whole(key: str) -> int:
+            return _number(value(key), key, int)
 
         providers = _providers(value("provider"))
         config = cls(
@@ -118,6 +154,16 @@ class SendonceConfig:
             ),
             queue_age_alarm_minutes=_number(value("queue_age_alarm_minutes"), "queue_age_alarm_minutes", int),
             removal_policy=str(value("removal_policy")).lower(),
+            unsubscribe_rate_limit=whole("unsubscribe_rate_limit"),
+            unsubscribe_burst_limit=whole("unsubscribe_burst_limit"),
+            webhook_rate_limit=whole("webhook_rate_limit"),
+            webhook_burst_limit=whole("webhook_burst_limit"),
+            events_reserved_concurrency_override=(
+                None if value("events_reserved_concurrency") is None else whole("events_reserved_concurrency")
+            ),
+            unsubscribe_reserved_concurrency=whole("unsubscribe_reserved_concurrency"),
+            api_reserved_concurrency=whole("api_reserved_concurrency"),
+            account_concurrency=whole("account_concurrency"),
         )
         config._validate()
         return config
@@ -155,11 +201,40 @@ class SendonceConfig:
             problems.append("ses_configuration_set must be 1-64 letters, digits, '-' or '_'")
         if self.recipients_bucket is not None and not S3_BUCKET_NAME.fullmatch(self.recipients_bucket):
             problems.append(f"recipients_bucket is not an S3 bucket name: {self.recipients_bucket!r}")
+        for route in ("unsubscribe", "webhook"):
+            rate, burst = getattr(self, f"{route}_rate_limit"), getattr(self, f"{route}_burst_limit")
+            if not 1 <= rate <= API_RATE_LIMIT_MAX:
+                problems.append(f"{route}_rate_limit must be within 1..{API_RATE_LIMIT_MAX} requests/s")
+            if not 1 <= burst <= API_BURST_LIMIT_MAX:
+                problems.append(f"{route}_burst_limit must be within 1..{API_BURST_LIMIT_MAX} requests")
+        reservations = {
+            "events_reserved_concurrency": self.events_reserved_concurrency_override,
+            "unsubscribe_reserved_concurrency": self.unsubscribe_reserved_concurrency,
+            "api_reserved_concurrency": self.api_reserved_concurrency,
+        }
+        for key, reserved in reservations.items():
+            # 0 would stop the function altogether; that is a kill switch, not a setting.
+            if reserved is not None and reserved < 1:
+                problems.append(f"{key} must be >= 1")
+        if self.account_concurrency <= LAMBDA_MIN_UNRESERVED:
+            problems.append(
+                f"account_concurrency must be above {LAMBDA_MIN_UNRESERVED} (Lambda keeps that many unreserved):"
+                " request a Lambda concurrency quota increase for this account first"
+            )
         if not problems and self.function_timeout_seconds > LAMBDA_MAX_TIMEOUT_SECONDS:
             problems.append(
                 f"the batch would need a {self.function_timeout_seconds} s function timeout (Lambda max"
                 f" {LAMBDA_MAX_TIMEOUT_SECONDS} s): lower batch_size or provider_timeout_seconds,"
                 " or raise send_concurrency"
+            )
+        if not problems and self.reserved_concurrency_total > self.account_concurrency - LAMBDA_MIN_UNRESERVED:
+            problems.append(
+                f"the functions would reserve {self.reserved_concurrency_total} concurrent executions"
+                f" (consumer {self.consumer_reserved_concurrency} = max_concurrency, events"
+                f" {self.events_reserved_concurrency}, unsubscribe {self.unsubscribe_reserved_concurrency},"
+                f" operator API {self.api_reserved_concurrency}), more than account_concurrency"
+                f" {self.account_concurrency} minus the {LAMBDA_MIN_UNRESERVED} Lambda keeps unreserved:"
+                " lower them, or raise account_concurrency to the account's (increased) quota"
             )
         if problems:
             raise ConfigError("invalid sendonce context: " + "; ".join(problems))
@@ -229,6 +304,36 @@ class SendonceConfig:
         wanted = math.ceil(self.send_rate * (self.provider_latency_ms / 1000) / self.send_concurrency)
         low, high = MAX_CONCURRENCY_BOUNDS
         return max(low, min(high, wanted))
+
+
+    @property
+    def consumer_reserved_concurrency(self) -> int:
+        """The consumer's event source never runs more than max_concurrency invocations;
+        reserving exactly that keeps them free of every other function in the account
+        (and caps nothing the consumer would use)."""
+        return self.max_concurrency
+
+    @property
+    def events_reserved_concurrency(self) -> int:
+        """ceil(send_rate x 3 events per email x 0.05 s x 2 headroom), at least 10.
+
+        Defaults: ceil(14 x 3 x 0.05 x 2) = 5 -> 10; at 200/s, 60. A throttled SES event
+        waits in Lambda's asynchronous queue (retried up to the 6 h max event age, then
+        the events DLQ); a throttled Resend webhook is answered 5xx and Resend retries it.
+        """
+        if self.events_reserved_concurrency_override is not None:
+            return self.events_reserved_concurrency_override
+        wanted = math.ceil(self.send_rate * EVENTS_PER_EMAIL * EVENT_SECONDS * EVENTS_HEADROOM)
+        return max(MIN_EVENTS_RESERVED, wanted)
+
+    @property
+    def reserved_concurrency_total(self) -> int:
+        return (
+            self.consumer_reserved_concurrency
+            + self.events_reserved_concurrency
+            + self.unsubscribe_reserved_concurrency
+            + self.api_reserved_concurrency
+        )
 
 
 def _providers(raw: Any) -> tuple[str, ...]:

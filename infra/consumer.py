@@ -49,6 +49,7 @@ class Consumer(Construct):
         unsubscribe_key_secret_name: str | None = None,
         unsubscribe_base_url: str | None = None,
         memory_size: int = 512,
+        reserved_concurrency: int | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
     ) -> None:
@@ -107,6 +108,9 @@ class Consumer(Construct):
             code=code or lambda_code(),
             timeout=timeout,
             memory_size=memory_size,
+            # The event source's MaximumConcurrency, reserved: no other function in the
+            # account can take the consumer's capacity (docs/operations.md#flood-protection).
+            reserved_concurrent_executions=reserved_concurrency,
             role=self.role,
             log_group=self.log_group,
             environment=environment,

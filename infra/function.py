@@ -32,6 +32,7 @@ class ServiceFunction(Construct):
         environment: Mapping[str, str],
         timeout: cdk.Duration,
         memory_size: int = 256,
+        reserved_concurrency: int | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
     ) -> None:
@@ -53,6 +54,8 @@ class ServiceFunction(Construct):
             code=code or lambda_code(),
             timeout=timeout,
             memory_size=memory_size,
+            # Also a cap: what this function may take from the account's pool at most.
+            reserved_concurrent_executions=reserved_concurrency,
             role=self.role,
             log_group=self.log_group,
             environment={

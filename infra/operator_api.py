@@ -48,6 +48,7 @@ class OperatorApi(Construct):
         campaigns_table: dynamodb.ITable,
         queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
+        reserved_concurrency: int | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
     ) -> None:
@@ -65,6 +66,7 @@ class OperatorApi(Construct):
             },
             timeout=TIMEOUT,
             memory_size=512,
+            reserved_concurrency=reserved_concurrency,
             removal_policy=removal_policy,
             code=code,
         )

@@ -7,12 +7,14 @@ webhooks reach the same function through the public HTTP API (infra/public_api.p
 
 from __future__ import annotations
 
+import jsii
+
 import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_ses as ses
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
@@ -44,6 +46,26 @@ SES_DETAIL_TYPES = (
 DEAD_LETTER_RETENTION = cdk.Duration.days(14)
 
 
+@jsii.implements(lambda_.IDestination)
+class _SendOnlyQueueDestination:
+    """An on-failure destination queue that the function's role may only send to.
+
+    `aws_lambda_destinations.SqsDestination` also grants sqs:GetQueueAttributes and
+    sqs:GetQueueUrl; Lambda needs sqs:SendMessage alone to deliver a failed event.
+    """
+
+    def __init__(self, queue: sqs.IQueue) -> None:
+        self._queue = queue
+
+    def bind(
+        self, _scope: Construct, fn: lambda_.IFunction, *, type: lambda_.DestinationType
+    ) -> lambda_.DestinationConfig:
+        fn.add_to_role_policy(
+            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self._queue.queue_arn])
+        )
+        return lambda_.DestinationConfig(destination=self._queue.queue_arn)
+
+
 class ProviderEvents(Construct):
     """The events function, its dead-letter queue, and (SES) the configuration set, its
     EventBridge destination and the rule that sends its events to the function.
@@ -61,6 +83,7 @@ class ProviderEvents(Construct):
         suppressions_table: dynamodb.ITable,
         resend_webhook_secret_name: str | None = None,
         ses_configuration_set_name: str | None = None,
+        reserved_concurrency: int | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
     ) -> None:
@@ -92,6 +115,7 @@ class ProviderEvents(Construct):
             description="sendonce provider events: SES events and Resend webhooks into the ledger",
             environment=environment,
             timeout=cdk.Duration.seconds(30),
+            reserved_concurrency=reserved_concurrency,
             removal_policy=removal_policy,
             code=code,
         )
@@ -99,7 +123,7 @@ class ProviderEvents(Construct):
         self.role = handler.role
         self.log_group = handler.log_group
         self.function.configure_async_invoke(
-            on_failure=destinations.SqsDestination(self.dead_letter_queue),
+            on_failure=_SendOnlyQueueDestination(self.dead_letter_queue),
             retry_attempts=2,
             max_event_age=cdk.Duration.hours(6),
         )

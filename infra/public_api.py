@@ -7,6 +7,8 @@ the HMAC in the unsubscribe token and by the webhook's Svix signature.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import aws_cdk as cdk
 from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_apigatewayv2_integrations as integrations
@@ -20,7 +22,14 @@ from infra.http_api import LoggedHttpApi
 UNSUBSCRIBE_HANDLER = "sendonce.handlers.unsubscribe.lambda_handler"
 UNSUBSCRIBE_PATH = "/u/{token}"
 WEBHOOK_PATH = "/webhooks/resend"  # sendonce.handlers.events.WEBHOOK_PATH
-UNSUBSCRIBE_RATE_LIMIT, UNSUBSCRIBE_BURST_LIMIT = 50, 100
+
+
+@dataclass(frozen=True)
+class RouteThrottle:
+    """A route's API Gateway throttle: sustained requests/s and the burst above it."""
+
+    rate_limit: int
+    burst_limit: int
 
 
 class PublicApi(Construct):
@@ -38,7 +47,10 @@ class PublicApi(Construct):
         ledger_table: dynamodb.ITable,
         campaigns_table: dynamodb.ITable,
         unsubscribe_key_secret_name: str,
+        unsubscribe_throttle: RouteThrottle,
+        webhook_throttle: RouteThrottle,
         events_function: lambda_.IFunction | None = None,
+        unsubscribe_reserved_concurrency: int | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
     ) -> None:
@@ -56,6 +68,7 @@ class PublicApi(Construct):
                 "SENDONCE_CAMPAIGNS_TABLE": campaigns_table.table_name,
             },
             timeout=cdk.Duration.seconds(10),
+            reserved_concurrency=unsubscribe_reserved_concurrency,
             removal_policy=removal_policy,
             code=code,
         )
@@ -75,13 +88,20 @@ class PublicApi(Construct):
             methods=[apigwv2.HttpMethod.GET, apigwv2.HttpMethod.POST],
             integration=integrations.HttpLambdaIntegration("Unsubscribe", self.unsubscribe_function),
         )
-        # Clicks are a trickle, and an invalid token is one invocation each: bound what
-        # a flood of them can cost. Webhooks are not throttled here: they follow the send
-        # rate (about two per email), and a throttled webhook waits for Resend's retry.
-        self.http.throttle_routes(routes, rate_limit=UNSUBSCRIBE_RATE_LIMIT, burst_limit=UNSUBSCRIBE_BURST_LIMIT)
+        # Anyone can call these routes, and a forged token or signature still costs an
+        # invocation (answered 403/401): every route is throttled, so a flood is refused
+        # by API Gateway (429) before it reaches Lambda. Clicks are a trickle; webhooks
+        # follow the send rate (about three per email), and a throttled webhook waits for
+        # Resend's retry (docs/operations.md#flood-protection).
+        self.http.throttle_routes(
+            routes, rate_limit=unsubscribe_throttle.rate_limit, burst_limit=unsubscribe_throttle.burst_limit
+        )
         if events_function is not None:
-            self.api.add_routes(
+            webhook_routes = self.api.add_routes(
                 path=WEBHOOK_PATH,
                 methods=[apigwv2.HttpMethod.POST],
                 integration=integrations.HttpLambdaIntegration("Events", events_function),
+            )
+            self.http.throttle_routes(
+                webhook_routes, rate_limit=webhook_throttle.rate_limit, burst_limit=webhook_throttle.burst_limit
             )

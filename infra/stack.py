@@ -1,26 +1,15 @@
-"""The sendonce stack: builds the units, wires and grants between them."""
+"""The sendonce stack: the `SendOnce` construct, the stack outputs the CLI reads, tags."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import aws_cdk as cdk
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_s3 as s3
-from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from infra.bundling import lambda_code
-from infra.config import MAX_RECEIVE_COUNT, SendonceConfig
-from infra.consumer import Consumer
-from infra.dashboard import Dashboard
-from infra.ledger import LedgerTables
-from infra.oncall import OnCall
-from infra.operator_api import OperatorApi
-from infra.provider_events import ProviderEvents
-from infra.public_api import PublicApi
-from infra.queues import SendQueues
+from infra.config import SendonceConfig
+from sendonce_cdk import SendOnce
 
 OUTPUT_NAMES = (
     "QueueUrl",
@@ -39,6 +28,9 @@ OUTPUT_NAMES = (
     "ApiUrl",
     "PublicApiUrl",
 )
+# A construct with this id is left out of its children's logical ids: the template's
+# resources keep the ids they had when the stack built them itself.
+HIDDEN_ID = "Default"
 
 
 class SendonceStack(cdk.Stack):
@@ -61,283 +53,29 @@ class SendonceStack(cdk.Stack):
             **kwargs,
         )
         self.config = config
-        # One asset for every function: one bundle, one upload.
-        code = code or lambda_code()
-        removal_policy = cdk.RemovalPolicy.RETAIN if config.retain else cdk.RemovalPolicy.DESTROY
-        function_timeout = cdk.Duration.seconds(config.function_timeout_seconds)
+        self.sendonce = SendOnce.from_config(self, HIDDEN_ID, config=config, code=code)
+        mail = self.sendonce
 
-        self.queues = SendQueues(
-            self,
-            "Queues",
-            visibility_timeout=cdk.Duration.seconds(config.visibility_timeout_seconds),
-            max_receive_count=MAX_RECEIVE_COUNT,
-            removal_policy=removal_policy,
-        )
-        self.tables = LedgerTables(self, "Tables", removal_policy=removal_policy)
-        self.consumer = Consumer(
-            self,
-            "Consumer",
-            queue=self.queues.queue,
-            dead_letter_queue=self.queues.dead_letter_queue,
-            max_receive_count=self.queues.max_receive_count,
-            ledger_table=self.tables.ledger,
-            campaigns_table=self.tables.campaigns,
-            suppressions_table=self.tables.suppressions,
-            timeout=function_timeout,
-            batch_size=config.batch_size,
-            max_concurrency=config.max_concurrency,
-            send_concurrency=config.send_concurrency,
-            send_rate=config.send_rate,
-            resend_requests_per_second=config.resend_requests_per_second,
-            provider_timeout_seconds=config.provider_timeout_seconds,
-            safety_margin_ms=config.safety_margin_ms,
-            resend_api_key_secret_name=config.resend_api_key_secret_name if config.uses_resend else None,
-            ses_configuration_set=config.configuration_set_name,
-            unsubscribe_key_secret_name=config.unsubscribe_key_secret_name if config.unsubscribe_base_url else None,
-            unsubscribe_base_url=config.unsubscribe_base_url,
-            removal_policy=removal_policy,
-            code=code,
-        )
-        self.operator_api = OperatorApi(
-            self,
-            "OperatorApi",
-            ledger_table=self.tables.ledger,
-            campaigns_table=self.tables.campaigns,
-            queue=self.queues.queue,
-            dead_letter_queue=self.queues.dead_letter_queue,
-            removal_policy=removal_policy,
-            code=code,
-        )
-        self.provider_events = ProviderEvents(
-            self,
-            "ProviderEvents",
-            ledger_table=self.tables.ledger,
-            campaigns_table=self.tables.campaigns,
-            suppressions_table=self.tables.suppressions,
-            resend_webhook_secret_name=config.resend_webhook_secret_name if config.uses_resend else None,
-            ses_configuration_set_name=config.configuration_set_name,
-            removal_policy=removal_policy,
-            code=code,
-        )
-        self.public_api = PublicApi(
-            self,
-            "PublicApi",
-            suppressions_table=self.tables.suppressions,
-            ledger_table=self.tables.ledger,
-            campaigns_table=self.tables.campaigns,
-            unsubscribe_key_secret_name=config.unsubscribe_key_secret_name,
-            events_function=self.provider_events.function if config.uses_resend else None,
-            removal_policy=removal_policy,
-            code=code,
-        )
-        self._secrets: dict[str, secretsmanager.ISecret] = {}
-        self._grant_consumer()
-        self._grant_operator_api()
-        self._grant_provider_events()
-        self._grant_unsubscribe()
-
-        self.oncall = OnCall(
-            self,
-            "OnCall",
-            queue=self.queues.queue,
-            dead_letter_queue=self.queues.dead_letter_queue,
-            function=self.consumer.function,
-            events_function=self.provider_events.function,
-            events_dead_letter_queue=self.provider_events.dead_letter_queue,
-            queue_age_threshold=cdk.Duration.minutes(config.queue_age_alarm_minutes),
-            email=config.oncall_email,
-            https_url=config.oncall_https_url,
-            removal_policy=removal_policy,
-        )
-        self.dashboard = Dashboard(
-            self,
-            "Dashboard",
-            dashboard_name=config.stack_name,
-            queue=self.queues.queue,
-            dead_letter_queue=self.queues.dead_letter_queue,
-            function=self.consumer.function,
-            function_timeout=function_timeout,
-            events_function=self.provider_events.function,
-            events_dead_letter_queue=self.provider_events.dead_letter_queue,
-            alarm_names=self.oncall.alarm_names,
-        )
-
-        self._output("QueueUrl", self.queues.queue.queue_url)
-        self._output("QueueArn", self.queues.queue.queue_arn)
-        self._output("DeadLetterQueueUrl", self.queues.dead_letter_queue.queue_url)
-        self._output("DeadLetterQueueArn", self.queues.dead_letter_queue.queue_arn)
-        self._output("LedgerTableName", self.tables.ledger.table_name)
-        self._output("CampaignsTableName", self.tables.campaigns.table_name)
-        self._output("OnCallTopicArn", self.oncall.topic.topic_arn)
-        self._output("ConsumerFunctionName", self.consumer.function.function_name)
-        self._output("SuppressionsTableName", self.tables.suppressions.table_name)
-        self._output("EventsFunctionName", self.provider_events.function.function_name)
-        self._output("EventsDeadLetterQueueUrl", self.provider_events.dead_letter_queue.queue_url)
-        self._output("ApiUrl", self.operator_api.url)
+        self._output("QueueUrl", mail.queue.queue_url)
+        self._output("QueueArn", mail.queue.queue_arn)
+        self._output("DeadLetterQueueUrl", mail.dead_letter_queue.queue_url)
+        self._output("DeadLetterQueueArn", mail.dead_letter_queue.queue_arn)
+        self._output("LedgerTableName", mail.ledger_table.table_name)
+        self._output("CampaignsTableName", mail.campaigns_table.table_name)
+        self._output("OnCallTopicArn", mail.on_call_topic.topic_arn)
+        self._output("ConsumerFunctionName", mail.consumer.function_name)
+        self._output("SuppressionsTableName", mail.suppressions_table.table_name)
+        self._output("EventsFunctionName", mail.provider_events.function.function_name)
+        self._output("EventsDeadLetterQueueUrl", mail.provider_events.dead_letter_queue.queue_url)
+        self._output("ApiUrl", mail.operator_api_url)
         # Resend's webhook URL is <PublicApiUrl>webhooks/resend; unsubscribe links are
         # <PublicApiUrl>u/<token> unless a custom domain fronts it (docs/deploy.md).
-        self._output("PublicApiUrl", self.public_api.url)
+        self._output("PublicApiUrl", mail.public_api_url)
 
         # Not on the KMS key: moto 5.2.5's CloudFormation fails on AWS::KMS::Key tags
         # (KeyError 'TagKey'), and the local deploy runs this same template.
         cdk.Tags.of(self).add("project", "sendonce", exclude_resource_types=["AWS::KMS::Key"])
-        self._acknowledge_findings()
-
-    def _grant_consumer(self) -> None:
-        function = self.consumer.function
-        self.tables.ledger.grant_read_write_data(function)
-        self.tables.campaigns.grant_read_write_data(function)
-        # A consistent GetItem per recipient before sending; the consumer never writes it.
-        self.tables.suppressions.grant_read_data(function)
-        # Poison batches are moved to the DLQ by the consumer itself.
-        self.queues.dead_letter_queue.grant_send_messages(function)
-
-        if self.config.uses_resend:
-            self.resend_api_key = self._allow_secret_read(
-                function, "ResendApiKey", self.config.resend_api_key_secret_name, sid="ReadResendApiKey"
-            )
-        if self.config.unsubscribe_base_url:
-            self._allow_secret_read(
-                function, "UnsubscribeKey", self.config.unsubscribe_key_secret_name, sid="ReadUnsubscribeKey"
-            )
-        if self.config.uses_ses:
-            resources = [
-                self.format_arn(service="ses", resource="identity", resource_name=self.config.sender_domain),
-                # Every SES send names the stack's configuration set, so that its events
-                # reach the events function.
-                self.format_arn(
-                    service="ses", resource="configuration-set", resource_name=self.config.configuration_set_name
-                ),
-            ]
-            function.add_to_role_policy(
-                iam.PolicyStatement(sid="SendAsSenderIdentity", actions=["ses:SendEmail"], resources=resources)
-            )
-            # The account's MaxSendRate caps the shared send rate. GetAccount is read-only
-            # and has no resource-level permissions, so it cannot be scoped further.
-            function.add_to_role_policy(
-                iam.PolicyStatement(sid="ReadSendQuota", actions=["ses:GetAccount"], resources=["*"])
-            )
-
-    def _grant_operator_api(self) -> None:
-        function = self.operator_api.function
-        self.tables.ledger.grant_read_write_data(function)
-        self.tables.campaigns.grant_read_write_data(function)
-        # Publish enqueues batches; the API never consumes them.
-        self.queues.queue.grant_send_messages(function)
-        if self.config.recipients_bucket:
-            # Recipient files are streamed from S3 by a publish naming bucket and key.
-            bucket = s3.Bucket.from_bucket_name(self, "RecipientsBucket", self.config.recipients_bucket)
-            function.add_to_role_policy(
-                iam.PolicyStatement(
-                    sid="ReadRecipientFiles", actions=["s3:GetObject"], resources=[bucket.arn_for_objects("*")]
-                )
-            )
-
-    def _grant_provider_events(self) -> None:
-        function = self.provider_events.function
-        # Annotations and unknown -> sent on the ledger, feedback counters and brakes in the
-        # campaigns table, suppressions for hard bounces and complaints.
-        self.tables.ledger.grant_read_write_data(function)
-        self.tables.campaigns.grant_read_write_data(function)
-        self.tables.suppressions.grant_read_write_data(function)
-        if self.config.uses_resend:
-            self._allow_secret_read(
-                function, "ResendWebhookSecret", self.config.resend_webhook_secret_name, sid="ReadResendWebhookSecret"
-            )
-
-    def _grant_unsubscribe(self) -> None:
-        function = self.public_api.unsubscribe_function
-        # Exactly what sendonce.unsubscribe needs: check and add a suppression, note the
-        # click on the delivery's ledger record.
-        self.tables.suppressions.grant(function, "dynamodb:GetItem", "dynamodb:PutItem")
-        self.tables.ledger.grant(function, "dynamodb:GetItem", "dynamodb:UpdateItem")
-        self._allow_secret_read(
-            function, "UnsubscribeKey", self.config.unsubscribe_key_secret_name, sid="ReadUnsubscribeKey"
-        )
-
-    def _allow_secret_read(
-        self, function: lambda_.IFunction, id: str, secret_name: str, *, sid: str
-    ) -> secretsmanager.ISecret:
-        """GetSecretValue on one secret, imported by name (never created in the template)."""
-        if id not in self._secrets:
-            self._secrets[id] = secretsmanager.Secret.from_secret_name_v2(self, id, secret_name)
-        secret = self._secrets[id]
-        function.add_to_role_policy(
-            iam.PolicyStatement(
-                sid=sid,
-                actions=["secretsmanager:GetSecretValue"],
-                # Secrets Manager appends six random characters to the name.
-                resources=[f"{secret.secret_arn}-??????"],
-            )
-        )
-        return secret
 
     def _output(self, name: str, value: str) -> None:
         output = cdk.CfnOutput(self, name, value=value)
         output.override_logical_id(name)
-
-    def _acknowledge_findings(self) -> None:
-        """cdk-nag AwsSolutions findings this design accepts, each with its reason."""
-        for function in (
-            self.consumer.function,
-            self.operator_api.function,
-            self.provider_events.function,
-            self.public_api.unsubscribe_function,
-        ):
-            cdk.Validations.of(function).acknowledge(
-                cdk.Acknowledgment(
-                    id="AwsSolutions::AwsSolutions-L1",
-                    reason=(
-                        "Python 3.12 on purpose: the bundle is built from cp312 manylinux2014_aarch64 wheels"
-                        " (pydantic-core, markupsafe) that must match the runtime, and the Lambda code is"
-                        " tested on 3.12. Moving to a newer runtime changes RUNTIME and PYTHON_VERSION in"
-                        " infra/bundling.py together, after the tests pass on it."
-                    ),
-                )
-            )
-        if self.config.uses_ses:
-            cdk.Validations.of(self.consumer.role).acknowledge(
-                cdk.Acknowledgment(
-                    id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
-                    reason=(
-                        "Only ses:GetAccount (statement ReadSendQuota): a read-only quota lookup that SES"
-                        " does not scope to resources. Sends stay scoped to the sender identity."
-                    ),
-                )
-            )
-        if self.config.recipients_bucket:
-            cdk.Validations.of(self.operator_api.role).acknowledge(
-                cdk.Acknowledgment(
-                    id=(
-                        "AwsSolutions::AwsSolutions-IAM5"
-                        f"[Resource::arn:<AWS::Partition>:s3:::{self.config.recipients_bucket}/*]"
-                    ),
-                    reason=(
-                        "Only s3:GetObject (statement ReadRecipientFiles) on the one bucket operators publish"
-                        " recipient files from: a publish names its object key at request time, so the keys"
-                        " cannot be listed in the policy. No list, write or delete."
-                    ),
-                )
-            )
-        cdk.Validations.of(self.public_api.api).acknowledge(
-            cdk.Acknowledgment(
-                id="AwsSolutions::AwsSolutions-APIG4",
-                reason=(
-                    "The public API's callers cannot sign with SigV4 or hold a token: mailbox providers and"
-                    " people following a List-Unsubscribe link (RFC 8058), and Resend delivering webhooks."
-                    " Each handler authorizes the request itself: the unsubscribe token's HMAC-SHA256, the"
-                    " webhook's Svix signature with a +-300 s window; anything else gets 403/401 and changes"
-                    " nothing. The operator API (everything that changes campaigns) requires AWS_IAM."
-                ),
-            )
-        )
-        cdk.Validations.of(self.provider_events.dead_letter_queue).acknowledge(
-            cdk.Acknowledgment(
-                id="AwsSolutions::AwsSolutions-SQS3",
-                reason=(
-                    "This queue is itself a dead-letter queue: the EventBridge target's and the events"
-                    " function's on-failure destination for asynchronous invocations. cdk-nag only"
-                    " recognises DLQs named in another queue's RedrivePolicy."
-                ),
-            )
-        )

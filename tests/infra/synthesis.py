@@ -26,6 +26,14 @@ FULL_CONTEXT: dict[str, Any] = {
     "oncall_https_url": "https://pager.example.org/hooks/sendonce",
     "send_rate": "200",
     "removal_policy": "destroy",
+    # Flood protection from context, as `-c key=value` strings.
+    "unsubscribe_rate_limit": "20",
+    "unsubscribe_burst_limit": "40",
+    "webhook_rate_limit": "300",
+    "webhook_burst_limit": "600",
+    "unsubscribe_reserved_concurrency": "5",
+    "api_reserved_concurrency": "4",
+    "account_concurrency": "2000",
 }
 
 

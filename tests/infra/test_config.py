@@ -68,7 +68,14 @@ def test_a_batch_that_cannot_fit_in_lambdas_15_minutes_is_refused() -> None:
 def test_max_concurrency_from_the_send_rate(
     send_rate: float, latency_ms: int, send_concurrency: int, expected: int
 ) -> None:
-    sized = config(send_rate=send_rate, provider_latency_ms=latency_ms, send_concurrency=send_concurrency)
+    # A raised account quota and a fixed events share, so that the reservations fit.
+    sized = config(
+        send_rate=send_rate,
+        provider_latency_ms=latency_ms,
+        send_concurrency=send_concurrency,
+        account_concurrency=5000,
+        events_reserved_concurrency=100,
+    )
     assert sized.max_concurrency == expected
 
 
@@ -100,8 +107,65 @@ def test_command_line_context_arrives_as_strings() -> None:
         {"unsubscribe_base_url": "http://unsubscribe.example.org"},
         {"ses_configuration_set": "sendonce events"},
         {"recipients_bucket": "Acme_Lists"},
+        {"unsubscribe_rate_limit": 0},
+        {"unsubscribe_burst_limit": "lots"},
+        {"webhook_rate_limit": "10001"},
+        {"webhook_burst_limit": 5001},
+        {"webhook_rate_limit": "2.5"},
+        {"events_reserved_concurrency": 0},
+        {"unsubscribe_reserved_concurrency": -1},
+        {"api_reserved_concurrency": 0},
+        {"account_concurrency": 100},
     ],
 )
 def test_bad_context_is_refused_before_synthesis(bad: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
         config(**bad)
+
+
+def test_flood_protection_defaults() -> None:
+    defaults = config()
+    assert (defaults.unsubscribe_rate_limit, defaults.unsubscribe_burst_limit) == (50, 100)
+    assert (defaults.webhook_rate_limit, defaults.webhook_burst_limit) == (100, 200)
+    assert defaults.consumer_reserved_concurrency == defaults.max_concurrency == 2
+    assert defaults.events_reserved_concurrency == 10
+    assert (defaults.unsubscribe_reserved_concurrency, defaults.api_reserved_concurrency) == (10, 10)
+    assert defaults.account_concurrency == 1000
+    assert defaults.reserved_concurrency_total == 32
+
+
+@pytest.mark.parametrize(
+    ("send_rate", "expected"),
+    [
+        (14, 10),  # ceil(14 x 3 x 0.05 x 2) = 5, raised to the minimum of 10
+        (200, 60),
+        (1000, 300),
+    ],
+)
+def test_events_reserved_concurrency_follows_the_send_rate(send_rate: float, expected: int) -> None:
+    assert config(send_rate=send_rate).events_reserved_concurrency == expected
+
+
+def test_flood_protection_from_command_line_strings() -> None:
+    parsed = config(
+        webhook_rate_limit="300",
+        webhook_burst_limit="600",
+        events_reserved_concurrency="25",
+        unsubscribe_reserved_concurrency="5",
+        api_reserved_concurrency="3",
+        account_concurrency="3000",
+    )
+    assert (parsed.webhook_rate_limit, parsed.webhook_burst_limit) == (300, 600)
+    assert (parsed.events_reserved_concurrency, parsed.unsubscribe_reserved_concurrency) == (25, 5)
+    assert (parsed.api_reserved_concurrency, parsed.account_concurrency) == (3, 3000)
+
+
+def test_reservations_that_leave_lambda_too_little_unreserved_are_refused() -> None:
+    # 2 + 10 + 10 + 10 = 32 fits a 1,000 quota; 2 + 879 + 10 + 10 = 901 > 1,000 - 100.
+    assert config(events_reserved_concurrency=878).reserved_concurrency_total == 900
+    with pytest.raises(ConfigError, match=r"reserve 901 .*consumer 2 = max_concurrency.*events 879.*account_concurrency 1000"):
+        config(events_reserved_concurrency=879)
+    # The consumer's share grows with max_concurrency: the same check covers it.
+    with pytest.raises(ConfigError, match="max_concurrency"):
+        config(max_concurrency=900)
+    assert config(max_concurrency=900, account_concurrency=1500).consumer_reserved_concurrency == 900

@@ -195,6 +195,23 @@ def test_cli_deploy_deliverability_and_api_functions(cli_deployed: Deployed, aws
     assert api["SENDONCE_CAMPAIGNS_TABLE"] == outputs["CampaignsTableName"]
 
 
+def test_cli_deploy_reserves_concurrency_for_every_function(cli_deployed: Deployed, aws: Any) -> None:
+    # Defaults: the consumer's MaximumConcurrency (2), events 10, unsubscribe 10, API 10.
+    functions = _functions_by_handler(aws, CLI_STACK)
+
+    reserved = {
+        handler: aws("lambda").get_function_concurrency(FunctionName=f["FunctionName"]).get("ReservedConcurrentExecutions")
+        for handler, f in functions.items()
+    }
+
+    assert {handler: None if value is None else int(value) for handler, value in reserved.items()} == {
+        "sendonce.handlers.consumer.lambda_handler": 2,
+        "sendonce.handlers.api.lambda_handler": 10,
+        "sendonce.handlers.events.lambda_handler": 10,
+        "sendonce.handlers.unsubscribe.lambda_handler": 10,
+    }
+
+
 def test_cli_deploy_ses_events_rule_targets_the_events_function(cli_deployed: Deployed, aws: Any) -> None:
     events_function = aws("lambda").get_function_configuration(FunctionName=cli_deployed.outputs["EventsFunctionName"])
 

@@ -1,0 +1,479 @@
+"""`SendOnce`: the whole sendonce pipeline as one construct, for a stack of your own.
+
+    from sendonce_cdk import SendOnce
+
+    mail = SendOnce(self, "Mail", providers=["ses"], sender_domain="mail.example.com")
+    mail.grant_publish(publisher_role)        # create and publish campaigns (operator API)
+    mail.grant_operate(on_call_role)          # every operator route: pause, resume, cancel, ...
+
+Props are the CDK context keys of docs/deploy.md, typed; they are checked together by
+`infra.config.SendonceConfig` (a bad combination raises `ConfigError` before synthesis).
+The grants between the parts and the cdk-nag acknowledgements come with it.
+`infra.stack.SendonceStack` is this construct with the stack outputs around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.bundling import lambda_code
+from infra.config import DEFAULTS, MAX_RECEIVE_COUNT, SendonceConfig
+from infra.consumer import Consumer
+from infra.dashboard import Dashboard
+from infra.ledger import LedgerTables
+from infra.oncall import OnCall
+from infra.operator_api import OperatorApi
+from infra.provider_events import ProviderEvents
+from infra.public_api import PublicApi, RouteThrottle
+from infra.queues import SendQueues
+
+# What `grant_publish` allows on the operator API: create, publish, read.
+PUBLISH_ROUTES = (
+    ("POST", "/campaigns"),
+    ("POST", "/campaigns/*/publish"),
+    ("GET", "/campaigns/*"),
+    ("GET", "/campaigns/*/delivery-status"),
+)
+STAGE = "$default"
+
+
+class SendOnce(Construct):
+    """Queues, ledger tables, consumer, operator and public APIs, provider events, on-call
+    alarms and dashboard, wired and granted (docs/deploy.md, docs/operations.md).
+
+    Public attributes: `queue`, `dead_letter_queue`, `ledger_table`, `campaigns_table`,
+    `suppressions_table`, `consumer` (the consumer function), `on_call_topic`,
+    `operator_api_url`, `public_api_url`, and `config` (the validated settings); the parts
+    themselves as `queues`, `tables`, `consumer_parts`, `operator_api`, `provider_events`,
+    `public_api`, `oncall`, `dashboard`.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        providers: Sequence[Literal["ses", "resend"]],
+        sender_domain: str,
+        ses_configuration_set: str | None = None,
+        resend_api_key_secret_name: str = DEFAULTS["resend_api_key_secret_name"],
+        resend_webhook_secret_name: str = DEFAULTS["resend_webhook_secret_name"],
+        unsubscribe_key_secret_name: str = DEFAULTS["unsubscribe_key_secret_name"],
+        unsubscribe_base_url: str | None = None,
+        recipients_bucket: str | None = None,
+        oncall_email: str | None = None,
+        oncall_https_url: str | None = None,
+        send_rate: float = DEFAULTS["send_rate"],
+        resend_requests_per_second: float = DEFAULTS["resend_requests_per_second"],
+        send_concurrency: int = DEFAULTS["send_concurrency"],
+        provider_timeout_seconds: int = DEFAULTS["provider_timeout_seconds"],
+        provider_latency_ms: int = DEFAULTS["provider_latency_ms"],
+        batch_size: int = DEFAULTS["batch_size"],
+        max_concurrency: int | None = None,
+        queue_age_alarm_minutes: int = DEFAULTS["queue_age_alarm_minutes"],
+        removal_policy: Literal["retain", "destroy"] = DEFAULTS["removal_policy"],
+        unsubscribe_rate_limit: int = DEFAULTS["unsubscribe_rate_limit"],
+        unsubscribe_burst_limit: int = DEFAULTS["unsubscribe_burst_limit"],
+        webhook_rate_limit: int = DEFAULTS["webhook_rate_limit"],
+        webhook_burst_limit: int = DEFAULTS["webhook_burst_limit"],
+        events_reserved_concurrency: int | None = None,
+        unsubscribe_reserved_concurrency: int = DEFAULTS["unsubscribe_reserved_concurrency"],
+        api_reserved_concurrency: int = DEFAULTS["api_reserved_concurrency"],
+        account_concurrency: int = DEFAULTS["account_concurrency"],
+        code: lambda_.Code | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        # Every other keyword is a context key of the same name (infra.config.DEFAULTS).
+        props: dict[str, Any] = {
+            key: value
+            for key, value in locals().items()
+            if key not in ("self", "scope", "id", "code", "providers", "__class__")
+        }
+        if unknown := set(props) - set(DEFAULTS):
+            raise TypeError(f"SendOnce props without a context key: {sorted(unknown)}")
+        # The stack's name prefixes the alarms and the dashboard, and names the default
+        # SES configuration set.
+        config = SendonceConfig.from_context(
+            {**props, "provider": list(providers), "stack_name": cdk.Stack.of(self).stack_name}
+        )
+        self.config = config
+        # One asset for every function: one bundle, one upload.
+        code = code or lambda_code()
+        removal_policy = cdk.RemovalPolicy.RETAIN if config.retain else cdk.RemovalPolicy.DESTROY
+        function_timeout = cdk.Duration.seconds(config.function_timeout_seconds)
+
+        self.queues = SendQueues(
+            self,
+            "Queues",
+            visibility_timeout=cdk.Duration.seconds(config.visibility_timeout_seconds),
+            max_receive_count=MAX_RECEIVE_COUNT,
+            removal_policy=removal_policy,
+        )
+        self.tables = LedgerTables(self, "Tables", removal_policy=removal_policy)
+        self.consumer_parts = Consumer(
+            self,
+            "Consumer",
+            queue=self.queues.queue,
+            dead_letter_queue=self.queues.dead_letter_queue,
+            max_receive_count=self.queues.max_receive_count,
+            ledger_table=self.tables.ledger,
+            campaigns_table=self.tables.campaigns,
+            suppressions_table=self.tables.suppressions,
+            timeout=function_timeout,
+            batch_size=config.batch_size,
+            max_concurrency=config.max_concurrency,
+            send_concurrency=config.send_concurrency,
+            send_rate=config.send_rate,
+            resend_requests_per_second=config.resend_requests_per_second,
+            provider_timeout_seconds=config.provider_timeout_seconds,
+            safety_margin_ms=config.safety_margin_ms,
+            resend_api_key_secret_name=config.resend_api_key_secret_name if config.uses_resend else None,
+            ses_configuration_set=config.configuration_set_name,
+            unsubscribe_key_secret_name=config.unsubscribe_key_secret_name if config.unsubscribe_base_url else None,
+            unsubscribe_base_url=config.unsubscribe_base_url,
+            reserved_concurrency=config.consumer_reserved_concurrency,
+            removal_policy=removal_policy,
+            code=code,
+        )
+        self.operator_api = OperatorApi(
+            self,
+            "OperatorApi",
+            ledger_table=self.tables.ledger,
+            campaigns_table=self.tables.campaigns,
+            queue=self.queues.queue,
+            dead_letter_queue=self.queues.dead_letter_queue,
+            reserved_concurrency=config.api_reserved_concurrency,
+            removal_policy=removal_policy,
+            code=code,
+        )
+        self.provider_events = ProviderEvents(
+            self,
+            "ProviderEvents",
+            ledger_table=self.tables.ledger,
+            campaigns_table=self.tables.campaigns,
+            suppressions_table=self.tables.suppressions,
+            resend_webhook_secret_name=config.resend_webhook_secret_name if config.uses_resend else None,
+            ses_configuration_set_name=config.configuration_set_name,
+            reserved_concurrency=config.events_reserved_concurrency,
+            removal_policy=removal_policy,
+            code=code,
+        )
+        self.public_api = PublicApi(
+            self,
+            "PublicApi",
+            suppressions_table=self.tables.suppressions,
+            ledger_table=self.tables.ledger,
+            campaigns_table=self.tables.campaigns,
+            unsubscribe_key_secret_name=config.unsubscribe_key_secret_name,
+            unsubscribe_throttle=RouteThrottle(
+                rate_limit=config.unsubscribe_rate_limit, burst_limit=config.unsubscribe_burst_limit
+            ),
+            webhook_throttle=RouteThrottle(rate_limit=config.webhook_rate_limit, burst_limit=config.webhook_burst_limit),
+            events_function=self.provider_events.function if config.uses_resend else None,
+            unsubscribe_reserved_concurrency=config.unsubscribe_reserved_concurrency,
+            removal_policy=removal_policy,
+            code=code,
+        )
+        self._secrets: dict[str, secretsmanager.ISecret] = {}
+        self._grant_consumer()
+        self._grant_operator_api()
+        self._grant_provider_events()
+        self._grant_unsubscribe()
+
+        self.oncall = OnCall(
+            self,
+            "OnCall",
+            queue=self.queues.queue,
+            dead_letter_queue=self.queues.dead_letter_queue,
+            function=self.consumer_parts.function,
+            events_function=self.provider_events.function,
+            events_dead_letter_queue=self.provider_events.dead_letter_queue,
+            queue_age_threshold=cdk.Duration.minutes(config.queue_age_alarm_minutes),
+            email=config.oncall_email,
+            https_url=config.oncall_https_url,
+            removal_policy=removal_policy,
+        )
+        self.dashboard = Dashboard(
+            self,
+            "Dashboard",
+            dashboard_name=config.stack_name,
+            queue=self.queues.queue,
+            dead_letter_queue=self.queues.dead_letter_queue,
+            function=self.consumer_parts.function,
+            function_timeout=function_timeout,
+            events_function=self.provider_events.function,
+            events_dead_letter_queue=self.provider_events.dead_letter_queue,
+            alarm_names=self.oncall.alarm_names,
+        )
+
+
+        self.queue = self.queues.queue
+        self.dead_letter_queue = self.queues.dead_letter_queue
+        self.ledger_table = self.tables.ledger
+        self.campaigns_table = self.tables.campaigns
+        self.suppressions_table = self.tables.suppressions
+        self.consumer = self.consumer_parts.function
+        self.on_call_topic = self.oncall.topic
+        self.operator_api_url = self.operator_api.url
+        self.public_api_url = self.public_api.url
+        self._acknowledge_findings()
+
+    @classmethod
+    def from_config(
+        cls, scope: Construct, id: str, *, config: SendonceConfig, code: lambda_.Code | None = None
+    ) -> SendOnce:
+        """The construct for settings already parsed from CDK context (what SendonceStack does)."""
+        construct = cls(scope, id, **props_of(config), code=code)
+        if construct.config != config:
+            raise ValueError(f"{id}: settings changed on the way in (stack name {config.stack_name!r}?)")
+        return construct
+
+    # --- for other principals ---------------------------------------------------------
+
+    def grant_publish(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Create campaigns, publish recipients to them and read their status, through the
+        operator API (which records every batch; never straight onto the queue)."""
+        api = self.operator_api.api
+        return iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["execute-api:Invoke"],
+            resource_arns=[api.arn_for_execute_api(method, path, STAGE) for method, path in PUBLISH_ROUTES],
+        )
+
+    def grant_operate(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Every operator route: create, publish, pause, resume, cancel, status."""
+        return iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["execute-api:Invoke"],
+            resource_arns=[self.operator_api.api.arn_for_execute_api("ANY", "/*", STAGE)],
+        )
+
+    # Every grant below is the list of IAM actions the function's code calls, per resource;
+    # tests/infra/test_permissions.py holds each function to exactly that. No
+    # grant_read_write_data / grant_read_data: they bring DeleteItem, BatchWriteItem,
+    # PutItem and Scan. The ledger is append-only: only conditional UpdateItems write it
+    # (a TransactWriteItems of Updates is authorized per item by dynamodb:UpdateItem),
+    # nothing may put over, delete or scan a delivery record.
+
+    def _grant_consumer(self) -> None:
+        function = self.consumer_parts.function
+        # Claims, fenced marks and settlements, close_unclaimed, group claims and
+        # completions (TransactWriteItems of Updates): UpdateItem. A record re-read after
+        # a failed claim: GetItem. Batch mode's membership check: BatchGetItem.
+        self.tables.ledger.grant(function, "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem")
+        # The campaign (GetItem) and its automatic moves (UpdateItem); batch mode's send
+        # groups (conditional PutItem, GetItem, Query); the shared rate limiter's slots
+        # (UpdateItem) and throttle state (PutItem, GetItem).
+        self.tables.campaigns.grant(
+            function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"
+        )
+        # A consistent GetItem per recipient before sending; the consumer never writes it.
+        self.tables.suppressions.grant(function, "dynamodb:GetItem")
+        # Poison batches are moved to the DLQ by the consumer itself (SendMessage only; the
+        # event source's grant covers receiving, deleting and returning source messages).
+        self._allow_send(function, self.queues.dead_letter_queue)
+
+        if self.config.uses_resend:
+            self.resend_api_key = self._allow_secret_read(
+                function, "ResendApiKey", self.config.resend_api_key_secret_name, sid="ReadResendApiKey"
+            )
+        if self.config.unsubscribe_base_url:
+            self._allow_secret_read(
+                function, "UnsubscribeKey", self.config.unsubscribe_key_secret_name, sid="ReadUnsubscribeKey"
+            )
+        if self.config.uses_ses:
+            resources = [
+                cdk.Stack.of(self).format_arn(service="ses", resource="identity", resource_name=self.config.sender_domain),
+                # Every SES send names the stack's configuration set, so that its events
+                # reach the events function.
+                cdk.Stack.of(self).format_arn(
+                    service="ses", resource="configuration-set", resource_name=self.config.configuration_set_name
+                ),
+            ]
+            function.add_to_role_policy(
+                iam.PolicyStatement(sid="SendAsSenderIdentity", actions=["ses:SendEmail"], resources=resources)
+            )
+            # The account's MaxSendRate caps the shared send rate. GetAccount is read-only
+            # and has no resource-level permissions, so it cannot be scoped further.
+            function.add_to_role_policy(
+                iam.PolicyStatement(sid="ReadSendQuota", actions=["ses:GetAccount"], resources=["*"])
+            )
+
+    def _grant_operator_api(self) -> None:
+        function = self.operator_api.function
+        # Read-only on the ledger: status and resume read a campaign's records (Query).
+        # Its routes never write the ledger (cancel and pause are campaign state; reopening
+        # unknowns and redrives are the CLI's, with the operator's own credentials).
+        self.tables.ledger.grant(function, "dynamodb:Query")
+        # Create (conditional PutItem), get, state moves and batch marks (UpdateItem), a
+        # batch's record with its campaign's total (TransactWriteItems of a conditional Put
+        # and an Update), the batches of a campaign (Query).
+        self.tables.campaigns.grant(
+            function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"
+        )
+        # Publish enqueues batches (SendMessageBatch is authorized by SendMessage); the API
+        # never consumes them.
+        self._allow_send(function, self.queues.queue)
+        if self.config.recipients_bucket:
+            # Recipient files are streamed from S3 by a publish naming bucket and key.
+            bucket = s3.Bucket.from_bucket_name(self, "RecipientsBucket", self.config.recipients_bucket)
+            function.add_to_role_policy(
+                iam.PolicyStatement(
+                    sid="ReadRecipientFiles", actions=["s3:GetObject"], resources=[bucket.arn_for_objects("*")]
+                )
+            )
+
+    def _grant_provider_events(self) -> None:
+        function = self.provider_events.function
+        # Annotations and unknown -> sent on the ledger (conditional UpdateItem, or an Update
+        # in a transaction with the campaign's counter), the record read after a duplicate.
+        self.tables.ledger.grant(function, "dynamodb:GetItem", "dynamodb:UpdateItem")
+        # Feedback counters (UpdateItem, ADD), read back by the brakes (Query), which pause
+        # a campaign (UpdateItem).
+        self.tables.campaigns.grant(function, "dynamodb:UpdateItem", "dynamodb:Query")
+        # Hard bounces and complaints: a conditional PutItem (the first reason stays).
+        self.tables.suppressions.grant(function, "dynamodb:PutItem")
+        if self.config.uses_resend:
+            self._allow_secret_read(
+                function, "ResendWebhookSecret", self.config.resend_webhook_secret_name, sid="ReadResendWebhookSecret"
+            )
+
+    def _grant_unsubscribe(self) -> None:
+        function = self.public_api.unsubscribe_function
+        # Exactly what sendonce.unsubscribe needs: check and add a suppression, note the
+        # click on the delivery's ledger record.
+        self.tables.suppressions.grant(function, "dynamodb:GetItem", "dynamodb:PutItem")
+        self.tables.ledger.grant(function, "dynamodb:GetItem", "dynamodb:UpdateItem")
+        self._allow_secret_read(
+            function, "UnsubscribeKey", self.config.unsubscribe_key_secret_name, sid="ReadUnsubscribeKey"
+        )
+
+    @staticmethod
+    def _allow_send(function: lambda_.IFunction, queue: sqs.IQueue) -> None:
+        """sqs:SendMessage alone (grant_send_messages adds GetQueueAttributes and GetQueueUrl)."""
+        function.add_to_role_policy(iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[queue.queue_arn]))
+
+    def _allow_secret_read(
+        self, function: lambda_.IFunction, id: str, secret_name: str, *, sid: str
+    ) -> secretsmanager.ISecret:
+        """GetSecretValue on one secret, imported by name (never created in the template)."""
+        if id not in self._secrets:
+            self._secrets[id] = secretsmanager.Secret.from_secret_name_v2(self, id, secret_name)
+        secret = self._secrets[id]
+        function.add_to_role_policy(
+            iam.PolicyStatement(
+                sid=sid,
+                actions=["secretsmanager:GetSecretValue"],
+                # Secrets Manager appends six random characters to the name.
+                resources=[f"{secret.secret_arn}-??????"],
+            )
+        )
+        return secret
+
+    def _acknowledge_findings(self) -> None:
+        """cdk-nag AwsSolutions findings this design accepts, each with its reason."""
+        for function in (
+            self.consumer_parts.function,
+            self.operator_api.function,
+            self.provider_events.function,
+            self.public_api.unsubscribe_function,
+        ):
+            cdk.Validations.of(function).acknowledge(
+                cdk.Acknowledgment(
+                    id="AwsSolutions::AwsSolutions-L1",
+                    reason=(
+                        "Python 3.12 on purpose: the bundle is built from cp312 manylinux2014_aarch64 wheels"
+                        " (pydantic-core, markupsafe) that must match the runtime, and the Lambda code is"
+                        " tested on 3.12. Moving to a newer runtime changes RUNTIME and PYTHON_VERSION in"
+                        " infra/bundling.py together, after the tests pass on it."
+                    ),
+                )
+            )
+        if self.config.uses_ses:
+            cdk.Validations.of(self.consumer_parts.role).acknowledge(
+                cdk.Acknowledgment(
+                    id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
+                    reason=(
+                        "Only ses:GetAccount (statement ReadSendQuota): a read-only quota lookup that SES"
+                        " does not scope to resources. Sends stay scoped to the sender identity."
+                    ),
+                )
+            )
+        if self.config.recipients_bucket:
+            cdk.Validations.of(self.operator_api.role).acknowledge(
+                cdk.Acknowledgment(
+                    id=(
+                        "AwsSolutions::AwsSolutions-IAM5"
+                        f"[Resource::arn:<AWS::Partition>:s3:::{self.config.recipients_bucket}/*]"
+                    ),
+                    reason=(
+                        "Only s3:GetObject (statement ReadRecipientFiles) on the one bucket operators publish"
+                        " recipient files from: a publish names its object key at request time, so the keys"
+                        " cannot be listed in the policy. No list, write or delete."
+                    ),
+                )
+            )
+        cdk.Validations.of(self.public_api.api).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions::AwsSolutions-APIG4",
+                reason=(
+                    "The public API's callers cannot sign with SigV4 or hold a token: mailbox providers and"
+                    " people following a List-Unsubscribe link (RFC 8058), and Resend delivering webhooks."
+                    " Each handler authorizes the request itself: the unsubscribe token's HMAC-SHA256, the"
+                    " webhook's Svix signature with a +-300 s window; anything else gets 403/401 and changes"
+                    " nothing. The operator API (everything that changes campaigns) requires AWS_IAM."
+                ),
+            )
+        )
+        cdk.Validations.of(self.provider_events.dead_letter_queue).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions::AwsSolutions-SQS3",
+                reason=(
+                    "This queue is itself a dead-letter queue: the EventBridge target's and the events"
+                    " function's on-failure destination for asynchronous invocations. cdk-nag only"
+                    " recognises DLQs named in another queue's RedrivePolicy."
+                ),
+            )
+        )
+
+
+def props_of(config: SendonceConfig) -> dict[str, Any]:
+    """`SendOnce` keyword arguments that rebuild `config` (its stack name comes from the stack)."""
+    return {
+        "providers": list(config.providers),
+        "sender_domain": config.sender_domain,
+        "ses_configuration_set": config.ses_configuration_set,
+        "resend_api_key_secret_name": config.resend_api_key_secret_name,
+        "resend_webhook_secret_name": config.resend_webhook_secret_name,
+        "unsubscribe_key_secret_name": config.unsubscribe_key_secret_name,
+        "unsubscribe_base_url": config.unsubscribe_base_url,
+        "recipients_bucket": config.recipients_bucket,
+        "oncall_email": config.oncall_email,
+        "oncall_https_url": config.oncall_https_url,
+        "send_rate": config.send_rate,
+        "resend_requests_per_second": config.resend_requests_per_second,
+        "send_concurrency": config.send_concurrency,
+        "provider_timeout_seconds": config.provider_timeout_seconds,
+        "provider_latency_ms": config.provider_latency_ms,
+        "batch_size": config.batch_size,
+        "max_concurrency": config.max_concurrency_override,
+        "queue_age_alarm_minutes": config.queue_age_alarm_minutes,
+        "removal_policy": config.removal_policy,
+        "unsubscribe_rate_limit": config.unsubscribe_rate_limit,
+        "unsubscribe_burst_limit": config.unsubscribe_burst_limit,
+        "webhook_rate_limit": config.webhook_rate_limit,
+        "webhook_burst_limit": config.webhook_burst_limit,
+        "events_reserved_concurrency": config.events_reserved_concurrency_override,
+        "unsubscribe_reserved_concurrency": config.unsubscribe_reserved_concurrency,
+        "api_reserved_concurrency": config.api_reserved_concurrency,
+        "account_concurrency": config.account_concurrency,
+    }

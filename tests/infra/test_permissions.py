@@ -1,0 +1,254 @@
+"""Least privilege, read from the synthesized policies: each function holds exactly the
+actions its code calls, per resource, and no role can delete, overwrite or scan the ledger.
+
+The expected lists below come from reading the adapters each handler wires
+(lambdas/sendonce/wiring.py, deliverability_wiring.py): a new SDK call in the Lambda code
+needs its action here and in infra/stack.py, on purpose. A TransactWriteItems is
+authorized per item by the item's own action (PutItem, UpdateItem), so it never appears.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from typing import Any
+
+import pytest
+
+from tests.infra.synthesis import Synthesized
+
+pytestmark = pytest.mark.infra
+
+CONSUMER_HANDLER = "sendonce.handlers.consumer.lambda_handler"
+API_HANDLER = "sendonce.handlers.api.lambda_handler"
+EVENTS_HANDLER = "sendonce.handlers.events.lambda_handler"
+UNSUBSCRIBE_HANDLER = "sendonce.handlers.unsubscribe.lambda_handler"
+HANDLERS = (CONSUMER_HANDLER, API_HANDLER, EVENTS_HANDLER, UNSUBSCRIBE_HANDLER)
+
+# What would let a role lose, overwrite or enumerate delivery records (issue 10).
+LEDGER_FORBIDDEN = (
+    "dynamodb:DeleteItem",
+    "dynamodb:PutItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:Scan",
+    "dynamodb:DeleteTable",
+    "dynamodb:UpdateTable",
+    "dynamodb:PartiQLInsert",
+    "dynamodb:PartiQLUpdate",
+    "dynamodb:PartiQLDelete",
+    "dynamodb:RestoreTableFromBackup",
+    "dynamodb:ImportTable",
+)
+LEDGER_READS = {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"}
+LOG_WRITES = {"logs:CreateLogStream", "logs:PutLogEvents"}
+EVENT_SOURCE = {
+    "sqs:ReceiveMessage",
+    "sqs:DeleteMessage",
+    "sqs:ChangeMessageVisibility",
+    "sqs:GetQueueAttributes",
+    "sqs:GetQueueUrl",
+}
+
+
+# --- reading the template -------------------------------------------------------------
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _ref(value: dict[str, Any]) -> str:
+    return value["Ref"] if "Ref" in value else value["Fn::GetAtt"][0]
+
+
+def _table_id(synth: Synthesized, partition_key: str) -> str:
+    for table_id, table in synth.of_type("AWS::DynamoDB::Table").items():
+        if {"AttributeName": partition_key, "KeyType": "HASH"} in table["Properties"]["KeySchema"]:
+            return table_id
+    raise AssertionError(f"no table keyed on {partition_key}")
+
+
+def _function(synth: Synthesized, handler: str) -> dict[str, Any]:
+    [properties] = [
+        r["Properties"] for r in synth.of_type("AWS::Lambda::Function").values() if r["Properties"]["Handler"] == handler
+    ]
+    return properties
+
+
+def _labels(synth: Synthesized) -> dict[str, str]:
+    """Logical id -> a readable name for the resources policies point at."""
+    [mapping] = synth.of_type("AWS::Lambda::EventSourceMapping").values()
+    queue_id = _ref(mapping["Properties"]["EventSourceArn"])
+    dead_letter_id = _ref(synth.resources[queue_id]["Properties"]["RedrivePolicy"]["deadLetterTargetArn"])
+    [invoke_config] = synth.of_type("AWS::Lambda::EventInvokeConfig").values()
+    events_dead_letter_id = _ref(invoke_config["Properties"]["DestinationConfig"]["OnFailure"]["Destination"])
+    labels = {
+        _table_id(synth, "campaign_id"): "ledger",
+        _table_id(synth, "pk"): "campaigns",
+        _table_id(synth, "fp"): "suppressions",
+        queue_id: "queue",
+        dead_letter_id: "dead_letter_queue",
+        events_dead_letter_id: "events_dead_letter_queue",
+    }
+    for handler in HANDLERS:
+        labels[_ref(_function(synth, handler)["LoggingConfig"]["LogGroup"])] = f"logs:{handler.split('.')[2]}"
+    return labels
+
+
+def _resource_label(resource: Any, labels: dict[str, str]) -> str | None:
+    if resource == "*":
+        return "*"
+    if isinstance(resource, dict) and ("Ref" in resource or "Fn::GetAtt" in resource):
+        if resource.get("Ref") == "AWS::NoValue":
+            return None
+        return labels.get(_ref(resource), json.dumps(resource))
+    if isinstance(resource, dict) and "Fn::Join" in resource:
+        text = "".join(p if isinstance(p, str) else "" for p in resource["Fn::Join"][1])
+        for marker in (":secret:", ":ses:", ":s3:::"):
+            if marker in text:
+                tail = text.split(marker, 1)[1]
+                if marker == ":ses:":
+                    tail = tail.lstrip(":")  # region and account are intrinsics
+                return f"{marker.strip(':')}:{tail}"
+    return json.dumps(resource)
+
+
+def _role_statements(synth: Synthesized, role_id: str) -> list[dict[str, Any]]:
+    """Every statement that applies to a role: its inline policies, the AWS::IAM::Policy
+    resources attached to it; a managed policy fails the test (its content is not here)."""
+    role = synth.resources[role_id]["Properties"]
+    assert not role.get("ManagedPolicyArns"), f"{role_id} has managed policies: {role['ManagedPolicyArns']}"
+    statements = [s for p in role.get("Policies", []) for s in p["PolicyDocument"]["Statement"]]
+    for policy_type in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+        for policy in synth.of_type(policy_type).values():
+            if {"Ref": role_id} in policy["Properties"].get("Roles", []):
+                statements += policy["Properties"]["PolicyDocument"]["Statement"]
+    return statements
+
+
+def _granted(synth: Synthesized, handler: str) -> dict[str, set[str]]:
+    """Resource label -> the actions one function's role is allowed on it."""
+    labels = _labels(synth)
+    granted: dict[str, set[str]] = {}
+    for statement in _role_statements(synth, _ref(_function(synth, handler)["Role"])):
+        assert statement["Effect"] == "Allow" and "NotAction" not in statement and "NotResource" not in statement
+        for resource in _as_list(statement["Resource"]):
+            label = _resource_label(resource, labels)
+            if label is not None:
+                granted.setdefault(label, set()).update(_as_list(statement["Action"]))
+    return granted
+
+
+def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
+    config = synth.config
+    name = handler.split(".")[2]
+    expected: dict[str, set[str]] = {f"logs:{name}": set(LOG_WRITES)}
+    if handler == CONSUMER_HANDLER:
+        expected |= {
+            "ledger": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem"},
+            "campaigns": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
+            "suppressions": {"dynamodb:GetItem"},
+            "queue": set(EVENT_SOURCE),
+            "dead_letter_queue": {"sqs:SendMessage"},
+        }
+        if config.uses_ses:
+            expected[f"ses:identity/{config.sender_domain}"] = {"ses:SendEmail"}
+            expected[f"ses:configuration-set/{config.configuration_set_name}"] = {"ses:SendEmail"}
+            expected["*"] = {"ses:GetAccount"}
+        if config.uses_resend:
+            expected[f"secret:{config.resend_api_key_secret_name}-??????"] = {"secretsmanager:GetSecretValue"}
+        if config.unsubscribe_base_url:
+            expected[f"secret:{config.unsubscribe_key_secret_name}-??????"] = {"secretsmanager:GetSecretValue"}
+    elif handler == API_HANDLER:
+        expected |= {
+            "ledger": {"dynamodb:Query"},
+            "campaigns": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
+            "queue": {"sqs:SendMessage"},
+        }
+        if config.recipients_bucket:
+            expected[f"s3:{config.recipients_bucket}/*"] = {"s3:GetObject"}
+    elif handler == EVENTS_HANDLER:
+        expected |= {
+            "ledger": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
+            "campaigns": {"dynamodb:UpdateItem", "dynamodb:Query"},
+            "suppressions": {"dynamodb:PutItem"},
+            "events_dead_letter_queue": {"sqs:SendMessage"},
+        }
+        if config.uses_resend:
+            expected[f"secret:{config.resend_webhook_secret_name}-??????"] = {"secretsmanager:GetSecretValue"}
+    elif handler == UNSUBSCRIBE_HANDLER:
+        expected |= {
+            "suppressions": {"dynamodb:GetItem", "dynamodb:PutItem"},
+            "ledger": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
+            f"secret:{config.unsubscribe_key_secret_name}-??????": {"secretsmanager:GetSecretValue"},
+        }
+    return expected
+
+
+def _may_cover_ledger(resource: Any, ledger_id: str) -> bool:
+    """A resource that is, or may match, the ledger table (or its indexes)."""
+    if isinstance(resource, str):
+        return resource == "*" or ("dynamodb" in resource and "*" in resource)
+    text = json.dumps(resource)
+    return f'"{ledger_id}"' in text or ("dynamodb" in text and "table/*" in text)
+
+
+# --- the ledger is append-only (issue 10) ----------------------------------------------
+
+
+def test_no_role_may_delete_overwrite_or_scan_the_ledger(assembly: Synthesized) -> None:
+    ledger_id = _table_id(assembly, "campaign_id")
+    roles = assembly.of_type("AWS::IAM::Role")
+    assert roles, "no roles in the template"
+    offending = []
+    for role_id in roles:
+        for statement in _role_statements(assembly, role_id):
+            if statement["Effect"] != "Allow":
+                continue
+            resources = _as_list(statement.get("Resource", []))
+            if "NotResource" in statement or any(_may_cover_ledger(r, ledger_id) for r in resources):
+                if "NotAction" in statement:
+                    offending.append((role_id, "NotAction", statement["NotAction"]))
+                    continue
+                for pattern in _as_list(statement["Action"]):
+                    # A wildcard (dynamodb:*, dynamodb:Delete*, *) counts as every action it matches.
+                    hits = [a for a in LEDGER_FORBIDDEN if fnmatch.fnmatchcase(a.lower(), pattern.lower())]
+                    if hits:
+                        offending.append((role_id, pattern, hits))
+    assert offending == []
+
+
+def test_the_operator_api_only_reads_the_ledger(assembly: Synthesized) -> None:
+    # Status and resume read records; cancel and pause are campaign state. Reopening
+    # unknowns and redrives are the CLI's, with the operator's own credentials.
+    ledger_actions = _granted(assembly, API_HANDLER)["ledger"]
+    assert ledger_actions <= LEDGER_READS
+    assert ledger_actions == {"dynamodb:Query"}
+
+
+def test_ledger_writes_are_updates_only(assembly: Synthesized) -> None:
+    # Every ledger write in the Lambda code is a conditional UpdateItem (or an Update in a
+    # TransactWriteItems): no function needs anything else that writes.
+    for handler in HANDLERS:
+        actions = _granted(assembly, handler).get("ledger", set())
+        assert actions <= LEDGER_READS | {"dynamodb:UpdateItem"}, handler
+
+
+# --- least privilege per function (issue 13, finding 5) ---------------------------------
+
+
+@pytest.mark.parametrize("handler", HANDLERS, ids=lambda h: h.split(".")[2])
+def test_each_function_holds_exactly_the_actions_its_code_calls(assembly: Synthesized, handler: str) -> None:
+    granted = _granted(assembly, handler)
+    expected = _expected(assembly, handler)
+
+    extra = {label: granted[label] - expected.get(label, set()) for label in granted}
+    missing = {label: expected[label] - granted.get(label, set()) for label in expected}
+    assert {k: v for k, v in extra.items() if v} == {}, "actions the code never calls"
+    assert {k: v for k, v in missing.items() if v} == {}, "actions the code calls but may not"
+
+
+def test_every_function_role_is_its_own(assembly: Synthesized) -> None:
+    # A shared role would hand one function's grants to another.
+    roles = [_ref(_function(assembly, handler)["Role"]) for handler in HANDLERS]
+    assert len(set(roles)) == len(HANDLERS)
