@@ -221,3 +221,61 @@ def test_an_inline_recipient_address_is_one_address_without_surrounding_space():
             InlineRecipient(recipient_id="r1", email=email)
         assert describe_validation_error(raised.value) == [("email", "not a valid email address")]
     assert json.loads(InlineRecipient(recipient_id="r1", email="ann@example.com").model_dump_json())["email"]
+
+
+# --- template files stay inside the spec's folder -------------------------------------
+
+SPEC_YAML = "id: c1\nname: n\nsubject: s\nfrom: a@example.com\nprovider: ses\nhtml_file: {ref}\n"
+
+
+def spec_in(tmp_path, ref: str):
+    folder = tmp_path / "spec"
+    folder.mkdir(exist_ok=True)
+    (folder / "campaign.yaml").write_text(SPEC_YAML.format(ref=ref))
+    return folder / "campaign.yaml"
+
+
+@pytest.mark.parametrize("ref, reason", [
+    ("/etc/passwd", "/etc/passwd: must be relative to the spec's folder, not absolute"),
+    ("../secret.html", "../secret.html: outside the spec's folder"),
+    ("sub/../../secret.html", "sub/../../secret.html: outside the spec's folder"),
+    ("link.html", "link.html: outside the spec's folder"),  # a symlink pointing out
+])
+def test_a_template_outside_the_specs_folder_is_refused_with_the_field_named(tmp_path, ref, reason):
+    from sendonce_ops.specs import SpecError, load_spec
+
+    (tmp_path / "secret.html").write_text("<p>the operator's private file</p>")
+    spec = spec_in(tmp_path, ref)
+    (spec.parent / "link.html").symlink_to(tmp_path / "secret.html")
+
+    with pytest.raises(SpecError) as raised:
+        load_spec(spec)
+
+    [problem] = raised.value.problems
+    assert problem.startswith(f"{spec}:6: html_file: {reason}")
+    assert "private" not in str(raised.value)
+
+
+def test_a_template_inside_the_folder_is_read_even_through_a_subfolder_and_a_link_inside(tmp_path):
+    from sendonce_ops.specs import load_spec
+
+    spec = spec_in(tmp_path, "sub/../templates/t.html")
+    (spec.parent / "templates").mkdir()
+    (spec.parent / "sub").mkdir()
+    (spec.parent / "templates" / "t.html").write_text("<p>inside</p>")
+
+    assert load_spec(spec).html == "<p>inside</p>"
+
+
+def test_a_template_file_over_its_limit_or_not_a_file_is_refused_before_it_is_read(tmp_path):
+    from sendonce_ops.specs import SpecError, load_spec
+
+    spec = spec_in(tmp_path, "big.html")
+    (spec.parent / "big.html").write_bytes(b"x" * (limits.HTML_BYTES + 1))
+    with pytest.raises(SpecError, match=r"campaign.yaml:6: html_file: big.html: larger than 200,000 bytes"):
+        load_spec(spec)
+
+    spec = spec_in(tmp_path, "folder")
+    (spec.parent / "folder").mkdir()
+    with pytest.raises(SpecError, match="html_file: folder: not a regular file"):
+        load_spec(spec)
