@@ -25,7 +25,9 @@ SUBJECT_CHARS = 998  # RFC 5322: a header line is at most 998 characters
 ADDRESS_CHARS = 254  # RFC 5321 path (256) less the angle brackets
 ADDRESS_LOCAL_CHARS = 64  # RFC 5321
 DISPLAY_NAME_CHARS = 64
-SENDER_CHARS = ADDRESS_CHARS + DISPLAY_NAME_CHARS + 3  # "Name <address>"
+# "Name <address>" in all: no longer than an address may be, so that the limit on the
+# address holds whatever the name (a pattern cannot count the two apart).
+SENDER_CHARS = ADDRESS_CHARS
 PROVIDER_CHARS = 32
 # The campaign is one DynamoDB item holding subject, html and text: 200 KB + 100 KB leaves a
 # quarter of the 400 KB item for everything else. (Gmail clips HTML over ~102 KB: keep the

@@ -99,18 +99,29 @@ def _utf8_size(value: str | None, what: str, most: int) -> str | None:
     return value
 
 
-def _address_length(value: str | None) -> str | None:
-    if value is not None:
-        address = value.rsplit("<", 1)[-1].rstrip(">")
-        if len(address) > limits.ADDRESS_CHARS:
-            raise ValueError(f"the address is longer than {limits.ADDRESS_CHARS} characters")
-    return value
+# The providers this build registers (sendonce.wiring.PROVIDER_NAMES; a test keeps them equal)
+# and those that send batches. The service refuses others (400); the schema lists these.
+PROVIDERS = ("ses", "resend")
+BATCH_PROVIDERS = ("resend",)
+
+# What the validators below enforce across fields, stated in the JSON schema as well.
+_SPEC_SCHEMA = {
+    "anyOf": [
+        {"required": ["html"], "properties": {"html": {"type": "string", "minLength": 1}}},
+        {"required": ["text"], "properties": {"text": {"type": "string", "minLength": 1}}},
+    ],
+    "oneOf": [
+        {"properties": {"delivery_mode": {"enum": ["single"]}}},
+        {"required": ["delivery_mode"], "properties": {"delivery_mode": {"enum": ["batch"]},
+                                                       "provider": {"enum": list(BATCH_PROVIDERS)}}},
+    ],
+}
 
 
 class CampaignSpec(BaseModel):
     """A campaign as an operator writes it (YAML/JSON spec file or the API's POST body)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra=_SPEC_SCHEMA)
 
     id: Identifier = Field(description="The campaign id: letters, digits, '_' and '-'.")
     name: str = Field(min_length=1, max_length=limits.CAMPAIGN_NAME_CHARS, pattern=LINE_PATTERN)
@@ -120,8 +131,8 @@ class CampaignSpec(BaseModel):
     )
     sender: str = Field(
         alias="from", min_length=3, max_length=limits.SENDER_CHARS, pattern=SENDER_PATTERN,
-        description=f"From address: a@example.com or Name <a@example.com>; the address at most "
-        f"{limits.ADDRESS_CHARS} characters; no line breaks or control characters.",
+        description=f"From address: a@example.com or Name <a@example.com>, at most {limits.SENDER_CHARS} "
+        "characters in all; no line breaks or control characters.",
     )
     reply_to: str | None = Field(
         default=None, max_length=limits.SENDER_CHARS, pattern=SENDER_PATTERN, description="Same rules as from."
@@ -134,14 +145,15 @@ class CampaignSpec(BaseModel):
         default=None, max_length=limits.TEXT_BYTES,
         description=f"Jinja template for the plain-text part. At most {limits.TEXT_BYTES:,} bytes (UTF-8).",
     )
-    provider: str = Field(pattern=PROVIDER_PATTERN, description="A registered provider: ses or resend.")
+    provider: str = Field(
+        pattern=PROVIDER_PATTERN, json_schema_extra={"enum": list(PROVIDERS)},
+        description="A registered provider: ses or resend.",
+    )
     delivery_mode: Literal["single", "batch"] = Field(
         default="single",
         description="single: one provider request per recipient; batch: one per SQS message of up to 100 "
         "recipients (needs a provider with batch sends: resend).",
     )
-
-    _sender_address = field_validator("sender", "reply_to")(_address_length)
 
     @field_validator("html")
     @classmethod

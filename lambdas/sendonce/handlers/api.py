@@ -95,7 +95,11 @@ class CampaignView(BaseModel):
 
 
 class S3Location(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Without `format` the key's extension must name it (as format_for decides).
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"anyOf": [
+        {"required": ["format"], "properties": {"format": {"enum": ["csv", "jsonl"]}}},
+        {"properties": {"key": {"pattern": r"\.([cC][sS][vV]|[jJ][sS][oO][nN][lL]|[nN][dD][jJ][sS][oO][nN])$"}}},
+    ]})
 
     bucket: str = Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
     key: str = Field(min_length=1, max_length=1024, pattern=LINE_PATTERN)
@@ -396,9 +400,25 @@ def lambda_handler(
     service: CampaignService | None = None,
     objects: S3ObjectLines | None = None,
 ) -> dict[str, Any]:
+    refused = _refuse_non_json(event)
+    if refused is not None:
+        return refused
     service = service or campaign_service(ApiSettings.from_env(os.environ))
     app.append_context(service=service, objects=objects or _S3OnDemand())
     return app.resolve(event, context)
+
+
+def _refuse_non_json(event: dict[str, Any]) -> dict[str, Any] | None:
+    """Every body is JSON. Powertools would also parse form and multipart bodies (and fail
+    with a 500 on a multipart type without a boundary), so any other declared type is a 400."""
+    headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
+    content_type = headers.get("content-type", "").strip().lower()
+    method = ((event.get("requestContext") or {}).get("http") or {}).get("method", "GET")
+    if not content_type or content_type.startswith("application/json") or (method in ("GET", "HEAD") and not event.get("body")):
+        return None
+    body = {"statusCode": 400, "error": "InvalidBody", "message": "body: send JSON with content-type application/json"}
+    return {"statusCode": 400, "headers": {"Content-Type": content_types.APPLICATION_JSON}, "body": json.dumps(body),
+            "isBase64Encoded": False}
 
 
 class _S3OnDemand:
