@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import resend_server, system  # noqa: F401 - fixtures reused
+from tests.integration.conftest import deliverability, resend_server, system  # noqa: F401 - fixtures reused
 
 TALLY = collections.Counter()
 TALLY_FILE = Path(__file__).with_name(".fuzz-tally.json")
