@@ -279,3 +279,10 @@ def test_a_template_file_over_its_limit_or_not_a_file_is_refused_before_it_is_re
     (spec.parent / "folder").mkdir()
     with pytest.raises(SpecError, match="html_file: folder: not a regular file"):
         load_spec(spec)
+
+
+def test_the_providers_the_schema_lists_are_those_the_wiring_registers():
+    from sendonce.operator_input import PROVIDERS
+    from sendonce.wiring import PROVIDER_NAMES
+
+    assert set(PROVIDERS) == set(PROVIDER_NAMES)
