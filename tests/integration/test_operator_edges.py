@@ -140,3 +140,23 @@ def test_inline_publish_reports_and_optionally_dedupes_a_repeated_address(system
                                        "published (it gets the email twice; dedupe addresses to send it once)"]
     assert (deduped[1]["accepted"], deduped[1]["duplicate_addresses"]) == (2, 1)
     assert "ann" not in json.dumps(reported[1]).lower()
+
+
+def test_the_cli_reports_a_repeated_address_with_both_lines_and_dedupes_it_on_request(system, tmp_path):
+    from tests.integration.operator_helpers import as_json, sendonce
+
+    people = tmp_path / "people.csv"
+    people.write_text(f"recipient_id,email\nr1,ann@{system.domain}\nr2,bob@{system.domain}\nr3, Ann@{system.domain.upper()}\n")
+    system.campaign("c1", delivery_mode="batch")
+    system.campaign("c2")
+
+    reported = sendonce(system, "campaign", "publish", "c1", "--recipients", str(people), "--json")
+    deduped = sendonce(system, "campaign", "publish", "c2", "--recipients", str(people), "--dedupe-addresses", "--json")
+    status = as_json(sendonce(system, "campaign", "status", "c1", "--json"))
+
+    assert reported.exit_code == 0 and f"{people}:4: same address as line 2, under another recipient_id" in reported.stderr
+    assert as_json(reported)["duplicate_addresses"] == 1 and as_json(reported)["accepted"] == 3
+    assert f"{people}:4: same address as line 2; not published (dedupe addresses)" in deduped.stderr
+    assert as_json(deduped)["accepted"] == 2
+    assert "ann@" not in (reported.stderr + deduped.stderr).lower()
+    assert status["delivery_mode"] == "batch"
