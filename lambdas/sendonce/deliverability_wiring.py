@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from functools import lru_cache
 
 import boto3
@@ -15,24 +17,41 @@ from sendonce.errors import SettingsError
 from sendonce.provider_events import BrakeSettings, ProviderEventService
 from sendonce.suppressions import SuppressionService
 from sendonce.unknowns import UnknownOutcomes
-from sendonce.unsubscribe import UnsubscribeService, UnsubscribeTokens
+from sendonce.unsubscribe import KeySet, UnsubscribeService, UnsubscribeTokens
+
+# How long a function keeps the unsubscribe keys before reading the secret again
+# (docs/deliverability.md, "The key").
+UNSUBSCRIBE_KEYS_TTL_S = 300.0
 
 
-def secret_value(session: boto3.session.Session, secret_name: str, what: str) -> str:
+def secret_value(session: boto3.session.Session, secret_name: str, what: str, *, fresh: bool = False) -> str:
     from aws_lambda_powertools.utilities.parameters import SecretsProvider
 
     provider = SecretsProvider(boto3_client=session.client("secretsmanager"))
-    value = provider.get(secret_name, max_age=300)
+    value = provider.get(secret_name, max_age=300, force_fetch=fresh)
     if not isinstance(value, str) or not value.strip():
         raise SettingsError(f"secret {secret_name!r} holds no {what}")
     return value.strip()
 
 
-def unsubscribe_tokens(session: boto3.session.Session, secret_name: str) -> UnsubscribeTokens:
+def unsubscribe_tokens(
+    session: boto3.session.Session,
+    secret_name: str,
+    *,
+    ttl_s: float = UNSUBSCRIBE_KEYS_TTL_S,
+    clock: Callable[[], float] = time.time,
+) -> UnsubscribeTokens:
+    """Tokens over a key set read now (a bad secret fails the cold start) and again every `ttl_s`."""
+
+    def load() -> str:
+        return secret_value(session, secret_name, "unsubscribe key", fresh=True)
+
+    ring = KeySet(load, ttl_s=ttl_s, clock=clock)
     try:
-        return UnsubscribeTokens.from_secret(secret_value(session, secret_name, "unsubscribe key"))
+        ring.keys()
     except ValueError as exc:
         raise SettingsError(f"secret {secret_name!r}: {exc}") from exc
+    return UnsubscribeTokens(ring)
 
 
 def suppressions(table_name: str, session: boto3.session.Session | None = None) -> DynamoDBSuppressions:
@@ -70,7 +89,13 @@ def events_service(settings: EventsSettings) -> ProviderEventService:
     return assemble_events(settings)
 
 
-def assemble_unsubscribe(settings: UnsubscribeSettings, session: boto3.session.Session | None = None) -> UnsubscribeService:
+def assemble_unsubscribe(
+    settings: UnsubscribeSettings,
+    session: boto3.session.Session | None = None,
+    *,
+    keys_ttl_s: float = UNSUBSCRIBE_KEYS_TTL_S,
+    clock: Callable[[], float] = time.time,
+) -> UnsubscribeService:
     session = session or boto3.session.Session()
     dynamodb = session.client("dynamodb")
     ledger_events = None
@@ -79,7 +104,7 @@ def assemble_unsubscribe(settings: UnsubscribeSettings, session: boto3.session.S
             client=dynamodb, ledger_table=settings.ledger_table, campaigns_table=settings.campaigns_table
         )
     return UnsubscribeService(
-        tokens=unsubscribe_tokens(session, settings.unsubscribe_key_secret),
+        tokens=unsubscribe_tokens(session, settings.unsubscribe_key_secret, ttl_s=keys_ttl_s, clock=clock),
         suppressions=DynamoDBSuppressions(client=dynamodb, table_name=settings.suppressions_table),
         ledger_events=ledger_events,
     )

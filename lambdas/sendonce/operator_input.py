@@ -3,9 +3,10 @@ the same way for the CLI and the HTTP API.
 
 A recipient file is CSV (header ``recipient_id,email,...``; the other columns become
 template variables) or JSON Lines (``{"recipient_id", "email", "variables": {}}``). It is
-read as a stream of lines: one row is held at a time, plus the ids seen so far (to report
-a repeated id with the line it first appeared on). Each row either yields a recipient or a
-problem naming its line; nothing here publishes anything.
+read as a stream of lines: one row is held at a time, plus the ids and address fingerprints
+seen so far (to report a repeat with the line it first appeared on). Each row either yields
+a recipient or a problem naming its line; nothing here publishes anything. Sizes come from
+sendonce.limits (docs/limits.md).
 """
 
 from __future__ import annotations
@@ -13,21 +14,60 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import math
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from email.utils import parseaddr
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sendonce import limits
 from sendonce.campaigns import CampaignService, PublishReport
 from sendonce.errors import InvalidCampaignError
-from sendonce.models import MAX_RECIPIENTS_PER_BATCH, Campaign, Content, Identifier, Recipient, is_valid_email
+from sendonce.models import (
+    MAX_RECIPIENTS_PER_BATCH,
+    Campaign,
+    Content,
+    Identifier,
+    Recipient,
+    VariableValue,
+    email_fingerprint,
+)
 
 RecipientFormat = Literal["csv", "jsonl"]
 FORMATS_BY_SUFFIX: dict[str, RecipientFormat] = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
 _ID_RULE = "must be 1-100 letters, digits, '_' or '-', starting with a letter or digit (an opaque id, never an email address)"
+
+# Characters that end or split a header line (C0 and C1 controls, DEL, Unicode line and
+# paragraph separators). Refused in every field that becomes a header, so no value can add a
+# header (`News\r\nBcc: x@evil.example`). The same patterns are in the OpenAPI document.
+_CONTROL = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
+_CONTROL_BUT_TAB = r"\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_ADDRESS = rf"[^@\s<>(),;:\"\[\]\\{_CONTROL}]{{1,{limits.ADDRESS_LOCAL_CHARS}}}@{_LABEL}(?:\.{_LABEL})+"
+ADDRESS_PATTERN = rf"^{_ADDRESS}$"
+_NAME = rf"(?:[^\"<>()\[\],;:@\\{_CONTROL}]{{1,{limits.DISPLAY_NAME_CHARS}}}|\"[^\"\\{_CONTROL}]{{1,{limits.DISPLAY_NAME_CHARS}}}\")"
+SENDER_PATTERN = rf"^(?:{_ADDRESS}|{_NAME} ?<{_ADDRESS}>)$"
+SUBJECT_PATTERN = rf"^[^{_CONTROL_BUT_TAB}]+$"
+LINE_PATTERN = rf"^[^{_CONTROL}]+$"
+PROVIDER_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
+# Variable values may span lines (a postal address in the text part) but hold no other control.
+_VALUE_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+_PATTERN_RULES = {
+    "recipient_id": _ID_RULE,
+    "id": _ID_RULE,
+    "campaign_id": _ID_RULE,
+    "from": "not a valid sender address (use a@example.com or Name <a@example.com>)",
+    "reply_to": "not a valid reply-to address (use a@example.com or Name <a@example.com>)",
+    "email": "not a valid email address",
+    "subject": "must be one line without control characters (a tab is allowed)",
+    "name": "must be one line without control characters",
+    "provider": "must be a provider name such as ses or resend",
+    "bucket": "not a valid S3 bucket name",
+}
 
 
 class RecipientFileError(InvalidCampaignError):
@@ -38,8 +78,8 @@ def friendly_message(error: Mapping[str, Any]) -> str:
     """A pydantic error's message in our words, never quoting the input."""
     loc = error.get("loc") or ("",)
     message = str(error.get("msg", ""))
-    if error.get("type") == "string_pattern_mismatch" and str(loc[-1]) in ("recipient_id", "id", "campaign_id"):
-        return _ID_RULE
+    if error.get("type") == "string_pattern_mismatch" and str(loc[-1]) in _PATTERN_RULES:
+        return _PATTERN_RULES[str(loc[-1])]
     if error.get("type") == "extra_forbidden":
         return "unexpected field"
     return message.removeprefix("Value error, ")
@@ -53,39 +93,77 @@ def describe_validation_error(exc: ValidationError, *, limit: int = 5) -> list[t
     ]
 
 
-def _check_address(value: str | None, what: str) -> str | None:
-    if value is None:
-        return None
-    value = value.strip()
-    _, address = parseaddr(value)
-    if not address or not is_valid_email(address):
-        raise ValueError(f"not a valid {what} address (use a@example.com or Name <a@example.com>)")
+def _utf8_size(value: str | None, what: str, most: int) -> str | None:
+    if value is not None and len(value.encode("utf-8", "surrogatepass")) > most:
+        raise ValueError(f"{what} is longer than {most:,} bytes (UTF-8); see docs/limits.md")
     return value
+
+
+# The providers this build registers (sendonce.wiring.PROVIDER_NAMES; a test keeps them equal)
+# and those that send batches. The service refuses others (400); the schema lists these.
+PROVIDERS = ("ses", "resend")
+BATCH_PROVIDERS = ("resend",)
+
+# What the validators below enforce across fields, stated in the JSON schema as well.
+_SPEC_SCHEMA = {
+    "anyOf": [
+        {"required": ["html"], "properties": {"html": {"type": "string", "minLength": 1}}},
+        {"required": ["text"], "properties": {"text": {"type": "string", "minLength": 1}}},
+    ],
+    "oneOf": [
+        {"properties": {"delivery_mode": {"enum": ["single"]}}},
+        {"required": ["delivery_mode"], "properties": {"delivery_mode": {"enum": ["batch"]},
+                                                       "provider": {"enum": list(BATCH_PROVIDERS)}}},
+    ],
+}
 
 
 class CampaignSpec(BaseModel):
     """A campaign as an operator writes it (YAML/JSON spec file or the API's POST body)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra=_SPEC_SCHEMA)
 
     id: Identifier = Field(description="The campaign id: letters, digits, '_' and '-'.")
-    name: str = Field(min_length=1, max_length=200)
-    subject: str = Field(min_length=1, max_length=998, description="Jinja template; not HTML.")
-    sender: str = Field(alias="from", min_length=3, max_length=320, description="From address, e.g. News <news@example.com>.")
-    reply_to: str | None = Field(default=None, max_length=320)
-    html: str | None = Field(default=None, description="Jinja template; variables are HTML-escaped.")
-    text: str | None = Field(default=None, description="Jinja template for the plain-text part.")
-    provider: str = Field(min_length=1, description="A registered provider: ses or resend.")
+    name: str = Field(min_length=1, max_length=limits.CAMPAIGN_NAME_CHARS, pattern=LINE_PATTERN)
+    subject: str = Field(
+        min_length=1, max_length=limits.SUBJECT_CHARS, pattern=SUBJECT_PATTERN,
+        description="Jinja template; not HTML; one line without control characters.",
+    )
+    sender: str = Field(
+        alias="from", min_length=3, max_length=limits.SENDER_CHARS, pattern=SENDER_PATTERN,
+        description=f"From address: a@example.com or Name <a@example.com>, at most {limits.SENDER_CHARS} "
+        "characters in all; no line breaks or control characters.",
+    )
+    reply_to: str | None = Field(
+        default=None, max_length=limits.SENDER_CHARS, pattern=SENDER_PATTERN, description="Same rules as from."
+    )
+    html: str | None = Field(
+        default=None, max_length=limits.HTML_BYTES,
+        description=f"Jinja template; variables are HTML-escaped. At most {limits.HTML_BYTES:,} bytes (UTF-8).",
+    )
+    text: str | None = Field(
+        default=None, max_length=limits.TEXT_BYTES,
+        description=f"Jinja template for the plain-text part. At most {limits.TEXT_BYTES:,} bytes (UTF-8).",
+    )
+    provider: str = Field(
+        pattern=PROVIDER_PATTERN, json_schema_extra={"enum": list(PROVIDERS)},
+        description="A registered provider: ses or resend.",
+    )
+    delivery_mode: Literal["single", "batch"] = Field(
+        default="single",
+        description="single: one provider request per recipient; batch: one per SQS message of up to 100 "
+        "recipients (needs a provider with batch sends: resend).",
+    )
 
-    @field_validator("sender")
+    @field_validator("html")
     @classmethod
-    def _sender_is_an_address(cls, value: str) -> str:
-        return _check_address(value, "sender")
+    def _html_size(cls, value: str | None) -> str | None:
+        return _utf8_size(value, "html", limits.HTML_BYTES)
 
-    @field_validator("reply_to")
+    @field_validator("text")
     @classmethod
-    def _reply_to_is_an_address(cls, value: str | None) -> str | None:
-        return _check_address(value, "reply-to")
+    def _text_size(cls, value: str | None) -> str | None:
+        return _utf8_size(value, "text", limits.TEXT_BYTES)
 
     @model_validator(mode="after")
     def _some_body(self) -> CampaignSpec:
@@ -101,18 +179,104 @@ class CampaignSpec(BaseModel):
             sender=self.sender,
             reply_to=self.reply_to,
             content=Content(subject=self.subject, html=self.html, text=self.text),
+            delivery_mode=self.delivery_mode,
         )
 
 
-class InlineRecipient(Recipient):
-    """A recipient in an API body: the address is checked up front, like a file row."""
+VariableName = Annotated[str, Field(min_length=1, max_length=limits.VARIABLE_NAME_CHARS)]
+VALUE_PATTERN = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$"
+_VARIABLES_SCHEMA = {
+    "propertyNames": {"minLength": 1, "maxLength": limits.VARIABLE_NAME_CHARS, "pattern": LINE_PATTERN},
+    "additionalProperties": {
+        "anyOf": [{"type": "string", "pattern": VALUE_PATTERN}, {"type": "number"}, {"type": "boolean"}, {"type": "null"}]
+    },
+}
 
-    @field_validator("email")
+
+class InlineRecipient(Recipient):
+    """A recipient as an operator hands it in (an API body or a file row), checked up front:
+    the address is one, the variables are scalars without control characters, and the whole
+    fits its share of a batch (limits.RECIPIENT_JSON_BYTES)."""
+
+    email: str = Field(
+        min_length=3, max_length=limits.ADDRESS_CHARS, pattern=ADDRESS_PATTERN,
+        description=f"One address (no display name), at most {limits.ADDRESS_CHARS} characters.",
+    )
+    variables: dict[VariableName, VariableValue] = Field(
+        default_factory=dict, max_length=limits.VARIABLES_PER_RECIPIENT,
+        description=f"Template variables (scalars). The recipient as JSON is at most "
+        f"{limits.RECIPIENT_JSON_BYTES:,} bytes.",
+        json_schema_extra=_VARIABLES_SCHEMA,
+    )
+
+    @field_validator("variables")
     @classmethod
-    def _email_is_an_address(cls, value: str) -> str:
-        if not is_valid_email(value.strip()):
-            raise ValueError("not a valid email address")
-        return value.strip()
+    def _plain_values(cls, variables: dict[str, VariableValue]) -> dict[str, VariableValue]:
+        for name, value in variables.items():
+            if not re.fullmatch(LINE_PATTERN[1:-1], name):
+                raise ValueError("a variable name holds a control character")
+            if isinstance(value, str) and _VALUE_CONTROL_RE.search(value):
+                raise ValueError(f"variable {name!r} holds a control character (only tab and line breaks are allowed)")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"variable {name!r} is not a finite number")
+        return variables
+
+    @model_validator(mode="after")
+    def _fits_a_batch(self) -> InlineRecipient:
+        size = len(self.model_dump_json().encode("utf-8", "surrogatepass"))
+        if size > limits.RECIPIENT_JSON_BYTES:
+            raise ValueError(
+                f"the recipient is {size:,} bytes as JSON, more than {limits.RECIPIENT_JSON_BYTES:,} "
+                "(shorten its variables; see docs/limits.md)"
+            )
+        return self
+
+
+class BodyTooDeepError(ValueError):
+    pass
+
+
+def strict_json_loads(text: str | bytes, *, max_depth: int = 32) -> Any:
+    """json.loads for input from outside: RFC 8259 only (no NaN or Infinity), no lone
+    surrogates (they cannot be stored or sent), nesting at most `max_depth`. Every refusal is
+    a json.JSONDecodeError, so callers have one error to turn into a message."""
+    if isinstance(text, bytes | bytearray):
+        text = text.decode("utf-8")
+
+    def refuse_constant(name: str) -> Any:
+        raise json.JSONDecodeError(f"{name} is not JSON", str(text), 0)
+
+    try:
+        data = json.loads(text, parse_constant=refuse_constant)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise json.JSONDecodeError(f"nested deeper than {max_depth} levels", str(text), 0) from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise json.JSONDecodeError(f"a value cannot be read ({exc})", str(text), 0) from None
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > max_depth:
+                raise json.JSONDecodeError(f"nested deeper than {max_depth} levels", str(text), 0)
+            children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            stack.extend((child, depth + 1) for child in children)
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise json.JSONDecodeError("a string holds a lone surrogate (\\ud800-\\udfff)", str(text), 0) from None
+    return data
+
+
+def address_key(email: str) -> str:
+    """What makes two addresses the same mailbox for duplicate detection: the address trimmed
+    and lower-cased whole. The domain is case-insensitive (RFC 5321); the local part is not by
+    the RFC, but virtually every provider delivers it so, and sending twice is the worse
+    mistake. Plus-addressing and dots are kept: `a+x@` and `a@` are different addresses to
+    most providers. The same fingerprint keys the suppression list."""
+    return email_fingerprint(email)
 
 
 @dataclass(frozen=True)
@@ -123,10 +287,33 @@ class Row:
     recipient: Recipient | None = None
     problem: str | None = None
     first_line: int | None = None  # set for a repeated recipient_id: where it appeared first
+    # Set for an address (address_key) already given under another recipient_id on that line.
+    same_address_as: int | None = None
 
     @property
     def is_duplicate(self) -> bool:
         return self.first_line is not None
+
+    @property
+    def repeats_address(self) -> bool:
+        return self.same_address_as is not None
+
+
+def mark_repeats(rows: Iterable[Row]) -> Iterator[Row]:
+    """Mark each row whose recipient_id, or whose address under another id, appeared on an
+    earlier row. Holds an id and a fingerprint per distinct recipient, never an address."""
+    ids: dict[str, int] = {}
+    addresses: dict[str, int] = {}
+    for row in rows:
+        if row.recipient is not None:
+            first = ids.setdefault(row.recipient.recipient_id, row.line)
+            if first != row.line:
+                row = Row(line=row.line, recipient=row.recipient, first_line=first)
+            else:
+                same = addresses.setdefault(address_key(row.recipient.email), row.line)
+                if same != row.line:
+                    row = Row(line=row.line, recipient=row.recipient, same_address_as=same)
+        yield row
 
 
 def format_for(name: str, given: str | None = None) -> RecipientFormat:
@@ -141,6 +328,17 @@ def format_for(name: str, given: str | None = None) -> RecipientFormat:
     raise RecipientFileError(f"{name}: cannot tell the format from the name; say csv or jsonl")
 
 
+def bounded_lines(lines: Iterable[str], name: str, *, most: int = limits.RECIPIENT_LINE_BYTES) -> Iterator[str]:
+    """The lines, refusing (FILE:LINE) one longer than any recipient can be, or one holding a
+    NUL byte (a binary file, or a truncated export)."""
+    for number, line in enumerate(lines, start=1):
+        if len(line) > most:
+            raise RecipientFileError(f"{name}:{number}: line longer than {most:,} characters; nothing after it was read")
+        if "\x00" in line:
+            raise RecipientFileError(f"{name}:{number}: holds a NUL byte (not a text file?); nothing after it was read")
+        yield line
+
+
 class RecipientReader:
     """Iterate a recipient file's rows. A CSV header is read and checked on construction,
     so a file that cannot be read at all fails before anything is published."""
@@ -148,8 +346,7 @@ class RecipientReader:
     def __init__(self, lines: Iterable[str], fmt: RecipientFormat, *, name: str = "recipients"):
         self._name = name
         self._fmt = fmt
-        self._lines = iter(lines)
-        self._seen: dict[str, int] = {}
+        self._lines = bounded_lines(lines, name)
         self._columns: list[str] = []
         if fmt == "csv":
             self._csv = csv.reader(self._lines)
@@ -183,13 +380,7 @@ class RecipientReader:
         self._columns = columns
 
     def __iter__(self) -> Iterator[Row]:
-        rows = self._csv_rows() if self._fmt == "csv" else self._jsonl_rows()
-        for row in rows:
-            if row.recipient is not None:
-                first = self._seen.setdefault(row.recipient.recipient_id, row.line)
-                if first != row.line:
-                    row = Row(line=row.line, recipient=row.recipient, first_line=first)
-            yield row
+        return mark_repeats(self._csv_rows() if self._fmt == "csv" else self._jsonl_rows())
 
     def _csv_rows(self) -> Iterator[Row]:
         width = len(self._columns)
@@ -221,9 +412,10 @@ class RecipientReader:
             if not line.strip():
                 continue
             try:
-                data = json.loads(line)
+                data = strict_json_loads(line)
             except json.JSONDecodeError as exc:
-                yield Row(line=number, problem=f"not valid JSON: {exc.msg} (column {exc.colno})")
+                column = f" (column {exc.colno})" if exc.pos else ""
+                yield Row(line=number, problem=f"not valid JSON: {exc.msg}{column}")
                 continue
             if not isinstance(data, dict):
                 yield Row(line=number, problem="expected a JSON object {\"recipient_id\", \"email\", \"variables\"}")
@@ -236,41 +428,50 @@ class RecipientReader:
 
 def _row(line: int, data: dict) -> Row:
     try:
-        recipient = Recipient.model_validate(data)
+        recipient = InlineRecipient.model_validate(data)
     except ValidationError as exc:
         return Row(line=line, problem="; ".join(f"{field}: {message}" for field, message in describe_validation_error(exc)))
-    if not is_valid_email(recipient.email):
-        return Row(line=line, problem="email: not a valid address")
     return Row(line=line, recipient=recipient)
 
 
 @dataclass
 class RowTally:
     """Passes a file's good rows on as recipients and counts (and keeps the first few of)
-    the rest: bad rows are not published, a repeated recipient_id is published once."""
+    the rest: bad rows are not published, a repeated recipient_id is published once, and an
+    address repeated under another id is published again unless `dedupe_addresses`."""
 
     keep: int = 100
+    dedupe_addresses: bool = False
     bad: int = 0
     duplicates: int = 0
+    duplicate_addresses: int = 0
     kept: list[Row] = field(default_factory=list)
 
-    def recipients(self, rows: Iterable[Row], on_skip: Callable[[Row], None] | None = None) -> Iterator[Recipient]:
+    def recipients(self, rows: Iterable[Row], on_report: Callable[[Row], None] | None = None) -> Iterator[Recipient]:
         for row in rows:
             if row.recipient is not None and not row.is_duplicate:
+                if row.repeats_address:
+                    self.duplicate_addresses += 1
+                    self._report(row, on_report)
+                    if self.dedupe_addresses:
+                        continue
                 yield row.recipient
                 continue
             if row.is_duplicate:
                 self.duplicates += 1
             else:
                 self.bad += 1
-            if len(self.kept) < self.keep:
-                self.kept.append(row)
-            if on_skip:
-                on_skip(row)
+            self._report(row, on_report)
 
-    def validate(self, rows: Iterable[Row], on_skip: Callable[[Row], None] | None = None) -> int:
+    def _report(self, row: Row, on_report: Callable[[Row], None] | None) -> None:
+        if len(self.kept) < self.keep:
+            self.kept.append(row)
+        if on_report:
+            on_report(row)
+
+    def validate(self, rows: Iterable[Row], on_report: Callable[[Row], None] | None = None) -> int:
         """Read every row without publishing; returns how many recipients would be published."""
-        return sum(1 for _ in self.recipients(rows, on_skip))
+        return sum(1 for _ in self.recipients(rows, on_report))
 
 
 def require_some(recipients: Iterator[Recipient], name: str) -> Iterator[Recipient]:
@@ -282,9 +483,15 @@ def require_some(recipients: Iterator[Recipient], name: str) -> Iterator[Recipie
     return itertools.chain([first], recipients)
 
 
-def describe_row(row: Row) -> str:
+def describe_row(row: Row, *, dedupe_addresses: bool = False, where: str = "line ") -> str:
+    """Why a row was reported; `where` prefixes the row number it refers to ("line 3", "recipients.3")."""
     if row.is_duplicate:
-        return f"recipient_id {row.recipient.recipient_id!r} repeats line {row.first_line}; published once"
+        return f"recipient_id {row.recipient.recipient_id!r} repeats {where}{row.first_line}; published once"
+    if row.repeats_address:
+        if dedupe_addresses:
+            return f"same address as {where}{row.same_address_as}; not published (dedupe addresses)"
+        return (f"same address as {where}{row.same_address_as}, under another recipient_id; published "
+                "(it gets the email twice; dedupe addresses to send it once)")
     return row.problem or ""
 
 
@@ -303,7 +510,8 @@ def publish_file(
     *,
     name: str,
     strict: bool,
-    on_skip: Callable[[Row], None] | None = None,
+    dedupe_addresses: bool = False,
+    on_report: Callable[[Row], None] | None = None,
     batch_size: int = MAX_RECIPIENTS_PER_BATCH,
     on_batch: Callable[[PublishReport], None] | None = None,
 ) -> tuple[PublishReport, RowTally]:
@@ -311,11 +519,16 @@ def publish_file(
     it twice (check every row, then publish) so that memory stays flat however long it is."""
     service.get(campaign_id)  # an unknown campaign fails before the file is read
     if strict:
-        check = RowTally()
-        check.validate(rows(), on_skip)
+        check = RowTally(dedupe_addresses=dedupe_addresses)
+        check.validate(rows(), on_report)
         if check.bad:
             raise RejectedFileError(name, check)
-    tally = RowTally()
-    recipients = require_some(tally.recipients(rows(), None if strict else on_skip), name)
+    tally = RowTally(dedupe_addresses=dedupe_addresses)
+    recipients = require_some(tally.recipients(rows(), None if strict else on_report), name)
     report = service.publish(campaign_id, recipients, batch_size=batch_size, on_batch=on_batch)
     return report, tally
+
+
+def inline_rows(recipients: Iterable[Recipient]) -> Iterator[Row]:
+    """An API body's recipients as rows, numbered by their index in `recipients`."""
+    return mark_repeats(Row(line=index, recipient=recipient) for index, recipient in enumerate(recipients))

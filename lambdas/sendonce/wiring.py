@@ -101,14 +101,19 @@ def consumer_parts(settings: ConsumerSettings, session: boto3.session.Session | 
             rates={"ses": ses_rate, "resend": settings.resend_requests_per_second},
             chunk=max(1, settings.send_concurrency // 2),
         )
+    campaigns = DynamoDBCampaignStore(client=dynamodb, table_name=settings.campaigns_table)
     unsubscribe = None
     if settings.unsubscribe_key_secret and settings.unsubscribe_base_url:
         from sendonce.deliverability_wiring import unsubscribe_tokens
 
-        unsubscribe = UnsubscribeLinks(unsubscribe_tokens(session, settings.unsubscribe_key_secret), settings.unsubscribe_base_url)
+        unsubscribe = UnsubscribeLinks(
+            unsubscribe_tokens(session, settings.unsubscribe_key_secret),
+            settings.unsubscribe_base_url,
+            created_at_of=lambda campaign_id: campaigns.get(campaign_id).created_at,
+        )
     return ConsumerParts(
         ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table),
-        campaigns=DynamoDBCampaignStore(client=dynamodb, table_name=settings.campaigns_table),
+        campaigns=campaigns,
         providers=providers,
         queue=SqsQueue(client=session.client("sqs"), queue_url="", dead_letter_queue_url=settings.dead_letter_queue_url),
         limiter=limiter,

@@ -211,6 +211,7 @@ def campaign_summary(campaign: Campaign) -> dict[str, Any]:
         "provider": campaign.provider,
         "from": campaign.sender,
         "subject": campaign.content.subject,
+        "delivery_mode": campaign.delivery_mode,
         "state": campaign.state.value,
         "state_reason": campaign.state_reason,
         "state_changed_by": campaign.state_changed_by,
@@ -221,7 +222,8 @@ def campaign_summary(campaign: Campaign) -> dict[str, Any]:
 
 @campaign.command("create")
 @click.option("--spec", "spec_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
-              help="YAML or JSON: id, name, subject, from, reply_to, html / html_file, text / text_file, provider.")
+              help="YAML or JSON: id, name, subject, from, reply_to, html / html_file, text / text_file, provider, "
+              "delivery_mode.")
 @json_option
 @pass_cli
 def campaign_create(cli: Cli, spec_path: Path, as_json: bool) -> None:
@@ -247,15 +249,19 @@ def campaign_create(cli: Cli, spec_path: Path, as_json: bool) -> None:
 @click.option("--strict", is_flag=True,
               help="Check every row first and publish nothing if any is bad (exit 2). "
               "Without it bad rows are skipped and reported, the rest published (exit 3).")
+@click.option("--dedupe-addresses", is_flag=True,
+              help="Send an address given under several recipient ids once (the first row). Without it such "
+              "rows are reported and each is sent.")
 @click.option("--batch-size", type=click.IntRange(1, 100), default=100, show_default=True, help="Recipients per SQS message.")
 @json_option
 @pass_cli
 def campaign_publish(cli: Cli, campaign_id: str, recipients_path: Path, fmt: str | None, strict: bool,
-                     batch_size: int, as_json: bool) -> None:
+                     dedupe_addresses: bool, batch_size: int, as_json: bool) -> None:
     """Publish recipients from a file, streamed: a draft starts sending.
 
     Every row is validated; a bad row is reported as FILE:LINE: reason and not sent. A
-    recipient_id repeated in the file is sent once and reported. Publishing the same file
+    recipient_id repeated in the file is sent once and reported; so is an address repeated
+    under another id (sent to each unless --dedupe-addresses). Publishing the same file
     again sends nobody twice.
     """
     name = str(recipients_path)
@@ -263,7 +269,7 @@ def campaign_publish(cli: Cli, campaign_id: str, recipients_path: Path, fmt: str
     progress: dict[str, Any] = {}
 
     def report(row: Row) -> None:
-        cli.warn(f"{name}:{row.line}: {describe_row(row)}")
+        cli.warn(f"{name}:{row.line}: {describe_row(row, dedupe_addresses=dedupe_addresses)}")
 
     with _publishing_status(cli, as_json) as status:
         def on_batch(so_far: PublishReport) -> None:
@@ -273,7 +279,8 @@ def campaign_publish(cli: Cli, campaign_id: str, recipients_path: Path, fmt: str
         try:
             result, tally = publish_file(
                 cli.service(writes=True), campaign_id, lambda: _recipient_rows(recipients_path, file_format),
-                name=name, strict=strict, on_skip=report, batch_size=batch_size, on_batch=on_batch,
+                name=name, strict=strict, dedupe_addresses=dedupe_addresses, on_report=report,
+                batch_size=batch_size, on_batch=on_batch,
             )
         except RejectedFileError as exc:
             _fail(ExitCode.BAD_INPUT, f"rejected: {exc} (fix them, or publish without --strict to skip them)")
@@ -289,6 +296,7 @@ def campaign_publish(cli: Cli, campaign_id: str, recipients_path: Path, fmt: str
         "accepted": result.accepted,
         "bad_rows": tally.bad,
         "duplicates": duplicates,
+        "duplicate_addresses": tally.duplicate_addresses,
         "batches_new": result.batches_new,
         "batches_already_enqueued": result.batches_already_enqueued,
         "messages_sent": result.messages_sent,
@@ -303,6 +311,8 @@ def campaign_publish(cli: Cli, campaign_id: str, recipients_path: Path, fmt: str
         table.add_row("accepted", str(result.accepted))
         table.add_row("bad rows (skipped)", str(tally.bad))
         table.add_row("duplicates (sent once)", str(duplicates))
+        table.add_row("same address, another id " + ("(sent once)" if dedupe_addresses else "(sent to each)"),
+                      str(tally.duplicate_addresses))
         table.add_row("batches new", str(result.batches_new))
         table.add_row("batches already enqueued", str(result.batches_already_enqueued))
         table.add_row("SQS messages sent", str(result.messages_sent))
@@ -436,16 +446,18 @@ def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
     """Counts of the campaign's deliveries by outcome, its state and why."""
     service = cli.service()
     status = service.status(campaign_id)
+    delivery_mode = service.get(campaign_id).delivery_mode
     dead = service.dead_lettered(campaign_id) if status.dead_lettered else []
     if as_json:
         cli.json({
             **status.as_dict(),
+            "delivery_mode": delivery_mode,
             "dead_lettered_recipients": [
                 {"recipient_id": r.recipient_id, "reason": r.reason, "updated_at": r.updated_at} for r in dead[:100]
             ],
         })
         return
-    _print_status(cli, status)
+    _print_status(cli, status, delivery_mode)
     if dead:
         by_reason: dict[str, list[str]] = {}
         for record in dead:
@@ -461,9 +473,10 @@ def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
         click.echo("`sendonce dlq redrive` sends them again (nobody twice)")
 
 
-def _print_status(cli: Cli, status: DeliveryStatus) -> None:
+def _print_status(cli: Cli, status: DeliveryStatus, delivery_mode: str | None = None) -> None:
     reason = f" ({status.state_reason})" if status.state_reason else ""
-    click.echo(f"campaign {status.campaign_id}: {status.state.value}{reason}")
+    mode = f", delivery mode {delivery_mode}" if delivery_mode else ""
+    click.echo(f"campaign {status.campaign_id}: {status.state.value}{reason}{mode}")
     table = Table(show_header=False)
     table.add_column(style="bold")
     table.add_column(justify="right")

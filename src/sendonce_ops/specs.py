@@ -14,10 +14,12 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from sendonce import limits
 from sendonce.errors import InvalidCampaignError
 from sendonce.operator_input import CampaignSpec, describe_validation_error
 
 TEMPLATE_FILES = {"html_file": "html", "text_file": "text"}
+TEMPLATE_BYTES = {"html": limits.HTML_BYTES, "text": limits.TEXT_BYTES}
 
 
 class SpecError(InvalidCampaignError):
@@ -31,6 +33,8 @@ class SpecError(InvalidCampaignError):
 def load_spec(path: Path) -> CampaignSpec:
     name = str(path)
     try:
+        if path.stat().st_size > limits.SPEC_FILE_BYTES:
+            raise SpecError([f"{name}: larger than {limits.SPEC_FILE_BYTES:,} bytes; templates belong in html_file / text_file"])
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise SpecError([f"{name}: no such file"]) from None
@@ -53,15 +57,10 @@ def load_spec(path: Path) -> CampaignSpec:
             problems.append(f"{at(file_key)}: {file_key}: give {field} or {file_key}, not both")
             continue
         ref = data.pop(file_key)
-        if not isinstance(ref, str) or not ref:
-            problems.append(f"{at(file_key)}: {file_key}: expected a path relative to the spec")
-            continue
-        template = path.parent / ref
         try:
-            data[field] = template.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = "no such file" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc})"
-            problems.append(f"{at(file_key)}: {file_key}: {template}: {reason}")
+            data[field] = _read_template(path, ref, field)
+        except ValueError as exc:
+            problems.append(f"{at(file_key)}: {file_key}: {exc}")
     if problems:
         raise SpecError(problems)
     try:
@@ -74,6 +73,32 @@ def load_spec(path: Path) -> CampaignSpec:
             else:
                 found.append(f"{at(field)}: {field or '(spec)'}: {message}")
         raise SpecError(found) from None
+
+
+def _read_template(spec: Path, ref: object, field: str) -> str:
+    """A template named by a spec, which must stay inside the spec's folder once symlinks are
+    resolved: a spec from elsewhere must not be able to mail out any file the operator can read."""
+    if not isinstance(ref, str) or not ref:
+        raise ValueError("expected a path relative to the spec")
+    if Path(ref).is_absolute():
+        raise ValueError(f"{ref}: must be relative to the spec's folder, not absolute")
+    folder = spec.parent.resolve()
+    template = (folder / ref).resolve()
+    if not template.is_relative_to(folder):
+        raise ValueError(f"{ref}: outside the spec's folder {folder} (after resolving links); templates must be inside it")
+    if not template.exists():
+        raise ValueError(f"{ref}: no such file")
+    if not template.is_file():
+        raise ValueError(f"{ref}: not a regular file")
+    most = TEMPLATE_BYTES[field]
+    if template.stat().st_size > most:
+        raise ValueError(f"{ref}: larger than {most:,} bytes (the {field} limit; docs/limits.md)")
+    try:
+        return template.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{ref}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ValueError(f"{ref}: cannot be read ({exc.strerror})") from None
 
 
 def locate(path: Path, message: str) -> str:

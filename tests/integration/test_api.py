@@ -45,7 +45,10 @@ def test_campaign_lifecycle_over_the_api_records_the_iam_caller(system):
 
     assert created[0] == 201
     assert created[1]["state"] == "draft" and created[1]["from"] == f"News <news@{system.domain}>"
-    assert published == (200, {"campaign_id": "c1", "accepted": 12, "bad_rows": 0, "duplicates": 2, "problems": [],
+    assert published == (200, {"campaign_id": "c1", "accepted": 12, "bad_rows": 0, "duplicates": 2,
+                               "duplicate_addresses": 0,
+                               "problems": ["recipients.12: recipient_id 'r0' repeats recipients.0; published once",
+                                            "recipients.13: recipient_id 'r1' repeats recipients.1; published once"],
                                "batches_new": 1, "batches_already_enqueued": 0, "messages_sent": 1})
     assert paused[0] == 200
     assert (paused[1]["state"], paused[1]["state_reason"], paused[1]["state_changed_by"]) == (
@@ -72,7 +75,8 @@ def test_errors_map_to_http_codes_with_a_body_naming_the_problem(system):
                          {"recipients": [{"recipient_id": "r1", "email": "not-an-address"}]})
     too_many = call(system, "POST", "/campaigns/c1/publish",
                     {"recipients": [{"recipient_id": f"r{i}", "email": f"u{i}@{system.domain}"} for i in range(1001)]})
-    both = call(system, "POST", "/campaigns/c1/publish", {"recipients": None})
+    neither = call(system, "POST", "/campaigns/c1/publish", {"strict": False})
+    null = call(system, "POST", "/campaigns/c1/publish", {"recipients": None})
     bad_id = call(system, "GET", "/campaigns/someone@example.com/delivery-status")
     no_route = call(system, "DELETE", "/campaigns/c1")
 
@@ -85,7 +89,8 @@ def test_errors_map_to_http_codes_with_a_body_naming_the_problem(system):
     assert bad_recipient[1]["message"] == "body.recipients.0.email: not a valid email address"
     assert "not-an-address" not in json.dumps(bad_recipient[1])  # the input is never echoed
     assert too_many[0] == 422 and too_many[1]["detail"][0]["type"] == "too_long"
-    assert both[0] == 422 and "exactly one of recipients or s3" in both[1]["message"]
+    assert neither[0] == 422 and "exactly one of recipients or s3" in neither[1]["message"]
+    assert null[0] == 422 and null[1]["detail"][0]["loc"] == ["body", "recipients"]
     assert bad_id[0] == 422 and bad_id[1]["detail"][0]["loc"] == ["path", "campaign_id"]
     assert no_route[0] in (404, 405)
     assert system.operator.get("c1").state is CampaignState.DRAFT
@@ -111,11 +116,11 @@ def test_publish_from_s3_streams_the_object_and_strict_rejects_a_bad_file_whole(
 
     assert strict[0] == 400
     assert strict[1]["message"] == (f"s3://{bucket}/lists/bad.csv: 2 bad row(s); nothing was published: "
-                                    "line 2: email: not a valid address; line 153: expected 3 columns, found 2")
+                                    "line 2: email: not a valid email address; line 153: expected 3 columns, found 2")
     assert missing[0] == 400 and "cannot be read (NoSuchKey)" in missing[1]["message"]
     assert lenient[0] == 200
     assert (lenient[1]["accepted"], lenient[1]["bad_rows"], lenient[1]["batches_new"]) == (150, 2, 2)
-    assert lenient[1]["problems"] == ["2: email: not a valid address", "153: expected 3 columns, found 2"]
+    assert lenient[1]["problems"] == ["2: email: not a valid email address", "153: expected 3 columns, found 2"]
     assert (again[1]["accepted"], again[1]["batches_new"], again[1]["messages_sent"]) == (150, 0, 0)
     assert system.operator.status("c1").total == 150
 

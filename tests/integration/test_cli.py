@@ -30,8 +30,8 @@ def test_create_publish_status_and_completion(system, tmp_path):
     after = as_json(sendonce(system, "campaign", "status", "c1", "--json"))
 
     # Then every count adds up, and a campaign whose recipients all ended is completed
-    assert published == {"campaign_id": "c1", "accepted": 25, "bad_rows": 0, "duplicates": 0, "batches_new": 1,
-                         "batches_already_enqueued": 0, "messages_sent": 1}
+    assert published == {"campaign_id": "c1", "accepted": 25, "bad_rows": 0, "duplicates": 0, "duplicate_addresses": 0,
+                         "batches_new": 1, "batches_already_enqueued": 0, "messages_sent": 1}
     assert (before["state"], before["total"], before["pending"], before["remaining"]) == ("sending", 25, 25, 25)
     counts = ("pending", "in_progress", "sent", "failed", "suppressed", "unknown", "cancelled", "dead_lettered")
     assert sum(after[k] for k in counts) == after["total"] == 25
@@ -84,7 +84,7 @@ def test_strict_publish_of_a_file_with_bad_rows_publishes_nothing(system, tmp_pa
     system.poller().run_until_idle(idle_seconds=0.5, max_seconds=10)
 
     assert result.exit_code == 2
-    assert f"{recipients}:3: email: not a valid address" in result.stderr
+    assert f"{recipients}:3: email: not a valid email address" in result.stderr
     assert f"{recipients}:4: expected 3 columns, found 2" in result.stderr
     assert f"{recipients}:5: recipient_id: must be 1-100 letters" in result.stderr
     assert f"rejected: {recipients}: 3 bad row(s); nothing was published" in result.stderr
@@ -107,7 +107,7 @@ def test_without_strict_bad_rows_are_skipped_the_rest_published_and_the_exit_cod
     system.poller().run_until_idle(idle_seconds=0.5, max_seconds=20)
 
     assert result.exit_code == 3
-    assert f"{recipients}:2: email: not a valid address" in result.stderr
+    assert f"{recipients}:2: email: not a valid email address" in result.stderr
     assert json.loads(result.stdout)["bad_rows"] == 1
     assert set(system.deliveries()) == {f"user1@{system.domain}", f"user3@{system.domain}"}
 

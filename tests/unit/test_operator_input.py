@@ -50,7 +50,7 @@ def test_each_bad_csv_row_is_reported_with_its_line_and_reason():
 
     problems = {row.line: row.problem for row in result if row.problem}
     assert problems == {
-        3: "email: not a valid address",
+        3: "email: not a valid email address",
         4: "recipient_id: must be 1-100 letters, digits, '_' or '-', starting with a letter or digit "
         "(an opaque id, never an email address)",
         5: "expected 3 columns, found 2",
@@ -229,7 +229,7 @@ def test_strict_publish_of_a_file_with_a_bad_row_publishes_nothing():
     skipped = []
 
     with pytest.raises(RejectedFileError, match="people.csv: 1 bad row"):
-        publish_file(service, "c1", opener(MIXED), name="people.csv", strict=True, on_skip=skipped.append)
+        publish_file(service, "c1", opener(MIXED), name="people.csv", strict=True, on_report=skipped.append)
 
     assert queue.published == [] and service.get("c1").state is CampaignState.DRAFT
     assert [row.line for row in skipped] == [3, 5]  # the bad row and the repeat, each reported once

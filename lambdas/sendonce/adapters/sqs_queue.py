@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
+
+from sendonce import limits
 
 POISON_REASON_ATTRIBUTE = "sendonce-poison-reason"
 
@@ -17,8 +20,8 @@ class SqsQueue:
         self._source_urls: dict[str, str] = {}
 
     def publish(self, bodies: list[str]) -> None:
-        for start in range(0, len(bodies), 10):
-            pending = {str(i): body for i, body in enumerate(bodies[start : start + 10])}
+        for request in self._requests(bodies):
+            pending = {str(i): body for i, body in enumerate(request)}
             for attempt in range(self._attempts):
                 response = self._client.send_message_batch(
                     QueueUrl=self._queue_url,
@@ -34,6 +37,27 @@ class SqsQueue:
             if pending:
                 reasons = "; ".join(f"{f['Id']}: {f.get('Code')} {f.get('Message', '')}" for f in failed)
                 raise RuntimeError(f"SQS refused {len(pending)} message(s) after {self._attempts} attempts: {reasons}")
+
+    def _requests(self, bodies: list[str]) -> Iterator[list[str]]:
+        """SendMessageBatch requests of at most 10 entries and SQS_BATCH_REQUEST_BYTES: SQS
+        refuses a whole request over either limit, and the batches are recorded already."""
+        sizes = [len(body.encode("utf-8")) for body in bodies]
+        too_big = [i for i, size in enumerate(sizes) if size > limits.SQS_MESSAGE_BYTES]
+        if too_big:  # checked before anything is sent, so no request goes out half-done
+            raise ValueError(
+                f"{len(too_big)} message(s) larger than SQS's {limits.SQS_MESSAGE_BYTES:,} bytes "
+                f"(the largest {max(sizes):,}); limits.RECIPIENT_JSON_BYTES should have prevented it"
+            )
+        request: list[str] = []
+        request_bytes = 0
+        for body, size in zip(bodies, sizes, strict=True):
+            if request and (len(request) == limits.SQS_BATCH_ENTRIES or request_bytes + size > limits.SQS_BATCH_REQUEST_BYTES):
+                yield request
+                request, request_bytes = [], 0
+            request.append(body)
+            request_bytes += size
+        if request:
+            yield request
 
     def return_later(self, source_arn: str, receipt_handle: str, *, seconds: int) -> None:
         queue_url = self._source_urls.get(source_arn)

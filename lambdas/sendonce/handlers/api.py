@@ -6,6 +6,7 @@ from the models below is served at GET /openapi.json (Swagger UI at GET /swagger
 
 # No `from __future__ import annotations`: Powertools reads these annotations at runtime.
 
+import json
 import os
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
@@ -14,17 +15,19 @@ import boto3
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sendonce import limits
 from sendonce.adapters.s3_objects import S3ObjectLines
 from sendonce.campaigns import CampaignService, DeliveryStatus, PublishReport
 from sendonce.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError
 from sendonce.models import ID_PATTERN, Campaign
 from sendonce.operator_input import (
+    LINE_PATTERN,
     CampaignSpec,
     InlineRecipient,
     RecipientReader,
@@ -33,15 +36,19 @@ from sendonce.operator_input import (
     describe_row,
     format_for,
     friendly_message,
+    inline_rows,
     publish_file,
+    strict_json_loads,
 )
 from sendonce.settings import ApiSettings
 from sendonce.wiring import campaign_service
 
 logger = Logger(service="sendonce")
-app = APIGatewayHttpResolver(enable_validation=True)
+# Bodies are parsed strictly (no NaN, no lone surrogates, bounded nesting): what would fail
+# later in DynamoDB or at the provider is refused here as a 400 naming the body.
+app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=strict_json_loads)
 
-INLINE_RECIPIENTS_MAX = 1000
+INLINE_RECIPIENTS_MAX = limits.INLINE_RECIPIENTS
 TITLE = "sendonce operator API"
 VERSION = "1"
 
@@ -60,6 +67,7 @@ class CampaignView(BaseModel):
     sender: str = Field(alias="from")
     reply_to: str | None = None
     subject: str
+    delivery_mode: Literal["single", "batch"]
     state: str
     state_reason: str | None = None
     state_changed_by: str | None = None
@@ -76,6 +84,7 @@ class CampaignView(BaseModel):
             sender=campaign.sender,
             reply_to=campaign.reply_to,
             subject=campaign.content.subject,
+            delivery_mode=campaign.delivery_mode,
             state=campaign.state.value,
             state_reason=campaign.state_reason,
             state_changed_by=campaign.state_changed_by,
@@ -86,24 +95,36 @@ class CampaignView(BaseModel):
 
 
 class S3Location(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Without `format` the key's extension must name it (as format_for decides).
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"anyOf": [
+        {"required": ["format"], "properties": {"format": {"enum": ["csv", "jsonl"]}}},
+        {"properties": {"key": {"pattern": r"\.([cC][sS][vV]|[jJ][sS][oO][nN][lL]|[nN][dD][jJ][sS][oO][nN])$"}}},
+    ]})
 
-    bucket: str = Field(min_length=3, max_length=63)
-    key: str = Field(min_length=1, max_length=1024)
+    bucket: str = Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    key: str = Field(min_length=1, max_length=1024, pattern=LINE_PATTERN)
     format: Literal["csv", "jsonl"] | None = Field(default=None, description="Default: from the key's extension.")
 
 
 class PublishBody(BaseModel):
     """Exactly one of `recipients` (inline, at most 1,000) or `s3` (a CSV or JSON Lines object)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # The schema states the rule the validator enforces; neither field may be null.
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"oneOf": [{"required": ["recipients"]}, {"required": ["s3"]}]}
+    )
 
-    recipients: list[InlineRecipient] | None = Field(default=None, min_length=1, max_length=INLINE_RECIPIENTS_MAX)
-    s3: S3Location | None = None
+    recipients: list[InlineRecipient] = Field(default=None, min_length=1, max_length=INLINE_RECIPIENTS_MAX)
+    s3: S3Location = Field(default=None)
     strict: bool = Field(
         default=True,
         description="S3 only: with true (default) one bad row rejects the whole file before anything is "
         "published; with false bad rows are skipped and reported.",
+    )
+    dedupe_addresses: bool = Field(
+        default=False,
+        description="Send an address given under several recipient ids once (the first). Without it each is sent "
+        "and the repeats are counted in duplicate_addresses.",
     )
 
     @model_validator(mode="after")
@@ -118,7 +139,13 @@ class PublishResult(BaseModel):
     accepted: int = Field(description="Recipients recorded and enqueued (or found already enqueued).")
     bad_rows: int = 0
     duplicates: int = Field(description="Rows whose recipient_id appeared before; each is published once.")
-    problems: list[str] = Field(default_factory=list, description="The first 100 skipped rows, as 'LINE: reason'.")
+    duplicate_addresses: int = Field(
+        default=0, description="Rows whose address appeared before under another recipient_id."
+    )
+    problems: list[str] = Field(
+        default_factory=list,
+        description="The first 100 reported rows, as 'LINE: reason' (S3) or 'recipients.N: reason' (inline).",
+    )
     batches_new: int
     batches_already_enqueued: int
     messages_sent: int
@@ -167,15 +194,20 @@ def _json(description: str, model: type[BaseModel]) -> dict[str, Any]:
 
 
 _ERROR_MEANINGS = {
-    400: "Invalid input: bad file rows, an unknown provider, a campaign that takes no more recipients",
+    400: "Invalid input: a body that is not UTF-8 JSON, bad file rows, an unknown provider, a delivery mode the "
+    "provider cannot do, a campaign that takes no more recipients",
     404: "No such campaign",
     409: "Not allowed in the campaign's current state, or the id exists already",
     422: "The request does not match the schema; `detail` names each field",
+    500: "Not caused by the request (AWS unreachable, a bug): logged with its traceback",
 }
 
 
 def _responses(ok: int, description: str, model: type[BaseModel], *errors: int) -> dict[int, Any]:
-    return {ok: _json(description, model), **{code: _json(_ERROR_MEANINGS[code], ErrorBody) for code in (*errors, 422)}}
+    return {
+        ok: _json(description, model),
+        **{code: _json(_ERROR_MEANINGS[code], ErrorBody) for code in sorted({*errors, 422, 500})},
+    }
 
 
 # --- routes --------------------------------------------------------------------------
@@ -215,7 +247,9 @@ def get_campaign(campaign_id: CampaignId) -> CampaignView:
 def publish(campaign_id: CampaignId, body: Annotated[PublishBody, Body()]) -> PublishResult:
     service = _service()
     if body.recipients is not None:
-        return _publish_result(service.publish(campaign_id, body.recipients), RowTally())
+        tally = RowTally(dedupe_addresses=body.dedupe_addresses)
+        recipients = list(tally.recipients(inline_rows(body.recipients)))
+        return _publish_result(service.publish(campaign_id, recipients), tally, where="recipients.")
     location = body.s3
     name = f"s3://{location.bucket}/{location.key}"
     fmt = format_for(location.key, location.format)
@@ -226,38 +260,43 @@ def publish(campaign_id: CampaignId, body: Annotated[PublishBody, Body()]) -> Pu
         lambda: RecipientReader(objects.lines(location.bucket, location.key), fmt, name=name),
         name=name,
         strict=body.strict,
+        dedupe_addresses=body.dedupe_addresses,
     )
     return _publish_result(report, tally)
 
 
-def _publish_result(report: PublishReport, tally: RowTally) -> PublishResult:
+def _publish_result(report: PublishReport, tally: RowTally, where: str = "") -> PublishResult:
     return PublishResult(
         campaign_id=report.campaign_id,
         accepted=report.accepted,
         bad_rows=tally.bad,
         duplicates=tally.duplicates + len(report.duplicates_in_input),
-        problems=[f"{row.line}: {describe_row(row)}" for row in tally.kept],
+        duplicate_addresses=tally.duplicate_addresses,
+        problems=[
+            f"{where}{row.line}: {describe_row(row, dedupe_addresses=tally.dedupe_addresses, where=where or 'line ')}"
+            for row in tally.kept
+        ],
         batches_new=report.batches_new,
         batches_already_enqueued=report.batches_already_enqueued,
         messages_sent=report.messages_sent,
     )
 
 
-@app.post("/campaigns/<campaign_id>/pause", responses=_responses(200, "Paused", CampaignView, 404, 409))
+@app.post("/campaigns/<campaign_id>/pause", responses=_responses(200, "Paused", CampaignView, 400, 404, 409))
 def pause(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body()] = None) -> CampaignView:
     return CampaignView.of(_service().pause(campaign_id, reason=body.reason if body else None))
 
 
 @app.post(
     "/campaigns/<campaign_id>/resume",
-    responses=_responses(200, "Sending again; unended recipients republished", ResumeResult, 404, 409),
+    responses=_responses(200, "Sending again; unended recipients republished", ResumeResult, 400, 404, 409),
 )
 def resume(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body()] = None) -> ResumeResult:
     campaign, republished = _service().resume(campaign_id, reason=body.reason if body else None)
     return ResumeResult(**CampaignView.of(campaign).model_dump(), republished=republished)
 
 
-@app.post("/campaigns/<campaign_id>/cancel", responses=_responses(200, "Cancelled", CampaignView, 404, 409))
+@app.post("/campaigns/<campaign_id>/cancel", responses=_responses(200, "Cancelled", CampaignView, 400, 404, 409))
 def cancel(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body()] = None) -> CampaignView:
     return CampaignView.of(_service().cancel(campaign_id, reason=body.reason if body else None))
 
@@ -310,8 +349,23 @@ def _invalid(exc: InvalidCampaignError) -> Response:
     return _error(400, type(exc).__name__.removesuffix("Error"), message)
 
 
+@app.exception_handler(UnicodeDecodeError)
+def _not_text(exc: UnicodeDecodeError) -> Response:
+    # Powertools decodes the body only for routes that take one: this is always the body.
+    return _error(400, "InvalidBody", "body: not UTF-8 text")
+
+
+@app.exception_handler(RequestUnsupportedContentType)
+def _not_json(exc: RequestUnsupportedContentType) -> Response:
+    return _error(400, "InvalidBody", "body: send JSON with content-type application/json")
+
+
 @app.exception_handler(RequestValidationError)
 def _unprocessable(exc: RequestValidationError) -> Response:
+    syntax = next((e for e in exc.errors() if e.get("type") == "json_invalid"), None)
+    if syntax is not None:
+        reason = (syntax.get("ctx") or {}).get("error") or "JSON decode error"
+        return _error(400, "InvalidBody", f"body: not valid JSON: {reason}")
     # loc and msg name the problem; the input itself is left out (it may hold an address).
     detail = [
         {"loc": list(e["loc"]), "msg": friendly_message(e), "type": e["type"]}
@@ -346,9 +400,25 @@ def lambda_handler(
     service: CampaignService | None = None,
     objects: S3ObjectLines | None = None,
 ) -> dict[str, Any]:
+    refused = _refuse_non_json(event)
+    if refused is not None:
+        return refused
     service = service or campaign_service(ApiSettings.from_env(os.environ))
     app.append_context(service=service, objects=objects or _S3OnDemand())
     return app.resolve(event, context)
+
+
+def _refuse_non_json(event: dict[str, Any]) -> dict[str, Any] | None:
+    """Every body is JSON. Powertools would also parse form and multipart bodies (and fail
+    with a 500 on a multipart type without a boundary), so any other declared type is a 400."""
+    headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
+    content_type = headers.get("content-type", "").strip().lower()
+    method = ((event.get("requestContext") or {}).get("http") or {}).get("method", "GET")
+    if not content_type or content_type.startswith("application/json") or (method in ("GET", "HEAD") and not event.get("body")):
+        return None
+    body = {"statusCode": 400, "error": "InvalidBody", "message": "body: send JSON with content-type application/json"}
+    return {"statusCode": 400, "headers": {"Content-Type": content_types.APPLICATION_JSON}, "body": json.dumps(body),
+            "isBase64Encoded": False}
 
 
 class _S3OnDemand:

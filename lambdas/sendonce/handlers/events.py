@@ -72,6 +72,13 @@ def resend_webhook() -> Response | dict:
     return {"status": report.status}
 
 
+@app.exception_handler(UnicodeDecodeError)
+def _not_text(exc: UnicodeDecodeError) -> Response:
+    # Svix signs text: a body that is not UTF-8 cannot carry a valid signature.
+    metrics.add_metric(name="WebhookSignaturesRejected", unit=MetricUnit.Count, value=1)
+    return Response(status_code=401, content_type="application/json", body='{"message":"invalid signature"}')
+
+
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext, service: ProviderEventService | None = None) -> dict:

@@ -96,6 +96,12 @@ def one_click(token: str) -> Response:
     return _page(200, "You are unsubscribed", "<p>This address will not receive these emails any more.</p>")
 
 
+@app.exception_handler(UnicodeDecodeError)
+def _not_text(exc: UnicodeDecodeError) -> Response:
+    # Only the request body is decoded here: bytes that are not UTF-8 are no one-click body.
+    return _page(400, "Unsubscribe", "<p>The request did not ask to unsubscribe (List-Unsubscribe=One-Click).</p>")
+
+
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext, service: UnsubscribeService | None = None) -> dict:

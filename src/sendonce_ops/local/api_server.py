@@ -168,6 +168,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:  # noqa: N802
         self._dispatch("DELETE")
 
+    def __getattr__(self, name: str) -> Any:
+        # Any other method (HEAD, OPTIONS, TRACE, ...) goes to the function too, which answers
+        # it as API Gateway would pass it on, instead of http.server's HTML 501 page.
+        if name.startswith("do_") and name[3:].isalpha() and name[3:].isupper():
+            return lambda: self._dispatch(name[3:])
+        raise AttributeError(name)
+
     def _dispatch(self, method: str) -> None:
         api: LocalApiServer = self.server.api  # type: ignore[attr-defined]
         length = int(self.headers.get("content-length") or 0)

@@ -29,6 +29,11 @@ def build_http_api_event(method: str, path: str, headers: dict[str, str], body: 
     parts = urlsplit(path)
     lowered = {k.lower(): v for k, v in headers.items()}
     text = any(t in lowered.get("content-type", "") for t in _TEXT_TYPES) or not body
+    if text and body:
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:  # API Gateway passes bytes that are not UTF-8 as base64
+            text = False
     now = time.time()
     return {
         "version": "2.0",
@@ -116,6 +121,13 @@ class LocalHttpApi:
                 self.wfile.write(data)
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _dispatch
+
+            def __getattr__(self, name: str) -> Any:
+                # Every other method (HEAD, OPTIONS, QUERY, ...) reaches the function too, as
+                # behind API Gateway's $default route, not http.server's HTML 501 page.
+                if name.startswith("do_") and name[3:].isalpha() and name[3:].isupper():
+                    return self._dispatch
+                raise AttributeError(name)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

@@ -1,0 +1,47 @@
+"""Fuzzing fixtures: the operator API on the local API server (`sendonce local api`'s
+server), over moto's tables and queue, and a tally of what the fuzzers sent."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import deliverability, resend_server, system  # noqa: F401 - fixtures reused
+
+TALLY = collections.Counter()
+TALLY_FILE = Path(__file__).with_name(".fuzz-tally.json")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _write_tally() -> Iterator[None]:
+    """Requests sent per target, written for the record (docs/testing figures)."""
+    yield
+    if TALLY:
+        TALLY_FILE.write_text(json.dumps(dict(sorted(TALLY.items())), indent=1) + "\n")
+
+
+def counting(handler, target: str, statuses: collections.Counter):
+    def handle(event, context):
+        TALLY[target] += 1
+        response = handler(event, context)
+        statuses[response.get("statusCode", 200)] += 1
+        return response
+
+    return handle
+
+
+@pytest.fixture
+def operator_api(system):  # noqa: F811
+    from sendonce.handlers import api
+    from sendonce_ops.local.api_server import LocalApiServer
+
+    statuses: collections.Counter = collections.Counter()
+    handler = counting(functools.partial(api.lambda_handler, service=system.operator), "operator API", statuses)
+    with LocalApiServer(handler, caller_arn="arn:aws:iam::123456789012:user/fuzz") as server:
+        server.statuses = statuses  # type: ignore[attr-defined]
+        yield server
