@@ -216,7 +216,6 @@ def campaign_summary(campaign: Campaign) -> dict[str, Any]:
         "state_reason": campaign.state_reason,
         "state_changed_by": campaign.state_changed_by,
         "updated_at": campaign.updated_at,
-        "delivery_mode": campaign.delivery_mode,
     }
 
 

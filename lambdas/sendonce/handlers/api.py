@@ -73,7 +73,6 @@ class CampaignView(BaseModel):
     state_changed_by: str | None = None
     created_at: str | None = None
     updated_at: str | None = None
-    delivery_mode: str = Field(description="single: one provider request per recipient; batch: one per message (Resend).")
 
     @classmethod
     def of(cls, campaign: Campaign) -> "CampaignView":
@@ -90,7 +89,6 @@ class CampaignView(BaseModel):
             state_changed_by=campaign.state_changed_by,
             created_at=campaign.created_at,
             updated_at=campaign.updated_at,
-            delivery_mode=campaign.delivery_mode,
         )
 
 
