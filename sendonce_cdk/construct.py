@@ -268,8 +268,11 @@ class SendOnce(Construct):
         function = self.consumer_parts.function
         # Claims, fenced marks and settlements, close_unclaimed, group claims and
         # completions (TransactWriteItems of Updates): UpdateItem. A record re-read after
-        # a failed claim: GetItem. Batch mode's membership check: BatchGetItem.
-        self.tables.ledger.grant(function, "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem")
+        # a failed claim: GetItem. Batch mode's membership check and cancel's close: BatchGetItem.
+        # The completion check when a campaign's last open batch settles: Query.
+        self.tables.ledger.grant(
+            function, "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:UpdateItem"
+        )
         # The campaign (GetItem) and its automatic moves (UpdateItem); batch mode's send
         # groups (conditional PutItem, GetItem, Query); the shared rate limiter's slots
         # (UpdateItem) and throttle state (PutItem, GetItem).

@@ -145,7 +145,7 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
     expected: dict[str, set[str]] = {f"logs:{name}": set(LOG_WRITES)}
     if handler == CONSUMER_HANDLER:
         expected |= {
-            "ledger": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem"},
+            "ledger": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
             "campaigns": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
             "suppressions": {"dynamodb:GetItem"},
             "queue": set(EVENT_SOURCE),
