@@ -63,18 +63,37 @@ def _status_completes(original):
     return status
 
 
+def _old_open_publish(self, campaign_id):
+    # Before: publish looked at the state once (draft -> sending) and held no lease.
+    from sendonce import campaign_lifecycle as lifecycle
+
+    campaign = self._campaigns.get(campaign_id)
+    if campaign.state is CampaignState.DRAFT:
+        return lifecycle.apply(self._campaigns, campaign_id, lifecycle.CampaignEvent.PUBLISH, by=self._operator)
+    return campaign
+
+
 @contextlib.contextmanager
 def defect_5() -> Iterator[None]:
-    with replaced(campaigns_module.CampaignService, "status", _status_completes(campaigns_module.CampaignService.status)), \
+    service = campaigns_module.CampaignService
+    with replaced(service, "status", _status_completes(service.status)), \
+            replaced(service, "_open_publish", _old_open_publish), \
             replaced(Campaign, "accepts_sends", property(lambda c: c.state is CampaignState.SENDING)):
         yield
 
 
-def _rules_with_grouped_first():
+def _replayable_even_past_the_window(group, records, hashes, now_ms):
+    return any(r.recipient_id in records and records[r.recipient_id].group_key == group.idempotency_key
+               and records[r.recipient_id].maybe_sent_at_ms is not None for r in group.recipients)
+
+
+def _grouped_at_any_age():
+    # Before: a delivery another group may have carried was held for that group at any age.
     rules = list(protocol.CLAIM_RULES)
-    stale = next(r for r in rules if r.verdict is protocol.Verdict.STALE and r.maybe_sent is protocol.MaybeSent.OLD)
     grouped = next(r for r in rules if r.verdict is protocol.Verdict.GROUPED)
-    rules[rules.index(stale)], rules[rules.index(grouped)] = grouped, stale
+    rules.remove(grouped)
+    stale = next(i for i, r in enumerate(rules) if r.verdict is protocol.Verdict.STALE)
+    rules.insert(stale, protocol.ClaimRule(grouped.states, grouped.verdict, grouped.why, group=protocol.Group.OTHER))
     return tuple(rules)
 
 
@@ -83,7 +102,9 @@ MUTANTS = {
     "2 window counted from the last claim": lambda: replaced(dynamodb_ledger, "_FIRST_MARK", ":now"),
     "3a refused group keeps its mark": lambda: replaced(
         dynamodb_ledger.DynamoDBLedger, "release_group", _old_release_group(dynamodb_ledger.DynamoDBLedger.release_group)),
-    "3b group past the window stays claimed": lambda: replaced(protocol, "CLAIM_RULES", _rules_with_grouped_first()),
+    "3b group past the window stays claimed": lambda: replaced(protocol, "CLAIM_RULES", _grouped_at_any_age()),
+    "3b' a group past the window is replayed": lambda: replaced(
+        delivery_module.DeliveryService, "_replayable", staticmethod(_replayable_even_past_the_window)),
     "3c a never-requested group is replayed as recorded": lambda: replaced(
         delivery_module.DeliveryService, "_replayable", staticmethod(lambda group, records, hashes, now_ms: True)),
     "4 cancel leaves held deliveries, closes maybe-sent as cancelled": lambda: replaced(

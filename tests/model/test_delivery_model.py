@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -24,27 +23,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from moto import mock_aws
 
-from sendonce.adapters.dynamodb_campaigns import DynamoDBCampaignStore
-from sendonce.adapters.dynamodb_ledger import DynamoDBLedger
-from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
-from sendonce.campaigns import CampaignService
-from sendonce.delivery import DeliveryService
 from sendonce.delivery_protocol import FINAL, HELD
 from sendonce.errors import IllegalTransitionError, InvalidCampaignError
-from sendonce.models import Campaign, CampaignState, Content, DeliveryState, Recipient
-from sendonce_ops.local.resources import create_tables
+from sendonce.models import CampaignState, DeliveryState
 
-from tests.deliverability_fakes import FakeSuppressions
-from tests.model.world import (
-    CAMPAIGN_WRITES,
-    LEDGER_WRITES,
-    Clock,
-    Crash,
-    CrashingProxy,
-    Faults,
-    ProviderModel,
-    QueueModel,
-)
+from tests.model.world import Clock, Rig
 
 S = DeliveryState
 HOUR = 3600 * 1000
@@ -86,13 +69,6 @@ def _moto_in_process():
     print(f"\nmodel check ({PROFILE}): {json.dumps(figures)}")
 
 
-class Ctx:
-    function_name = "model"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return LEASE_MS
-
-
 class DeliveryModel(RuleBasedStateMachine):
     provider_name = "resend"
     mode = "single"
@@ -103,34 +79,12 @@ class DeliveryModel(RuleBasedStateMachine):
         FIGURES["examples"] += 1
         FIGURES["example_steps"] = 0
         self.clock = Clock(int(time.time() * 1000) + 30 * 24 * HOUR)  # ahead of the wall clock Powertools reads
-        self.faults = Faults()
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        name = f"m{uuid.uuid4().hex[:10]}"
-        create_tables(client, ledger_table=name, campaigns_table=name + "-c")
-        self.ledger = DynamoDBLedger(client=client, table_name=name)
-        self.store = DynamoDBCampaignStore(client=client, table_name=name + "-c")
-        self.queue = QueueModel(self.clock, max_receive_count=5, visibility_ms=VISIBILITY_MS)
-        self.provider = ProviderModel(provider, provider == "resend", self.clock, self.faults)
-        self.suppressions = FakeSuppressions()
-        ledger = CrashingProxy(self.ledger, self.faults, LEDGER_WRITES)
-        campaigns = CrashingProxy(self.store, self.faults, CAMPAIGN_WRITES)
-        guard, group_guard = PowertoolsDeliveryGuard(ledger, clock_ms=self.clock), PowertoolsGroupGuard(ledger, clock_ms=self.clock)
-        guard.register_lambda_context(Ctx())
-        group_guard.register_lambda_context(Ctx())
-        self.consumer = DeliveryService(
-            ledger=ledger, guard=guard, campaigns=campaigns, providers={provider: self.provider}, queue=self.queue,
-            group_guard=group_guard, suppressions=self.suppressions, send_concurrency=1, safety_margin_ms=5_000,
-            throttle_retries=1, max_receive_count=5, sleep=lambda s: None, clock_ms=self.clock,
-        )
-        self.operator = CampaignService(campaigns=self.store, ledger=self.ledger, queue=self.queue,
-                                        provider_names=[provider], clock_ms=self.clock)
+        self.rig = Rig(boto3.client("dynamodb", region_name="us-east-1"), provider=provider, mode=self.mode,
+                       clock=self.clock, lease_ms=LEASE_MS, visibility_ms=VISIBILITY_MS, recipients=RECIPIENTS)
+        self.ledger, self.store, self.queue = self.rig.ledger, self.rig.store, self.rig.queue
+        self.provider, self.suppressions, self.faults = self.rig.provider, self.rig.suppressions, self.rig.faults
+        self.consumer, self.operator, self.people = self.rig.consumer, self.rig.operator, self.rig.people
         FIGURES[f"examples_{provider}_{self.mode}"] += 1
-        self.operator.create(Campaign(
-            campaign_id="c1", name="model", provider=provider, sender="news@example.com", delivery_mode=self.mode,
-            content=Content(subject="Hi {{ name }}", text="Hello {{ name }}"),
-        ))
-        self.people = [Recipient(recipient_id=f"r{i}", email=f"user{i}@example.com", variables={"name": f"U{i}"})
-                       for i in range(RECIPIENTS)]
         self.published: set[str] = set()
         # Deliveries for which an attempt may have been accepted without the ledger knowing
         # how it ended: the only ones allowed to end unknown.
@@ -149,25 +103,18 @@ class DeliveryModel(RuleBasedStateMachine):
         return {r.recipient_id: r for r in self.ledger.records("c1")}
 
     def _process(self, message, *, crash_at=None, after=False, short_budget=False, lose_ack=False) -> None:
-        self.faults.crash_at, self.faults.after, self.faults.steps = crash_at, after, 0
-        try:
-            report = self.consumer.process(
-                message.body, receive_count=message.receive_count, remaining_ms=lambda: 1_000 if short_budget else LEASE_MS
-            )
-        except Crash:
+        if lose_ack:  # the consumer ends the message, but the delete never reaches SQS
+            FIGURES["lost_acks"] += 1
+            in_queue = list(self.queue.messages)
+        report = self.rig.process(message, crash_at=crash_at, after=after, budget_ms=1_000 if short_budget else None)
+        if report is None:
             FIGURES["crashes"] += 1
             self._mark_risky_after_crash(message)
             return
-        finally:
-            self.faults.crash_at = None
         if report.unknown or report.errors_by_class.get("ambiguous"):
             self._mark_ambiguous(message)
-        if report.must_return:
-            message.visible_at_ms = (report.return_at_ms + 1) if report.return_at_ms else self.clock() + VISIBILITY_MS
-        elif lose_ack:
-            FIGURES["lost_acks"] += 1
-        elif message in self.queue.messages:
-            self.queue.ack(message)
+        if lose_ack and message not in self.queue.messages:
+            self.queue.messages = in_queue
 
     def _batch_ids(self, message) -> list[str]:
         return [r["recipient_id"] for r in json.loads(message.body)["recipients"]]
@@ -320,17 +267,7 @@ class DeliveryModel(RuleBasedStateMachine):
         unknown only where an attempt may have been accepted without the ledger knowing."""
         self.provider.script.clear()
         self.provider.quota_until_ms = 0
-        for _ in range(12):
-            self.clock.advance(LEASE_MS + VISIBILITY_MS + 1)
-            progressed = False
-            while (message := self.queue.receive(0)) is not None:
-                progressed = True
-                self._process(message)
-            if self.queue.dlq:
-                self.queue.redrive()
-                progressed = True
-            if not progressed and not [m for m in self.queue.messages]:
-                break
+        self.rig.drain()
         campaign = self.store.get("c1")
         status = self.operator.status("c1")
         FIGURES["drains"] += 1

@@ -221,3 +221,95 @@ class QueueModel:
         self.messages.extend(Message(m.body) for m in self.dlq)  # a new message: new id, receive count 0
         self.dlq.clear()
         return moved
+
+
+class Ctx:
+    """The Lambda context the guards register: leases are this long."""
+
+    function_name = "model"
+
+    def __init__(self, remaining_ms: int = 60_000):
+        self.remaining_ms = remaining_ms
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+class Rig:
+    """The real consumer and operator services over the real DynamoDB adapters, with the
+    modelled provider, queue and clock. Used by the model check and the regression tests."""
+
+    def __init__(self, client, *, provider: str, mode: str, clock: Clock, lease_ms: int = 60_000,
+                 visibility_ms: int = 30_000, max_receive_count: int = 5, recipients: int = 7):
+        import uuid
+
+        from sendonce.adapters.dynamodb_campaigns import DynamoDBCampaignStore
+        from sendonce.adapters.dynamodb_ledger import DynamoDBLedger
+        from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
+        from sendonce.campaigns import CampaignService
+        from sendonce.delivery import DeliveryService
+        from sendonce.models import Campaign, Content, Recipient
+        from sendonce_ops.local.resources import create_tables
+
+        from tests.deliverability_fakes import FakeSuppressions
+
+        self.clock, self.lease_ms, self.mode = clock, lease_ms, mode
+        self.faults = Faults()
+        name = f"m{uuid.uuid4().hex[:10]}"
+        create_tables(client, ledger_table=name, campaigns_table=name + "-c")
+        self.ledger = DynamoDBLedger(client=client, table_name=name)
+        self.store = DynamoDBCampaignStore(client=client, table_name=name + "-c")
+        self.queue = QueueModel(clock, max_receive_count=max_receive_count, visibility_ms=visibility_ms)
+        self.provider = ProviderModel(provider, provider == "resend", clock, self.faults)
+        self.suppressions = FakeSuppressions()
+        ledger = CrashingProxy(self.ledger, self.faults, LEDGER_WRITES)
+        campaigns = CrashingProxy(self.store, self.faults, CAMPAIGN_WRITES)
+        guard, group_guard = PowertoolsDeliveryGuard(ledger, clock_ms=clock), PowertoolsGroupGuard(ledger, clock_ms=clock)
+        guard.register_lambda_context(Ctx(lease_ms))
+        group_guard.register_lambda_context(Ctx(lease_ms))
+        self.consumer = DeliveryService(
+            ledger=ledger, guard=guard, campaigns=campaigns, providers={provider: self.provider}, queue=self.queue,
+            group_guard=group_guard, suppressions=self.suppressions, send_concurrency=1, safety_margin_ms=5_000,
+            throttle_retries=1, max_receive_count=max_receive_count, sleep=lambda s: None, clock_ms=clock,
+        )
+        self.operator = CampaignService(campaigns=self.store, ledger=self.ledger, queue=self.queue,
+                                        provider_names=[provider], clock_ms=clock)
+        self.operator.create(Campaign(
+            campaign_id="c1", name="model", provider=provider, sender="news@example.com", delivery_mode=mode,
+            content=Content(subject="Hi {{ name }}", text="Hello {{ name }}"),
+        ))
+        self.people = [Recipient(recipient_id=f"r{i}", email=f"user{i}@example.com", variables={"name": f"U{i}"})
+                       for i in range(recipients)]
+
+    def process(self, message, *, crash_at: int | None = None, after: bool = False, budget_ms: int | None = None):
+        """One consumer attempt on a received message; returns the report, or None if it crashed."""
+        self.faults.crash_at, self.faults.after, self.faults.steps = crash_at, after, 0
+        try:
+            report = self.consumer.process(message.body, receive_count=message.receive_count,
+                                           remaining_ms=lambda: budget_ms if budget_ms is not None else self.lease_ms)
+        except Crash:
+            return None
+        finally:
+            self.faults.crash_at = None
+        if report.must_return:
+            message.visible_at_ms = (report.return_at_ms + 1) if report.return_at_ms else self.clock() + self.queue.visibility_ms
+        elif message in self.queue.messages:
+            self.queue.ack(message)
+        return report
+
+    def drain(self, rounds: int = 12) -> None:
+        """Fault-free: past every lease and visibility timeout, every message processed, the DLQ redriven."""
+        for _ in range(rounds):
+            self.clock.advance(self.lease_ms + self.queue.visibility_ms + 1)
+            progressed = False
+            while (message := self.queue.receive(0)) is not None:
+                progressed = True
+                self.process(message)
+            if self.queue.dlq:
+                self.queue.redrive()
+                progressed = True
+            if not progressed and not self.queue.messages:
+                return
+
+    def states(self) -> dict[str, str]:
+        return {r.recipient_id: r.state.value for r in self.ledger.records("c1")}

@@ -1,0 +1,200 @@
+"""One deterministic regression test per long-horizon defect of issue 10, on moto's server
+with the real adapters and services, a fake clock and the modelled provider (keys kept 24 h)."""
+
+from __future__ import annotations
+
+import time
+
+import boto3
+import pytest
+
+from sendonce.campaign_lifecycle import CampaignEvent
+from sendonce.models import CampaignState, SendGroup
+from sendonce.deliverability_ports import SuppressionReason
+
+from tests.model.world import Clock, Rig
+
+pytestmark = pytest.mark.integration
+HOUR = 3600 * 1000
+LEASE = 60_000
+
+
+@pytest.fixture
+def rig_for(aws_env):
+    def make(provider: str = "resend", mode: str = "single", recipients: int = 3) -> Rig:
+        clock = Clock(int(time.time() * 1000) + 30 * 24 * HOUR)
+        return Rig(boto3.client("dynamodb"), provider=provider, mode=mode, clock=clock, lease_ms=LEASE, recipients=recipients)
+    return make
+
+
+def publish(rig: Rig, n: int | None = None, batch_size: int = 100) -> None:
+    rig.operator.publish("c1", rig.people[: n or len(rig.people)], batch_size=batch_size)
+
+
+def receive(rig: Rig):
+    message = rig.queue.receive(0)
+    assert message is not None
+    return message
+
+
+def test_1_a_refused_takeover_does_not_forget_a_possible_send(rig_for):
+    rig = rig_for(recipients=1)
+    publish(rig)
+    # Given A dies after Resend accepted, before the ledger heard (steps: claim, send)
+    assert rig.process(receive(rig), crash_at=2, after=True) is None
+    assert rig.provider.accepted[("c1", "r0")] == 1
+    # When B takes over after A's lease and Resend refuses it definitely (429), and the
+    # campaign halts for the day on the quota
+    rig.clock.advance(LEASE + 31_000)
+    rig.provider.script.extend(["rate_limited", "rate_limited"])
+    rig.process(receive(rig))
+    assert rig.states() == {"r0": "pending"}
+    rig.operator.pause("c1")
+    # And an operator resumes 25 h later, when Resend has forgotten the key
+    rig.clock.advance(25 * HOUR)
+    rig.operator.resume("c1")
+    rig.drain()
+    # Then the delivery is closed unknown, never sent a second time
+    assert rig.provider.accepted[("c1", "r0")] == 1
+    assert rig.states() == {"r0": "unknown"}
+
+
+def test_2_the_window_counts_from_the_first_attempt(rig_for):
+    rig = rig_for(recipients=1)
+    publish(rig)
+    assert rig.process(receive(rig), crash_at=2, after=True) is None  # A: accepted, then died
+    rig.clock.advance(22 * HOUR)
+    assert rig.process(receive(rig), crash_at=1, after=True) is None  # B: claimed 22 h later, died
+    rig.clock.advance(2 * HOUR + 30 * 60_000)  # 24.5 h after A's request: Resend forgot the key
+    rig.drain()
+    assert rig.provider.accepted[("c1", "r0")] == 1
+    assert rig.states() == {"r0": "unknown"}
+
+
+def test_3a_a_group_refused_outright_is_sent_after_a_next_day_resume(rig_for):
+    rig = rig_for(mode="batch")
+    publish(rig)
+    rig.provider.quota_until_ms = rig.clock() + 24 * HOUR
+    rig.process(receive(rig))
+    assert rig.store.get("c1").state is CampaignState.PAUSED
+    records = {r.recipient_id: r for r in rig.ledger.records("c1")}
+    assert all(r.maybe_sent_at_ms is None and r.group_key is None for r in records.values())
+    rig.clock.advance(25 * HOUR)
+    rig.operator.resume("c1")
+    rig.drain()
+    assert rig.states() == {"r0": "sent", "r1": "sent", "r2": "sent"}
+    assert set(rig.provider.accepted.values()) == {1}
+
+
+def test_3b_a_group_whose_completion_failed_is_closed_after_a_long_pause(rig_for):
+    rig = rig_for(mode="batch")
+    publish(rig)
+    # Accepted by Resend, then the completing transaction never happened (steps: record
+    # group, claim group, send batch)
+    assert rig.process(receive(rig), crash_at=3, after=True) is None
+    rig.operator.pause("c1")
+    rig.clock.advance(25 * HOUR)
+    rig.operator.resume("c1")
+    rig.drain()
+    assert set(rig.states().values()) == {"unknown"}  # not claimed forever, not re-sent
+    assert set(rig.provider.accepted.values()) == {1}
+
+
+def test_3b_the_same_message_a_day_later_does_not_replay_a_group_past_the_window(rig_for):
+    rig = rig_for(mode="batch")
+    publish(rig)
+    assert rig.process(receive(rig), crash_at=3, after=True) is None  # accepted; completion never written
+    rig.clock.advance(25 * HOUR)  # the same message comes back (a redrive a day later, say)
+    rig.drain()
+    assert set(rig.states().values()) == {"unknown"}
+    assert set(rig.provider.accepted.values()) == {1}
+
+
+def test_3c_a_recorded_group_never_requested_does_not_send_to_who_unsubscribed_since(rig_for):
+    rig = rig_for(mode="batch")
+    publish(rig)
+    rig.process(receive(rig), budget_ms=1_000)  # the group is recorded, then the time runs out
+    assert [len(g.recipients) for g in rig.store.groups_of_batch("c1", _batch_id(rig))] == [3]
+    rig.suppressions.add("user1@example.com", SuppressionReason.UNSUBSCRIBED, "test")
+    rig.drain()
+    assert rig.states() == {"r0": "sent", "r1": "suppressed", "r2": "sent"}
+    assert rig.provider.accepted[("c1", "r1")] == 0
+
+
+def _batch_id(rig: Rig) -> str:
+    return next(iter(rig.store.batches("c1")))[0].batch_id
+
+
+def test_4a_cancel_closes_deliveries_a_dead_consumer_held(rig_for):
+    rig = rig_for(provider="ses")
+    publish(rig)
+    # r0 in flight when the consumer died (claim, in_flight, send), r1 claimed only
+    assert rig.process(receive(rig), crash_at=3, after=False) is None
+    rig.operator.cancel("c1")
+    rig.drain()
+    states = rig.states()
+    assert states["r0"] == "unknown"  # SES may have sent it: never re-sent, never "cancelled"
+    assert all(state in ("cancelled", "unknown", "sent") for state in states.values())
+    assert rig.operator.status("c1").in_progress == 0
+
+
+def test_4b_a_possibly_sent_resend_delivery_is_unknown_on_cancel_and_a_sent_event_resolves_it(rig_for, aws_env):
+    from sendonce.adapters.dynamodb_ledger_events import DynamoDBLedgerEvents
+    from sendonce.models import DeliveryKey
+
+    rig = rig_for(recipients=1)
+    publish(rig)
+    rig.provider.script.append("timeout_after")  # accepted, but the answer was lost
+    rig.process(receive(rig))
+    assert rig.states() == {"r0": "pending"}
+    rig.operator.cancel("c1")
+    rig.drain()
+    assert rig.states() == {"r0": "unknown"}
+    events = DynamoDBLedgerEvents(client=boto3.client("dynamodb"), ledger_table=rig.ledger._table,
+                                  campaigns_table=rig.store._table)
+    assert events.resolve_unknown(DeliveryKey(campaign_id="c1", recipient_id="r0"), provider_message_id="m-1",
+                                  detail="email.sent")
+    assert rig.states() == {"r0": "sent"}
+
+
+def test_5_reading_status_during_a_streamed_publish_never_completes_the_campaign(rig_for):
+    rig = rig_for(recipients=12)
+
+    def stream():
+        yield from rig.people[:10]  # ten messages: the first request to the queue
+        while (message := rig.queue.receive(0)) is not None:  # consumers finish the first part
+            rig.process(message)
+        status = rig.operator.status("c1")
+        assert status.done and status.state is CampaignState.SENDING  # a read changes nothing
+        assert rig.operator.complete_if_done("c1") is None  # the publish lease holds it open
+        yield from rig.people[10:]
+
+    rig.operator.publish("c1", stream(), batch_size=1)
+    rig.drain()
+    assert rig.states() == {f"r{i}": "sent" for i in range(12)}
+    assert rig.store.get("c1").state is CampaignState.COMPLETED  # completed by the consumer, after the publish
+
+
+def test_6_a_crash_on_the_last_receive_leaves_recipients_dead_lettered_not_pending(rig_for):
+    rig = rig_for()
+    publish(rig)
+    message = receive(rig)
+    message.receive_count = rig.queue.max_receive_count  # this is the last receive
+    assert rig.process(message, crash_at=2) is None  # died before its first claim
+    rig.clock.advance(LEASE + 31_000)
+    assert rig.queue.receive(0) is None and len(rig.queue.dlq) == 1  # SQS moved it to the DLQ
+    assert set(rig.states().values()) == {"dead_lettered"}
+    assert rig.operator.status("c1").dead_lettered == 3
+
+
+def test_7_overlapping_publishes_count_each_recipient_once(rig_for):
+    rig = rig_for(recipients=5)
+    rig.operator.publish("c1", rig.people[:4], batch_size=2)
+    rig.operator.publish("c1", rig.people[1:5], batch_size=3)  # other batches, overlapping recipients
+    status = rig.operator.status("c1")
+    assert (status.total, status.pending) == (5, 5)
+    assert not hasattr(rig.store.get("c1"), "total")  # no stored counter to drift from the ledger
+    rig.drain()
+    status = rig.operator.status("c1")
+    assert (status.total, status.sent, status.state) == (5, 5, CampaignState.COMPLETED)
+    assert set(rig.provider.accepted.values()) == {1}
