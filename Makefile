@@ -8,7 +8,7 @@ NPM_STAMP := node_modules/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: venv npm test test-unit test-integration test-infra test-chaos demo bench clean
+.PHONY: venv npm test test-unit test-integration test-infra test-chaos verify demo bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt lambdas/requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -42,6 +42,14 @@ test-infra: $(STAMP) $(NPM_STAMP)
 
 test-chaos: $(STAMP)
 	$(BIN)/python -m pytest -q tests/chaos
+
+# The model check's deep profile (>= 20,000 steps over the real adapters on in-process moto),
+# then the mutants: each fix of the delivery protocol reverted in turn must be caught.
+# Figures: model-figures.json and mutants.jsonl. Run it after any change to claims, leases,
+# groups or campaign states.
+verify: $(STAMP)
+	SENDONCE_MODEL_PROFILE=deep SENDONCE_MODEL_FIGURES=model-figures.json $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/model
+	$(BIN)/python -m tests.model.mutants 300 | tee mutants.jsonl
 
 demo: $(STAMP) $(NPM_STAMP)
 	$(BIN)/sendonce demo $(DEMO_ARGS)
