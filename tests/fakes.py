@@ -48,7 +48,6 @@ class FakeLedger:
                     "state": DeliveryState.CLAIMED,
                     "owner": request.owner,
                     "lease_until_ms": lease_until_ms,
-                    "claimed_at_ms": now_ms,
                     "attempts": base.attempts + 1,
                     "payload_hash": base.payload_hash or payload_hash,
                     "batch_id": request.batch_id,

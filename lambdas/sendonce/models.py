@@ -182,7 +182,6 @@ class DeliveryRecord(BaseModel):
     reason: str | None = None
     error_class: str | None = None
     email_fingerprint: str | None = None
-    claimed_at_ms: int | None = None
     # The first moment the provider may have accepted the email (Resend: the claim; SES: the
     # in_flight mark): from then on it is repeated only under its key and inside the window.
     maybe_sent_at_ms: int | None = None

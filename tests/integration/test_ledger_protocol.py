@@ -42,13 +42,13 @@ def records_for(state: DeliveryState | None, caller_group: str | None):
                     yield DeliveryRecord(
                         campaign_id="c1", recipient_id="r", state=state, owner="old-owner", lease_until_ms=lease,
                         payload_hash=payload, maybe_sent_at_ms=mark, maybe_sent_by="old-owner" if mark else None,
-                        group_key=group_key, claimed_at_ms=NOW - 20,
+                        group_key=group_key,
                     )
 
 
 def put(client, table: str, record: DeliveryRecord, recipient_id: str) -> None:
     item = {"campaign_id": "c1", "recipient_id": recipient_id, "state": record.state.value, "owner": record.owner}
-    for name in ("lease_until_ms", "payload_hash", "maybe_sent_at_ms", "maybe_sent_by", "group_key", "claimed_at_ms"):
+    for name in ("lease_until_ms", "payload_hash", "maybe_sent_at_ms", "maybe_sent_by", "group_key"):
         if getattr(record, name) is not None:
             item[name] = getattr(record, name)
     client.put_item(TableName=table, Item={k: _ser.serialize(v) for k, v in item.items()})  # test setup only

@@ -190,7 +190,7 @@ class DeliveryModel(RuleBasedStateMachine):
             if message.receive_count <= self.queue.max_receive_count:
                 self._process(message, crash_at=crash_at)
 
-    @rule(ms=st.sampled_from([1_000, LEASE_MS + 1, 6 * 60_000, 23 * HOUR, 25 * HOUR]))
+    @rule(ms=st.sampled_from([1_000, LEASE_MS + 1, 6 * 60_000, 12 * HOUR, 23 * HOUR, 25 * HOUR]))
     def advance_time(self, ms):
         self._step("advance_time")
         self.clock.advance(ms)

@@ -158,7 +158,6 @@ def _record(item: dict[str, Any]) -> DeliveryRecord:
         reason=data.get("reason"),
         error_class=data.get("error_class"),
         email_fingerprint=data.get("email_fp"),
-        claimed_at_ms=_int(data.get("claimed_at_ms")),
         maybe_sent_at_ms=_int(data.get("maybe_sent_at_ms")),
         maybe_sent_by=data.get("maybe_sent_by"),
         group_key=data.get("group_key"),
@@ -218,7 +217,7 @@ class DynamoDBLedger:
         values.update(_claim_values(condition))
         values.update(_history("claimed", owner, detail))
         update = (
-            "SET #state = :claimed, #owner = :owner, lease_until_ms = :lease, claimed_at_ms = :now,"
+            "SET #state = :claimed, #owner = :owner, lease_until_ms = :lease,"
             " batch_id = :batch, provider = :provider, payload_hash = if_not_exists(payload_hash, :ph),"
             " email_fp = if_not_exists(email_fp, :fp), updated_at = :iso, " + _APPEND
         )
