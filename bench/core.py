@@ -143,7 +143,8 @@ class ResendProcess:
     def start(self) -> ResendProcess:
         low, high = self._latency_ms
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "sendonce_ops.local.resend_server", "--port", "0", "--latency-ms", f"{low}:{high}"],
+            [sys.executable, "-m", "sendonce_ops.local.resend_server", "--port", "0", "--latency-ms", f"{low}:{high}",
+             "--rate-limit", "0"],  # off; phases that need a team limit set one
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

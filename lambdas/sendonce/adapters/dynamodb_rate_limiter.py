@@ -4,12 +4,25 @@ Time is cut into one-second slots; a consumer reserves a few sends in the curren
 with one conditional `ADD` (the slot's count may not pass the rate) and waits for the
 next slot when the current one is full. The count returned tells the consumer which
 places in the slot it holds; place i is used at slot start + i / rate, so sends are
-paced evenly through the second rather than bunched at its start. A provider's
+paced evenly through the second rather than bunched at its start. A place whose time has
+passed (by more than a quarter of 1 / rate) is dropped, not used at once: places held by
+different threads and consumers never bunch together into a burst. A provider's
 "slow down" (429) lowers the shared rate for everyone (multiplicative decrease); it
 recovers additively while no further 429 arrives.
 
+A provider that states its limit (Resend's `ratelimit-limit` on every answer) teaches it
+to every consumer: the learned limit replaces the configured one, shared through the
+state item, so the rate follows the team's real limit before the first 429. The rate in
+force keeps `reserve` requests per second of the limit unused: against a provider that
+counts a sliding second, sends paced at exactly the limit collide whenever one arrives a
+little late and the next a little early, and every answer says remaining 0. With one
+place in reserve the window never fills from our own sends, so an answer with remaining
+0 means the team is busy elsewhere, and the next send waits for the reset the answer
+names (`exhausted`).
+
     pk = limiter#<provider>, sk = slot#<epoch second>   reserved sends in that second
-    pk = limiter#<provider>, sk = state                 throttle factor and when it was cut
+    pk = limiter#<provider>, sk = state                 throttle factor and when it was cut;
+                                                        the learned limit and when it was seen
 """
 
 from __future__ import annotations
@@ -29,12 +42,21 @@ RECOVERY_PER_SECOND = 0.05  # factor regained per second without a 429
 MIN_FACTOR = 0.1
 STATE_TTL_S = 2.0  # how long a consumer trusts its copy of the shared factor
 SLOT_RETENTION_S = 3600
+LATE_PLACE_S = 0.25  # a place may be used this share of 1/rate (at most 0.25 s) after its time
+
+
+@dataclass(frozen=True)
+class _SharedState:
+    factor: float  # the throttle factor, recovered to now
+    limit: float | None  # the limit the provider stated, if any consumer has seen one
+    read_at: float
 
 
 @dataclass
 class _Allowance:
     slot: int = -1
     times: list[float] | None = None  # when each reserved place may be used
+    late: float = 0.0  # how long after its time a place may still be used
 
 
 class DynamoDBRateLimiter:
@@ -44,6 +66,7 @@ class DynamoDBRateLimiter:
         client: Any,
         table_name: str,
         rates: Mapping[str, float],
+        reserve: Mapping[str, float] | None = None,
         chunk: int = 4,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
@@ -51,49 +74,55 @@ class DynamoDBRateLimiter:
         self._client = client
         self._table = table_name
         self._rates = dict(rates)
+        self._reserved = dict(reserve or {})
         self._chunk = chunk
         self._clock = clock
         self._sleep = sleep
         self._lock = threading.Lock()
         self._allowance: dict[str, _Allowance] = {}
-        self._factor: dict[str, tuple[float, float]] = {}  # provider -> (factor, read_at)
+        self._state: dict[str, _SharedState] = {}  # provider -> the state item as last read
         self._full: dict[str, int] = {}  # provider -> a slot this process saw full
+        self._hold_until: dict[str, float] = {}  # provider -> no send before (its window is spent)
         self.requests = 0
 
+    def limit(self, provider: str) -> float:
+        """The provider's limit: the one it stated (learned by any consumer), else the configured one."""
+        return self._shared_state(provider).limit or self._rates[provider]
+
     def rate(self, provider: str) -> float:
-        """The rate in force now: the configured rate times the shared throttle factor."""
-        return self._rates[provider] * self._shared_factor(provider)
+        """The rate in force now: the limit less the reserve, times the shared throttle factor."""
+        limit = self.limit(provider)
+        paced = max(limit - self._reserved.get(provider, 0.0), limit / 2)
+        return paced * self._shared_state(provider).factor
 
     def acquire(self, provider: str, *, deadline: float | None = None) -> bool:
         """Block until one send is allowed; False when `deadline` (epoch s) passes first."""
         if provider not in self._rates:
             return True
         while True:
+            hold = self._hold_until.get(provider, 0.0)
+            if hold > self._clock():
+                if deadline is not None and hold > deadline:
+                    return False
+                self._sleep(hold - self._clock())
+                continue
             with self._lock:
                 now = self._clock()
                 slot = int(now)
                 allowance = self._allowance.setdefault(provider, _Allowance())
                 at = None
                 if allowance.slot == slot and allowance.times:
-                    at = allowance.times.pop(0)
-                elif self._full.get(provider) != slot:
+                    at = self._next_place(allowance.times, now, allowance.late)
+                if at is None and self._full.get(provider) != slot:
                     rate = self.rate(provider)
                     capacity = max(1, math.floor(rate))
                     want = max(1, min(self._chunk, capacity))
                     granted, first = self._reserve(provider, slot, want, capacity)
                     if granted:
-                        # A place whose time has passed is spent no sooner than 1/rate after
-                        # the previous one (no catch-up burst), and never after its slot ends.
-                        times, cursor = [], now
-                        for i in range(granted):
-                            at_i = max(slot + (first + i) / rate, cursor)
-                            if at_i >= slot + 1:
-                                break
-                            times.append(at_i)
-                            cursor = at_i + 1 / rate
-                        if times:
-                            at = times.pop(0)
-                        self._allowance[provider] = _Allowance(slot=slot, times=times)
+                        times = [slot + (first + i) / rate for i in range(granted)]
+                        late = LATE_PLACE_S * min(1.0, 1 / rate)
+                        self._allowance[provider] = _Allowance(slot=slot, times=times, late=late)
+                        at = self._next_place(times, now, late)
                     else:
                         self._full[provider] = slot  # other threads here wait without asking
             if at is not None:
@@ -107,6 +136,18 @@ class DynamoDBRateLimiter:
             if deadline is not None and self._clock() + wait > deadline:
                 return False
             self._sleep(max(0.0, wait))
+
+    @staticmethod
+    def _next_place(times: list[float], now: float, late: float) -> float | None:
+        """The next place still usable. Every place has its own time, slot + i / rate, one
+        time per index whichever consumer holds it: a place whose time has passed (by more
+        than `late`) is dropped rather than used at once, so places held by different
+        threads and consumers never bunch together into a burst."""
+        while times:
+            at = times.pop(0)
+            if at >= now - late:
+                return at
+        return None
 
     def _reserve(self, provider: str, slot: int, want: int, capacity: int) -> tuple[int, int]:
         """Reserve up to `want` places in the slot: (how many, index of the first)."""
@@ -136,33 +177,70 @@ class DynamoDBRateLimiter:
         if provider not in self._rates:
             return
         now = self._clock()
-        factor = max(MIN_FACTOR, self._shared_factor(provider) * DECREASE)
+        state = self._shared_state(provider)
+        factor = max(MIN_FACTOR, state.factor * DECREASE)
         self.requests += 1
-        self._client.put_item(
+        # SET, not a put: the learned limit on the same item stays.
+        self._client.update_item(
             TableName=self._table,
-            Item={
-                "pk": {"S": f"limiter#{provider}"},
-                "sk": {"S": "state"},
-                "factor": {"N": f"{factor:.4f}"},
-                "cut_at": {"N": f"{now:.3f}"},
-            },
+            Key=self._state_key(provider),
+            UpdateExpression="SET #factor = :f, cut_at = :t",
+            ExpressionAttributeNames={"#factor": "factor"},
+            ExpressionAttributeValues={":f": {"N": f"{factor:.4f}"}, ":t": {"N": f"{now:.3f}"}},
         )
         with self._lock:
-            self._factor[provider] = (factor, now)
+            self._state[provider] = _SharedState(factor=factor, limit=state.limit, read_at=now)
             self._allowance.pop(provider, None)  # places reserved at the old rate are dropped
 
-    def _shared_factor(self, provider: str) -> float:
+    def observed_limit(self, provider: str, limit_per_s: float) -> None:
+        """The provider stated its limit (e.g. Resend's `ratelimit-limit`): use it from now
+        on, here at once and in every consumer at its next state read. Written only when it
+        differs from what this consumer last knew, so a steady limit costs no request."""
+        if provider not in self._rates or not limit_per_s or limit_per_s <= 0:
+            return
+        state = self._shared_state(provider)
+        if state.limit == limit_per_s:
+            return
         now = self._clock()
-        cached = self._factor.get(provider)
-        if cached and now - cached[1] < STATE_TTL_S:
-            return cached[0]
         self.requests += 1
-        item = self._client.get_item(
-            TableName=self._table, Key={"pk": {"S": f"limiter#{provider}"}, "sk": {"S": "state"}}
-        ).get("Item")
+        self._client.update_item(
+            TableName=self._table,
+            Key=self._state_key(provider),
+            UpdateExpression="SET #limit = :l, limit_seen_at = :t",
+            ExpressionAttributeNames={"#limit": "limit"},
+            ExpressionAttributeValues={":l": {"N": f"{limit_per_s:g}"}, ":t": {"N": f"{now:.3f}"}},
+        )
+        with self._lock:
+            self._state[provider] = _SharedState(factor=state.factor, limit=limit_per_s, read_at=state.read_at)
+            self._allowance.pop(provider, None)
+
+    def exhausted(self, provider: str, *, reset_s: float) -> None:
+        """The provider said none is left in its window (remaining 0), which resets in
+        `reset_s`: this consumer starts no send to it before then."""
+        if provider not in self._rates:
+            return
+        with self._lock:
+            until = self._clock() + max(0.0, reset_s)
+            if until > self._hold_until.get(provider, 0.0):
+                self._hold_until[provider] = until
+                self._allowance.pop(provider, None)
+
+    @staticmethod
+    def _state_key(provider: str) -> dict[str, Any]:
+        return {"pk": {"S": f"limiter#{provider}"}, "sk": {"S": "state"}}
+
+    def _shared_state(self, provider: str) -> _SharedState:
+        now = self._clock()
+        cached = self._state.get(provider)
+        if cached and now - cached.read_at < STATE_TTL_S:
+            return cached
+        self.requests += 1
+        item = self._client.get_item(TableName=self._table, Key=self._state_key(provider)).get("Item") or {}
         factor = 1.0
-        if item:
+        if "factor" in item:
             cut = float(item["factor"]["N"])
             factor = min(1.0, cut + RECOVERY_PER_SECOND * max(0.0, now - float(item["cut_at"]["N"])))
-        self._factor[provider] = (factor, now)
-        return factor
+        limit = float(item["limit"]["N"]) if "limit" in item else None
+        state = _SharedState(factor=factor, limit=limit, read_at=now)
+        self._state[provider] = state
+        return state
