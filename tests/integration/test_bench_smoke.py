@@ -27,6 +27,7 @@ TINY = BenchConfig(
     ses_recipients=10,
     limiter_unthrottled=False,
     cold_start_runs=1,
+    default_team_recipients=10,
     phase_timeout_s=120.0,
 )
 
@@ -45,6 +46,9 @@ REPORTED = (
     "batch_vs_sequential_ratio",
     "batch_vs_sequential_ratio_batch_mode",
     "cold_start_import_ms",
+    "default_team_429s",
+    "default_team_rate_ratio",
+    "default_team_old_defaults_429s",
     "machine",
     "goals",
 )
