@@ -381,7 +381,7 @@ class TimedHandler:
 class PacedHttpClient:
     """The baseline's rate limiter: the same schedule as sendonce's shared limiter (one-
     second slots of floor(rate) places, place i used at slot + i / rate, a full slot
-    spilling into the next, a place whose time has passed dropped), kept in process so that it costs no DynamoDB request. Put in
+    spilling into the next, a past place used no sooner than 1/rate after the last), kept in process so that it costs no DynamoDB request. Put in
     front of the Resend SDK's HTTP client through the SDK's `default_http_client` hook."""
 
     def __init__(self, inner: Any, rate: float):
@@ -390,23 +390,21 @@ class PacedHttpClient:
         self._capacity = max(1, math.floor(rate))
         self._lock = threading.Lock()
         self._used: dict[int, int] = {}
+        self._cursor = 0.0
 
     def _place(self) -> float:
-        # As the limiter: a place whose time has passed (by more than a quarter of 1/rate)
-        # is dropped, not used at once.
-        late = 0.25 * min(1.0, 1 / self._rate)
+        # As the limiter: a place whose time has passed is used no sooner than 1/rate after
+        # the last one used.
         with self._lock:
             now = time.time()
             slot = int(now)
-            while True:
-                used = self._used.get(slot, 0)
-                if used >= self._capacity:
-                    slot += 1
-                    continue
-                self._used[slot] = used + 1
-                at = slot + used / self._rate
-                if at >= now - late:
-                    return at
+            while self._used.get(slot, 0) >= self._capacity:
+                slot += 1
+            used = self._used.get(slot, 0)
+            self._used[slot] = used + 1
+            at = max(slot + used / self._rate, now, self._cursor)
+            self._cursor = at + 1 / self._rate
+            return at
 
     def request(self, method: str, url: str, headers: Mapping[str, str], json: Any = None, files: Any = None,
                 data: Any = None) -> Any:

@@ -5,8 +5,10 @@ with one conditional `ADD` (the slot's count may not pass the rate) and waits fo
 next slot when the current one is full. The count returned tells the consumer which
 places in the slot it holds; place i is used at slot start + i / rate, so sends are
 paced evenly through the second rather than bunched at its start. A place whose time has
-passed (by more than a quarter of 1 / rate) is dropped, not used at once: places held by
-different threads and consumers never bunch together into a burst. A provider's
+passed is used no sooner than 1 / rate after the last place this consumer used, whichever
+of its threads holds it, so a consumer that fell behind does not catch up in a burst; for
+a provider paced with a reserve at 50/s or less, a place more than a quarter of 1 / rate
+late is dropped instead, so places of different consumers never meet either. A provider's
 "slow down" (429) lowers the shared rate for everyone (multiplicative decrease); it
 recovers additively while no further 429 arrives.
 
@@ -42,7 +44,9 @@ RECOVERY_PER_SECOND = 0.05  # factor regained per second without a 429
 MIN_FACTOR = 0.1
 STATE_TTL_S = 2.0  # how long a consumer trusts its copy of the shared factor
 SLOT_RETENTION_S = 3600
-LATE_PLACE_S = 0.25  # a place may be used this share of 1/rate (at most 0.25 s) after its time
+# Below this rate (a place is worth 20 ms or more) late places are dropped for a provider
+# with a reserve; above it dropping them would burn a reservation per few places.
+STRICT_SPACING_MAX_RATE = 50.0
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,6 @@ class _SharedState:
 class _Allowance:
     slot: int = -1
     times: list[float] | None = None  # when each reserved place may be used
-    late: float = 0.0  # how long after its time a place may still be used
 
 
 class DynamoDBRateLimiter:
@@ -83,6 +86,7 @@ class DynamoDBRateLimiter:
         self._state: dict[str, _SharedState] = {}  # provider -> the state item as last read
         self._full: dict[str, int] = {}  # provider -> a slot this process saw full
         self._hold_until: dict[str, float] = {}  # provider -> no send before (its window is spent)
+        self._cursor: dict[str, float] = {}  # provider -> the earliest time for this consumer's next place
         self.requests = 0
 
     def limit(self, provider: str) -> float:
@@ -112,17 +116,34 @@ class DynamoDBRateLimiter:
                 allowance = self._allowance.setdefault(provider, _Allowance())
                 at = None
                 if allowance.slot == slot and allowance.times:
-                    at = self._next_place(allowance.times, now, allowance.late)
-                if at is None and self._full.get(provider) != slot:
+                    at = allowance.times.pop(0)
+                elif self._full.get(provider) != slot:
                     rate = self.rate(provider)
                     capacity = max(1, math.floor(rate))
                     want = max(1, min(self._chunk, capacity))
                     granted, first = self._reserve(provider, slot, want, capacity)
                     if granted:
-                        times = [slot + (first + i) / rate for i in range(granted)]
-                        late = LATE_PLACE_S * min(1.0, 1 / rate)
-                        self._allowance[provider] = _Allowance(slot=slot, times=times, late=late)
-                        at = self._next_place(times, now, late)
+                        # A place whose time has passed is spent no sooner than 1/rate after
+                        # the previous one this consumer spent, whichever thread holds it (no
+                        # catch-up burst), and never after its slot ends.
+                        # Against a provider that counts a sliding second (one with a reserve)
+                        # at a low rate, a place more than a quarter of 1/rate late is dropped
+                        # instead: shifted places of two consumers would meet in a burst.
+                        strict = self._reserved.get(provider, 0.0) > 0 and rate <= STRICT_SPACING_MAX_RATE
+                        times, cursor = [], max(now, self._cursor.get(provider, 0.0))
+                        for i in range(granted):
+                            place = slot + (first + i) / rate
+                            if strict and place < now - 0.25 / rate:
+                                continue
+                            at_i = max(place, cursor)
+                            if at_i >= slot + 1:
+                                break
+                            times.append(at_i)
+                            cursor = at_i + 1 / rate
+                        self._cursor[provider] = cursor
+                        if times:
+                            at = times.pop(0)
+                        self._allowance[provider] = _Allowance(slot=slot, times=times)
                     else:
                         self._full[provider] = slot  # other threads here wait without asking
             if at is not None:
@@ -136,18 +157,6 @@ class DynamoDBRateLimiter:
             if deadline is not None and self._clock() + wait > deadline:
                 return False
             self._sleep(max(0.0, wait))
-
-    @staticmethod
-    def _next_place(times: list[float], now: float, late: float) -> float | None:
-        """The next place still usable. Every place has its own time, slot + i / rate, one
-        time per index whichever consumer holds it: a place whose time has passed (by more
-        than `late`) is dropped rather than used at once, so places held by different
-        threads and consumers never bunch together into a burst."""
-        while times:
-            at = times.pop(0)
-            if at >= now - late:
-                return at
-        return None
 
     def _reserve(self, provider: str, slot: int, want: int, capacity: int) -> tuple[int, int]:
         """Reserve up to `want` places in the slot: (how many, index of the first)."""
