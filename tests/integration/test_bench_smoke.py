@@ -62,7 +62,8 @@ def result(moto):
 def test_the_report_is_one_json_object_with_every_figure(result):
     assert json.loads(json.dumps(result)) == result
     assert all(key in result for key in REPORTED), [key for key in REPORTED if key not in result]
-    assert set(result["goals"]) == {"rate_ratio", "ledger_overhead_ratio", "ledger_overhead_ratio_unthrottled"}
+    assert set(result["goals"]) == {"rate_ratio", "ledger_overhead_ratio", "ledger_overhead_ratio_unthrottled",
+                                    "default_team_429s"}
 
 
 def test_dynamodb_requests_per_recipient_are_exact(result):
