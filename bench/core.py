@@ -74,6 +74,7 @@ class BenchConfig:
     min_rate_per_second: float = 5.0  # ... but no less than this
     limiter_unthrottled: bool = False  # also unthrottled with the limiter on at a rate that never binds
     provider_enforced_rate: bool = False  # also at the rate with the provider enforcing it (429s)
+    default_team_recipients: int = 40  # at Resend's default team limit (5/s) with default settings
     cold_start_runs: int = 1
     cold_start_detail: bool = False  # also -X importtime, overall and by package without bytecode
     function_timeout_s: float = 60.0
@@ -143,7 +144,8 @@ class ResendProcess:
     def start(self) -> ResendProcess:
         low, high = self._latency_ms
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "sendonce_ops.local.resend_server", "--port", "0", "--latency-ms", f"{low}:{high}"],
+            [sys.executable, "-m", "sendonce_ops.local.resend_server", "--port", "0", "--latency-ms", f"{low}:{high}",
+             "--rate-limit", "0"],  # off; phases that need a team limit set one
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -235,17 +237,30 @@ class LocalStack:
     def __exit__(self, *exc_info: object) -> None:
         self._exit.close()
 
-    def consumer_env(self, resources: Any, *, rate: float | None) -> dict[str, str]:
-        """The consumer's settings; rate None switches the shared limiter off."""
-        return resources.consumer_env(
-            SENDONCE_SEND_CONCURRENCY=self.config.send_concurrency,
-            SENDONCE_PROVIDER_TIMEOUT_SECONDS=10,
-            SENDONCE_SAFETY_MARGIN_MS=15_000,
-            SENDONCE_SHARED_RATE_LIMIT="true" if rate else "false",
-            SENDONCE_RESEND_REQUESTS_PER_SECOND=rate or 10,
-            SENDONCE_SES_SEND_RATE=rate or 14,
-            RESEND_API_URL=self.resend.url,
-        )
+    def consumer_env(self, resources: Any, *, rate: float | None, **overrides: Any) -> dict[str, str]:
+        """The consumer's settings; rate None switches the shared limiter off. The limiter
+        paces at exactly `rate` (no reserve) unless `overrides` say otherwise."""
+        return resources.consumer_env(**{
+            "SENDONCE_SEND_CONCURRENCY": self.config.send_concurrency,
+            "SENDONCE_PROVIDER_TIMEOUT_SECONDS": 10,
+            "SENDONCE_SAFETY_MARGIN_MS": 15_000,
+            "SENDONCE_SHARED_RATE_LIMIT": "true" if rate else "false",
+            "SENDONCE_RESEND_REQUESTS_PER_SECOND": rate or 10,
+            "SENDONCE_RESEND_RATE_RESERVE": 0,
+            "SENDONCE_SES_SEND_RATE": rate or 14,
+            "RESEND_API_URL": self.resend.url,
+            **overrides,
+        })
+
+    def default_consumer_env(self, resources: Any, **overrides: Any) -> dict[str, str]:
+        """The consumer's own defaults for the send rate (settings.py), nothing overridden."""
+        return resources.consumer_env(**{
+            "SENDONCE_SEND_CONCURRENCY": self.config.send_concurrency,
+            "SENDONCE_PROVIDER_TIMEOUT_SECONDS": 10,
+            "SENDONCE_SAFETY_MARGIN_MS": 15_000,
+            "RESEND_API_URL": self.resend.url,
+            **overrides,
+        })
 
     def fresh_resources(self) -> Any:
         from sendonce_ops.local.resources import create_local_resources
@@ -366,7 +381,7 @@ class TimedHandler:
 class PacedHttpClient:
     """The baseline's rate limiter: the same schedule as sendonce's shared limiter (one-
     second slots of floor(rate) places, place i used at slot + i / rate, a full slot
-    spilling into the next), kept in process so that it costs no DynamoDB request. Put in
+    spilling into the next, a past place used no sooner than 1/rate after the last), kept in process so that it costs no DynamoDB request. Put in
     front of the Resend SDK's HTTP client through the SDK's `default_http_client` hook."""
 
     def __init__(self, inner: Any, rate: float):
@@ -375,15 +390,21 @@ class PacedHttpClient:
         self._capacity = max(1, math.floor(rate))
         self._lock = threading.Lock()
         self._used: dict[int, int] = {}
+        self._cursor = 0.0
 
     def _place(self) -> float:
+        # As the limiter: a place whose time has passed is used no sooner than 1/rate after
+        # the last one used.
         with self._lock:
-            slot = int(time.time())
+            now = time.time()
+            slot = int(now)
             while self._used.get(slot, 0) >= self._capacity:
                 slot += 1
             used = self._used.get(slot, 0)
             self._used[slot] = used + 1
-            return slot + used / self._rate
+            at = max(slot + used / self._rate, now, self._cursor)
+            self._cursor = at + 1 / self._rate
+            return at
 
     def request(self, method: str, url: str, headers: Mapping[str, str], json: Any = None, files: Any = None,
                 data: Any = None) -> Any:
@@ -394,13 +415,13 @@ class PacedHttpClient:
 
 
 def sendonce_handlers(stack: LocalStack, resources: Any, *, rate: float | None, count: int,
-                      session: Any) -> list[TimedHandler]:
+                      session: Any, env: Mapping[str, str] | None = None) -> list[TimedHandler]:
     """One runtime per simulated execution environment, all built from `session`."""
     from sendonce.handlers import consumer
     from sendonce.settings import ConsumerSettings
     from sendonce.wiring import assemble_consumer, consumer_parts
 
-    settings = ConsumerSettings.from_env(stack.consumer_env(resources, rate=rate))
+    settings = ConsumerSettings.from_env(env or stack.consumer_env(resources, rate=rate))
     handlers = []
     for _ in range(count):
         runtime = assemble_consumer(settings, consumer_parts(settings, session))
@@ -533,12 +554,12 @@ def drain(stack: LocalStack, label: str, campaign: PublishedCampaign, handlers: 
 
 
 def run_sendonce(stack: LocalStack, label: str, campaign: PublishedCampaign, *, rate: float | None,
-                 pollers: int | None = None) -> Phase:
+                 pollers: int | None = None, env: Mapping[str, str] | None = None) -> Phase:
     session = boto3.session.Session()
     log = DynamoDBRequestLog(session, ledger_table=campaign.resources.ledger_table,
                              campaigns_table=campaign.resources.campaigns_table)
     handlers = sendonce_handlers(stack, campaign.resources, rate=rate, count=pollers or stack.config.pollers,
-                                 session=session)
+                                 session=session, env=env)
     return drain(stack, label, campaign, handlers, log=log)
 
 
@@ -817,7 +838,9 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
         campaign = stack.publish("enforced", per_run)
         stack.resend.set_rate_limit(int(rate))
         try:
-            phase = run_sendonce(stack, "sendonce_provider_enforced", campaign, rate=rate)
+            # The consumer's default reserve (one request/s of the limit unused) and header learning
+            phase = run_sendonce(stack, "sendonce_provider_enforced", campaign, rate=rate,
+                                 env=stack.consumer_env(campaign.resources, rate=rate, SENDONCE_RESEND_RATE_RESERVE=1))
             phase.check_each_once()
             stats = stack.resend.stats()
         finally:
@@ -826,6 +849,12 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
         enforced = {**phase.summary(), "steady_emails_per_s": round(steady, 2), "rate_ratio": _ratio(steady, rate),
                     "provider_429s": stats["errors"].get("rate_limit_exceeded", 0)}
         phases["sendonce_provider_enforced"] = enforced
+
+    # Resend's default team (5 requests per sliding second, the local server's default) and
+    # the consumer's default settings: no 429 expected. Then the same team against the old
+    # defaults (10/s, the limit not learned from the headers): the 429s it draws.
+    default_team = default_team_phases(stack, config, progress)
+    phases.update(default_team.pop("phases"))
 
     # What the unthrottled ratio would be if each ledger request took `assumed` instead of
     # what moto took: each of the send_concurrency workers runs ceil(100 / concurrency)
@@ -911,6 +940,7 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
         "cold_start_import_ms": cold["import_ms_no_bytecode"],
         "cold_start": cold,
         "provider_enforced_rate_ratio": enforced["rate_ratio"] if enforced else None,
+        **default_team,
         "moto_dynamodb_patch": stack.moto_patched,
         "config": {**dataclasses.asdict(config), "latency_ms": list(config.latency_ms),
                    "mean_latency_ms": round(latency * 1000, 1)},
@@ -919,6 +949,37 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
     }
     result["goals"] = goals(result)
     return result
+
+
+DEFAULT_TEAM_LIMIT = 5  # Resend's documented default; the local server's default team limit
+
+
+def default_team_phases(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]) -> dict[str, Any]:
+    n = config.default_team_recipients
+    out: dict[str, Any] = {"phases": {}}
+    for label, overrides in (
+        ("default_team", {}),
+        ("default_team_old_defaults", {"SENDONCE_RESEND_REQUESTS_PER_SECOND": "10",
+                                       "SENDONCE_RESEND_RATE_FROM_HEADERS": "false", "SENDONCE_RESEND_RATE_RESERVE": "0"}),
+    ):
+        progress(f"{label}: Resend team limit {DEFAULT_TEAM_LIMIT}/s, {n} recipients")
+        campaign = stack.publish(label.replace("_", "-")[:18], n)
+        stack.resend.set_rate_limit(DEFAULT_TEAM_LIMIT)
+        try:
+            phase = run_sendonce(stack, label, campaign, rate=None,
+                                 env=stack.default_consumer_env(campaign.resources, **overrides))
+            phase.check_each_once()
+            errors = stack.resend.stats()["errors"]
+        finally:
+            stack.resend.set_rate_limit(None)
+        steady = steady_rate(phase.accepted_times) or 0.0
+        out["phases"][label] = {**phase.summary(), "steady_emails_per_s": round(steady, 2),
+                                "busiest_second": busiest_second(phase.accepted_times),
+                                "provider_429s": errors.get("rate_limit_exceeded", 0)}
+        out[f"{label}_429s"] = errors.get("rate_limit_exceeded", 0)
+        # achieved over the middle of the run / the team's limit
+        out[f"{label}_rate_ratio"] = _ratio(steady, DEFAULT_TEAM_LIMIT)
+    return out
 
 
 def baseline_client_setup_ms(samples: int = 3) -> float:
@@ -959,4 +1020,5 @@ def goals(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         "rate_ratio": goal(result["rate_ratio"], ">= 0.95", lambda v: v >= 0.95),
         "ledger_overhead_ratio": goal(result["ledger_overhead_ratio"], "<= 1.05", lambda v: v <= 1.05),
         "ledger_overhead_ratio_unthrottled": goal(result["ledger_overhead_ratio_unthrottled"], "<= 1.05", lambda v: v <= 1.05),
+        "default_team_429s": goal(result.get("default_team_429s"), "== 0", lambda v: v == 0),
     }

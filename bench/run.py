@@ -73,6 +73,15 @@ def text_report(result: dict) -> str:
     ]
     if result.get("provider_enforced_rate_ratio") is not None:
         lines.append(f"  ... with the provider enforcing it {_fmt(result['provider_enforced_rate_ratio'])}")
+    if result.get("default_team_429s") is not None:
+        lines += [
+            f"Resend's default team (5 requests per sliding second), {config['default_team_recipients']} recipients",
+            f"  default settings: 429s         {result['default_team_429s']:>6}   goal 0:"
+            f" {'met' if result['default_team_429s'] == 0 else 'MISSED'}   (achieved / team limit"
+            f" {_fmt(result['default_team_rate_ratio'])}; limit learned from the headers, 1 request/s in reserve)",
+            f"  old defaults (10/s, not learned): 429s {result['default_team_old_defaults_429s']:>3}"
+            f"   (achieved / team limit {_fmt(result['default_team_old_defaults_rate_ratio'])})",
+        ]
     lines += [
         "wall time, sendonce / no-ledger baseline (same campaign, latency, concurrency, pollers)",
         f"  at the provider's rate         {_fmt(result['ledger_overhead_ratio']):>6}   goal <= 1.05:"

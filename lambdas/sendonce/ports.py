@@ -62,6 +62,14 @@ class RateLimiter(Protocol):
         """The provider answered "too fast": slow every consumer down."""
         ...
 
+    def observed_limit(self, provider: str, limit_per_s: float) -> None:
+        """The provider stated its limit (requests per second): pace every consumer by it."""
+        ...
+
+    def exhausted(self, provider: str, *, reset_s: float) -> None:
+        """The provider said its window is spent until `reset_s` from now: send nothing before."""
+        ...
+
 
 class ClaimStatus(StrEnum):
     CLAIMED = "claimed"  # this owner holds the delivery until its lease ends

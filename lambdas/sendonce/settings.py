@@ -30,9 +30,13 @@ class ConsumerSettings(BaseModel):
     max_receive_count: int = Field(default=5, ge=2)
     throttle_retries: int = Field(default=3, ge=0, le=10)
     # The shared send rate (docs/scale.md): SES recipients per second (capped further by the
-    # account's MaxSendRate when GetAccount answers), Resend requests per second per team.
+    # account's MaxSendRate when GetAccount answers); Resend's team limit in requests per
+    # second, assumed until Resend's ratelimit-limit header states it (5: Resend's documented
+    # default), paced less `resend_rate_reserve` requests per second.
     ses_send_rate: float = Field(default=14.0, gt=0, le=100_000)
-    resend_requests_per_second: float = Field(default=10.0, gt=0, le=1_000)
+    resend_requests_per_second: float = Field(default=5.0, gt=0, le=1_000)
+    resend_rate_from_headers: bool = True
+    resend_rate_reserve: float = Field(default=1.0, ge=0, le=100)
     shared_rate_limit: bool = True
     # Deliverability: the suppression list checked before every send, and the key and
     # base URL of the one-click unsubscribe link every email carries (docs/deliverability.md).

@@ -99,8 +99,13 @@ def consumer_parts(settings: ConsumerSettings, session: boto3.session.Session | 
             client=dynamodb,
             table_name=settings.campaigns_table,
             rates={"ses": ses_rate, "resend": settings.resend_requests_per_second},
+            reserve={"resend": settings.resend_rate_reserve},
             chunk=max(1, settings.send_concurrency // 2),
         )
+        resend_provider = providers.get("resend")
+        if settings.resend_rate_from_headers and isinstance(resend_provider, ResendProvider):
+            # Every Resend answer states the team's limit: the shared rate follows it.
+            resend_provider.report_rate_limits_to(limiter)
     campaigns = DynamoDBCampaignStore(client=dynamodb, table_name=settings.campaigns_table)
     unsubscribe = None
     if settings.unsubscribe_key_secret and settings.unsubscribe_base_url:

@@ -4,10 +4,10 @@ Registered on the main command line by `cli.add_command(cost)` (sendonce_ops/cli
 Pure arithmetic from list prices and the counts the benchmark measured (bench/run.py,
 docs/benchmarks.md); no AWS call.
 
-Prices are AWS list prices for us-east-1 as of 2026 that have stood for years. They were
-not checked against the pricing pages when written (no network): check them before
-quoting a figure. Resend bills by plan (a monthly email quota), not through AWS, so a
-Resend campaign's provider cost is not in the AWS total.
+Every price, its source and date, and which are unconfirmed, are in one table in
+docs/benchmarks.md ("What a campaign costs"); `PRICE_SOURCES` below holds the same rows.
+Resend bills by plan (a monthly email quota), not through AWS, so a Resend campaign's
+provider cost is not in the AWS total.
 """
 
 from __future__ import annotations
@@ -28,22 +28,99 @@ GB = 1024**3
 PROVIDERS = ("ses", "resend")
 MODES = ("single", "batch")
 # The consumer's defaults (sendonce/settings.py): SES recipients per second (a new
-# production account's MaxSendRate is often 14), Resend requests per second per team.
-DEFAULT_SEND_RATE = {"ses": 14.0, "resend": 10.0}
+# production account's MaxSendRate is often 14); Resend: the default team limit, 5
+# requests/s, less the 1 request/s the limiter keeps in reserve.
+DEFAULT_SEND_RATE = {"ses": 14.0, "resend": 4.0}
+HOURS_PER_MONTH = 730  # CloudWatch prorates a metric by the hour
 
 
 @dataclass(frozen=True)
 class Prices:
-    """US East (N. Virginia) list prices; check them before quoting (see the module docstring)."""
+    """US East (N. Virginia) list prices; sources and dates in PRICE_SOURCES."""
 
-    as_of: str = "2026 list prices, us-east-1, unverified offline: check the AWS pricing pages"
+    as_of: str = ("us-east-1 list prices as last known (2025) and not re-checked offline; SES plan prices unconfirmed;"
+                  " see docs/benchmarks.md, 'What a campaign costs'")
     lambda_gb_second_arm64: float = 0.0000133334
     lambda_request: float = 0.20 / 1_000_000
     dynamodb_write_request_unit: float = 0.625 / 1_000_000  # on-demand, after the Nov 2024 cut
     dynamodb_read_request_unit: float = 0.125 / 1_000_000
     dynamodb_storage_gb_month: float = 0.25  # Standard table class
     sqs_request: float = 0.40 / 1_000_000  # standard queue, after the free tier
-    ses_email: float = 0.10 / 1_000  # outbound email, no attachments
+    ses_email: float = 0.10 / 1_000  # outbound email, no attachments: the account without a plan
+    api_gateway_http_request: float = 1.00 / 1_000_000  # HTTP API, first 300 M a month, per 512 KB
+    eventbridge_event: float = 1.00 / 1_000_000  # an event published to a bus (see PRICE_SOURCES)
+    cloudwatch_logs_ingested_gb: float = 0.50  # Standard log class
+    cloudwatch_logs_stored_gb_month: float = 0.03
+    cloudwatch_metric_month: float = 0.30  # a custom metric (EMF creates them), first 10,000
+
+
+@dataclass(frozen=True)
+class PriceSource:
+    price: str
+    figure: str
+    source: str
+    as_of: str
+    confirmed: bool
+
+
+# One row per price: docs/benchmarks.md prints the same table (tests/unit/test_cost.py checks it).
+PRICE_SOURCES: tuple[PriceSource, ...] = (
+    PriceSource("lambda_request", "$0.20 per 1M requests", "aws.amazon.com/lambda/pricing, us-east-1", "2025", False),
+    PriceSource("lambda_gb_second_arm64", "$0.0000133334 per GB-s (arm64)", "aws.amazon.com/lambda/pricing", "2025", False),
+    PriceSource("dynamodb_write_request_unit", "$0.625 per 1M WRU (on-demand)", "aws.amazon.com/dynamodb/pricing (Nov 2024 cut)",
+                "2024-11", False),
+    PriceSource("dynamodb_read_request_unit", "$0.125 per 1M RRU (on-demand)", "aws.amazon.com/dynamodb/pricing", "2024-11",
+                False),
+    PriceSource("dynamodb_storage_gb_month", "$0.25 per GB-month (Standard)", "aws.amazon.com/dynamodb/pricing", "2025", False),
+    PriceSource("sqs_request", "$0.40 per 1M requests (standard, per 64 KB)", "aws.amazon.com/sqs/pricing", "2025", False),
+    PriceSource("ses_email", "$0.10 per 1,000 emails (no pricing plan)", "aws.amazon.com/ses/pricing; "
+                "shared/reference/providers.md ('the old $0.10 per 1,000', 2026-12)", "2026-12", False),
+    PriceSource("ses_plan", "Essentials / Pro / Enterprise: per-email price and monthly fee", "plan names: botocore 1.44.8 "
+                "sesv2 model (PricingPlan NONE, ESSENTIALS, PRO, ENTERPRISE; GetAccount.PricingAttributes); a price-list "
+                "summary in providers.md (new accounts since 2026-07); figures not available offline", "2026-12", False),
+    PriceSource("api_gateway_http_request", "$1.00 per 1M HTTP API requests (first 300M/month)",
+                "aws.amazon.com/api-gateway/pricing", "2025", False),
+    PriceSource("eventbridge_event", "$1.00 per 1M events published", "aws.amazon.com/eventbridge/pricing; events AWS "
+                "services publish to the default bus may be free: SES's event destination may cost nothing here",
+                "2025", False),
+    PriceSource("cloudwatch_logs_ingested_gb", "$0.50 per GB ingested (Standard)", "aws.amazon.com/cloudwatch/pricing",
+                "2025", False),
+    PriceSource("cloudwatch_logs_stored_gb_month", "$0.03 per GB-month stored", "aws.amazon.com/cloudwatch/pricing", "2025",
+                False),
+    PriceSource("cloudwatch_metric_month", "$0.30 per metric-month, prorated by the hour (first 10,000)",
+                "aws.amazon.com/cloudwatch/pricing", "2025", False),
+)
+
+
+@dataclass(frozen=True)
+class SesPlan:
+    """An SES pricing plan (GetAccount's PricingAttributes.CurrentPlan)."""
+
+    name: str
+    per_1000: float | None  # None: not confirmed here; the caller must give it
+    monthly_fee: float | None
+    note: str
+
+
+SES_PLANS: dict[str, SesPlan] = {
+    "none": SesPlan("none", 0.10, 0.0, "no pricing plan: $0.10 per 1,000 emails (the price before the plans)"),
+    **{name: SesPlan(name, None, None, f"the {name.title()} plan (since 2026-07 for new accounts): its prices could not"
+                     " be confirmed offline; give them with --ses-price-per-1000 and --ses-plan-monthly-fee")
+       for name in ("essentials", "pro", "enterprise")},
+}
+
+
+def resolve_ses_plan(name: str, *, per_1000: float | None = None, monthly_fee: float | None = None) -> SesPlan:
+    """The plan with the caller's figures; a plan whose price is unconfirmed needs them."""
+    if name not in SES_PLANS:
+        raise ValueError(f"SES plan must be one of {', '.join(SES_PLANS)}")
+    plan = SES_PLANS[name]
+    price = per_1000 if per_1000 is not None else plan.per_1000
+    if price is None:
+        raise ValueError(f"{plan.note} (aws.amazon.com/ses/pricing, or your bill)")
+    fee = monthly_fee if monthly_fee is not None else (plan.monthly_fee or 0.0)
+    given = per_1000 is not None or monthly_fee is not None
+    return SesPlan(name, price, fee, plan.note + ("; figures given by the caller" if given else ""))
 
 
 PRICES = Prices()
@@ -70,9 +147,33 @@ class Assumptions:
     # unit each); ~0.25 when the rate never binds. Batch mode: one reservation per request.
     limiter_writes_per_send: float = 1.7
     limiter_writes_per_batch_request: float = 2.0
+    # The events pipeline: per email, SES publishes Send and then Delivery or Bounce (and
+    # Complaint) to EventBridge, one events-function invocation each; Resend posts
+    # email.sent and email.delivered / email.bounced (and email.complained) webhooks, each an
+    # API Gateway request and an invocation. Opens and clicks only if tracking is enabled
+    # (the stack's configuration set does not publish them).
+    bounce_rate: float = 0.02
+    complaint_rate: float = 0.001
+    open_rate: float = 0.0  # opens per email when open tracking is on (e.g. 0.3)
+    click_rate: float = 0.0
+    events_lambda_memory_mb: int = 256  # infra/function.py's default, arm64
+    events_invocation_s: float = 0.03  # parse, dedupe record, ledger update: a few DynamoDB requests
+    event_write_units: float = 2.0  # the event's dedupe record and the delivery's update (assumed)
+    # CloudWatch Logs: what each invocation writes. Platform START/END/REPORT lines ~300 B;
+    # the consumer's "batch processed" line measured 565 B (a local run); the events
+    # function's "provider event" line ~500 B; one EMF document ~230 B with one metric
+    # (Powertools 3.37.0, measured).
+    log_bytes_per_consumer_invocation: int = 300 + 565 + 250
+    log_bytes_per_event_invocation: int = 300 + 500 + 240
+    log_retention_months: float = 1.0
+    custom_metrics: int = 8  # metric names the functions publish during a campaign (EmailsSent, ...)
 
     def rate(self, provider: str) -> float:
         return self.send_rate if self.send_rate is not None else DEFAULT_SEND_RATE[provider]
+
+    def events_per_email(self) -> float:
+        """Provider events per email: sent, then delivered or bounced, complaints, opens, clicks."""
+        return 2.0 + self.complaint_rate + self.open_rate + self.click_rate
 
 
 @dataclass(frozen=True)
@@ -82,7 +183,9 @@ class LineItem:
     quantity: float
     unit: str
     unit_price: float
-    share: str  # "ledger": what sendonce's records add; "limiter"; "pipeline": any consumer pays it
+    # "ledger": what sendonce's records add; "limiter"; "pipeline": any consumer pays it;
+    # "events": the provider events' pipeline; "observability": logs and metrics
+    share: str
 
     @property
     def cost(self) -> float:
@@ -104,6 +207,8 @@ class CampaignCost:
     storage_per_month: float
     assumptions: Assumptions
     prices: Prices = field(default=PRICES)
+    ses_plan: SesPlan = field(default_factory=lambda: SES_PLANS["none"])
+    sending_hours: float = 0.0
 
     @property
     def aws_total(self) -> float:
@@ -115,7 +220,9 @@ class CampaignCost:
     @property
     def provider_note(self) -> str:
         if self.provider == "ses":
-            return "SES is billed per email and included above."
+            fee = f"; the plan's ${self.ses_plan.monthly_fee:,.2f} a month is not in the total" if self.ses_plan.monthly_fee else ""
+            return (f"SES is billed per email and included above: plan {self.ses_plan.name},"
+                    f" ${self.ses_plan.per_1000:g} per 1,000 ({self.ses_plan.note}){fee}.")
         return "Resend bills by plan (monthly email quota), not through AWS: not included in the AWS total."
 
     def as_dict(self) -> dict[str, Any]:
@@ -134,6 +241,10 @@ class CampaignCost:
             "limiter_share": self.share("limiter"),
             "storage_gb": self.storage_gb,
             "storage_per_month": self.storage_per_month,
+            "events_share": self.share("events"),
+            "observability_share": self.share("observability"),
+            "sending_hours": self.sending_hours,
+            "ses_plan": asdict(self.ses_plan) if self.provider == "ses" else None,
             "provider_note": self.provider_note,
             "assumptions": asdict(self.assumptions),
             "prices": asdict(self.prices),
@@ -161,7 +272,7 @@ def seconds_per_message(provider: str, mode: str, a: Assumptions, *, ledger: boo
 
 
 def campaign_cost(recipients: int, provider: str, mode: str = "single", *, assumptions: Assumptions | None = None,
-                  prices: Prices = PRICES) -> CampaignCost:
+                  prices: Prices = PRICES, ses: SesPlan | None = None) -> CampaignCost:
     if recipients < 1:
         raise ValueError("recipients must be at least 1")
     if provider not in PROVIDERS:
@@ -221,8 +332,34 @@ def campaign_cost(recipients: int, provider: str, mode: str = "single", *, assum
     add("SQS", "ReceiveMessage (one message per invocation)", messages * _ceil_div(body_bytes, SQS_CHUNK_BYTES), "requests",
         p.sqs_request, "pipeline")
     add("SQS", "DeleteMessageBatch", messages, "requests", p.sqs_request, "pipeline")
+    plan = ses or SES_PLANS["none"]
     if provider == "ses":
-        add("SES", "emails", n, "emails", p.ses_email, "pipeline")
+        add("SES", f"emails (plan {plan.name})", n, "emails", (plan.per_1000 or 0.0) / 1000, "pipeline")
+
+    # The provider's events: each one an events-function invocation, plus an EventBridge
+    # event (SES) or an API Gateway request (a Resend webhook).
+    events = n * a.events_per_email()
+    events_gb = a.events_lambda_memory_mb / 1024
+    if provider == "ses":
+        add("EventBridge", "SES events (send, delivery/bounce, complaint, opens/clicks)", events, "events",
+            p.eventbridge_event, "events")
+    else:
+        add("API Gateway", "Resend webhook requests (HTTP API)", events, "requests", p.api_gateway_http_request, "events")
+    add("Lambda", "events function: one invocation per event", events, "requests", p.lambda_request, "events")
+    add("Lambda", "events function: run time", events * a.events_invocation_s * events_gb, "GB-s",
+        p.lambda_gb_second_arm64, "events")
+    add("DynamoDB", "events: dedupe record + delivery update", events * a.event_write_units, "WRU", wru, "events")
+
+    # CloudWatch: what the invocations log (EMF metrics are log lines too), and the custom
+    # metrics EMF creates, prorated by the hours the campaign publishes them.
+    log_gb = (messages * a.log_bytes_per_consumer_invocation + events * a.log_bytes_per_event_invocation) / GB
+    add("CloudWatch", "log ingestion (consumer + events function, incl. EMF)", log_gb, "GB", p.cloudwatch_logs_ingested_gb,
+        "observability")
+    add("CloudWatch", f"log storage, {a.log_retention_months:g} month(s)", log_gb * a.log_retention_months, "GB-month",
+        p.cloudwatch_logs_stored_gb_month, "observability")
+    sending_hours = max(1, math.ceil(sending_seconds / 3600))
+    add("CloudWatch", f"EMF custom metrics, {sending_hours} h", a.custom_metrics * sending_hours / HOURS_PER_MONTH,
+        "metric-months", p.cloudwatch_metric_month, "observability")
 
     stored = n * (a.ledger_item_bytes + DYNAMODB_ITEM_OVERHEAD_BYTES) + messages * (body_bytes + DYNAMODB_ITEM_OVERHEAD_BYTES)
     if mode == "batch":
@@ -231,6 +368,7 @@ def campaign_cost(recipients: int, provider: str, mode: str = "single", *, assum
     return CampaignCost(
         recipients=n, provider=provider, mode=mode, messages=messages, seconds_per_message=duration, items=items,
         storage_gb=storage_gb, storage_per_month=storage_gb * p.dynamodb_storage_gb_month, assumptions=a, prices=p,
+        ses_plan=plan, sending_hours=sending_seconds / 3600,
     )
 
 
@@ -258,6 +396,8 @@ def render_text(result: CampaignCost) -> str:
         f"  ledger's share   {_money(data['ledger_share'])}  ({data['ledger_share_pct']:.0f} %: ledger table, send groups,"
         " batch records, Lambda time waiting on them)",
         f"  limiter's share  {_money(data['limiter_share'])}",
+        f"  provider events  {_money(data['events_share'])}  (EventBridge or webhook requests, events function)",
+        f"  logs and metrics {_money(data['observability_share'])}",
         f"storage kept       {result.storage_gb * 1024:,.1f} MB: {_money(result.storage_per_month)} per month, every month"
         " (records never expire)",
         result.provider_note,
@@ -272,15 +412,30 @@ def render_text(result: CampaignCost) -> str:
 @click.option("--mode", type=click.Choice(MODES), default="single", show_default=True,
               help="single: one provider call per recipient; batch: one Resend /emails/batch per message.")
 @click.option("--send-rate", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Shared send rate: emails/s (single) or requests/s (batch). Default: SES 14, Resend 10.")
+              help="Shared send rate: emails/s (single) or requests/s (batch). Default: SES 14, Resend 4 (the"
+              " default team's 5 less the reserve).")
+@click.option("--ses-plan", type=click.Choice(tuple(SES_PLANS)), default="none", show_default=True,
+              help="The account's SES pricing plan (GetAccount: PricingAttributes.CurrentPlan).")
+@click.option("--ses-price-per-1000", type=click.FloatRange(min=0), default=None,
+              help="USD per 1,000 emails on the plan (required for essentials/pro/enterprise: unconfirmed here).")
+@click.option("--ses-plan-monthly-fee", type=click.FloatRange(min=0), default=None,
+              help="The plan's monthly fee in USD, if any (reported, not in the campaign's total).")
+@click.option("--opens-clicks", is_flag=True, help="Open and click tracking on: 0.3 opens and 0.03 clicks per email.")
 @click.option("--max-concurrency", type=click.IntRange(min=1), default=2, show_default=True,
               help="Concurrent consumer invocations.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text.")
-def cost(recipients: int, provider: str, mode: str, send_rate: float | None, max_concurrency: int, as_json: bool) -> None:
+def cost(recipients: int, provider: str, mode: str, send_rate: float | None, ses_plan: str,
+         ses_price_per_1000: float | None, ses_plan_monthly_fee: float | None, opens_clicks: bool,
+         max_concurrency: int, as_json: bool) -> None:
     """Estimate a campaign's AWS cost and the ledger's share of it (list prices; no AWS call)."""
     try:
+        plan = SES_PLANS["none"]
+        if provider == "ses":
+            plan = resolve_ses_plan(ses_plan, per_1000=ses_price_per_1000, monthly_fee=ses_plan_monthly_fee)
+        tracking = {"open_rate": 0.3, "click_rate": 0.03} if opens_clicks else {}
         result = campaign_cost(
-            recipients, provider, mode, assumptions=Assumptions(send_rate=send_rate, max_concurrency=max_concurrency)
+            recipients, provider, mode, ses=plan,
+            assumptions=Assumptions(send_rate=send_rate, max_concurrency=max_concurrency, **tracking),
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc

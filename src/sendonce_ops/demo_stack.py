@@ -214,7 +214,8 @@ class ResendServerProcess:
     def start(self) -> ResendServerProcess:
         with open(self._log_path, "wb") as stderr:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "sendonce_ops.local.resend_server", "--port", "0"],
+                # No team limit: the demo replays the incident's throughput, not Resend's 5/s default.
+                [sys.executable, "-m", "sendonce_ops.local.resend_server", "--port", "0", "--rate-limit", "0"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=stderr,

@@ -27,6 +27,7 @@ TINY = BenchConfig(
     ses_recipients=10,
     limiter_unthrottled=False,
     cold_start_runs=1,
+    default_team_recipients=10,
     phase_timeout_s=120.0,
 )
 
@@ -45,6 +46,9 @@ REPORTED = (
     "batch_vs_sequential_ratio",
     "batch_vs_sequential_ratio_batch_mode",
     "cold_start_import_ms",
+    "default_team_429s",
+    "default_team_rate_ratio",
+    "default_team_old_defaults_429s",
     "machine",
     "goals",
 )
@@ -58,7 +62,8 @@ def result(moto):
 def test_the_report_is_one_json_object_with_every_figure(result):
     assert json.loads(json.dumps(result)) == result
     assert all(key in result for key in REPORTED), [key for key in REPORTED if key not in result]
-    assert set(result["goals"]) == {"rate_ratio", "ledger_overhead_ratio", "ledger_overhead_ratio_unthrottled"}
+    assert set(result["goals"]) == {"rate_ratio", "ledger_overhead_ratio", "ledger_overhead_ratio_unthrottled",
+                                    "default_team_429s"}
 
 
 def test_dynamodb_requests_per_recipient_are_exact(result):

@@ -38,7 +38,7 @@ class FrozenClock:
 
 @pytest.fixture
 def server():
-    with LocalResendServer() as srv:
+    with LocalResendServer(rate_limit=None) as srv:
         yield srv
 
 
@@ -535,3 +535,12 @@ def test_the_module_runs_as_a_process_and_prints_its_url(monkeypatch):
     finally:
         process.terminate()
         assert process.wait(timeout=5) == 0
+
+
+def test_the_team_limit_defaults_to_resends_documented_five_per_second():
+    with LocalResendServer() as srv:
+        assert srv.faults()["rate_limit"] == 5
+        response = requests.post(f"{srv.url}/emails", json=email(), timeout=5,
+                                 headers={"Authorization": "Bearer re_x", "User-Agent": "t"})
+    assert response.status_code == 200
+    assert (response.headers["ratelimit-limit"], response.headers["ratelimit-remaining"]) == ("5", "4")

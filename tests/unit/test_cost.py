@@ -7,7 +7,15 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from sendonce_ops.cost import PRICES, Assumptions, campaign_cost, cost, seconds_per_message
+from sendonce_ops.cost import (
+    PRICE_SOURCES,
+    PRICES,
+    Assumptions,
+    campaign_cost,
+    cost,
+    resolve_ses_plan,
+    seconds_per_message,
+)
 
 
 def item(result, text: str):
@@ -30,10 +38,11 @@ def test_the_seed_campaign_on_resend_single_mode():
     result = campaign_cost(12_480, "resend", "single")
 
     assert result.messages == 125
-    # Paced: 2 invocations share 10 emails/s, so a message of 100 takes 20 s (> 13 rounds x 135 ms + 50 ms)
-    assert result.seconds_per_message == pytest.approx(20.0)
+    # Paced: 2 invocations share 4 emails/s (the default team's 5 less the reserve), so a
+    # message of 100 takes 50 s (> 13 rounds x 135 ms + 50 ms)
+    assert result.seconds_per_message == pytest.approx(50.0)
     assert item(result, "invocations").quantity == 125
-    assert item(result, "duration").quantity == pytest.approx(125 * 20.0 * 0.5)  # GB-s at 512 MB
+    assert item(result, "duration").quantity == pytest.approx(125 * 50.0 * 0.5)  # GB-s at 512 MB
     assert item(result, "ledger: 2 conditional writes").quantity == 24_960
     assert item(result, "limiter reservations").quantity == pytest.approx(12_480 * 1.7)
     assert item(result, "publish transaction").quantity == 125 * (2 * 10 + 2)  # 10 KB record + campaign counter, x2
@@ -47,13 +56,14 @@ def test_the_seed_campaign_on_resend_single_mode():
     ledger_wru = 24_960 + 125 * 22 + 125 * 10
     assert result.share("ledger") == pytest.approx(ledger_wru * 0.625e-6)
     assert result.aws_total == pytest.approx(sum(i.quantity * i.unit_price for i in result.items))
-    assert result.aws_total == pytest.approx(result.share("ledger") + result.share("limiter") + result.share("pipeline"))
+    assert result.aws_total == pytest.approx(sum(result.share(s) for s in ("ledger", "limiter", "pipeline", "events",
+                                                                           "observability")))
 
 
 def test_ses_pays_per_email_and_one_more_ledger_write():
     result = campaign_cost(1_000_000, "ses", "single")
 
-    assert item(result, "emails").cost == pytest.approx(100.0)  # $0.10 per 1,000
+    assert item(result, "emails (plan none)").cost == pytest.approx(100.0)  # $0.10 per 1,000
     assert item(result, "ledger: 3 conditional writes").quantity == 3_000_000
     assert result.seconds_per_message == pytest.approx(100 * 2 / 14)  # SES's default 14/s shared by 2
 
@@ -66,8 +76,8 @@ def test_batch_mode_trades_requests_for_transactional_write_units():
     assert item(result, "BatchGetItem").quantity == 1_000_000
     assert item(result, "send-group records").quantity == 10_000 * 10
     assert item(result, "limiter reservations").quantity == 10_000 * 2.0
-    # One request per message at 10 requests/s shared by 2 invocations: 0.2 s, as long as the path
-    assert result.seconds_per_message == pytest.approx(0.2)
+    # One request per message at 4 requests/s shared by 2 invocations: 0.5 s, longer than the path
+    assert result.seconds_per_message == pytest.approx(0.5)
 
 
 def test_ledger_time_is_charged_only_when_the_send_rate_does_not_hide_it():
@@ -115,3 +125,78 @@ def test_the_command_refuses_batch_mode_on_ses_and_prints_text_otherwise():
 
     assert refused.exit_code == 2 and "needs Resend" in refused.output
     assert text.exit_code == 0 and "AWS total" in text.output and "ledger's share" in text.output
+
+
+def test_every_ses_event_is_an_eventbridge_event_and_an_events_invocation():
+    # Given 1,000 SES emails, 2 % bouncing, 0.1 % complaints, no open/click tracking
+    result = campaign_cost(1_000, "ses")
+
+    events = 1_000 * (2 + 0.001)  # Send, then Delivery or Bounce, plus Complaints
+    assert item(result, "SES events").quantity == pytest.approx(events)
+    assert item(result, "SES events").unit_price == PRICES.eventbridge_event
+    assert item(result, "one invocation per event").quantity == pytest.approx(events)
+    assert item(result, "events function: run time").quantity == pytest.approx(events * 0.03 * 0.25)  # 256 MB
+    assert item(result, "dedupe record").quantity == pytest.approx(events * 2)
+    assert not [i for i in result.items if i.service == "API Gateway"]
+    assert result.share("events") == pytest.approx(sum(i.cost for i in result.items if i.share == "events"))
+
+
+def test_resend_webhooks_are_api_gateway_requests_and_tracking_adds_events():
+    plain = campaign_cost(10_000, "resend")
+    tracked = campaign_cost(10_000, "resend", assumptions=Assumptions(open_rate=0.3, click_rate=0.03))
+
+    assert item(plain, "webhook requests").quantity == pytest.approx(10_000 * 2.001)
+    assert item(plain, "webhook requests").unit_price == pytest.approx(1.00e-6)
+    assert item(tracked, "webhook requests").quantity == pytest.approx(10_000 * 2.331)
+    assert not [i for i in plain.items if i.service == "EventBridge"]
+
+
+def test_logs_and_emf_metrics_are_charged_from_the_bytes_each_invocation_writes():
+    result = campaign_cost(12_480, "resend")
+
+    events = 12_480 * 2.001
+    log_bytes = 125 * (300 + 565 + 250) + events * (300 + 500 + 240)
+    assert item(result, "log ingestion").quantity == pytest.approx(log_bytes / 1024**3)
+    assert item(result, "log ingestion").unit_price == 0.50
+    assert item(result, "log storage").quantity == pytest.approx(log_bytes / 1024**3)
+    # 125 messages x 50 s / 2 invocations = 52 min: one hour of 8 metrics out of 730
+    metrics = item(result, "EMF custom metrics")
+    assert "1 h" in metrics.item and metrics.quantity == pytest.approx(8 / 730)
+    assert result.share("observability") > 0
+
+
+def test_the_ses_plan_sets_the_price_and_an_unconfirmed_plan_needs_its_figures():
+    pro = resolve_ses_plan("pro", per_1000=0.05, monthly_fee=20.0)
+    result = campaign_cost(100_000, "ses", ses=pro)
+
+    assert item(result, "emails (plan pro)").cost == pytest.approx(5.0)
+    assert "20.00 a month" in result.provider_note and "given by the caller" in result.provider_note
+    assert resolve_ses_plan("none").per_1000 == 0.10
+    for name in ("essentials", "pro", "enterprise"):
+        with pytest.raises(ValueError, match="could not be confirmed"):
+            resolve_ses_plan(name)
+    with pytest.raises(ValueError, match="must be one of"):
+        resolve_ses_plan("gold")
+
+
+def test_the_command_takes_the_ses_plan_and_refuses_an_unpriced_one():
+    refused = CliRunner().invoke(cost, ["--recipients", "10", "--provider", "ses", "--ses-plan", "essentials"])
+    priced = CliRunner().invoke(cost, ["--recipients", "1000", "--provider", "ses", "--ses-plan", "essentials",
+                                       "--ses-price-per-1000", "0.08", "--json"])
+
+    assert refused.exit_code == 2 and "--ses-price-per-1000" in refused.output
+    assert priced.exit_code == 0, priced.output
+    data = json.loads(priced.output)
+    assert data["ses_plan"]["name"] == "essentials" and data["ses_plan"]["per_1000"] == 0.08
+    assert [i for i in data["items"] if i["item"] == "emails (plan essentials)"][0]["cost"] == pytest.approx(0.08)
+
+
+def test_every_price_has_a_dated_source_and_the_docs_table_lists_each_one():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text()
+    priced = {f for f in PRICES.__dataclass_fields__ if f != "as_of"}
+    assert priced <= {s.price for s in PRICE_SOURCES}
+    for source in PRICE_SOURCES:
+        assert source.source and source.as_of
+        assert f"`{source.price}`" in doc, source.price

@@ -98,3 +98,12 @@ def test_provider_reasons_never_carry_a_raw_address():
 
     assert "Ann.Lee" not in error.reason and "@" not in error.reason.replace("<email:", "")
     assert email_fingerprint("Ann.Lee+promo@Example.com") in error.reason
+
+
+def test_resend_defaults_to_its_documented_team_limit_learned_from_headers_with_a_reserve():
+    settings = ConsumerSettings.from_env(GOOD)
+
+    assert (settings.resend_requests_per_second, settings.resend_rate_from_headers, settings.resend_rate_reserve) == (
+        5.0, True, 1.0)
+    with pytest.raises(SettingsError, match="RESEND_RATE_RESERVE"):
+        ConsumerSettings.from_env({**GOOD, "SENDONCE_RESEND_RATE_RESERVE": "-1"})

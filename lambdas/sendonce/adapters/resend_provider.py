@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import resend
@@ -9,6 +12,9 @@ from resend.exceptions import ResendError
 
 from sendonce.errors import AmbiguousProviderError, HaltProviderError, PermanentProviderError, RetryableProviderError
 from sendonce.models import OutboundEmail, Receipt, redact_emails
+from sendonce.ports import RateLimiter
+
+logger = logging.getLogger(__name__)
 
 _HALT_TYPES = {
     "daily_quota_exceeded",
@@ -30,6 +36,47 @@ def _retry_after(headers: dict[str, str] | None) -> float | None:
             return max(0.0, float(lowered[name]))
         except (KeyError, ValueError):
             continue
+    return None
+
+
+@dataclass(frozen=True)
+class RateLimitHeaders:
+    """Resend's rate-limit answer headers (IETF draft 6), on successes and errors alike."""
+
+    limit_per_s: float | None
+    remaining: int | None
+    reset_s: float | None
+
+    @classmethod
+    def parse(cls, headers: Mapping[str, str] | None) -> RateLimitHeaders:
+        lowered = {str(k).lower(): str(v) for k, v in (headers or {}).items()}
+
+        def number(name: str) -> float | None:
+            try:
+                value = float(lowered[name].split(",")[0].strip())
+            except (KeyError, ValueError):
+                return None
+            return value if value >= 0 else None
+
+        limit = number("ratelimit-limit")
+        window = _policy_window(lowered.get("ratelimit-policy"))
+        remaining = number("ratelimit-remaining")
+        return cls(
+            limit_per_s=limit / window if limit and window else limit,
+            remaining=int(remaining) if remaining is not None else None,
+            reset_s=number("ratelimit-reset"),
+        )
+
+
+def _policy_window(policy: str | None) -> float | None:
+    """`RateLimit-Policy: 5;w=1` -> 1 (seconds). Resend sends none; the limit is per second."""
+    for part in (policy or "").split(";")[1:]:
+        name, _, value = part.strip().partition("=")
+        if name == "w":
+            try:
+                return float(value) or None
+            except ValueError:
+                return None
     return None
 
 
@@ -68,12 +115,42 @@ class ResendProvider:
     idempotent = True
     max_batch = 100
 
-    def __init__(self, *, api_key: str, api_url: str | None = None, timeout_seconds: float = 10.0):
+    def __init__(self, *, api_key: str, api_url: str | None = None, timeout_seconds: float = 10.0,
+                 limiter: RateLimiter | None = None):
         # The SDK keeps its configuration in module globals: one configuration per process.
         resend.api_key = api_key
         if api_url:
             resend.api_url = api_url.rstrip("/")
         resend.default_http_client = resend.RequestsClient(timeout=timeout_seconds)
+        self._limiter = limiter
+
+    def report_rate_limits_to(self, limiter: RateLimiter | None) -> None:
+        """Tell `limiter` the team's limit and spent windows from every answer's headers."""
+        self._limiter = limiter
+
+    def _observe(self, headers: Mapping[str, str] | None) -> None:
+        # The SDK hands the answer's headers over as `http_headers` on a dict answer and as
+        # `headers` on its errors (resend 2.x, resend/request.py): public, nothing patched.
+        if self._limiter is None or not headers:
+            return
+        seen = RateLimitHeaders.parse(headers)
+        try:
+            if seen.limit_per_s:
+                self._limiter.observed_limit(self.name, seen.limit_per_s)
+            if seen.remaining == 0 and seen.reset_s is not None:
+                self._limiter.exhausted(self.name, reset_s=seen.reset_s)
+        except Exception:  # noqa: BLE001 - the send's outcome is known; a lost hint must not hide it
+            logger.warning("could not record Resend's rate-limit headers", exc_info=True)
+
+    def _call(self, send: Any) -> Any:
+        try:
+            response = send()
+        except ResendError as exc:
+            self._observe(getattr(exc, "headers", None))
+            raise classify_resend_error(exc) from exc
+        if isinstance(response, dict):
+            self._observe(response.get("http_headers"))
+        return response
 
     @staticmethod
     def _params(email: OutboundEmail) -> dict[str, Any]:
@@ -94,10 +171,7 @@ class ResendProvider:
         return params
 
     def send(self, email: OutboundEmail) -> Receipt:
-        try:
-            response = resend.Emails.send(self._params(email), {"idempotency_key": email.idempotency_key})
-        except ResendError as exc:
-            raise classify_resend_error(exc) from exc
+        response = self._call(lambda: resend.Emails.send(self._params(email), {"idempotency_key": email.idempotency_key}))
         message_id = response.get("id") if isinstance(response, dict) else None
         if not message_id:
             raise AmbiguousProviderError("resend answered without an email id")
@@ -108,12 +182,9 @@ class ResendProvider:
         come back under `errors` with their index; `data` lists the accepted ones in order."""
         if not 1 <= len(emails) <= self.max_batch:
             raise ValueError(f"a Resend batch holds 1..{self.max_batch} emails, not {len(emails)}")
-        try:
-            response = resend.Batch.send(
-                [self._params(e) for e in emails], {"idempotency_key": idempotency_key, "batch_validation": "permissive"}
-            )
-        except ResendError as exc:
-            raise classify_resend_error(exc) from exc
+        response = self._call(lambda: resend.Batch.send(
+            [self._params(e) for e in emails], {"idempotency_key": idempotency_key, "batch_validation": "permissive"}
+        ))
         data = list(response.get("data") or []) if isinstance(response, dict) else []
         errors = {int(e["index"]): str(e.get("message", "rejected")) for e in (response.get("errors") or [])}
         if len(data) + len(errors) != len(emails):

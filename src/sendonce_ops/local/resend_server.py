@@ -45,6 +45,10 @@ MAX_RECIPIENTS_PER_FIELD = 50
 MAX_IDEMPOTENCY_KEY_CHARS = 256
 IDEMPOTENCY_TTL_SECONDS = 24 * 60 * 60
 RATE_LIMIT_WINDOW_SECONDS = 1.0
+# Resend's documented default team limit (its rate-limit page, checked 2026-12; the API
+# reference's intro still says 2). Every answer to a send carries ratelimit-limit,
+# ratelimit-remaining and ratelimit-reset; a 429 also retry-after.
+DEFAULT_TEAM_RATE_LIMIT = 5
 HALT_ERRORS: dict[str, tuple[int, str]] = {
     "suspended_api_key": (403, "This API key has been suspended."),
     "daily_quota_exceeded": (429, "You have reached your daily email sending quota."),
@@ -234,7 +238,7 @@ class LocalResendServer:
         port: int = 0,
         *,
         api_key: str | None = None,
-        rate_limit: int | None = None,
+        rate_limit: int | None = DEFAULT_TEAM_RATE_LIMIT,
         latency_ms: tuple[float, float] | None = None,
         daily_quota: int | None = None,
         clock: Callable[[], float] = time.time,
@@ -1158,7 +1162,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    parser.add_argument("--rate-limit", type=int, default=None, metavar="RPS", help="requests per second (default: off)")
+    parser.add_argument("--rate-limit", type=int, default=DEFAULT_TEAM_RATE_LIMIT, metavar="RPS",
+                        help=f"the team's limit, requests per sliding second (default {DEFAULT_TEAM_RATE_LIMIT},"
+                        " Resend's default; 0: off)")
     parser.add_argument("--latency-ms", type=_latency_arg, default=None, metavar="MIN:MAX")
     parser.add_argument("--daily-quota", type=int, default=None, metavar="EMAILS")
     parser.add_argument("--api-key", default=None, help="the only accepted key (default: any key starting re_)")
@@ -1171,7 +1177,7 @@ def main(argv: list[str] | None = None) -> int:
         args.host,
         args.port,
         api_key=args.api_key,
-        rate_limit=args.rate_limit,
+        rate_limit=args.rate_limit or None,
         latency_ms=args.latency_ms,
         daily_quota=args.daily_quota,
         verbose=args.verbose,

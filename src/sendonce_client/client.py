@@ -1,0 +1,342 @@
+"""A publisher client for the operator HTTP API, signed with SigV4 (docs/api.md, "Publishing
+from your backend").
+
+Every request is signed for `execute-api` with the credentials of the boto3 / botocore
+session given (or the default chain), so a SaaS backend publishes with the IAM role it
+already runs as. Transient answers — no connection, 429, 5xx — are retried with capped,
+jittered exponential backoff. That is safe for publish because batch ids are content-
+addressed (the same recipients in the same order make the same batches, and the ledger
+sends each delivery once whatever happens); for create and the state changes a 409 that
+follows an attempt whose outcome was lost is checked against the campaign's state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+import botocore.session
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+
+import requests
+
+from sendonce_client.errors import (
+    Conflict,
+    ConnectionFailed,
+    FieldError,
+    InvalidRequest,
+    PublishFailed,
+    SendonceAPIError,
+    error_for,
+)
+
+SERVICE = "execute-api"
+# The API's limit on inline recipients per publish request (PublishBody in handlers/api.py).
+MAX_RECIPIENTS_PER_REQUEST = 1000
+_EXECUTE_API_HOST = re.compile(r"^[a-z0-9]+\.execute-api\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
+_RECIPIENT_INDEX = re.compile(r"^body\.recipients\.(\d+)")
+
+
+def region_from_url(api_url: str) -> str | None:
+    """`https://abc123.execute-api.eu-west-1.amazonaws.com/` -> `eu-west-1`; None for other hosts."""
+    match = _EXECUTE_API_HOST.match((urlsplit(api_url).hostname or "").lower())
+    return match.group(1) if match else None
+
+
+@dataclass
+class PublishSummary:
+    """What one `publish` call did, summed over its requests."""
+
+    campaign_id: str
+    accepted: int = 0  # recipients recorded and enqueued, or found enqueued already
+    duplicates: int = 0  # recipient_ids seen before in this call: published once
+    duplicate_addresses: int = 0  # with dedupe_addresses: addresses seen before in this call
+    batches_new: int = 0
+    batches_already_enqueued: int = 0
+    messages_sent: int = 0
+    requests: int = 0  # publish requests that succeeded
+
+    def add(self, answer: Mapping[str, Any]) -> None:
+        self.accepted += int(answer.get("accepted", 0))
+        self.duplicates += int(answer.get("duplicates", 0))
+        self.batches_new += int(answer.get("batches_new", 0))
+        self.batches_already_enqueued += int(answer.get("batches_already_enqueued", 0))
+        self.messages_sent += int(answer.get("messages_sent", 0))
+        self.requests += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class Client:
+    """The operator API, for a backend that publishes campaigns.
+
+    `api_url` is the stack's `ApiUrl` output (or `sendonce local api`'s URL).
+    Credentials come from `session` (a `boto3.Session` or a botocore session) or the
+    default chain; the region from `region`, else from an `execute-api` URL, else from
+    the session."""
+
+    def __init__(
+        self,
+        api_url: str,
+        *,
+        session: Any = None,
+        region: str | None = None,
+        timeout: float | tuple[float, float] = (5.0, 35.0),  # API Gateway ends a request after 29 s
+        max_attempts: int = 5,
+        backoff_base_s: float = 0.25,
+        backoff_cap_s: float = 8.0,
+        chunk_size: int = MAX_RECIPIENTS_PER_REQUEST,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        if not urlsplit(api_url).scheme.startswith("http"):
+            raise ValueError("api_url must be an http(s) URL")
+        if not 1 <= chunk_size <= MAX_RECIPIENTS_PER_REQUEST:
+            raise ValueError(f"chunk_size must be 1..{MAX_RECIPIENTS_PER_REQUEST}")
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        self.api_url = api_url.rstrip("/")
+        self._session = session if session is not None else botocore.session.get_session()
+        self.region = region or region_from_url(api_url) or _session_region(self._session)
+        if not self.region:
+            raise ValueError("no region: pass region=, use an execute-api URL or configure the session's region")
+        self._timeout = timeout
+        self._max_attempts = max_attempts
+        self._backoff_base_s = backoff_base_s
+        self._backoff_cap_s = backoff_cap_s
+        self._chunk_size = chunk_size
+        self._sleep = sleep
+        self._http = requests.Session()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- campaigns -----------------------------------------------------------------
+
+    def create_campaign(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """POST /campaigns: the new campaign (state `draft`). A retry whose first attempt
+        created it returns it; an id taken by a different campaign is a `Conflict`."""
+        try:
+            return self._request("POST", "/campaigns", body=dict(spec))
+        except Conflict as exc:
+            if not getattr(exc, "after_lost_attempt", False):
+                raise
+            existing = self.get_campaign(str(spec["id"]))
+            same = all(existing.get(k) == spec.get(k) for k in ("name", "subject", "provider", "from") if k in spec)
+            if not same:
+                raise
+            return existing
+
+    def get_campaign(self, campaign_id: str) -> dict[str, Any]:
+        return self._request("GET", f"/campaigns/{_segment(campaign_id)}")
+
+    def list_campaigns(self, state: str | None = None) -> list[dict[str, Any]]:
+        """GET /campaigns[?state=...]: the campaigns, optionally in one state."""
+        answer = self._request("GET", "/campaigns", query={"state": state} if state else None)
+        return list(answer.get("campaigns", []))
+
+    def status(self, campaign_id: str) -> dict[str, Any]:
+        """GET /campaigns/{id}/delivery-status: counts by outcome (`sent`, `remaining`, ...)."""
+        return self._request("GET", f"/campaigns/{_segment(campaign_id)}/delivery-status")
+
+    def pause(self, campaign_id: str, reason: str | None = None) -> dict[str, Any]:
+        return self._transition(campaign_id, "pause", "paused", reason)
+
+    def resume(self, campaign_id: str, reason: str | None = None) -> dict[str, Any]:
+        """Back to sending; the answer's `republished` counts recipients published again."""
+        return self._transition(campaign_id, "resume", "sending", reason)
+
+    def cancel(self, campaign_id: str, reason: str | None = None) -> dict[str, Any]:
+        return self._transition(campaign_id, "cancel", "cancelled", reason)
+
+    def _transition(self, campaign_id: str, verb: str, target: str, reason: str | None) -> dict[str, Any]:
+        try:
+            return self._request("POST", f"/campaigns/{_segment(campaign_id)}/{verb}",
+                                 body={"reason": reason} if reason else None)
+        except Conflict as exc:
+            # The attempt whose answer was lost may have made the change.
+            if getattr(exc, "after_lost_attempt", False):
+                current = self.get_campaign(campaign_id)
+                if current.get("state") == target:
+                    return current
+            raise
+
+    # --- publishing ----------------------------------------------------------------
+
+    def publish(self, campaign_id: str, recipients: Iterable[Any], *, dedupe_addresses: bool = False) -> PublishSummary:
+        """Publish recipients — any iterable of dicts or objects with `recipient_id`,
+        `email` and optionally `variables` — in requests of up to 1,000, streamed: one
+        request's recipients and the ids seen are held at a time. A draft starts sending.
+
+        A repeated `recipient_id` is published once. With `dedupe_addresses=True` a repeated
+        address (compared case-insensitively) is also published once, within this call, and
+        the API is asked to apply its own rule (`"dedupe_addresses": true`; the flag is
+        sent only when set).
+
+        Safe to call again with the same recipients: nothing already enqueued is enqueued
+        again. If a request is refused, `PublishFailed` says what (its `fields` name
+        positions in `recipients`, counted from 0) and what was published before it."""
+        summary = PublishSummary(campaign_id=campaign_id)
+        seen_ids: set[str] = set()
+        seen_addresses: set[str] = set()
+        chunk: list[dict[str, Any]] = []
+        positions: list[int] = []
+        for position, recipient in enumerate(recipients):
+            item = recipient_dict(recipient)
+            recipient_id = item.get("recipient_id")
+            if isinstance(recipient_id, str):
+                if recipient_id in seen_ids:
+                    summary.duplicates += 1
+                    continue
+                seen_ids.add(recipient_id)
+            if dedupe_addresses and isinstance(item.get("email"), str):
+                address = item["email"].strip().lower()
+                if address in seen_addresses:
+                    summary.duplicate_addresses += 1
+                    continue
+                seen_addresses.add(address)
+            chunk.append(item)
+            positions.append(position)
+            if len(chunk) == self._chunk_size:
+                self._publish_chunk(campaign_id, chunk, positions, summary, dedupe_addresses)
+                chunk, positions = [], []
+        if chunk:
+            self._publish_chunk(campaign_id, chunk, positions, summary, dedupe_addresses)
+        if not summary.requests:
+            raise ValueError("no recipients to publish")
+        return summary
+
+    def _publish_chunk(self, campaign_id: str, chunk: list[dict[str, Any]], positions: list[int],
+                       summary: PublishSummary, dedupe_addresses: bool) -> None:
+        body: dict[str, Any] = {"recipients": chunk}
+        if dedupe_addresses:
+            body["dedupe_addresses"] = True
+        try:
+            answer = self._request("POST", f"/campaigns/{_segment(campaign_id)}/publish", body=body)
+        except SendonceAPIError as exc:
+            raise PublishFailed(_in_stream_positions(exc, positions), summary) from exc
+        summary.add(answer)
+
+    # --- transport -----------------------------------------------------------------
+
+    def _request(self, method: str, path: str, *, body: Any = None, query: Mapping[str, str] | None = None) -> Any:
+        url = self.api_url + path + (f"?{urlencode(query)}" if query else "")
+        data = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
+        lost = False  # an earlier attempt may have been carried out without us hearing of it
+        last: SendonceAPIError | None = None
+        for attempt in range(self._max_attempts):
+            if attempt:
+                self._sleep(self._backoff(attempt, last))
+            prepared = self._signed(method, url, data)
+            try:
+                response = self._http.request(method, prepared.url, data=prepared.body, headers=dict(prepared.headers),
+                                              timeout=self._timeout)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                last = ConnectionFailed(None, type(exc).__name__, str(exc)[:300])
+                lost = True
+                continue
+            parsed = _json_or_text(response)
+            if response.status_code < 400:
+                return parsed
+            error = error_for(response.status_code, parsed)
+            error.retry_after = _retry_after(response.headers)  # type: ignore[attr-defined]
+            if response.status_code == 429 or response.status_code >= 500:
+                last = error
+                lost = lost or response.status_code >= 500  # a 429 from API Gateway ran nothing
+                continue
+            error.after_lost_attempt = lost  # type: ignore[attr-defined]
+            raise error
+        assert last is not None
+        raise last
+
+    def _signed(self, method: str, url: str, data: bytes | None):
+        credentials = self._session.get_credentials()
+        if credentials is None:
+            raise ConnectionFailed(None, "NoCredentials", "no AWS credentials to sign the request with")
+        headers = {"Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        request = AWSRequest(method=method, url=url, data=data, headers=headers)
+        SigV4Auth(credentials.get_frozen_credentials(), SERVICE, self.region).add_auth(request)
+        return request.prepare()
+
+    def _backoff(self, attempt: int, last: SendonceAPIError | None) -> float:
+        retry_after = getattr(last, "retry_after", None)
+        if retry_after is not None:
+            return min(self._backoff_cap_s, retry_after)
+        return random.uniform(0, min(self._backoff_cap_s, self._backoff_base_s * 2**attempt))  # full jitter
+
+
+def recipient_dict(recipient: Any) -> dict[str, Any]:
+    """A recipient as the API's body takes it, from a mapping, a pydantic model, a
+    dataclass or any object with `recipient_id` and `email` attributes."""
+    if isinstance(recipient, Mapping):
+        return dict(recipient)
+    if hasattr(recipient, "model_dump"):
+        return recipient.model_dump(mode="json")
+    if dataclasses.is_dataclass(recipient) and not isinstance(recipient, type):
+        return dataclasses.asdict(recipient)
+    if hasattr(recipient, "recipient_id") and hasattr(recipient, "email"):
+        item = {"recipient_id": recipient.recipient_id, "email": recipient.email}
+        variables = getattr(recipient, "variables", None)
+        if variables:
+            item["variables"] = dict(variables)
+        return item
+    raise TypeError(f"a recipient must be a mapping or have recipient_id and email, not {type(recipient).__name__}")
+
+
+def _in_stream_positions(exc: SendonceAPIError, positions: list[int]) -> SendonceAPIError:
+    """Field errors name an index in one request; give the caller's position instead."""
+
+    def fix(loc: tuple) -> tuple:
+        if len(loc) > 2 and loc[:2] == ("body", "recipients") and isinstance(loc[2], int) and loc[2] < len(positions):
+            return (*loc[:2], positions[loc[2]], *loc[3:])
+        return loc
+
+    fields = [FieldError(loc=fix(f.loc), msg=f.msg, type=f.type) for f in exc.fields]
+    message = exc.message
+    match = _RECIPIENT_INDEX.match(message)
+    if match and int(match.group(1)) < len(positions):
+        message = f"body.recipients.{positions[int(match.group(1))]}" + message[match.end():]
+    return type(exc)(exc.status, exc.error, message, fields, exc.body)
+
+
+def _segment(value: str) -> str:
+    if not value:
+        raise InvalidRequest(None, "InvalidCampaignId", "campaign_id must not be empty")
+    return quote(value, safe="")
+
+
+def _session_region(session: Any) -> str | None:
+    region = getattr(session, "region_name", None)
+    if region is None and hasattr(session, "get_config_variable"):
+        region = session.get_config_variable("region")
+    return region
+
+
+def _json_or_text(response: requests.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    try:
+        return max(0.0, float(headers["retry-after"]))
+    except (KeyError, TypeError, ValueError):
+        return None

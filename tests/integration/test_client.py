@@ -1,0 +1,271 @@
+"""sendonce_client.Client against the operator API's real handler, served over loopback by
+the local API server, with moto's server behind it and the local Resend server sending."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import boto3
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from sendonce.handlers import api
+from sendonce_client import Client, Conflict, ConnectionFailed, InvalidRequest, NotFound, PublishFailed
+from sendonce_ops.local.api_server import LocalApiServer
+
+from tests.integration.operator_helpers import OPERATOR_ARN
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class RecordingApi:
+    """The API handler, recording each event it gets. For a path in `lose_first_answers`,
+    the first request with each distinct body is carried out, then answered with API
+    Gateway's 503 (the answer was lost); a retry of it is answered normally."""
+
+    system: object
+    events: list[dict] = field(default_factory=list)
+    lose_first_answers: set[str] = field(default_factory=set)
+    seen: set[tuple[str, str]] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, event, context):
+        with self.lock:
+            self.events.append(event)
+        response = api.lambda_handler(event, context, service=self.system.operator)
+        request = (event["rawPath"], event.get("body") or "")
+        with self.lock:
+            if event["rawPath"] in self.lose_first_answers and request not in self.seen:
+                self.seen.add(request)
+                return {"statusCode": 503, "headers": {"content-type": "application/json"},
+                        "body": json.dumps({"message": "Service Unavailable"})}
+        return response
+
+    def paths(self, method: str = "POST") -> list[str]:
+        return [e["rawPath"] for e in self.events if e["requestContext"]["http"]["method"] == method]
+
+
+@pytest.fixture
+def recording_api(system) -> Iterator[tuple[RecordingApi, str]]:
+    handler = RecordingApi(system)
+    with LocalApiServer(handler, caller_arn=OPERATOR_ARN) as server:
+        yield handler, server.url
+
+
+@pytest.fixture
+def client(recording_api) -> Iterator[Client]:
+    sleeps: list[float] = []
+    with Client(recording_api[1], session=boto3.session.Session(), sleep=sleeps.append) as c:
+        c.sleeps = sleeps  # type: ignore[attr-defined]
+        yield c
+
+
+def spec(system, campaign_id: str = "c1", **overrides) -> dict:
+    return {"id": campaign_id, "name": "Spring launch", "subject": "Hello {{ name }}", "from": f"News <news@{system.domain}>",
+            "html": "<p>Hi {{ name }}</p>", "provider": "resend", **overrides}
+
+
+def people(system, n: int, start: int = 0) -> list[dict]:
+    return [{"recipient_id": f"r{i}", "email": f"user{i}@{system.domain}", "variables": {"name": f"U{i}"}}
+            for i in range(start, start + n)]
+
+
+def verify_sigv4(event: dict, credentials: Credentials, region: str) -> str:
+    """Recompute the signature from what the server received; returns the Authorization header."""
+    headers = event["headers"]
+    authorization = headers["authorization"]
+    signed = authorization.split("SignedHeaders=")[1].split(",")[0].split(";")
+    request = AWSRequest(
+        method=event["requestContext"]["http"]["method"],
+        url=f"http://{headers['host']}{event['rawPath']}" + (f"?{event['rawQueryString']}" if event["rawQueryString"] else ""),
+        data=(event.get("body") or "").encode() or None,
+        headers={name: headers[name] for name in signed},
+    )
+    request.context["timestamp"] = headers["x-amz-date"]
+    auth = SigV4Auth(credentials, "execute-api", region)
+    signature = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
+    assert authorization.endswith(f"Signature={signature}")
+    return authorization
+
+
+def test_a_backend_runs_a_campaign_through_the_client_signed_with_sigv4(system, recording_api, client):
+    handler, _ = recording_api
+    # Given recipients as dicts and as sendonce's own model objects, one repeated
+    recipients = people(system, 3) + system.recipients(2, start=3) + people(system, 1)
+
+    created = client.create_campaign(spec(system))
+    published = client.publish("c1", iter(recipients))
+    system.poller().run_until_idle(idle_seconds=1, max_seconds=30)
+    status = client.status("c1")
+
+    assert created["state"] == "draft" and created["campaign_id"] == "c1"
+    assert (published.accepted, published.duplicates, published.messages_sent, published.requests) == (5, 1, 1, 1)
+    assert status["state"] == "completed" and status["sent"] == 5
+    assert set(system.deliveries().values()) == {1} and len(system.deliveries()) == 5
+    # Every request carried a valid SigV4 signature for execute-api in the session's region
+    session_credentials = boto3.session.Session().get_credentials().get_frozen_credentials()
+    credentials = Credentials(session_credentials.access_key, session_credentials.secret_key, session_credentials.token)
+    region = boto3.session.Session().region_name
+    for event in handler.events:
+        authorization = verify_sigv4(event, credentials, region)
+        assert authorization.startswith(f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/")
+        assert f"/{region}/execute-api/aws4_request" in authorization
+        assert event["headers"]["x-amz-security-token"] == credentials.token
+
+
+def test_a_publish_whose_answer_is_lost_is_retried_and_sends_nobody_twice(system, recording_api, client):
+    handler, _ = recording_api
+    client.create_campaign(spec(system))
+    # The first answer to each of the two publish requests is lost after the API enqueued them
+    handler.lose_first_answers.add("/campaigns/c1/publish")
+    smaller = Client(client.api_url, session=boto3.session.Session(), chunk_size=4, sleep=client.sleeps.append)
+
+    published = smaller.publish("c1", people(system, 7))
+    system.poller().run_until_idle(idle_seconds=1, max_seconds=30)
+
+    assert handler.paths().count("/campaigns/c1/publish") == 4  # 2 chunks, each sent twice
+    assert len(client.sleeps) == 2  # one backoff per lost answer
+    assert (published.accepted, published.requests) == (7, 2)
+    # The retries found their batches enqueued already: nothing was enqueued twice
+    assert (published.batches_new, published.batches_already_enqueued, published.messages_sent) == (0, 2, 0)
+    deliveries = system.deliveries()
+    assert len(deliveries) == 7 and set(deliveries.values()) == {1}
+    assert client.status("c1")["sent"] == 7
+
+
+def test_publishing_streams_large_iterables_in_requests_the_api_accepts(system, recording_api, client):
+    handler, _ = recording_api
+    client.create_campaign(spec(system))
+
+    def generated():
+        yield from people(system, 2_345)
+
+    published = client.publish("c1", generated())
+    again = client.publish("c1", generated())
+
+    bodies = [json.loads(e["body"]) for e in handler.events if e["rawPath"] == "/campaigns/c1/publish"]
+    assert [len(b["recipients"]) for b in bodies] == [1000, 1000, 345, 1000, 1000, 345]
+    assert all("dedupe_addresses" not in b for b in bodies)  # sent only when asked for
+    assert (published.accepted, published.batches_new, published.requests) == (2_345, 24, 3)
+    assert (again.batches_new, again.batches_already_enqueued, again.messages_sent) == (0, 24, 0)
+
+
+def test_dedupe_addresses_drops_repeated_addresses_in_the_call_and_asks_the_api_too(system, recording_api, client):
+    handler, _ = recording_api
+    client.create_campaign(spec(system))
+    recipients = people(system, 3) + [{"recipient_id": "again", "email": f"USER1@{system.domain}"}]
+
+    try:
+        published = client.publish("c1", recipients, dedupe_addresses=True)
+    except PublishFailed as refused:
+        published = refused
+
+    [body] = [json.loads(e["body"]) for e in handler.events if e["rawPath"] == "/campaigns/c1/publish"]
+    assert body["dedupe_addresses"] is True
+    assert [r["recipient_id"] for r in body["recipients"]] == ["r0", "r1", "r2"]
+    if isinstance(published, PublishFailed):
+        # The API predates the flag (its body forbids unknown fields): the error names it.
+        assert published.status == 422 and any(f.loc[-1] == "dedupe_addresses" for f in published.fields)
+        assert published.published.duplicate_addresses == 1
+        pytest.xfail("the API's publish body has no dedupe_addresses yet (another engineer adds it)")
+    assert (published.accepted, published.duplicate_addresses) == (3, 1)
+
+
+def test_field_errors_name_the_position_in_the_callers_iterable(system, recording_api, client):
+    client.create_campaign(spec(system))
+    recipients = people(system, 5)
+    recipients[4] = {"recipient_id": "r4", "email": "not-an-address"}
+    chunked = Client(client.api_url, session=boto3.session.Session(), chunk_size=3)
+
+    with pytest.raises(PublishFailed) as failed:
+        chunked.publish("c1", recipients)
+
+    error = failed.value
+    assert isinstance(error.cause, InvalidRequest) and error.status == 422 and error.error == "ValidationError"
+    assert [f.path for f in error.fields] == ["body.recipients.4.email"]  # index 1 of the second request
+    assert error.message.startswith("body.recipients.4.email: not a valid email address")
+    assert "not-an-address" not in error.message
+    assert (error.published.accepted, error.published.requests) == (3, 1)
+
+
+def test_errors_are_typed_and_carry_the_apis_body(system, client):
+    client.create_campaign(spec(system))
+
+    with pytest.raises(NotFound) as missing:
+        client.pause("nope")
+    with pytest.raises(Conflict) as illegal:
+        client.resume("c1")
+    with pytest.raises(Conflict):
+        client.create_campaign(spec(system, name="Another"))
+    with pytest.raises(InvalidRequest) as unknown_provider:
+        client.create_campaign(spec(system, "c2", provider="mailgun"))
+
+    assert (missing.value.status, missing.value.error) == (404, "CampaignNotFound")
+    assert illegal.value.status == 409 and illegal.value.error == "IllegalTransition"
+    assert "cannot move to sending" in illegal.value.message
+    assert (unknown_provider.value.status, unknown_provider.value.error) == (400, "UnknownProvider")
+
+
+def test_state_changes_go_through_and_a_lost_answer_is_reconciled(system, recording_api, client):
+    handler, _ = recording_api
+    client.create_campaign(spec(system))
+    client.publish("c1", people(system, 3))
+    handler.lose_first_answers.add("/campaigns/c1/pause")
+
+    paused = client.pause("c1", reason="legal review")  # the retry's 409 "already paused" is read back
+    resumed = client.resume("c1")
+    cancelled = client.cancel("c1", reason="wrong list")
+
+    assert handler.paths().count("/campaigns/c1/pause") == 2
+    assert paused["state"] == "paused" and paused["state_reason"] == "legal review"
+    assert resumed["state"] == "sending" and resumed["republished"] == 3
+    assert cancelled["state"] == "cancelled" and cancelled["state_changed_by"] == OPERATOR_ARN
+    assert client.get_campaign("c1")["state"] == "cancelled"
+
+
+def test_a_lost_create_answer_returns_the_created_campaign(system, recording_api, client):
+    handler, _ = recording_api
+    handler.lose_first_answers.add("/campaigns")
+
+    created = client.create_campaign(spec(system))
+
+    assert handler.paths().count("/campaigns") == 2
+    assert created["campaign_id"] == "c1" and created["state"] == "draft"
+
+
+def test_list_campaigns_by_state(system, recording_api, client):
+    handler, _ = recording_api
+    client.create_campaign(spec(system, "c1"))
+    client.create_campaign(spec(system, "c2"))
+    client.publish("c2", people(system, 1))
+    try:
+        drafts = client.list_campaigns(state="draft")
+    except NotFound as exc:
+        if exc.error == "NotFound":  # no such route, as opposed to no such campaign
+            pytest.xfail("GET /campaigns does not exist yet (another engineer adds it)")
+        raise
+
+    [event] = [e for e in handler.events if e["rawPath"] == "/campaigns" and e["requestContext"]["http"]["method"] == "GET"]
+    assert event["rawQueryString"] == "state=draft"
+    assert [c["campaign_id"] for c in drafts if c["campaign_id"] in ("c1", "c2")] == ["c1"]
+
+
+def test_no_answer_at_all_is_retried_then_raised(aws_env):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed when the block ends: nothing listens there
+    sleeps: list[float] = []
+    client = Client(f"http://127.0.0.1:{port}", session=boto3.session.Session(), max_attempts=3, sleep=sleeps.append)
+
+    with pytest.raises(ConnectionFailed) as failed:
+        client.status("c1")
+
+    assert failed.value.status is None and failed.value.error == "ConnectionError"
+    assert len(sleeps) == 2
