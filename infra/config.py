@@ -59,7 +59,7 @@ DEFAULTS: dict[str, Any] = {
     "oncall_email": None,
     "oncall_https_url": None,
     "send_rate": 14.0,
-    "resend_requests_per_second": 10.0,
+    "resend_requests_per_second": 5.0,  # Resend's documented default per team; the consumer learns the real one from its headers
     "send_concurrency": 8,
     "provider_timeout_seconds": 10,
     "provider_latency_ms": 250,
