@@ -33,8 +33,8 @@ S = DeliveryState
 HOUR = 3600 * 1000
 LEASE_MS = 60_000
 VISIBILITY_MS = 30_000  # shorter than a lease on purpose: a second consumer meets a live holder
-RECIPIENTS = 7
-BATCH_SIZE = 3
+RECIPIENTS = 5
+BATCH_SIZE = 2
 FIGURES = Counter()
 
 settings.register_profile(
@@ -179,6 +179,14 @@ class DeliveryModel(RuleBasedStateMachine):
         if message is not None:
             self._process(message, crash_at=crash_at, after=after, short_budget=short_budget and crash_at is None,
                           lose_ack=lose_ack)
+
+    @rule(index=st.integers(0, 5), crash_at=st.none() | st.integers(1, 10))
+    def consume_again(self, index, crash_at):
+        """Consumers are the busiest actors: a second rule keeps them so in the mix."""
+        self._step("consume")
+        message = self.queue.receive(index)
+        if message is not None:
+            self._process(message, crash_at=crash_at)
 
     @rule(index=st.integers(0, 5), crash_at=st.none() | st.integers(1, 14))
     def consume_a_message_already_in_flight(self, index, crash_at):

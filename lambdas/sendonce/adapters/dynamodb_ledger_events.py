@@ -32,6 +32,8 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from sendonce import delivery_protocol as protocol
+from sendonce.delivery_protocol import Event
 from sendonce.deliverability_ports import (
     Annotation,
     AnnotationStatus,
@@ -53,6 +55,12 @@ FEEDBACK_COUNTER_SK = "deliverability#feedback"
 _APPEND_EVENT = "provider_events = list_append(if_not_exists(provider_events, :empty), :entry)"
 _APPEND_HISTORY = "history = list_append(if_not_exists(history, :empty), :hentry)"
 _NOT_APPLIED = "attribute_exists(#state) AND NOT contains(provider_event_ids, :eid)"
+
+
+def _only_source(event: Event) -> str:
+    """The one state delivery_protocol lets `event` start from."""
+    (source,) = protocol.sources(event)
+    return source
 
 
 def _now_iso() -> str:
@@ -205,8 +213,8 @@ class DynamoDBLedgerEvents:
                 ConditionExpression="#state = :unknown",
                 ExpressionAttributeNames={"#state": "state"},
                 ExpressionAttributeValues={
-                    ":sent": {"S": DeliveryState.SENT.value},
-                    ":unknown": {"S": DeliveryState.UNKNOWN.value},
+                    ":sent": {"S": protocol.transition(Event.PROVIDER_SENT).target.value},
+                    ":unknown": {"S": _only_source(Event.PROVIDER_SENT)},
                     ":mid": {"S": provider_message_id},
                     ":at": {"S": now},
                     ":empty": {"L": []},
@@ -252,13 +260,13 @@ class DynamoDBLedgerEvents:
                     Key=self._key(key),
                     UpdateExpression=(
                         "SET #state = :pending, reason = :reason, updated_at = :at, reopened_by = :by, reopened_at = :at, "
-                        + _APPEND_HISTORY + " REMOVE maybe_sent_at_ms, lease_until_ms, error_class"
+                        + _APPEND_HISTORY + " REMOVE maybe_sent_at_ms, maybe_sent_by, group_key, lease_until_ms, error_class"
                     ),
                     ConditionExpression="#state = :unknown AND attribute_not_exists(provider_sent_id)",
                     ExpressionAttributeNames={"#state": "state"},
                     ExpressionAttributeValues={
-                        ":pending": {"S": DeliveryState.PENDING.value},
-                        ":unknown": {"S": DeliveryState.UNKNOWN.value},
+                        ":pending": {"S": protocol.transition(Event.REOPEN_UNKNOWN).target.value},
+                        ":unknown": {"S": _only_source(Event.REOPEN_UNKNOWN)},
                         ":reason": {"S": reason[:500]},
                         ":by": {"S": by[:200]},
                         ":at": {"S": now},
