@@ -91,6 +91,8 @@ class FakeLedger:
         with self._lock:
             self.requests["settle"] += 1
             record = self._fenced(key, owner, protocol.settle_event(state, maybe_sent=maybe_sent))
+            if state is DeliveryState.SUPPRESSED and record.maybe_sent_at_ms is not None and record.maybe_sent_by != owner:
+                state, reason = DeliveryState.UNKNOWN, f"{reason}; an earlier attempt may have been accepted by the provider"
             update = {"state": state, "reason": reason, "error_class": error_class, "lease_until_ms": None}
             if maybe_sent and record.maybe_sent_at_ms is None:
                 update.update(maybe_sent_at_ms=now_ms, maybe_sent_by=owner)

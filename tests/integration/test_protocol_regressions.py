@@ -198,3 +198,24 @@ def test_7_overlapping_publishes_count_each_recipient_once(rig_for):
     status = rig.operator.status("c1")
     assert (status.total, status.sent, status.state) == (5, 5, CampaignState.COMPLETED)
     assert set(rig.provider.accepted.values()) == {1}
+
+
+def test_found_by_the_model_a_takeover_that_finds_the_address_suppressed_ends_unknown(rig_for):
+    """Suppressed since an earlier attempt that may have been accepted: 'suppressed' would
+    say the email was never sent. Found by the model check (mutant run of 2026-12-01)."""
+    rig = rig_for(recipients=1)
+    publish(rig)
+    assert rig.process(receive(rig), crash_at=2, after=True) is None  # accepted, then the consumer died
+    rig.suppressions.add("user0@example.com", SuppressionReason.UNSUBSCRIBED, "test")
+    rig.drain()
+    record = rig.ledger.get(next(iter(rig.ledger.records("c1"))).key)
+    assert record.state.value == "unknown" and "earlier attempt may have been accepted" in record.reason
+    assert rig.provider.accepted[("c1", "r0")] == 1
+
+
+def test_a_first_attempt_that_finds_the_address_suppressed_ends_suppressed(rig_for):
+    rig = rig_for(recipients=1)
+    publish(rig)
+    rig.suppressions.add("user0@example.com", SuppressionReason.UNSUBSCRIBED, "test")
+    rig.drain()
+    assert rig.states() == {"r0": "suppressed"} and rig.provider.accepted[("c1", "r0")] == 0

@@ -371,6 +371,18 @@ class DynamoDBLedger:
         if maybe_sent:
             update += ", maybe_sent_at_ms = if_not_exists(maybe_sent_at_ms, :now), maybe_sent_by = if_not_exists(maybe_sent_by, :me)"
             values.update(_values(now=now_ms))
+        if state is DeliveryState.SUPPRESSED:
+            # Suppressed since an earlier owner's attempt that may have been accepted: saying
+            # "suppressed" would say it was never sent. Unknown, with the reason.
+            try:
+                self._fenced_update(key, owner=owner, event=event, values=values, update=update + " REMOVE lease_until_ms",
+                                    extra=" AND (attribute_not_exists(maybe_sent_at_ms) OR maybe_sent_by = :me)")
+                return
+            except LeaseLostError:
+                state, event, reason = DeliveryState.UNKNOWN, Event.SETTLE_UNKNOWN, (
+                    f"{reason}; an earlier attempt may have been accepted by the provider")
+                values.update(_values(state=state.value, reason=reason[:500]))
+                values.update(_history(state.value, owner, f"{error_class}: {reason}"))
         if refused:
             # The provider refused every request of this claim. If this owner's claim set the
             # mark, nothing can have been accepted: lift it. Else an earlier owner's request
