@@ -10,7 +10,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 
 .PHONY: venv npm test test-unit test-integration test-infra test-chaos verify demo bench clean
 
-$(STAMP): requirements.txt requirements-dev.txt lambdas/requirements.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt lambdas/sendonce/requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements-dev.txt -c constraints.txt

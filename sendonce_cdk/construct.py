@@ -7,7 +7,7 @@
     mail.grant_operate(on_call_role)          # every operator route: pause, resume, cancel, ...
 
 Props are the CDK context keys of docs/deploy.md, typed; they are checked together by
-`infra.config.SendonceConfig` (a bad combination raises `ConfigError` before synthesis).
+`sendonce_cdk.config.SendonceConfig` (a bad combination raises `ConfigError` before synthesis).
 The grants between the parts and the cdk-nag acknowledgements come with it.
 `infra.stack.SendonceStack` is this construct with the stack outputs around it.
 """
@@ -25,16 +25,16 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.bundling import lambda_code
-from infra.config import DEFAULTS, MAX_RECEIVE_COUNT, SendonceConfig
-from infra.consumer import Consumer
-from infra.dashboard import Dashboard
-from infra.ledger import LedgerTables
-from infra.oncall import OnCall
-from infra.operator_api import OperatorApi
-from infra.provider_events import ProviderEvents
-from infra.public_api import PublicApi, RouteThrottle
-from infra.queues import SendQueues
+from sendonce_cdk.bundling import lambda_code
+from sendonce_cdk.config import DEFAULTS, MAX_RECEIVE_COUNT, SendonceConfig
+from sendonce_cdk.consumer import Consumer
+from sendonce_cdk.dashboard import Dashboard
+from sendonce_cdk.ledger import LedgerTables
+from sendonce_cdk.oncall import OnCall
+from sendonce_cdk.operator_api import OperatorApi
+from sendonce_cdk.provider_events import ProviderEvents
+from sendonce_cdk.public_api import PublicApi, RouteThrottle
+from sendonce_cdk.queues import SendQueues
 
 # What `grant_publish` allows on the operator API: create, publish, read.
 PUBLISH_ROUTES = (
@@ -92,7 +92,7 @@ class SendOnce(Construct):
         code: lambda_.Code | None = None,
     ) -> None:
         super().__init__(scope, id)
-        # Every other keyword is a context key of the same name (infra.config.DEFAULTS).
+        # Every other keyword is a context key of the same name (sendonce_cdk.config.DEFAULTS).
         props: dict[str, Any] = {
             key: value
             for key, value in locals().items()
@@ -397,7 +397,7 @@ class SendOnce(Construct):
                         "Python 3.12 on purpose: the bundle is built from cp312 manylinux2014_aarch64 wheels"
                         " (pydantic-core, markupsafe) that must match the runtime, and the Lambda code is"
                         " tested on 3.12. Moving to a newer runtime changes RUNTIME and PYTHON_VERSION in"
-                        " infra/bundling.py together, after the tests pass on it."
+                        " sendonce_cdk/bundling.py together, after the tests pass on it."
                     ),
                 )
             )
