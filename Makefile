@@ -8,9 +8,9 @@ NPM_STAMP := node_modules/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: venv npm test test-unit test-integration test-infra test-chaos verify demo bench clean
+.PHONY: venv npm test test-unit test-integration test-infra test-wheel test-chaos verify demo bench clean
 
-$(STAMP): requirements.txt requirements-dev.txt lambdas/requirements.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt lambdas/sendonce/requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements-dev.txt -c constraints.txt
@@ -39,6 +39,11 @@ test-integration: $(STAMP)
 
 test-infra: $(STAMP) $(NPM_STAMP)
 	$(BIN)/python -m pytest -q tests/infra
+
+# The wheel alone: built, installed into a fresh venv (PyPI or the pip cache), CLI run, a
+# foreign CDK app synthesized under cdk-nag (~70 s; also part of test-infra and test).
+test-wheel: $(STAMP)
+	$(BIN)/python -m pytest -q -m wheel tests/infra/test_wheel.py
 
 test-chaos: $(STAMP)
 	$(BIN)/python -m pytest -q tests/chaos

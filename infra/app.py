@@ -8,8 +8,8 @@ from typing import Any
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from infra.config import SendonceConfig
 from infra.stack import SendonceStack
+from sendonce_cdk.config import SendonceConfig
 
 
 def build_app(*, context: Mapping[str, Any] | None = None, outdir: str | None = None) -> tuple[cdk.App, SendonceStack]:

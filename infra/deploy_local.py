@@ -287,3 +287,24 @@ def _disable_event_source_mappings(clients: _Clients, stack_name: str) -> None:
         # moto lists the resources it skipped (alarms, policies) without a type.
         if resource.get("ResourceType") == "AWS::Lambda::EventSourceMapping" and resource.get("PhysicalResourceId"):
             lambda_client.update_event_source_mapping(UUID=resource["PhysicalResourceId"], Enabled=False)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m infra.deploy_local ENDPOINT [CONTEXT_JSON]`: deploy, print the outputs as
+    JSON (how `sendonce demo` runs it in the checkout without importing `infra`)."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m infra.deploy_local", description=main.__doc__)
+    parser.add_argument("endpoint")
+    parser.add_argument("context", nargs="?", default="{}", help="CDK context as a JSON object")
+    args = parser.parse_args(argv)
+    try:
+        outputs = deploy_to_moto(args.endpoint, context=json.loads(args.context))
+    except LocalDeployError as error:
+        sys.exit(f"deploy failed: {error}")
+    print(json.dumps(outputs))
+
+
+if __name__ == "__main__":
+    main()

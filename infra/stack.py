@@ -8,8 +8,8 @@ import aws_cdk as cdk
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from infra.config import SendonceConfig
 from sendonce_cdk import SendOnce
+from sendonce_cdk.config import SendonceConfig
 
 OUTPUT_NAMES = (
     "QueueUrl",

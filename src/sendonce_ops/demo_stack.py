@@ -35,14 +35,26 @@ MIN_SAFETY_MARGIN_MS = 1000
 
 
 def deploy_stack(endpoint: str, *, context: Mapping[str, Any]) -> dict[str, str]:
-    """`infra.deploy_local.deploy_to_moto` (the repository's CDK app, synthesized and created)."""
-    try:
-        from infra.deploy_local import deploy_to_moto
-    except ModuleNotFoundError:
-        # `infra/` is the CDK app at the repository root, not an installed package.
-        sys.path.insert(0, str(REPO_ROOT))
-        from infra.deploy_local import deploy_to_moto
-    return deploy_to_moto(endpoint, context=dict(context))
+    """The repository's CDK app deployed into moto (`infra.deploy_local`); its outputs.
+
+    `infra/` is the checkout's app (cdk.json, app.py, node_modules' CDK CLI), not part of
+    the installed package: it runs as `python -m infra.deploy_local` inside the checkout.
+    """
+    if not (REPO_ROOT / "infra" / "deploy_local.py").is_file():
+        raise RuntimeError(
+            f"the demo deploys the repository's CDK app and needs a checkout of sendonce ({REPO_ROOT}"
+            " has none): run `make demo` there"
+        )
+    result = subprocess.run(
+        [sys.executable, "-m", "infra.deploy_local", endpoint, json.dumps(dict(context))],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"deploying the stack into moto failed:\n{result.stderr[-6000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 @dataclass(frozen=True)

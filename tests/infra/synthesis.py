@@ -42,7 +42,7 @@ class Synthesized:
     context: dict[str, Any]
     outdir: Path
     template: dict[str, Any]
-    config: Any  # infra.config.SendonceConfig
+    config: Any  # sendonce_cdk.config.SendonceConfig
 
     @property
     def resources(self) -> dict[str, dict[str, Any]]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.bundling import LocalPythonBundling
+from sendonce_cdk.bundling import LocalPythonBundling, package_dir
 from tests.infra.synthesis import Synthesized
 
 pytestmark = pytest.mark.infra
@@ -31,13 +31,13 @@ def test_asset_holds_the_package_and_linux_arm64_wheels(default_assembly: Synthe
 
 
 def _fake_lambdas(root: Path, requirements: str) -> Path:
-    package = root / "lambdas" / "sendonce"
+    package = root / "site-packages" / "sendonce"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "__pycache__").mkdir()
     (package / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"")
-    (root / "lambdas" / "requirements.txt").write_text(requirements)
-    return root / "lambdas"
+    (package / "requirements.txt").write_text(requirements)
+    return package
 
 
 def test_cache_key_follows_requirements_and_platform(tmp_path: Path) -> None:
@@ -69,3 +69,21 @@ def test_cached_dependencies_are_copied_without_pip(tmp_path: Path) -> None:
     assert (output / "dependency" / "__init__.py").is_file()
     assert (output / "sendonce" / "__init__.py").is_file()
     assert not (output / "sendonce" / "__pycache__").exists()
+    assert not (output / "sendonce" / "requirements.txt").exists()
+
+
+def test_the_lambda_code_is_the_importable_sendonce_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import sendonce
+
+    monkeypatch.delenv("SENDONCE_BUNDLE_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    bundler = LocalPythonBundling()
+
+    # The package Python imports (lambdas/sendonce here, site-packages from a wheel),
+    # with its pins as package data; the cache outside both.
+    assert bundler.source_dir == Path(sendonce.__file__).parent
+    assert bundler.requirements.read_text() == (package_dir() / "requirements.txt").read_text()
+    assert "pydantic==" in bundler.requirements.read_text()
+    assert bundler.cache_dir == tmp_path / "sendonce" / "lambda-deps"
+    monkeypatch.setenv("SENDONCE_BUNDLE_CACHE", str(tmp_path / "elsewhere"))
+    assert LocalPythonBundling().cache_dir == tmp_path / "elsewhere"

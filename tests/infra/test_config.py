@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.config import ConfigError, SendonceConfig
+from sendonce_cdk.config import ConfigError, SendonceConfig
 
 pytestmark = pytest.mark.infra
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from infra.config import LAMBDA_MIN_UNRESERVED
+from sendonce_cdk.config import LAMBDA_MIN_UNRESERVED
 from tests.infra.synthesis import Synthesized
 
 pytestmark = pytest.mark.infra

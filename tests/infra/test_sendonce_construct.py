@@ -124,7 +124,7 @@ def test_grant_operate_allows_every_operator_route(user_stack: dict[str, Any]) -
 def test_bad_props_are_refused_before_synthesis() -> None:
     import aws_cdk as cdk
 
-    from infra.config import ConfigError
+    from sendonce_cdk.config import ConfigError
     from sendonce_cdk import SendOnce
 
     stack = cdk.Stack(cdk.App(), "Bad")

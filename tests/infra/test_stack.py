@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match
 
-from infra.config import MAX_RECEIVE_COUNT
+from sendonce_cdk.config import MAX_RECEIVE_COUNT
 from infra.stack import OUTPUT_NAMES
 from tests.infra.synthesis import FULL_CONTEXT, REPO_ROOT, Synthesized
 

@@ -11,7 +11,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.bundling import ARCHITECTURE, RUNTIME, lambda_code
+from sendonce_cdk.bundling import ARCHITECTURE, RUNTIME, lambda_code
 
 HANDLER = "sendonce.handlers.consumer.lambda_handler"
 SERVICE_NAME = "sendonce"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cw
 
-from infra.consumer import METRICS_NAMESPACE, SERVICE_NAME
+from sendonce_cdk.consumer import METRICS_NAMESPACE, SERVICE_NAME
 
 EMAILS_SENT = "EmailsSent"
 DUPLICATE_SENDS_PREVENTED = "DuplicateSendsPrevented"

@@ -2,7 +2,7 @@
 EventBridge, and the queue that keeps events the function could not apply.
 
 docs/deliverability.md describes what the function does with each event. Resend's
-webhooks reach the same function through the public HTTP API (infra/public_api.py).
+webhooks reach the same function through the public HTTP API (sendonce_cdk/public_api.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from aws_cdk import aws_ses as ses
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.function import ServiceFunction
+from sendonce_cdk.function import ServiceFunction
 
 HANDLER = "sendonce.handlers.events.lambda_handler"
 # What SES publishes to EventBridge for the configuration set; SEND is required: the brakes

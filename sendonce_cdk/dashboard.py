@@ -10,7 +10,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra import metrics
+from sendonce_cdk import metrics
 
 ONE_MINUTE = cdk.Duration.minutes(1)
 WIDTH = 8  # three widgets per row of 24

@@ -11,8 +11,8 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.bundling import ARCHITECTURE, RUNTIME, lambda_code
-from infra.consumer import METRICS_NAMESPACE, SERVICE_NAME
+from sendonce_cdk.bundling import ARCHITECTURE, RUNTIME, lambda_code
+from sendonce_cdk.consumer import METRICS_NAMESPACE, SERVICE_NAME
 
 
 class ServiceFunction(Construct):

@@ -1,15 +1,20 @@
-"""Bundle the Lambda code without Docker.
+"""Bundle the Lambda code without Docker, from the installed `sendonce` package.
 
-`lambdas/requirements.txt` is installed with pip for the Lambda platform (manylinux
-aarch64 wheels, CPython 3.12), then the `sendonce` package is copied beside it. The
-installed dependencies are cached under `.bundle-cache/<hash>` keyed by the
-requirements file and the target platform, so only a changed requirements file pays
-for pip again.
+The Lambda code is the `sendonce` package wherever Python imports it from: `lambdas/`
+in a checkout, site-packages once the wheel is installed (it ships in the same wheel as
+this construct). Its `requirements.txt` (package data) is installed with pip for the
+Lambda platform (manylinux aarch64 wheels, CPython 3.12), then the package is copied
+beside it. The installed dependencies are cached in the user's cache directory
+(`$SENDONCE_BUNDLE_CACHE`, else `$XDG_CACHE_HOME/sendonce/lambda-deps`, else
+`~/.cache/sendonce/lambda-deps`), never inside site-packages or the app, keyed by the
+requirements file and the target platform, so only a changed requirements file pays for
+pip again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import os
 import shutil
 import subprocess
@@ -21,9 +26,9 @@ import aws_cdk as cdk
 import jsii
 from aws_cdk import aws_lambda as lambda_
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-LAMBDAS_DIR = REPO_ROOT / "lambdas"
-CACHE_DIR = REPO_ROOT / ".bundle-cache"
+LAMBDA_PACKAGE = "sendonce"
+REQUIREMENTS = "requirements.txt"
+CACHE_ENV = "SENDONCE_BUNDLE_CACHE"
 
 PYTHON_VERSION = "3.12"
 PIP_PLATFORM = "manylinux2014_aarch64"
@@ -37,8 +42,24 @@ ARCHITECTURE = lambda_.Architecture.ARM_64
 EXCLUDE = ["__pycache__", "*.pyc", "*.pyo", ".pytest_cache", "tests"]
 
 
+def package_dir(package: str = LAMBDA_PACKAGE) -> Path:
+    """The directory Python imports `package` from (a checkout's `lambdas/sendonce`, or
+    site-packages/sendonce)."""
+    root = importlib.resources.files(package)
+    if not isinstance(root, Path) or not (root / REQUIREMENTS).is_file():
+        raise BundlingError(f"{package!r} is not a package directory with {REQUIREMENTS}: {root}")
+    return root
+
+
+def default_cache_dir() -> Path:
+    if explicit := os.environ.get(CACHE_ENV):
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "sendonce" / "lambda-deps"
+
+
 class BundlingError(RuntimeError):
-    """pip could not install the Lambda dependencies for the target platform."""
+    """The Lambda package was not found, or pip could not install its dependencies for the target platform."""
 
 
 @jsii.implements(cdk.ILocalBundling)
@@ -48,21 +69,21 @@ class LocalPythonBundling:
     def __init__(
         self,
         *,
-        source_dir: Path = LAMBDAS_DIR,
-        package: str = "sendonce",
-        cache_dir: Path = CACHE_DIR,
+        source_dir: Path | None = None,
+        cache_dir: Path | None = None,
         python_version: str = PYTHON_VERSION,
         platform: str = PIP_PLATFORM,
     ) -> None:
-        self.source_dir = source_dir
-        self.package = package
-        self.cache_dir = cache_dir
+        # The package directory itself: it is the asset's source and names the package.
+        self.source_dir = source_dir or package_dir()
+        self.package = self.source_dir.name
+        self.cache_dir = cache_dir or default_cache_dir()
         self.python_version = python_version
         self.platform = platform
 
     @property
     def requirements(self) -> Path:
-        return self.source_dir / "requirements.txt"
+        return self.source_dir / REQUIREMENTS
 
     def cache_key(self) -> str:
         digest = hashlib.sha256()
@@ -74,10 +95,10 @@ class LocalPythonBundling:
         dependencies = self.installed_dependencies()
         shutil.copytree(dependencies, output_dir, dirs_exist_ok=True)
         shutil.copytree(
-            self.source_dir / self.package,
+            self.source_dir,
             Path(output_dir) / self.package,
             dirs_exist_ok=True,
-            ignore=shutil.ignore_patterns(*EXCLUDE),
+            ignore=shutil.ignore_patterns(*EXCLUDE, REQUIREMENTS),
         )
         return True
 
@@ -119,9 +140,9 @@ class LocalPythonBundling:
 
 
 def lambda_code(*, bundler: LocalPythonBundling | None = None) -> lambda_.Code:
-    """The `lambdas/` directory bundled for Lambda.
+    """The `sendonce` package bundled for Lambda, from wherever it is installed.
 
-    The asset hash is the source hash (the `lambdas/` tree, requirements.txt included,
+    The asset hash is the source hash (the package tree, requirements.txt included,
     plus the bundling options), so an unchanged tree skips bundling when its staged
     copy already exists in `cdk.out`.
     """
@@ -135,7 +156,7 @@ def lambda_code(*, bundler: LocalPythonBundling | None = None) -> lambda_.Code:
             image=cdk.DockerImage.from_registry("none"),
             local=bundler,
             # Never read by anything: recorded in the asset hash, so a platform or
-            # bundle-format change re-bundles even when lambdas/ did not change.
+            # bundle-format change re-bundles even when the package did not change.
             environment={"SENDONCE_BUNDLE": f"{bundler.platform}-cp{bundler.python_version}-v{BUNDLE_FORMAT}"},
         ),
     )

@@ -11,8 +11,8 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.function import ServiceFunction
-from infra.http_api import LoggedHttpApi
+from sendonce_cdk.function import ServiceFunction
+from sendonce_cdk.http_api import LoggedHttpApi
 
 HANDLER = "sendonce.handlers.api.lambda_handler"
 GET, POST = apigwv2.HttpMethod.GET, apigwv2.HttpMethod.POST

@@ -15,7 +15,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra import metrics
+from sendonce_cdk import metrics
 
 RUNBOOK = "docs/operations.md"
 FIVE_MINUTES = cdk.Duration.minutes(5)

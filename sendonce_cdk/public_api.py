@@ -16,8 +16,8 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from infra.function import ServiceFunction
-from infra.http_api import LoggedHttpApi
+from sendonce_cdk.function import ServiceFunction
+from sendonce_cdk.http_api import LoggedHttpApi
 
 UNSUBSCRIBE_HANDLER = "sendonce.handlers.unsubscribe.lambda_handler"
 UNSUBSCRIBE_PATH = "/u/{token}"

@@ -1,0 +1,199 @@
+"""The wheel on its own: built from the sources, installed into a fresh venv, with no
+checkout of this repository on the way.
+
+- `pip install <wheel>` gives a working `sendonce` CLI without the `cdk` extra;
+- with `[cdk]`, someone else's CDK app (tests/infra/foreign_app/app.py, copied to a
+  temporary directory) synthesizes `SendOnce` next to its own producer function under
+  cdk-nag, bundling the Lambda code from the installed `sendonce` package.
+
+Dependencies come from PyPI (or the warm pip cache) under constraints.txt: ~35 s of
+installing, ~15 s of synthesis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.infra.synthesis import REPO_ROOT
+
+pytestmark = [pytest.mark.infra, pytest.mark.wheel]
+
+# What the wheel is built from; nothing else of the checkout is copied.
+SOURCES = ("pyproject.toml", "README.md", "lambdas", "src", "sendonce_cdk")
+FOREIGN_APP = Path(__file__).with_name("foreign_app") / "app.py"
+PUBLISH_ROUTES = {"POST/campaigns", "POST/campaigns/*/publish", "GET/campaigns/*", "GET/campaigns/*/delivery-status"}
+
+
+@dataclass(frozen=True)
+class Installed:
+    root: Path
+    venv: Path
+    env: dict[str, str]
+    help: subprocess.CompletedProcess[str]  # `sendonce --help` before the cdk extra
+    timings: dict[str, float]
+
+    def run(self, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            args, cwd=cwd, env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+
+def _checked(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert result.returncode == 0, f"{result.args} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    root = tmp_path_factory.mktemp("wheel")
+    timings: dict[str, float] = {}
+    # No PYTHONPATH, no active venv, no jsii on the repository's node: nothing points back.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV", "JSII_NODE", "PYTHONHOME", "SENDONCE_BUNDLE_CACHE")
+    }
+    env.update(
+        {
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "1",
+            "SENDONCE_BUNDLE_CACHE": str(root / "bundle-cache"),
+        }
+    )
+
+    # Given a wheel built from a copy of the sources (no stale build/ or egg-info)
+    started = time.monotonic()
+    source = root / "source"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+    for name in SOURCES:
+        path = REPO_ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, source / name, ignore=ignore)
+        else:
+            source.mkdir(exist_ok=True)
+            shutil.copy2(path, source / name)
+    dist = root / "dist"
+    _checked(
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(dist), str(source)],
+            env=env, cwd=root, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+    )
+    (wheel,) = dist.glob("sendonce-*.whl")
+    timings["build"] = time.monotonic() - started
+
+    # And a fresh venv holding that wheel and its declared dependencies only
+    started = time.monotonic()
+    venv = root / "venv"
+    _checked(subprocess.run([sys.executable, "-m", "venv", str(venv)], env=env, capture_output=True, text=True, check=False))
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "-c", str(REPO_ROOT / "constraints.txt")]
+    _checked(subprocess.run([*pip, str(wheel)], env=env, cwd=root, capture_output=True, text=True, timeout=600, check=False))
+    timings["install"] = time.monotonic() - started
+    help_result = subprocess.run(
+        [str(venv / "bin" / "sendonce"), "--help"], env=env, cwd=root, capture_output=True, text=True, timeout=60, check=False
+    )
+
+    started = time.monotonic()
+    _checked(
+        subprocess.run([*pip, f"{wheel}[cdk]"], env=env, cwd=root, capture_output=True, text=True, timeout=600, check=False)
+    )
+    timings["install_cdk"] = time.monotonic() - started
+    return Installed(root=root, venv=venv, env=env, help=help_result, timings=timings)
+
+
+def test_pip_install_gives_a_working_cli_without_the_cdk_extra(installed: Installed) -> None:
+    result = _checked(installed.help)
+
+    assert result.stdout.startswith("Usage: sendonce")
+    for command in ("campaign", "dlq", "ledger", "suppression", "cost"):
+        assert f"\n  {command} " in result.stdout, command
+
+
+@pytest.fixture(scope="module")
+def foreign_app(installed: Installed) -> dict[str, Any]:
+    app_dir = installed.root / "shop-app"
+    app_dir.mkdir()
+    shutil.copy2(FOREIGN_APP, app_dir / "app.py")
+    outdir = app_dir / "cdk.out"
+
+    started = time.monotonic()
+    result = _checked(installed.run(str(installed.venv / "bin" / "python"), "app.py", str(outdir), cwd=app_dir))
+    seconds = time.monotonic() - started
+    print(f"wheel test timings: {installed.timings | {'synth': seconds}}")
+    return {
+        "dir": app_dir,
+        "outdir": outdir,
+        "imported": json.loads(result.stdout.strip().splitlines()[-1]),
+        "template": json.loads((outdir / "Shop.template.json").read_text()),
+        "report": json.loads((outdir / "validation-report.json").read_text()),
+    }
+
+
+def test_the_app_imports_the_construct_and_the_lambda_code_from_the_venv(
+    installed: Installed, foreign_app: dict[str, Any]
+) -> None:
+    site_packages = next((installed.venv / "lib").glob("python3.*/site-packages"))
+    for module, path in foreign_app["imported"].items():
+        assert Path(path).is_relative_to(site_packages), (module, path)
+
+
+def test_cdk_nag_passes_with_the_constructs_own_acknowledgements(foreign_app: dict[str, Any]) -> None:
+    (report,) = [r for r in foreign_app["report"]["pluginReports"] if r["pluginName"] == "AwsSolutions"]
+    assert report["conclusion"] == "success"
+    assert report["violations"] == []
+    suppressed = {v["ruleName"] for v in report["suppressedViolations"]}
+    # grant_publish's route wildcards on the producer's policy, acknowledged by SendOnce.
+    routes = {name.split("/$default/")[1].rstrip("]") for name in suppressed if ":execute-api:" in name}
+    assert routes == PUBLISH_ROUTES - {"POST/campaigns"}
+
+
+def test_the_producer_may_invoke_the_publish_routes_only(foreign_app: dict[str, Any]) -> None:
+    resources = foreign_app["template"]["Resources"]
+    (producer_role,) = [
+        name for name, r in resources.items() if r["Type"] == "AWS::IAM::Role" and name.startswith("ProducerServiceRole")
+    ]
+    statements = [
+        statement
+        for r in resources.values()
+        if r["Type"] == "AWS::IAM::Policy" and {"Ref": producer_role} in r["Properties"]["Roles"]
+        for statement in r["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    assert [s["Action"] for s in statements] == ["execute-api:Invoke"]
+    routes = {resource["Fn::Join"][1][-1].split("/$default/")[1] for resource in statements[0]["Resource"]}
+    assert routes == PUBLISH_ROUTES
+
+
+def test_the_lambda_asset_is_bundled_from_the_installed_package(
+    installed: Installed, foreign_app: dict[str, Any]
+) -> None:
+    outdir = foreign_app["outdir"]
+    functions = [r for r in foreign_app["template"]["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
+    keys = {f["Properties"]["Code"]["S3Key"] for f in functions if "S3Key" in f["Properties"]["Code"]}
+    assert len(keys) == 1, "one asset for every sendonce function"
+    asset = outdir / f"asset.{keys.pop().removesuffix('.zip')}"
+
+    assert (asset / "sendonce" / "handlers" / "consumer.py").is_file()
+    native = list((asset / "pydantic_core").glob("*.so"))
+    assert native and all("cpython-312-aarch64-linux-gnu" in so.name for so in native)
+    # The Lambda-platform dependencies were installed into the cache given, not into the venv.
+    assert any((installed.root / "bundle-cache").iterdir())
+    site_packages = next((installed.venv / "lib").glob("python3.*/site-packages"))
+    assert not (site_packages / "pydantic_core-aarch64").exists()
+    assert not list(site_packages.glob("**/*aarch64-linux-gnu.so"))
+
+
+def test_no_path_of_the_checkout_reaches_the_cloud_assembly(foreign_app: dict[str, Any]) -> None:
+    checkout = str(REPO_ROOT)
+    for path in foreign_app["outdir"].glob("*.json"):
+        assert checkout not in path.read_text(), path.name
