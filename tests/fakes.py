@@ -194,6 +194,10 @@ class FakeCampaignStore:
         except KeyError:
             raise CampaignNotFoundError(campaign_id) from None
 
+    def list(self, state=None):
+        return iter(sorted((c for c in self.campaigns.values() if state is None or c.state == state),
+                           key=lambda c: c.campaign_id))
+
     def transition(self, campaign_id, *, to, allowed_from, by, reason=None, publishing_until_ms=None,
                    unless_publishing_at_ms=None, stays=False) -> Campaign:
         campaign = self.get(campaign_id)

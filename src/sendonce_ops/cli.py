@@ -219,6 +219,32 @@ def campaign_summary(campaign: Campaign) -> dict[str, Any]:
     }
 
 
+@campaign.command("list")
+@click.option("--state", type=click.Choice([s.value for s in CampaignState]), default=None,
+              help="Only campaigns in this state.")
+@json_option
+@pass_cli
+def campaign_list(cli: Cli, state: str | None, as_json: bool) -> None:
+    """The campaigns (id, state, delivery mode, last change), by id.
+
+    One Scan of the campaigns table per call (it has no index by state); the ledger is not read.
+    """
+    campaigns = cli.service().list_campaigns(CampaignState(state) if state else None)
+    if as_json:
+        cli.json({"campaigns": [{**campaign_summary(c), "open_batches": max(c.open_batches, 0)} for c in campaigns]})
+        return
+    if not campaigns:
+        click.echo(f"no campaign is {state}" if state else "no campaigns")
+        return
+    table = Table()
+    for column in ("id", "state", "delivery mode", "updated"):
+        table.add_column(column)
+    for c in campaigns:
+        reason = f" ({c.state_reason})" if c.state_reason else ""
+        table.add_row(Text(c.campaign_id), Text(c.state.value + reason), c.delivery_mode, c.updated_at or "-")
+    cli.out.print(table)
+
+
 @campaign.command("create")
 @click.option("--spec", "spec_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
               help="YAML or JSON: id, name, subject, from, reply_to, html / html_file, text / text_file, provider, "
