@@ -194,10 +194,6 @@ class FakeCampaignStore:
         except KeyError:
             raise CampaignNotFoundError(campaign_id) from None
 
-    def list(self, state=None):
-        return iter(sorted((c for c in self.campaigns.values() if state is None or c.state == state),
-                           key=lambda c: c.campaign_id))
-
     def transition(self, campaign_id, *, to, allowed_from, by, reason=None, publishing_until_ms=None,
                    unless_publishing_at_ms=None, stays=False) -> Campaign:
         campaign = self.get(campaign_id)
@@ -239,6 +235,10 @@ class FakeCampaignStore:
 
     def batches(self, campaign_id: str):
         return iter(list(self.batch_records.get(campaign_id, {}).values()))
+
+    def list(self, state=None):
+        return iter(sorted((c for c in self.campaigns.values() if state is None or c.state == state),
+                           key=lambda c: c.campaign_id))
 
 
 class FakeQueue:

@@ -162,11 +162,6 @@ class CampaignStore(Protocol):
 
     def get(self, campaign_id: str) -> Campaign: ...
 
-    def list(self, state: CampaignState | None = None) -> Iterator[Campaign]:
-        """Every campaign (optionally only those in `state`), by id. An operator's read: the
-        DynamoDB store scans the campaigns table (never the ledger) once per call."""
-        ...
-
     def transition(
         self,
         campaign_id: str,
@@ -212,6 +207,11 @@ class CampaignStore(Protocol):
 
     def batches(self, campaign_id: str) -> Iterator[tuple[BatchMessage, bool]]:
         """Every batch of the campaign with whether it reached the queue."""
+        ...
+
+    def list(self, state: CampaignState | None = None) -> Iterator[Campaign]:
+        """Every campaign (optionally only those in `state`), by id. An operator's read: the
+        DynamoDB store scans the campaigns table (never the ledger) once per call."""
         ...
 
 

@@ -71,32 +71,6 @@ class DynamoDBCampaignStore:
             raise CampaignNotFoundError(f"campaign {campaign_id!r} does not exist")
         return _campaign(response["Item"])
 
-    def list(self, state: CampaignState | None = None) -> Iterator[Campaign]:
-        """A Scan of the campaigns table, filtered to the campaign items (sk = campaign) and
-        `state`, page by page. The table has no index by state: each call reads every item of
-        the table (campaigns, their batches and send groups) and pays for all of them, which
-        is fine for an operator's listing; a GSI on state is the upgrade path. Items are
-        sorted by id here, since a scan's order is the hash order of its keys."""
-        values: dict[str, Any] = {":campaign": {"S": "campaign"}}
-        names: dict[str, str] = {}
-        condition = "sk = :campaign"
-        if state is not None:
-            condition += " AND #state = :state"
-            values[":state"] = {"S": CampaignState(state).value}
-            names["#state"] = "state"
-        request: dict[str, Any] = {"TableName": self._table, "FilterExpression": condition,
-                                   "ExpressionAttributeValues": values}
-        if names:
-            request["ExpressionAttributeNames"] = names
-        if self._scan_page_size:
-            request["PaginationConfig"] = {"PageSize": self._scan_page_size}
-        campaigns = [
-            _campaign(item)
-            for page in self._client.get_paginator("scan").paginate(**request)
-            for item in page["Items"]
-        ]
-        return iter(sorted(campaigns, key=lambda c: c.campaign_id))
-
     def transition(
         self,
         campaign_id: str,
@@ -273,3 +247,29 @@ class DynamoDBCampaignStore:
         )
         groups = [SendGroup.model_validate_json(item["body"]["S"]) for item in response["Items"]]
         return sorted(groups, key=lambda g: int(g.group_id.rsplit("-g", 1)[1]))
+
+    def list(self, state: CampaignState | None = None) -> Iterator[Campaign]:
+        """A Scan of the campaigns table, filtered to the campaign items (sk = campaign) and
+        `state`, page by page. The table has no index by state: each call reads every item of
+        the table (campaigns, their batches and send groups) and pays for all of them, which
+        is fine for an operator's listing; a GSI on state is the upgrade path. Items are
+        sorted by id here, since a scan's order is the hash order of its keys."""
+        values: dict[str, Any] = {":campaign": {"S": "campaign"}}
+        names: dict[str, str] = {}
+        condition = "sk = :campaign"
+        if state is not None:
+            condition += " AND #state = :state"
+            values[":state"] = {"S": CampaignState(state).value}
+            names["#state"] = "state"
+        request: dict[str, Any] = {"TableName": self._table, "FilterExpression": condition,
+                                   "ExpressionAttributeValues": values}
+        if names:
+            request["ExpressionAttributeNames"] = names
+        if self._scan_page_size:
+            request["PaginationConfig"] = {"PageSize": self._scan_page_size}
+        campaigns = [
+            _campaign(item)
+            for page in self._client.get_paginator("scan").paginate(**request)
+            for item in page["Items"]
+        ]
+        return iter(sorted(campaigns, key=lambda c: c.campaign_id))
