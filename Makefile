@@ -8,7 +8,7 @@ NPM_STAMP := node_modules/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: venv npm test test-unit test-integration test-infra test-wheel test-chaos verify demo bench clean
+.PHONY: venv npm contracts test test-unit test-integration test-infra test-wheel test-chaos verify demo bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt lambdas/sendonce/requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -23,6 +23,11 @@ $(NPM_STAMP): package.json package-lock.json
 
 venv: $(STAMP)
 npm: $(NPM_STAMP)
+
+# The published contracts (schemas/*.json, docs/openapi.json), regenerated from the models;
+# tests/unit/test_contracts.py fails when the committed files differ from the code.
+contracts: $(STAMP)
+	$(BIN)/python -m sendonce_ops.contracts --write
 
 # Tests mostly wait (visibility timeouts, provider latency, subprocesses): four workers,
 # one file per worker, each with its own moto server, fit the 2-core machine.

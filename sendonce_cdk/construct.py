@@ -340,9 +340,10 @@ class SendOnce(Construct):
         self.tables.ledger.grant(function, "dynamodb:Query")
         # Create (conditional PutItem), get, state moves and batch marks (UpdateItem), a
         # batch's record with its campaign's total (TransactWriteItems of a conditional Put
-        # and an Update), the batches of a campaign (Query).
+        # and an Update), the batches of a campaign (Query), GET /campaigns (Scan: the campaigns
+        # table has no index by state; the ledger is never scanned).
         self.tables.campaigns.grant(
-            function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"
+            function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:Scan"
         )
         # Publish enqueues batches (SendMessageBatch is authorized by SendMessage); the API
         # never consumes them.

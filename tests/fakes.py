@@ -238,6 +238,10 @@ class FakeCampaignStore:
     def batches(self, campaign_id: str):
         return iter(list(self.batch_records.get(campaign_id, {}).values()))
 
+    def list(self, state=None):
+        return iter(sorted((c for c in self.campaigns.values() if state is None or c.state == state),
+                           key=lambda c: c.campaign_id))
+
 
 class FakeQueue:
     def __init__(self):

@@ -241,6 +241,9 @@ class CampaignService:
     def get(self, campaign_id: str) -> Campaign:
         return self._campaigns.get(campaign_id)
 
+    def list_campaigns(self, state: CampaignState | None = None) -> list[Campaign]:
+        return list(self._campaigns.list(state))
+
     def publish(
         self,
         campaign_id: str,

@@ -209,6 +209,11 @@ class CampaignStore(Protocol):
         """Every batch of the campaign with whether it reached the queue."""
         ...
 
+    def list(self, state: CampaignState | None = None) -> Iterator[Campaign]:
+        """Every campaign (optionally only those in `state`), by id. An operator's read: the
+        DynamoDB store scans the campaigns table (never the ledger) once per call."""
+        ...
+
 
 class Queue(Protocol):
     def publish(self, bodies: list[str]) -> None:

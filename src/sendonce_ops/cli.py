@@ -11,13 +11,14 @@ import contextlib
 import datetime as dt
 import functools
 import getpass
+import io
 import json
 import os
 import signal
 import sys
 import time
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
@@ -27,7 +28,16 @@ import boto3
 import click
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError, NoRegionError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -219,6 +229,32 @@ def campaign_summary(campaign: Campaign) -> dict[str, Any]:
     }
 
 
+@campaign.command("list")
+@click.option("--state", type=click.Choice([s.value for s in CampaignState]), default=None,
+              help="Only campaigns in this state.")
+@json_option
+@pass_cli
+def campaign_list(cli: Cli, state: str | None, as_json: bool) -> None:
+    """The campaigns (id, state, delivery mode, last change), by id.
+
+    One Scan of the campaigns table per call (it has no index by state); the ledger is not read.
+    """
+    campaigns = cli.service().list_campaigns(CampaignState(state) if state else None)
+    if as_json:
+        cli.json({"campaigns": [{**campaign_summary(c), "open_batches": max(c.open_batches, 0)} for c in campaigns]})
+        return
+    if not campaigns:
+        click.echo(f"no campaign is {state}" if state else "no campaigns")
+        return
+    table = Table()
+    for column in ("id", "state", "delivery mode", "updated"):
+        table.add_column(column)
+    for c in campaigns:
+        reason = f" ({c.state_reason})" if c.state_reason else ""
+        table.add_row(Text(c.campaign_id), Text(c.state.value + reason), c.delivery_mode, c.updated_at or "-")
+    cli.out.print(table)
+
+
 @campaign.command("create")
 @click.option("--spec", "spec_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
               help="YAML or JSON: id, name, subject, from, reply_to, html / html_file, text / text_file, provider, "
@@ -270,14 +306,20 @@ def campaign_publish(cli: Cli, campaign_id: str, recipients_path: Path, fmt: str
     def report(row: Row) -> None:
         cli.warn(f"{name}:{row.line}: {describe_row(row, dedupe_addresses=dedupe_addresses)}")
 
-    with _publishing_status(cli, as_json) as status:
+    passes = iter(("checking", "publishing") if strict else ("publishing",))
+
+    with _publish_progress(cli.err, recipients_path, quiet=as_json) as bar:
         def on_batch(so_far: PublishReport) -> None:
             progress["report"] = so_far
-            status(f"published {so_far.accepted} recipients ({so_far.messages_sent} messages)")
+            bar.published(so_far)
+
+        def rows() -> Iterator[Row]:
+            bar.start(next(passes, "publishing"))
+            return _recipient_rows(recipients_path, file_format, on_read=bar.advance)
 
         try:
             result, tally = publish_file(
-                cli.service(writes=True), campaign_id, lambda: _recipient_rows(recipients_path, file_format),
+                cli.service(writes=True), campaign_id, rows,
                 name=name, strict=strict, dedupe_addresses=dedupe_addresses, on_report=report,
                 batch_size=batch_size, on_batch=on_batch,
             )
@@ -320,11 +362,15 @@ def campaign_publish(cli: Cli, campaign_id: str, recipients_path: Path, fmt: str
         raise click.exceptions.Exit(int(ExitCode.PARTIAL))
 
 
-def _recipient_rows(path: Path, file_format: str) -> Iterator[Row]:
-    """The file's rows, read as they are consumed; the header is checked now."""
+def _recipient_rows(path: Path, file_format: str, on_read: Callable[[int], None] | None = None) -> Iterator[Row]:
+    """The file's rows, read as they are consumed; the header is checked now. `on_read`
+    hears of every chunk of bytes read from the file (the progress bar's measure)."""
     name = str(path)
     try:
-        handle = path.open(encoding="utf-8-sig", newline="")
+        raw: io.RawIOBase = io.FileIO(path, "rb")
+        if on_read is not None:
+            raw = _CountingReader(raw, on_read)
+        handle = io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8-sig", newline="")
     except FileNotFoundError:
         raise RecipientFileError(f"{name}: no such file") from None
     except OSError as exc:
@@ -351,13 +397,69 @@ def _text_lines(handle: IO[str], name: str) -> Iterator[str]:
         raise RecipientFileError(f"{name}:{number + 1}: not UTF-8 text") from None
 
 
+class _CountingReader(io.RawIOBase):
+    """A file's bytes, reporting how many each read returned."""
+
+    def __init__(self, raw: io.RawIOBase, on_read: Callable[[int], None]):
+        self._raw = raw
+        self._on_read = on_read
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        count = self._raw.readinto(buffer)
+        if count:
+            self._on_read(count)
+        return count
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _PublishProgress:
+    """The publish bar: bytes of the recipient file read, with rate and ETA. Silent when
+    stderr is not a terminal (or with --json): nothing but row reports reaches stderr then."""
+
+    def __init__(self, progress: Progress | None, path: Path):
+        self._progress = progress
+        self._name = path.name
+        try:
+            self._total: int | None = path.stat().st_size
+        except OSError:
+            self._total = None
+        self._task: Any = None
+        self._pass = "publishing"
+
+    def start(self, what: str) -> None:
+        """A read of the file begins (strict mode reads it twice: checking, then publishing)."""
+        self._pass = what
+        if self._progress is None:
+            return
+        if self._task is None:
+            self._task = self._progress.add_task(f"{what} {self._name}", total=self._total)
+        else:
+            self._progress.reset(self._task, total=self._total, description=f"{what} {self._name}")
+
+    def advance(self, count: int) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.advance(self._task, count)
+
+    def published(self, report: PublishReport) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, description=f"{self._pass} {self._name}: {report.accepted:,} recipients")
+
+
 @contextlib.contextmanager
-def _publishing_status(cli: Cli, quiet: bool) -> Iterator[Any]:
-    if quiet or not cli.err.is_terminal:
-        yield lambda message: None
+def _publish_progress(console: Console, path: Path, *, quiet: bool) -> Iterator[_PublishProgress]:
+    if quiet or not console.is_terminal:
+        yield _PublishProgress(None, path)
         return
-    with cli.err.status("publishing...") as status:
-        yield lambda message: status.update(message)
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+               TimeRemainingColumn())
+    with Progress(*columns, console=console) as progress:
+        yield _PublishProgress(progress, path)
 
 
 def _transition_output(cli: Cli, campaign: Campaign, verb: str, as_json: bool, **extra: Any) -> None:

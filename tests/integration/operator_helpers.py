@@ -40,8 +40,8 @@ def sendonce(system, *args: str, env: dict[str, str | None] | None = None) -> Re
     return runner.invoke(cli, list(args), env={**cli_env(system), **(env or {})}, catch_exceptions=False)
 
 
-def sendonce_process(system, *args: str, **kwargs: Any) -> subprocess.CompletedProcess:
-    env = {**os.environ, **cli_env(system)}
+def sendonce_process(system, *args: str, env: dict[str, str] | None = None, **kwargs: Any) -> subprocess.CompletedProcess:
+    env = {**os.environ, **cli_env(system), **(env or {})}
     return subprocess.run([str(SENDONCE), *args], env=env, capture_output=True, text=True, timeout=60, **kwargs)
 
 

@@ -136,6 +136,11 @@ def test_the_openapi_document_describes_every_route(system):
     create = document["paths"]["/campaigns"]["post"]
     assert create["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/CampaignSpec"}
     assert {"201", "400", "409", "422"} <= set(create["responses"])
+    listing = document["paths"]["/campaigns"]["get"]
+    assert set(listing["responses"]) == {"200", "422", "500"}
+    [state] = listing["parameters"]
+    assert (state["name"], state["in"], state["required"]) == ("state", "query", False)
+    assert document["components"]["schemas"]["CampaignState"]["enum"] == [s.value for s in CampaignState]
     assert "reserved" in document["components"]["schemas"]["DeliveryStatusView"]["properties"]
 
 

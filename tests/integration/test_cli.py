@@ -4,6 +4,7 @@ leaves nothing created and nothing sent."""
 from __future__ import annotations
 
 import json
+import re
 
 import boto3
 import pytest
@@ -209,3 +210,73 @@ def test_usage_errors_exit_2_and_help_documents_the_exit_codes(system):
 
     assert usage.exit_code == 2 and "Missing option '--recipients'" in usage.stderr
     assert "Exit codes:" in helped.stdout and "4  not allowed in the campaign's state" in helped.stdout
+
+
+# --- publish's progress bar (bytes of the recipient file read) ---------------------------
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _file_with_multibyte_rows(path, system, n: int):
+    # Names outside ASCII: the file's bytes outnumber its characters, and the bar counts bytes.
+    return write_csv(path, [(f"r{i}", f"user{i}@{system.domain}", f"Zoë Ångström {i}") for i in range(n)])
+
+
+def test_publish_is_quiet_on_stderr_when_it_is_not_a_terminal_or_with_json(system, tmp_path):
+    system.campaign()
+    system.campaign("c2")
+    recipients = _file_with_multibyte_rows(tmp_path / "people.csv", system, 150)
+
+    piped = sendonce(system, "campaign", "publish", "c1", "--recipients", str(recipients))
+    as_json_on_a_terminal = sendonce(system, "campaign", "publish", "c2", "--recipients", str(recipients), "--json",
+                                     env={"TTY_COMPATIBLE": "1"})
+
+    assert piped.exit_code == 0 and piped.stderr == ""
+    assert "published to c1" in piped.stdout
+    assert as_json_on_a_terminal.exit_code == 0 and as_json_on_a_terminal.stderr == ""
+    assert json.loads(as_json_on_a_terminal.stdout)["accepted"] == 150
+
+
+def test_publish_on_a_terminal_shows_bytes_read_with_rate_and_eta_for_each_pass(system, tmp_path):
+    from rich.filesize import decimal
+
+    system.campaign()
+    recipients = _file_with_multibyte_rows(tmp_path / "people.csv", system, 250)
+    size = recipients.stat().st_size
+    assert size > len(recipients.read_text(encoding="utf-8"))
+
+    # TTY_COMPATIBLE=1 is rich's own switch for "this stream is a terminal"
+    shown = sendonce(system, "campaign", "publish", "c1", "--recipients", str(recipients), "--strict",
+                     env={"TTY_COMPATIBLE": "1", "COLUMNS": "150"})
+
+    assert shown.exit_code == 0, shown.stderr
+    frames = [ANSI.sub("", frame).strip() for frame in shown.stderr.split("\r")]
+    amount, unit = decimal(size).split()
+    final = [f for f in frames if f.startswith("publishing people.csv: 250 recipients")]
+    assert final, frames
+    assert f"{amount}/{amount} {unit}" in final[-1]  # every byte read, measured in bytes
+    assert re.search(r" [\d.]+ [kMG]?B/s ", final[-1])  # the rate
+    assert re.search(r"\d+:\d\d:\d\d$", final[-1])  # the ETA
+    assert any(f.startswith("checking people.csv") for f in frames)  # --strict reads the file twice
+    assert system.domain not in shown.stderr
+
+
+# --- shell completion (click's own) ---------------------------------------------------------
+
+
+def test_the_installed_command_produces_its_bash_completion_script(system):
+    script = sendonce_process(system, env={"_SENDONCE_COMPLETE": "bash_source"})
+
+    assert script.returncode == 0, script.stderr
+    assert "_sendonce_completion()" in script.stdout
+    assert "complete -o nosort -F _sendonce_completion sendonce" in script.stdout
+
+
+def test_completion_offers_the_subcommands_and_the_states(system):
+    words = sendonce_process(system, env={"_SENDONCE_COMPLETE": "bash_complete", "COMP_WORDS": "sendonce campaign li",
+                                          "COMP_CWORD": "2"})
+    states = sendonce_process(system, env={"_SENDONCE_COMPLETE": "bash_complete",
+                                           "COMP_WORDS": "sendonce campaign list --state p", "COMP_CWORD": "4"})
+
+    assert words.returncode == 0 and words.stdout.split() == ["plain,list"]
+    assert states.returncode == 0 and states.stdout.split() == ["plain,paused"]

@@ -77,3 +77,18 @@ def test_dead_letter_summary_groups_by_campaign_with_the_last_error(service, led
         {"campaign_id": None, "messages": 1, "recipients": 0, "dead_lettered": 0, "last_error": "body is not JSON"},
     ]
     assert summary.as_dict()["messages"] == 3
+
+
+def test_list_campaigns_reads_the_store_by_id_and_state_and_sends_nothing(service, queue):
+    from sendonce.models import CampaignState
+
+    service.create(Campaign(campaign_id="a0", name="n", provider="ses", sender="a@example.com",
+                            content=Content(subject="s", text="t")))
+    service.publish("c1", recipients(2))
+    sent_before = list(queue.published)
+
+    assert [c.campaign_id for c in service.list_campaigns()] == ["a0", "c1"]
+    assert [c.campaign_id for c in service.list_campaigns(CampaignState.SENDING)] == ["c1"]
+    assert [c.campaign_id for c in service.list_campaigns(CampaignState.DRAFT)] == ["a0"]
+    assert service.list_campaigns(CampaignState.CANCELLED) == []
+    assert queue.published == sent_before

@@ -2,6 +2,9 @@
 
     pk = campaign#<id>, sk = campaign        the campaign (state, content, counts)
     pk = campaign#<id>, sk = batch#<batch>   one published batch: its body and whether it reached SQS
+    pk = campaign#<id>, sk = group#<group>   batch mode: one send group's frozen membership
+
+There is no index by state: `list` scans the table (docs/api.md says what that costs).
 """
 
 from __future__ import annotations
@@ -40,9 +43,11 @@ def _campaign(item: dict[str, Any]) -> Campaign:
 
 
 class DynamoDBCampaignStore:
-    def __init__(self, *, client: Any, table_name: str):
+    def __init__(self, *, client: Any, table_name: str, scan_page_size: int | None = None):
         self._client = client
         self._table = table_name
+        # Items read per Scan request (default: DynamoDB's 1 MB pages); tests set it small.
+        self._scan_page_size = scan_page_size
 
     def _key(self, campaign_id: str, sk: str = "campaign") -> dict[str, Any]:
         return {"pk": _pk(campaign_id), "sk": {"S": sk}}
@@ -242,3 +247,29 @@ class DynamoDBCampaignStore:
         )
         groups = [SendGroup.model_validate_json(item["body"]["S"]) for item in response["Items"]]
         return sorted(groups, key=lambda g: int(g.group_id.rsplit("-g", 1)[1]))
+
+    def list(self, state: CampaignState | None = None) -> Iterator[Campaign]:
+        """A Scan of the campaigns table, filtered to the campaign items (sk = campaign) and
+        `state`, page by page. The table has no index by state: each call reads every item of
+        the table (campaigns, their batches and send groups) and pays for all of them, which
+        is fine for an operator's listing; a GSI on state is the upgrade path. Items are
+        sorted by id here, since a scan's order is the hash order of its keys."""
+        values: dict[str, Any] = {":campaign": {"S": "campaign"}}
+        names: dict[str, str] = {}
+        condition = "sk = :campaign"
+        if state is not None:
+            condition += " AND #state = :state"
+            values[":state"] = {"S": CampaignState(state).value}
+            names["#state"] = "state"
+        request: dict[str, Any] = {"TableName": self._table, "FilterExpression": condition,
+                                   "ExpressionAttributeValues": values}
+        if names:
+            request["ExpressionAttributeNames"] = names
+        if self._scan_page_size:
+            request["PaginationConfig"] = {"PageSize": self._scan_page_size}
+        campaigns = [
+            _campaign(item)
+            for page in self._client.get_paginator("scan").paginate(**request)
+            for item in page["Items"]
+        ]
+        return iter(sorted(campaigns, key=lambda c: c.campaign_id))

@@ -16,7 +16,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
-from aws_lambda_powertools.event_handler.openapi.params import Body, Path
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -25,7 +25,7 @@ from sendonce import limits
 from sendonce.adapters.s3_objects import S3ObjectLines
 from sendonce.campaigns import CampaignService, DeliveryStatus, PublishReport
 from sendonce.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError
-from sendonce.models import ID_PATTERN, Campaign
+from sendonce.models import ID_PATTERN, Campaign, CampaignState
 from sendonce.operator_input import (
     LINE_PATTERN,
     CampaignSpec,
@@ -90,6 +90,21 @@ class CampaignView(BaseModel):
             created_at=campaign.created_at,
             updated_at=campaign.updated_at,
         )
+
+
+class CampaignListItem(CampaignView):
+    open_batches: int = Field(
+        description="Published batches whose message is not yet acknowledged with every recipient ended (a hint read "
+        "from the campaign item; delivery-status counts from the ledger)."
+    )
+
+    @classmethod
+    def of(cls, campaign: Campaign) -> "CampaignListItem":
+        return cls(**CampaignView.of(campaign).model_dump(), open_batches=max(campaign.open_batches, 0))
+
+
+class CampaignList(BaseModel):
+    campaigns: list[CampaignListItem] = Field(description="Sorted by campaign id.")
 
 
 class S3Location(BaseModel):
@@ -231,6 +246,15 @@ def _service() -> CampaignService:
 def create_campaign(spec: Annotated[CampaignSpec, Body()]) -> Response[CampaignView]:
     campaign = _service().create(spec.to_campaign())
     return Response(status_code=201, content_type=content_types.APPLICATION_JSON, body=CampaignView.of(campaign))
+
+
+@app.get("/campaigns", responses=_responses(200, "The campaigns, optionally only those in one state", CampaignList))
+def list_campaigns(
+    # Not `| None`: a query parameter is absent or a state, never null, and the document says so.
+    state: Annotated[CampaignState, Query(description="Only campaigns in this state.")] = None,  # type: ignore[assignment]
+) -> CampaignList:
+    # One Scan of the campaigns table per call (no index by state; docs/api.md).
+    return CampaignList(campaigns=[CampaignListItem.of(c) for c in _service().list_campaigns(state)])
 
 
 @app.get("/campaigns/<campaign_id>", responses=_responses(200, "The campaign", CampaignView, 404))
