@@ -18,6 +18,7 @@ HANDLER = "sendonce.handlers.api.lambda_handler"
 GET, POST = apigwv2.HttpMethod.GET, apigwv2.HttpMethod.POST
 # docs/api.md. /swagger is not routed: a browser cannot sign its requests with SigV4.
 ROUTES = (
+    (GET, "/campaigns"),
     (POST, "/campaigns"),
     (GET, "/campaigns/{id}"),
     (POST, "/campaigns/{id}/publish"),

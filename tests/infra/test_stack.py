@@ -85,6 +85,7 @@ API_HANDLER = "sendonce.handlers.api.lambda_handler"
 EVENTS_HANDLER = "sendonce.handlers.events.lambda_handler"
 UNSUBSCRIBE_HANDLER = "sendonce.handlers.unsubscribe.lambda_handler"
 OPERATOR_ROUTES = {
+    "GET /campaigns",
     "POST /campaigns",
     "GET /campaigns/{id}",
     "POST /campaigns/{id}/publish",
