@@ -46,7 +46,10 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 settings.register_profile("debug", settings.get_profile("bounded"), phases=[Phase.explicit, Phase.generate])
+settings.register_profile("hunt", settings.get_profile("deep"), phases=[Phase.explicit, Phase.generate])
 PROFILE = os.environ.get("SENDONCE_MODEL_PROFILE", "bounded")
+# The deep profile runs for many minutes per machine: no per-test timeout there.
+pytestmark = pytest.mark.timeout(0 if PROFILE in ("deep", "hunt") else 280)
 
 
 @pytest.fixture(scope="module", autouse=True)
