@@ -14,7 +14,6 @@ from sendonce.delivery_protocol import Event, Verdict, classify
 from sendonce.models import (
     BatchMessage,
     Campaign,
-    CampaignState,
     DeliveryKey,
     DeliveryRecord,
     DeliveryRequest,

@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
@@ -24,7 +24,6 @@ from sendonce.campaign_lifecycle import CampaignEvent
 from sendonce.errors import IllegalTransitionError
 from sendonce.models import (
     FINAL_STATES,
-    HELD_STATES,
     MAX_RECIPIENTS_PER_BATCH,
     SCHEMA_VERSION,
     BatchMessage,

@@ -37,7 +37,7 @@ from sendonce.deliverability_ports import (
     WebhookVerifier,
 )
 from sendonce.errors import CampaignNotFoundError, IllegalTransitionError, WebhookSignatureError
-from sendonce.models import CampaignState, DeliveryState, is_valid_email
+from sendonce.models import DeliveryState, is_valid_email
 from sendonce.ports import CampaignStore
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from boto3.dynamodb.types import TypeSerializer
 
 from sendonce import delivery_protocol as protocol
 from sendonce.adapters.dynamodb_ledger import DynamoDBLedger
-from sendonce.delivery_protocol import IDEMPOTENCY_WINDOW_MS, Group, Lease, MaybeSent, Verdict, classify
+from sendonce.delivery_protocol import IDEMPOTENCY_WINDOW_MS, Group, Verdict, classify
 from sendonce.models import DeliveryRecord, DeliveryRequest, DeliveryState, SendGroup, Recipient
 from sendonce.ports import ClaimStatus
 from sendonce_ops.local.resources import create_tables

@@ -8,8 +8,7 @@ import time
 import boto3
 import pytest
 
-from sendonce.campaign_lifecycle import CampaignEvent
-from sendonce.models import CampaignState, SendGroup
+from sendonce.models import CampaignState
 from sendonce.deliverability_ports import SuppressionReason
 
 from tests.model.world import Clock, Rig

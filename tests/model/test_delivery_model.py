@@ -280,7 +280,6 @@ class DeliveryModel(RuleBasedStateMachine):
         self.provider.quota_until_ms = 0
         self.rig.drain()
         campaign = self.store.get("c1")
-        status = self.operator.status("c1")
         FIGURES["drains"] += 1
         FIGURES["steps"] += 1
         FIGURES[f"final_{campaign.state.value}"] += 1

@@ -22,7 +22,6 @@ from sendonce.errors import LeaseLostError
 from sendonce import delivery_protocol as protocol
 from sendonce.delivery_protocol import IDEMPOTENCY_WINDOW_MS, Event, Verdict, classify
 from sendonce.models import (
-    FINAL_STATES,
     DeliveryKey,
     DeliveryRecord,
     DeliveryRequest,
