@@ -196,7 +196,7 @@ class FakeCampaignStore:
             raise CampaignNotFoundError(campaign_id) from None
 
     def transition(self, campaign_id, *, to, allowed_from, by, reason=None, publishing_until_ms=None,
-                   unless_publishing_at_ms=None, stays=False) -> Campaign:
+                   unless_publishing_at_ms=None, stays=False, open_batches=None) -> Campaign:
         campaign = self.get(campaign_id)
         if campaign.state not in set(allowed_from):
             raise IllegalTransitionError(f"{campaign.state} -> {to}")
@@ -205,6 +205,8 @@ class FakeCampaignStore:
         update = {} if stays else {"state": to, "state_changed_by": by, "state_reason": reason}
         if publishing_until_ms is not None:
             update["publishing_until_ms"] = publishing_until_ms
+        if open_batches is not None:
+            update["open_batches"] = open_batches
         campaign = campaign.model_copy(update=update)
         self.campaigns[campaign_id] = campaign
         return campaign

@@ -59,7 +59,7 @@ TRANSITIONS: tuple[CampaignTransition, ...] = (
     T(E.CANCEL, C.DRAFT, C.CANCELLED, "operator", "republishes the rest so consumers close them"),
     T(E.CANCEL, C.SENDING, C.CANCELLED, "operator", "republishes the rest so consumers close them"),
     T(E.CANCEL, C.PAUSED, C.CANCELLED, "operator", "republishes the rest so consumers close them"),
-    T(E.COMPLETE, C.SENDING, C.COMPLETED, "sendonce", "every published recipient ended; no publish lease live"),
+    T(E.COMPLETE, C.SENDING, C.COMPLETED, "sendonce", "every published recipient ended; no publish lease live; open batches reset"),
 )
 
 
@@ -90,6 +90,7 @@ def apply(
     reason: str | None = None,
     publishing_until_ms: int | None = None,
     unless_publishing_at_ms: int | None = None,
+    open_batches: int | None = None,
 ) -> Campaign:
     """Take `event` on the campaign: one conditional write per target state of the event
     (most events have one), tried until one matches the campaign's current state."""
@@ -99,6 +100,7 @@ def apply(
             return store.transition(
                 campaign_id, to=target, allowed_from=allowed, by=by, reason=reason, stays=stays,
                 publishing_until_ms=publishing_until_ms, unless_publishing_at_ms=unless_publishing_at_ms,
+                open_batches=open_batches,
             )
         except IllegalTransitionError as exc:
             last = exc

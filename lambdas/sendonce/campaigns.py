@@ -191,7 +191,9 @@ def complete_if_done(campaigns: CampaignStore, ledger: Ledger, campaign_id: str,
     try:
         return lifecycle.apply(
             campaigns, campaign_id, CampaignEvent.COMPLETE, by=lifecycle.AUTOMATIC, reason=reason,
-            unless_publishing_at_ms=now_ms,
+            # Every published recipient has ended, so messages still queued carry only ended
+            # ones: the count starts again from nothing (a reopening publish adds to it).
+            unless_publishing_at_ms=now_ms, open_batches=0,
         )
     except IllegalTransitionError:
         return None

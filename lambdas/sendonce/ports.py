@@ -173,6 +173,7 @@ class CampaignStore(Protocol):
         publishing_until_ms: int | None = None,
         unless_publishing_at_ms: int | None = None,
         stays: bool = False,
+        open_batches: int | None = None,
     ) -> Campaign:
         """Conditional state change (`stays`: the state is kept, and so are who set it and why); raises IllegalTransitionError when the current state is
         not allowed (or, with `unless_publishing_at_ms`, while a publish lease is live then).

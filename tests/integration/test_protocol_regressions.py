@@ -218,3 +218,22 @@ def test_a_first_attempt_that_finds_the_address_suppressed_ends_suppressed(rig_f
     rig.suppressions.add("user0@example.com", SuppressionReason.UNSUBSCRIBED, "test")
     rig.drain()
     assert rig.states() == {"r0": "suppressed"} and rig.provider.accepted[("c1", "r0")] == 0
+
+
+def test_found_by_the_model_a_campaign_completed_by_a_publish_still_completes_after_it_reopens(rig_for):
+    """A publish that enqueues nothing new completes the campaign from the ledger while a
+    crashed consumer's message is still queued; that message is then acknowledged on a
+    completed campaign, unsettled. Completion resets the open-batch count, so a reopening
+    publish completes again. Found by the model check's deep profile (2026-12-01)."""
+    rig = rig_for(recipients=3)
+    rig.operator.publish("c1", rig.people[:2], batch_size=1)
+    rig.process(receive(rig))
+    assert rig.process(receive(rig), crash_at=4) is None  # r1 sent; died before settling its batch
+    rig.operator.publish("c1", rig.people[:2], batch_size=1)  # nothing new: the ledger says done
+    assert rig.store.get("c1").state is CampaignState.COMPLETED
+    rig.drain()  # the crashed consumer's message, on a completed campaign
+    rig.operator.publish("c1", rig.people[2:], batch_size=1)  # reopens it
+    assert rig.store.get("c1").state is CampaignState.SENDING
+    rig.drain()
+    assert rig.states() == {"r0": "sent", "r1": "sent", "r2": "sent"}
+    assert rig.store.get("c1").state is CampaignState.COMPLETED

@@ -82,6 +82,7 @@ class DynamoDBCampaignStore:
         publishing_until_ms: int | None = None,
         unless_publishing_at_ms: int | None = None,
         stays: bool = False,
+        open_batches: int | None = None,
     ) -> Campaign:
         allowed = list(allowed_from)
         states = {f":from{i}": {"S": s.value} for i, s in enumerate(allowed)}
@@ -94,6 +95,9 @@ class DynamoDBCampaignStore:
         if publishing_until_ms is not None:
             update += ", publishing_until_ms = :lease"
             values[":lease"] = {"N": str(publishing_until_ms)}
+        if open_batches is not None:
+            update += ", open_batches = :open"
+            values[":open"] = {"N": str(open_batches)}
         if unless_publishing_at_ms is not None:
             condition += " AND (attribute_not_exists(publishing_until_ms) OR publishing_until_ms < :at)"
             values[":at"] = {"N": str(unless_publishing_at_ms)}
