@@ -114,8 +114,6 @@ class DeliveryModel(RuleBasedStateMachine):
             FIGURES["crashes"] += 1
             self._mark_risky_after_crash(message)
             return
-        if report.unknown or report.errors_by_class.get("ambiguous"):
-            self._mark_ambiguous(message)
         if lose_ack and message not in self.queue.messages:
             self.queue.messages = in_queue
 
@@ -129,13 +127,6 @@ class DeliveryModel(RuleBasedStateMachine):
             if record is not None and record.state in HELD:
                 if self.provider.idempotent or record.state is S.IN_FLIGHT:
                     self.risky.add(rid)
-
-    def _mark_ambiguous(self, message) -> None:
-        records = self._records()
-        for rid in self._batch_ids(message):
-            record = records.get(rid)
-            if record is not None and record.maybe_sent_at_ms is not None:
-                self.risky.add(rid)
 
     # --- rules ----------------------------------------------------------------------------
 
@@ -290,7 +281,8 @@ class DeliveryModel(RuleBasedStateMachine):
                  if rid not in records or records[rid].state not in FINAL}
         assert not stuck, f"after a fault-free drain of a {campaign.state.value} campaign: {stuck}"
         unknown = {rid for rid, r in records.items() if r.state is S.UNKNOWN}
-        assert unknown <= self.risky, f"unknown without a possibly accepted attempt: {unknown - self.risky}"
+        risky = self.risky | {rid for (_, rid) in self.provider.ambiguous}
+        assert unknown <= risky, f"unknown without a possibly accepted attempt: {unknown - risky}"
         FIGURES["unknown_outcomes"] += len(unknown)
         assert campaign.state is not CampaignState.SENDING, "every recipient ended but the campaign did not complete"
 

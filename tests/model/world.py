@@ -106,6 +106,9 @@ class ProviderModel:
     script: list[str] = field(default_factory=list)  # the next calls' answers
     quota_until_ms: int = 0
     calls: int = 0
+    # Deliveries that got an ambiguous answer (a timeout, a 409 for other content): the
+    # sender cannot know whether they were accepted.
+    ambiguous: set = field(default_factory=set)
     max_batch: int = 100
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
@@ -114,7 +117,7 @@ class ProviderModel:
             return "quota"
         return self.script.pop(0) if self.script else None
 
-    def _before(self, what: str) -> tuple[bool, str | None]:
+    def _before(self, what: str, recipients: list[tuple[str, str]]) -> tuple[bool, str | None]:
         self.calls += 1
         die_after = self.faults.step(what)
         answer = self._refusal()
@@ -127,21 +130,24 @@ class ProviderModel:
         if answer == "quota":
             raise HaltProviderError("429 daily_quota_exceeded")
         if answer == "timeout_before":
+            self.ambiguous.update(recipients)
             raise AmbiguousProviderError("read timeout")
         return die_after, answer
 
-    def _replay(self, key: str, body: str):
+    def _replay(self, key: str, body: str, recipients: list[tuple[str, str]]):
         known = self.keys.get(key)
         if known is None or self.clock() - known[0] >= KEY_LIFETIME_MS:
             return None
         if known[1] != body:
+            self.ambiguous.update(recipients)
             raise AmbiguousProviderError("409 invalid_idempotent_request", repeatable=False)
         return known[2]
 
     def send(self, email: OutboundEmail) -> Receipt:
-        die_after, answer = self._before("send")
+        who = [_recipient(email)]
+        die_after, answer = self._before("send", who)
         body = _hash(email.model_dump(mode="json"))
-        if self.idempotent and (replayed := self._replay(email.idempotency_key, body)) is not None:
+        if self.idempotent and (replayed := self._replay(email.idempotency_key, body, who)) is not None:
             receipt = replayed
         else:
             self.accepted[_recipient(email)] += 1
@@ -151,13 +157,15 @@ class ProviderModel:
         if die_after:
             raise Crash("after the provider accepted")
         if answer == "timeout_after":
+            self.ambiguous.update(who)
             raise AmbiguousProviderError("read timeout after the provider accepted")
         return receipt
 
     def send_batch(self, emails: list[OutboundEmail], *, idempotency_key: str) -> list[Receipt | str]:
-        die_after, answer = self._before("send_batch")
+        who = [_recipient(e) for e in emails]
+        die_after, answer = self._before("send_batch", who)
         body = _hash([e.model_dump(mode="json") for e in emails])
-        if (replayed := self._replay(idempotency_key, body)) is not None:
+        if (replayed := self._replay(idempotency_key, body, who)) is not None:
             receipts = replayed
         else:
             receipts = []
@@ -168,6 +176,7 @@ class ProviderModel:
         if die_after:
             raise Crash("after the provider accepted the batch")
         if answer == "timeout_after":
+            self.ambiguous.update(who)
             raise AmbiguousProviderError("read timeout after the provider accepted")
         return list(receipts)
 
