@@ -126,6 +126,9 @@ class ProviderModel:
         if answer == "busy":
             raise RetryableProviderError("503 service_unavailable")
         if answer == "concurrent":
+            # Says another request with the key is under way: the sender must treat it as
+            # possibly accepted, so it counts as ambiguous here.
+            self.ambiguous.update(recipients)
             raise RetryableProviderError("409 concurrent_idempotent_requests", proves_not_accepted=False)
         if answer == "quota":
             raise HaltProviderError("429 daily_quota_exceeded")
