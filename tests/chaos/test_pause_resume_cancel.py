@@ -39,7 +39,7 @@ def start_consumers(system, *, slow: bool = True):
 def until_idle(pollers) -> None:
     # Idle must outlast the 2 s visibility timeout: a message that ran out of time budget
     # on a loaded machine is invisible that long before it comes back.
-    pollers[0].run_until_idle(idle_seconds=3.0, max_seconds=60)
+    pollers[0].run_until_idle(idle_seconds=3.0, max_seconds=120)
     for poller in pollers:
         poller.stop()
 
