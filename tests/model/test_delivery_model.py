@@ -62,14 +62,24 @@ def _moto_in_process():
     with mock_aws():
         yield
     FIGURES["seconds"] = round(time.monotonic() - started, 1)
+    _write_figures()
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+    print(f"\nmodel check ({PROFILE}): {json.dumps({'profile': PROFILE, **FIGURES})}")
+
+
+@pytest.fixture(autouse=True)
+def _figures_after_each_machine():
+    yield
+    _write_figures()  # a long deep run keeps what it counted even if stopped part way
+
+
+def _write_figures() -> None:
     figures = {"profile": PROFILE, **FIGURES}
     Path(os.environ.get("SENDONCE_MODEL_FIGURES", "model-figures.json")).write_text(json.dumps(figures, indent=1) + "\n")
-    print(f"\nmodel check ({PROFILE}): {json.dumps(figures)}")
 
 
 class DeliveryModel(RuleBasedStateMachine):
