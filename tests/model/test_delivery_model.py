@@ -42,7 +42,7 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 settings.register_profile(
-    "deep", max_examples=270, stateful_step_count=25, deadline=None, database=None,
+    "deep", max_examples=300, stateful_step_count=25, deadline=None, database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 settings.register_profile("debug", settings.get_profile("bounded"), phases=[Phase.explicit, Phase.generate])
