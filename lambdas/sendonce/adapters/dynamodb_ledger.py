@@ -10,6 +10,7 @@ source states `delivery_protocol.TRANSITIONS` allows for it.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import re
 from collections.abc import Iterable, Iterator
@@ -113,8 +114,16 @@ def _may_overlap(a: protocol.ClaimRule, b: protocol.ClaimRule) -> bool:
 
 
 def claim_condition(*, keyed: bool, group_key: str | None) -> str:
-    """The condition under which the first matching claim rule says claim."""
-    rules = [r for r in protocol.CLAIM_RULES if r.keyed is None or r.keyed == keyed]
+    """The condition under which the first matching claim rule says claim. It depends on the
+    rules, the provider's kind and whether the caller is a group (the key itself is a
+    placeholder), so it is built once per combination, not on every claim."""
+    return _claim_condition(protocol.CLAIM_RULES, keyed, bool(group_key))
+
+
+@functools.lru_cache(maxsize=16)
+def _claim_condition(rules_table: tuple, keyed: bool, grouped: bool) -> str:
+    group_key = ":g" if grouped else None
+    rules = [r for r in rules_table if r.keyed is None or r.keyed == keyed]
     alternatives = []
     for i, rule in enumerate(rules):
         if rule.verdict is not protocol.Verdict.CLAIM:
