@@ -272,8 +272,8 @@ class LocalStack:
         )
 
     def publish(self, label: str, recipients: int, *, provider: str = "resend", mode: str = "single") -> PublishedCampaign:
-        from sendonce.adapters.dynamodb_campaigns import DynamoDBCampaignStore
-        from sendonce.models import Campaign, Content, Recipient
+        from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+        from sendonce.domain.models import Campaign, Content, Recipient
         from sendonce.settings import ApiSettings
         from sendonce.wiring import campaign_service
         from sendonce_ops.local.resources import verify_ses_sender
@@ -985,7 +985,7 @@ def default_team_phases(stack: LocalStack, config: BenchConfig, progress: Callab
 def baseline_client_setup_ms(samples: int = 3) -> float:
     """What the baseline pays per invocation and sendonce once per environment: a boto3
     session and its DynamoDB and SES clients."""
-    from sendonce.adapters.ses_provider import SEND_CLIENT_CONFIG
+    from sendonce.adapters.providers.ses_provider import SEND_CLIENT_CONFIG
 
     times = []
     for _ in range(samples):

@@ -374,7 +374,7 @@ class SendOnce(Construct):
 
     def _grant_unsubscribe(self) -> None:
         function = self.public_api.unsubscribe_function
-        # Exactly what sendonce.unsubscribe needs: check and add a suppression, note the
+        # Exactly what sendonce.domain.deliverability.unsubscribe needs: check and add a suppression, note the
         # click on the delivery's ledger record.
         self.tables.suppressions.grant(function, "dynamodb:GetItem", "dynamodb:PutItem")
         self.tables.ledger.grant(function, "dynamodb:GetItem", "dynamodb:UpdateItem")

@@ -33,7 +33,7 @@ SES_EVENTS = (
     ses.EmailSendingEvent.DELIVERY_DELAY,
     ses.EmailSendingEvent.RENDERING_FAILURE,
 )
-# EventBridge's detail-type for the same events (sendonce.provider_events.SES_DETAIL_TYPES).
+# EventBridge's detail-type for the same events (sendonce.domain.deliverability.provider_events.SES_DETAIL_TYPES).
 SES_DETAIL_TYPES = (
     "Email Sent",
     "Email Delivered",

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from functools import cache
 from pathlib import Path
 
-from sendonce.deliverability_ports import (
+from sendonce.domain.ports import (
     Annotation,
     AnnotationStatus,
     CampaignFeedback,
@@ -24,7 +24,7 @@ from sendonce.deliverability_ports import (
     SuppressionReason,
     UnknownDelivery,
 )
-from sendonce.models import DeliveryKey, DeliveryState, email_fingerprint
+from sendonce.domain.models import DeliveryKey, DeliveryState, email_fingerprint
 
 from tests.fakes import FakeLedger
 

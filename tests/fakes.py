@@ -8,10 +8,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
-from sendonce.errors import CampaignNotFoundError, IllegalTransitionError, LeaseLostError
-from sendonce import delivery_protocol as protocol
-from sendonce.delivery_protocol import Event, Verdict, classify
-from sendonce.models import (
+from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, LeaseLostError
+from sendonce.domain.sending import protocol
+from sendonce.domain.sending.protocol import Event, Verdict, classify
+from sendonce.domain.models import (
     BatchMessage,
     Campaign,
     DeliveryKey,
@@ -21,7 +21,7 @@ from sendonce.models import (
     OutboundEmail,
     Receipt,
 )
-from sendonce.ports import BatchStatus, ClaimResult, ClaimStatus
+from sendonce.domain.ports import BatchStatus, ClaimResult, ClaimStatus
 
 
 class FakeLedger:

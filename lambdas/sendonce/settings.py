@@ -1,7 +1,9 @@
 """Settings for the Lambda functions, validated once at cold start.
 
-Every value comes from the function's environment (set by the CDK stack). Secrets are
-never here: only the *name* of the Secrets Manager secret that holds the Resend key.
+One model per function (consumer, operator API, events, unsubscribe). Every value comes
+from the function's environment (set by the CDK stack) as a SENDONCE_<FIELD> variable
+(`sendonce.contract.env_name`). Secrets are never here: only the *name* of the Secrets
+Manager secret that holds each one.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sendonce.errors import SettingsError
+from sendonce import contract
+from sendonce.domain.errors import SettingsError
 
 
 class ConsumerSettings(BaseModel):
@@ -78,24 +81,61 @@ class ApiSettings(BaseModel):
         return _from_env(cls, environ)
 
 
-PREFIX = "SENDONCE_"
+_TABLE = dict(min_length=3, max_length=255)
+
+
+class EventsSettings(BaseModel):
+    """The events function: SES events from EventBridge and Resend webhooks over HTTP."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ledger_table: str = Field(**_TABLE)
+    campaigns_table: str = Field(**_TABLE)
+    suppressions_table: str = Field(**_TABLE)
+    # Name of the Secrets Manager secret holding Resend's `whsec_...` signing secret;
+    # without it every webhook is refused (SES events still work).
+    resend_webhook_secret: str | None = Field(default=None, min_length=1)
+    complaint_rate_threshold: float = Field(default=0.001, gt=0, lt=1)
+    hard_bounce_rate_threshold: float = Field(default=0.05, gt=0, lt=1)
+    brake_min_sent: int = Field(default=100, ge=1)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> EventsSettings:
+        return _from_env(cls, environ)
+
+
+class UnsubscribeSettings(BaseModel):
+    """The unsubscribe function behind the HTTP API's custom domain."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    suppressions_table: str = Field(**_TABLE)
+    unsubscribe_key_secret: str = Field(min_length=1)
+    # The click is also noted on the delivery's ledger record when this is set.
+    ledger_table: str | None = Field(default=None, **_TABLE)
+    campaigns_table: str | None = Field(default=None, **_TABLE)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> UnsubscribeSettings:
+        return _from_env(cls, environ)
 
 
 def _from_env(model: type[BaseModel], environ: Mapping[str, str]):
-    if str(environ.get("POWERTOOLS_IDEMPOTENCY_DISABLED", "")).lower() in {"1", "true", "yes", "on"}:
+    if str(environ.get(contract.POWERTOOLS_IDEMPOTENCY_DISABLED, "")).lower() in {"1", "true", "yes", "on"}:
         # Powertools would silently skip the delivery ledger: refuse to start instead.
-        raise SettingsError("POWERTOOLS_IDEMPOTENCY_DISABLED is set: sendonce refuses to send without its ledger")
+        raise SettingsError(f"{contract.POWERTOOLS_IDEMPOTENCY_DISABLED} is set: sendonce refuses to send without its ledger")
     values = {}
     for name in model.model_fields:
-        env_name = PREFIX + name.upper()
-        if env_name in environ and environ[env_name] != "":
-            values[name] = environ[env_name]
-    if "resend_api_url" in model.model_fields and "resend_api_url" not in values and environ.get("RESEND_API_URL"):
-        values["resend_api_url"] = environ["RESEND_API_URL"]
+        variable = contract.env_name(name)
+        if environ.get(variable, "") != "":
+            values[name] = environ[variable]
+    if "resend_api_url" in model.model_fields and "resend_api_url" not in values and environ.get(contract.RESEND_API_URL):
+        values["resend_api_url"] = environ[contract.RESEND_API_URL]
     try:
         return model(**values)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{PREFIX}{'.'.join(str(p) for p in err['loc']).upper() or '(settings)'}: {err['msg']}" for err in exc.errors()
+            f"{contract.env_name('.'.join(str(p) for p in err['loc'])) if err['loc'] else '(settings)'}: {err['msg']}"
+            for err in exc.errors()
         )
         raise SettingsError(f"invalid {model.__name__}: {problems}") from exc

@@ -1,28 +1,37 @@
-"""Builds the real services from validated settings. Nothing here runs at import time."""
+"""Builds the real services from validated settings: the only place that builds clients,
+reads secrets and registers providers. Nothing here runs at import time; each function's
+service is built once per execution environment (`lru_cache` on the frozen settings)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
 import boto3
+from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from botocore.config import Config
 
-from sendonce.adapters.dynamodb_campaigns import DynamoDBCampaignStore
-from sendonce.adapters.dynamodb_ledger import DynamoDBLedger
-from sendonce.adapters.dynamodb_rate_limiter import DynamoDBRateLimiter
-from sendonce.adapters.dynamodb_suppressions import DynamoDBSuppressions
-from sendonce.deliverability_ports import Suppressions
-from sendonce.unsubscribe import UnsubscribeLinks
+from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
+from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
+from sendonce.adapters.dynamodb.rate_limiter import DynamoDBRateLimiter
+from sendonce.adapters.dynamodb.suppressions import DynamoDBSuppressions
 from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
-from sendonce.adapters.resend_provider import ResendProvider
-from sendonce.adapters.ses_provider import SEND_CLIENT_CONFIG, SesProvider
+from sendonce.adapters.providers.resend_provider import ResendProvider
+from sendonce.adapters.providers.ses_provider import SEND_CLIENT_CONFIG, SesProvider
 from sendonce.adapters.sqs_queue import SqsQueue
-from sendonce.campaigns import CampaignService
-from sendonce.delivery import DeliveryService
-from sendonce.errors import SettingsError
-from sendonce.ports import CampaignStore, EmailProvider, Ledger, Queue, RateLimiter
-from sendonce.settings import ApiSettings, ConsumerSettings
+from sendonce.adapters.svix_webhooks import SvixWebhookVerifier
+from sendonce.domain.campaigns.service import CampaignService
+from sendonce.domain.campaigns.unknowns import UnknownOutcomes
+from sendonce.domain.deliverability.provider_events import BrakeSettings, ProviderEventService
+from sendonce.domain.deliverability.suppressions import SuppressionService
+from sendonce.domain.deliverability.unsubscribe import KeySet, UnsubscribeLinks, UnsubscribeService, UnsubscribeTokens
+from sendonce.domain.errors import SettingsError
+from sendonce.domain.ports import CampaignStore, EmailProvider, Ledger, Queue, RateLimiter, Suppressions
+from sendonce.domain.sending.delivery import DeliveryService
+from sendonce.settings import ApiSettings, ConsumerSettings, EventsSettings, UnsubscribeSettings
 
 PROVIDER_NAMES = ("ses", "resend")
 
@@ -39,16 +48,6 @@ class ConsumerRuntime:
         self.group_guard.register_lambda_context(context)
 
 
-def _resend_api_key(session: boto3.session.Session, secret_name: str) -> str:
-    from aws_lambda_powertools.utilities.parameters import SecretsProvider
-
-    provider = SecretsProvider(boto3_client=session.client("secretsmanager"))
-    value = provider.get(secret_name, max_age=300)
-    if not isinstance(value, str) or not value.strip():
-        raise SettingsError(f"secret {secret_name!r} holds no Resend API key")
-    return value.strip()
-
-
 def build_providers(settings: ConsumerSettings, session: boto3.session.Session) -> dict[str, EmailProvider]:
     """The provider registry: campaigns name a provider; an unregistered name is refused at creation."""
     providers: dict[str, EmailProvider] = {
@@ -58,7 +57,7 @@ def build_providers(settings: ConsumerSettings, session: boto3.session.Session) 
     }
     if settings.resend_api_key_secret:
         providers["resend"] = ResendProvider(
-            api_key=_resend_api_key(session, settings.resend_api_key_secret),
+            api_key=secret_value(session, settings.resend_api_key_secret, "Resend API key"),
             api_url=settings.resend_api_url,
             timeout_seconds=settings.provider_timeout_seconds,
         )
@@ -109,8 +108,6 @@ def consumer_parts(settings: ConsumerSettings, session: boto3.session.Session | 
     campaigns = DynamoDBCampaignStore(client=dynamodb, table_name=settings.campaigns_table)
     unsubscribe = None
     if settings.unsubscribe_key_secret and settings.unsubscribe_base_url:
-        from sendonce.deliverability_wiring import unsubscribe_tokens
-
         unsubscribe = UnsubscribeLinks(
             unsubscribe_tokens(session, settings.unsubscribe_key_secret),
             settings.unsubscribe_base_url,
@@ -171,4 +168,118 @@ def campaign_service(settings: ApiSettings, operator: str = "operator") -> Campa
         ),
         provider_names=PROVIDER_NAMES,
         operator=operator,
+    )
+
+
+# --- deliverability -------------------------------------------------------------------
+
+# How long a function keeps the unsubscribe keys before reading the secret again
+# (docs/deliverability.md, "The key").
+UNSUBSCRIBE_KEYS_TTL_S = 300.0
+
+
+def secret_value(session: boto3.session.Session, secret_name: str, what: str, *, fresh: bool = False) -> str:
+    """The one secret reader: Powertools' SecretsProvider (cached 300 s), refusing an empty secret."""
+    provider = SecretsProvider(boto3_client=session.client("secretsmanager"))
+    value = provider.get(secret_name, max_age=300, force_fetch=fresh)
+    if not isinstance(value, str) or not value.strip():
+        raise SettingsError(f"secret {secret_name!r} holds no {what}")
+    return value.strip()
+
+
+def unsubscribe_tokens(
+    session: boto3.session.Session,
+    secret_name: str,
+    *,
+    ttl_s: float = UNSUBSCRIBE_KEYS_TTL_S,
+    clock: Callable[[], float] = time.time,
+) -> UnsubscribeTokens:
+    """Tokens over a key set read now (a bad secret fails the cold start) and again every `ttl_s`."""
+
+    def load() -> str:
+        return secret_value(session, secret_name, "unsubscribe key", fresh=True)
+
+    ring = KeySet(load, ttl_s=ttl_s, clock=clock)
+    try:
+        ring.keys()
+    except ValueError as exc:
+        raise SettingsError(f"secret {secret_name!r}: {exc}") from exc
+    return UnsubscribeTokens(ring)
+
+
+def suppressions(table_name: str, session: boto3.session.Session | None = None) -> DynamoDBSuppressions:
+    session = session or boto3.session.Session()
+    return DynamoDBSuppressions(client=session.client("dynamodb"), table_name=table_name)
+
+
+def assemble_events(settings: EventsSettings, session: boto3.session.Session | None = None) -> ProviderEventService:
+    session = session or boto3.session.Session()
+    dynamodb = session.client("dynamodb")
+    verifier = None
+    if settings.resend_webhook_secret:
+        try:
+            verifier = SvixWebhookVerifier(secret=secret_value(session, settings.resend_webhook_secret, "webhook secret"))
+        except ValueError as exc:
+            raise SettingsError(f"secret {settings.resend_webhook_secret!r}: {exc}") from exc
+    return ProviderEventService(
+        ledger_events=DynamoDBLedgerEvents(
+            client=dynamodb, ledger_table=settings.ledger_table, campaigns_table=settings.campaigns_table
+        ),
+        suppressions=DynamoDBSuppressions(client=dynamodb, table_name=settings.suppressions_table),
+        campaigns=DynamoDBCampaignStore(client=dynamodb, table_name=settings.campaigns_table),
+        brakes=BrakeSettings(
+            complaint_rate=settings.complaint_rate_threshold,
+            hard_bounce_rate=settings.hard_bounce_rate_threshold,
+            min_sent=settings.brake_min_sent,
+        ),
+        verifier=verifier,
+    )
+
+
+@lru_cache(maxsize=4)
+def events_service(settings: EventsSettings) -> ProviderEventService:
+    """Built once per Lambda execution environment for these settings."""
+    return assemble_events(settings)
+
+
+def assemble_unsubscribe(
+    settings: UnsubscribeSettings,
+    session: boto3.session.Session | None = None,
+    *,
+    keys_ttl_s: float = UNSUBSCRIBE_KEYS_TTL_S,
+    clock: Callable[[], float] = time.time,
+) -> UnsubscribeService:
+    session = session or boto3.session.Session()
+    dynamodb = session.client("dynamodb")
+    ledger_events = None
+    if settings.ledger_table and settings.campaigns_table:
+        ledger_events = DynamoDBLedgerEvents(
+            client=dynamodb, ledger_table=settings.ledger_table, campaigns_table=settings.campaigns_table
+        )
+    return UnsubscribeService(
+        tokens=unsubscribe_tokens(session, settings.unsubscribe_key_secret, ttl_s=keys_ttl_s, clock=clock),
+        suppressions=DynamoDBSuppressions(client=dynamodb, table_name=settings.suppressions_table),
+        ledger_events=ledger_events,
+    )
+
+
+@lru_cache(maxsize=4)
+def unsubscribe_service(settings: UnsubscribeSettings) -> UnsubscribeService:
+    return assemble_unsubscribe(settings)
+
+
+def suppression_service(table_name: str, session: boto3.session.Session | None = None) -> SuppressionService:
+    """What `sendonce suppression add|remove|list|import|check` calls."""
+    return SuppressionService(suppressions(table_name, session))
+
+
+def unknown_outcomes(
+    ledger_table: str, campaigns_table: str, session: boto3.session.Session | None = None
+) -> UnknownOutcomes:
+    """What `sendonce campaign unknowns` and `campaign resume --include-unknown` call."""
+    session = session or boto3.session.Session()
+    return UnknownOutcomes(
+        ledger_events=DynamoDBLedgerEvents(
+            client=session.client("dynamodb"), ledger_table=ledger_table, campaigns_table=campaigns_table
+        )
     )

@@ -14,10 +14,10 @@ from typing import Any
 import boto3
 import resend
 
-from sendonce.adapters.dynamodb_campaigns import DynamoDBCampaignStore
-from sendonce.adapters.ses_provider import SEND_CLIENT_CONFIG
-from sendonce.delivery import parse_batch
-from sendonce.rendering import CompiledContent
+from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+from sendonce.adapters.providers.ses_provider import SEND_CLIENT_CONFIG
+from sendonce.domain.sending.delivery import parse_batch
+from sendonce.domain.sending.rendering import CompiledContent
 
 
 def _send_resend(campaign, recipient, rendered) -> None:

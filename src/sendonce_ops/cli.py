@@ -41,10 +41,10 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from sendonce.campaigns import CampaignService, DeliveryStatus, PublishReport
-from sendonce.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError, SettingsError
-from sendonce.models import Campaign, CampaignState
-from sendonce.operator_input import (
+from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus, PublishReport
+from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError, SettingsError
+from sendonce.domain.models import Campaign, CampaignState
+from sendonce.domain.campaigns.operator_input import (
     RecipientFileError,
     RecipientReader,
     RejectedFileError,
@@ -53,8 +53,8 @@ from sendonce.operator_input import (
     format_for,
     publish_file,
 )
-from sendonce.deliverability_wiring import unknown_outcomes
-from sendonce.unknowns import DEFAULT_UNKNOWN_WINDOW_S
+from sendonce.wiring import unknown_outcomes
+from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S
 from sendonce.wiring import campaign_service
 from sendonce_ops.endpoints import DEFAULT_STACK, Endpoints, EndpointsError, queue_arn, resolve_endpoints
 from sendonce_ops.specs import SpecError, load_spec, locate

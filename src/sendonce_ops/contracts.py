@@ -1,8 +1,8 @@
 """The published contracts, generated from the models: what a producer in another language
 needs to talk to sendonce without reading its Python.
 
-    schemas/batch-message.v1.json   the SQS message body (sendonce.models.BatchMessage)
-    schemas/campaign-spec.v1.json   a campaign spec (sendonce.operator_input.CampaignSpec)
+    schemas/batch-message.v1.json   the SQS message body (sendonce.domain.models.BatchMessage)
+    schemas/campaign-spec.v1.json   a campaign spec (sendonce.domain.campaigns.operator_input.CampaignSpec)
     docs/openapi.json               the operator API, as it serves it at GET /openapi.json
 
 `python -m sendonce_ops.contracts --write` (or `make contracts`) regenerates them;
@@ -50,13 +50,13 @@ def _schema(model: type[BaseModel], *, schema_id: str, description: str) -> dict
 
 
 def batch_message_schema() -> dict[str, Any]:
-    from sendonce.models import BatchMessage
+    from sendonce.domain.models import BatchMessage
 
     return _schema(BatchMessage, schema_id=BATCH_MESSAGE_ID, description=_BATCH_MESSAGE_NOTES)
 
 
 def campaign_spec_schema() -> dict[str, Any]:
-    from sendonce.operator_input import CampaignSpec
+    from sendonce.domain.campaigns.operator_input import CampaignSpec
 
     return _schema(CampaignSpec, schema_id=CAMPAIGN_SPEC_ID, description=_CAMPAIGN_SPEC_NOTES)
 

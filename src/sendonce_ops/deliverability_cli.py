@@ -19,10 +19,10 @@ from typing import Any
 import boto3
 import click
 
-from sendonce.deliverability_ports import SuppressionReason
-from sendonce.deliverability_wiring import suppression_service, unknown_outcomes
-from sendonce.suppressions import ChangeReport, parse_reason
-from sendonce.unknowns import DEFAULT_UNKNOWN_WINDOW_S
+from sendonce.domain.ports import SuppressionReason
+from sendonce.wiring import suppression_service, unknown_outcomes
+from sendonce.domain.deliverability.suppressions import ChangeReport, parse_reason
+from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S
 from sendonce_ops.endpoints import DEFAULT_STACK, EndpointsError, stack_outputs
 
 REASONS = [r.value for r in SuppressionReason]

@@ -43,9 +43,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from sendonce.adapters.dynamodb_campaigns import DynamoDBCampaignStore
-from sendonce.campaigns import CampaignService
-from sendonce.models import Campaign, CampaignState, Content, DeliveryState, Recipient
+from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+from sendonce.domain.campaigns.service import CampaignService
+from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryState, Recipient
 from sendonce.settings import ApiSettings
 from sendonce.wiring import campaign_service
 from sendonce_ops.demo_consumer import COUNTS_ENV, HANDLER_ENV, read_counts

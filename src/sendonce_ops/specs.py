@@ -14,9 +14,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from sendonce import limits
-from sendonce.errors import InvalidCampaignError
-from sendonce.operator_input import CampaignSpec, describe_validation_error
+from sendonce.domain import limits
+from sendonce.domain.errors import InvalidCampaignError
+from sendonce.domain.campaigns.operator_input import CampaignSpec, describe_validation_error
 
 TEMPLATE_FILES = {"html_file": "html", "text_file": "text"}
 TEMPLATE_BYTES = {"html": limits.HTML_BYTES, "text": limits.TEXT_BYTES}

@@ -9,7 +9,7 @@ import time
 import boto3
 import pytest
 
-from sendonce.models import DeliveryKey, DeliveryState
+from sendonce.domain.models import DeliveryKey, DeliveryState
 from sendonce_ops import baseline
 from sendonce_ops.local.sqs_tools import queue_depths
 
@@ -191,7 +191,7 @@ def test_poison_messages_are_kept_in_the_dlq_with_their_reason_and_not_retried(s
 
 
 def test_an_invalid_address_fails_only_that_recipient_with_its_reason(system):
-    from sendonce.models import Recipient
+    from sendonce.domain.models import Recipient
 
     system.campaign()
     people = system.recipients(3) + [Recipient(recipient_id="bad", email="nobody-at-all", variables={"name": "x"})]

@@ -9,7 +9,7 @@ import time
 import boto3
 import pytest
 
-from sendonce.models import DeliveryState
+from sendonce.domain.models import DeliveryState
 
 from tests.chaos.injection import FailingCalls, consumer_on
 

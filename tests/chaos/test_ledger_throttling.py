@@ -7,7 +7,7 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from sendonce.models import DeliveryState
+from sendonce.domain.models import DeliveryState
 
 from tests.chaos.injection import consumer_on, ledger_throttle
 

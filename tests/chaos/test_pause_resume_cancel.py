@@ -9,7 +9,7 @@ import threading
 import boto3
 import pytest
 
-from sendonce.models import DeliveryState
+from sendonce.domain.models import DeliveryState
 from sendonce_ops.local.sqs_tools import queue_depths
 
 from tests.integration.operator_helpers import as_json, json_lines, sendonce, wait_for

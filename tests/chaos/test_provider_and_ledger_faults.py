@@ -13,7 +13,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from sendonce.handlers import consumer
-from sendonce.models import DeliveryState
+from sendonce.domain.models import DeliveryState
 from sendonce.settings import ConsumerSettings
 from sendonce.wiring import assemble_consumer, consumer_parts
 

@@ -558,7 +558,7 @@ def test_public_api_routes_authorize_themselves(assembly: Synthesized) -> None:
 
 
 def test_unsubscribe_function_environment_and_permissions(assembly: Synthesized) -> None:
-    from sendonce.deliverability_settings import UnsubscribeSettings
+    from sendonce.settings import UnsubscribeSettings
 
     environment = _function_environment(assembly, UNSUBSCRIBE_HANDLER)
     suppressions_id, ledger_id = _table(assembly, "fp")[0], _table(assembly, "campaign_id")[0]
@@ -587,7 +587,7 @@ def test_unsubscribe_function_environment_and_permissions(assembly: Synthesized)
 
 
 def test_events_function_environment_and_permissions(assembly: Synthesized) -> None:
-    from sendonce.deliverability_settings import EventsSettings
+    from sendonce.settings import EventsSettings
 
     environment = _function_environment(assembly, EVENTS_HANDLER)
     EventsSettings.from_env(_with_placeholders(environment))
@@ -615,7 +615,7 @@ def test_events_function_environment_and_permissions(assembly: Synthesized) -> N
 
 
 def test_ses_events_rule_targets_the_events_function(assembly: Synthesized) -> None:
-    from sendonce.provider_events import SES_DETAIL_TYPES
+    from sendonce.domain.deliverability.provider_events import SES_DETAIL_TYPES
 
     _, rule = assembly.only("AWS::Events::Rule")
     properties = rule["Properties"]

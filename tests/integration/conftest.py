@@ -15,9 +15,9 @@ from pathlib import Path
 import boto3
 import pytest
 
-from sendonce.campaigns import CampaignService
+from sendonce.domain.campaigns.service import CampaignService
 from sendonce.handlers import consumer
-from sendonce.models import Campaign, Content, Recipient
+from sendonce.domain.models import Campaign, Content, Recipient
 from sendonce.settings import ApiSettings, ConsumerSettings
 from sendonce.wiring import assemble_consumer, campaign_service, consumer_parts
 from sendonce_ops.local.moto_server import ses_deliveries
@@ -170,13 +170,13 @@ class LocalDeliverability:
 
     @property
     def suppressions(self):
-        from sendonce.deliverability_wiring import suppressions
+        from sendonce.wiring import suppressions
 
         return suppressions(self.resources.suppressions_table)
 
     @property
     def ledger_events(self):
-        from sendonce.adapters.dynamodb_ledger_events import DynamoDBLedgerEvents
+        from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
 
         return DynamoDBLedgerEvents(
             client=boto3.client("dynamodb"),
@@ -185,7 +185,7 @@ class LocalDeliverability:
         )
 
     def tokens(self):
-        from sendonce.unsubscribe import UnsubscribeTokens
+        from sendonce.domain.deliverability.unsubscribe import UnsubscribeTokens
 
         return UnsubscribeTokens.from_secret(self.resources.unsubscribe_key)
 
@@ -202,8 +202,8 @@ class LocalDeliverability:
 
 @pytest.fixture
 def deliverability(system, monkeypatch) -> Iterator[LocalDeliverability]:
-    from sendonce.deliverability_settings import EventsSettings, UnsubscribeSettings
-    from sendonce.deliverability_wiring import assemble_events, assemble_unsubscribe
+    from sendonce.settings import EventsSettings, UnsubscribeSettings
+    from sendonce.wiring import assemble_events, assemble_unsubscribe
     from sendonce.handlers import events, unsubscribe
     from sendonce_ops.local.deliverability_resources import create_deliverability_resources
     from sendonce_ops.local.http_api import LocalHttpApi

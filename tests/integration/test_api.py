@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from sendonce.handlers import api
-from sendonce.models import CampaignState
+from sendonce.domain.models import CampaignState
 from sendonce_ops.local.sqs_tools import queue_depths
 
 from tests.integration.operator_helpers import OPERATOR_ARN, SENDONCE, api_event, cli_env, lambda_context, wait_for

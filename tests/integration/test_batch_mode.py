@@ -7,7 +7,7 @@ import json
 import boto3
 import pytest
 
-from sendonce.models import DeliveryState
+from sendonce.domain.models import DeliveryState
 from sendonce_ops.local.request_counter import RequestCounter
 
 pytestmark = pytest.mark.integration

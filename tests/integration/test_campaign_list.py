@@ -8,9 +8,9 @@ import json
 import boto3
 import pytest
 
-from sendonce.adapters.dynamodb_campaigns import DynamoDBCampaignStore
+from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
 from sendonce.handlers import api
-from sendonce.models import CampaignState
+from sendonce.domain.models import CampaignState
 
 from tests.integration.operator_helpers import OPERATOR_ARN, api_event, as_json, lambda_context, people, sendonce
 

@@ -9,8 +9,8 @@ import re
 import boto3
 import pytest
 
-from sendonce.errors import CampaignNotFoundError
-from sendonce.models import CampaignState
+from sendonce.domain.errors import CampaignNotFoundError
+from sendonce.domain.models import CampaignState
 from sendonce_ops.local.sqs_tools import queue_depths
 
 from tests.integration.operator_helpers import as_json, people, sendonce, sendonce_process, spec_file, write_csv

@@ -13,14 +13,14 @@ import uuid
 import boto3
 import pytest
 
-from sendonce.adapters.dynamodb_ledger import DynamoDBLedger
-from sendonce.adapters.dynamodb_ledger_events import DynamoDBLedgerEvents
-from sendonce.adapters.dynamodb_suppressions import DynamoDBSuppressions
-from sendonce.deliverability_ports import AnnotationStatus, EventKind, FeedbackCounter, ProviderEvent, SuppressionReason
-from sendonce.deliverability_wiring import assemble_events
+from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
+from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
+from sendonce.adapters.dynamodb.suppressions import DynamoDBSuppressions
+from sendonce.domain.ports import AnnotationStatus, EventKind, FeedbackCounter, ProviderEvent, SuppressionReason
+from sendonce.wiring import assemble_events
 from sendonce.handlers import events as events_handler
-from sendonce.models import CampaignState, DeliveryKey, DeliveryRequest, DeliveryState, Receipt, email_fingerprint
-from sendonce.ports import ClaimStatus
+from sendonce.domain.models import CampaignState, DeliveryKey, DeliveryRequest, DeliveryState, Receipt, email_fingerprint
+from sendonce.domain.ports import ClaimStatus
 from sendonce_ops.local.deliverability_resources import create_suppressions_table
 from sendonce_ops.local.poller import LocalLambdaContext
 from sendonce_ops.local.resend_server import svix_headers

@@ -7,11 +7,11 @@ import time
 import boto3
 import pytest
 
-from sendonce.adapters.dynamodb_ledger import DynamoDBLedger
+from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.idempotency import PowertoolsDeliveryGuard
-from sendonce.errors import LeaseLostError
-from sendonce.models import DeliveryRequest, DeliveryState, Receipt
-from sendonce.ports import ClaimStatus
+from sendonce.domain.errors import LeaseLostError
+from sendonce.domain.models import DeliveryRequest, DeliveryState, Receipt
+from sendonce.domain.ports import ClaimStatus
 from sendonce_ops.local.request_counter import RequestCounter
 from sendonce_ops.local.resources import create_tables
 

@@ -13,11 +13,11 @@ import boto3
 import pytest
 from boto3.dynamodb.types import TypeSerializer
 
-from sendonce import delivery_protocol as protocol
-from sendonce.adapters.dynamodb_ledger import DynamoDBLedger
-from sendonce.delivery_protocol import IDEMPOTENCY_WINDOW_MS, Group, Verdict, classify
-from sendonce.models import DeliveryRecord, DeliveryRequest, DeliveryState, SendGroup, Recipient
-from sendonce.ports import ClaimStatus
+from sendonce.domain.sending import protocol
+from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
+from sendonce.domain.sending.protocol import IDEMPOTENCY_WINDOW_MS, Group, Verdict, classify
+from sendonce.domain.models import DeliveryRecord, DeliveryRequest, DeliveryState, SendGroup, Recipient
+from sendonce.domain.ports import ClaimStatus
 from sendonce_ops.local.resources import create_tables
 
 pytestmark = pytest.mark.integration

@@ -9,11 +9,11 @@ import json
 import boto3
 import pytest
 
-from sendonce import limits
+from sendonce.domain import limits
 from sendonce.adapters.sqs_queue import SqsQueue
 from sendonce.handlers import api
-from sendonce.models import CampaignState
-from sendonce.operator_input import InlineRecipient
+from sendonce.domain.models import CampaignState
+from sendonce.domain.campaigns.operator_input import InlineRecipient
 from sendonce_ops.local.api_server import http_api_event
 from sendonce_ops.local.sqs_tools import queue_depths
 

@@ -8,8 +8,8 @@ import time
 import boto3
 import pytest
 
-from sendonce.models import CampaignState
-from sendonce.deliverability_ports import SuppressionReason
+from sendonce.domain.models import CampaignState
+from sendonce.domain.ports import SuppressionReason
 
 from tests.model.world import Clock, Rig
 
@@ -138,8 +138,8 @@ def test_4a_cancel_closes_deliveries_a_dead_consumer_held(rig_for):
 
 
 def test_4b_a_possibly_sent_resend_delivery_is_unknown_on_cancel_and_a_sent_event_resolves_it(rig_for, aws_env):
-    from sendonce.adapters.dynamodb_ledger_events import DynamoDBLedgerEvents
-    from sendonce.models import DeliveryKey
+    from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
+    from sendonce.domain.models import DeliveryKey
 
     rig = rig_for(recipients=1)
     publish(rig)

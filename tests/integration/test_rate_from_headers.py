@@ -7,10 +7,10 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from sendonce.adapters.dynamodb_rate_limiter import STATE_TTL_S, DynamoDBRateLimiter
-from sendonce.adapters.resend_provider import RateLimitHeaders, ResendProvider
-from sendonce.errors import RetryableProviderError
-from sendonce.models import OutboundEmail
+from sendonce.adapters.dynamodb.rate_limiter import STATE_TTL_S, DynamoDBRateLimiter
+from sendonce.adapters.providers.resend_provider import RateLimitHeaders, ResendProvider
+from sendonce.domain.errors import RetryableProviderError
+from sendonce.domain.models import OutboundEmail
 
 pytestmark = pytest.mark.integration
 

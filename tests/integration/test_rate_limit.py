@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from sendonce.models import DeliveryState
+from sendonce.domain.models import DeliveryState
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ import boto3
 import pytest
 import requests
 
-from sendonce.deliverability_settings import UnsubscribeSettings
-from sendonce.deliverability_wiring import assemble_unsubscribe
+from sendonce.settings import UnsubscribeSettings
+from sendonce.wiring import assemble_unsubscribe
 from sendonce.handlers import unsubscribe
-from sendonce.unsubscribe import UnsubscribeTokens
+from sendonce.domain.deliverability.unsubscribe import UnsubscribeTokens
 from sendonce.wiring import consumer_parts
 from sendonce_ops.local.http_api import LocalHttpApi
 

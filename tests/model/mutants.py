@@ -21,12 +21,12 @@ from hypothesis.database import InMemoryExampleDatabase
 from hypothesis.stateful import run_state_machine_as_test
 from moto import mock_aws
 
-from sendonce import campaigns as campaigns_module
-from sendonce import delivery as delivery_module
-from sendonce import delivery_protocol as protocol
-from sendonce.adapters import dynamodb_ledger
-from sendonce.delivery_protocol import Event
-from sendonce.models import Campaign, CampaignState, DeliveryState
+from sendonce.domain.campaigns import service as campaigns_module
+from sendonce.domain.sending import delivery as delivery_module
+from sendonce.domain.sending import protocol
+from sendonce.adapters.dynamodb import ledger as dynamodb_ledger
+from sendonce.domain.sending.protocol import Event
+from sendonce.domain.models import Campaign, CampaignState, DeliveryState
 
 from tests.model import test_delivery_model as model
 
@@ -58,7 +58,7 @@ def _status_completes(original):
     def status(self, campaign_id):
         result = original(self, campaign_id)
         if result.state is CampaignState.SENDING and result.done:
-            from sendonce import campaign_lifecycle as lifecycle
+            from sendonce.domain.campaigns import lifecycle
             lifecycle.apply(self._campaigns, campaign_id, lifecycle.CampaignEvent.COMPLETE, by="sendonce")
         return result
     return status
@@ -66,7 +66,7 @@ def _status_completes(original):
 
 def _old_open_publish(self, campaign_id):
     # Before: publish looked at the state once (draft -> sending) and held no lease.
-    from sendonce import campaign_lifecycle as lifecycle
+    from sendonce.domain.campaigns import lifecycle
 
     campaign = self._campaigns.get(campaign_id)
     if campaign.state is CampaignState.DRAFT:

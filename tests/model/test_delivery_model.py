@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from moto import mock_aws
 
-from sendonce.delivery_protocol import FINAL, HELD
-from sendonce.errors import IllegalTransitionError, InvalidCampaignError
-from sendonce.models import CampaignState, DeliveryState
+from sendonce.domain.sending.protocol import FINAL, HELD
+from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError
+from sendonce.domain.models import CampaignState, DeliveryState
 
 from tests.model.world import Clock, Rig
 
@@ -236,7 +236,7 @@ class DeliveryModel(RuleBasedStateMachine):
     @rule(index=st.integers(0, RECIPIENTS - 1))
     def recipient_unsubscribes(self, index):
         self._step("suppress")
-        from sendonce.deliverability_ports import SuppressionReason
+        from sendonce.domain.ports import SuppressionReason
 
         self.suppressions.add(self.people[index].email, SuppressionReason.UNSUBSCRIBED, "model")
 

@@ -14,8 +14,8 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
-from sendonce.errors import AmbiguousProviderError, HaltProviderError, RetryableProviderError
-from sendonce.models import OutboundEmail, Receipt
+from sendonce.domain.errors import AmbiguousProviderError, HaltProviderError, RetryableProviderError
+from sendonce.domain.models import OutboundEmail, Receipt
 
 KEY_LIFETIME_MS = 24 * 3600 * 1000  # Resend forgets a key 24 h after its first request
 
@@ -255,12 +255,12 @@ class Rig:
                  visibility_ms: int = 30_000, max_receive_count: int = 5, recipients: int = 7):
         import uuid
 
-        from sendonce.adapters.dynamodb_campaigns import DynamoDBCampaignStore
-        from sendonce.adapters.dynamodb_ledger import DynamoDBLedger
+        from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+        from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
         from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
-        from sendonce.campaigns import CampaignService
-        from sendonce.delivery import DeliveryService
-        from sendonce.models import Campaign, Content, Recipient
+        from sendonce.domain.campaigns.service import CampaignService
+        from sendonce.domain.sending.delivery import DeliveryService
+        from sendonce.domain.models import Campaign, Content, Recipient
         from sendonce_ops.local.resources import create_tables
 
         from tests.deliverability_fakes import FakeSuppressions

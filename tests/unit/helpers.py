@@ -3,8 +3,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sendonce.adapters.idempotency import PowertoolsDeliveryGuard
-from sendonce.delivery import DeliveryService
-from sendonce.models import SCHEMA_VERSION, BatchMessage, Campaign, CampaignState, Content, Recipient
+from sendonce.domain.sending.delivery import DeliveryService
+from sendonce.domain.models import SCHEMA_VERSION, BatchMessage, Campaign, CampaignState, Content, Recipient
 
 from tests.fakes import FakeCampaignStore, FakeClock, FakeLedger, FakeProvider, FakeQueue
 

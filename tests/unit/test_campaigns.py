@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from sendonce.campaigns import CampaignService
-from sendonce.errors import IllegalTransitionError, InvalidCampaignError, UnknownProviderError
-from sendonce.models import BatchMessage, Campaign, CampaignState, Content, DeliveryState
+from sendonce.domain.campaigns.service import CampaignService
+from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError, UnknownProviderError
+from sendonce.domain.models import BatchMessage, Campaign, CampaignState, Content, DeliveryState
 
 from tests.unit.helpers import World, recipients
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import botocore.session
 import pytest
 
-from sendonce.models import Recipient
+from sendonce.domain.models import Recipient
 from sendonce_client import Client, Conflict, InvalidRequest, NotFound, SendonceAPIError, ServerError, Throttled
 from sendonce_client.client import recipient_dict, region_from_url
 from sendonce_client.errors import error_for

@@ -11,9 +11,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from sendonce.campaigns import CampaignService, batch_id_for
+from sendonce.domain.campaigns.service import CampaignService, batch_id_for
 from sendonce.handlers import api
-from sendonce.models import Recipient
+from sendonce.domain.models import Recipient
 from sendonce_ops import contracts
 
 from tests.fakes import FakeCampaignStore, FakeLedger, FakeQueue
@@ -81,7 +81,7 @@ class _Context:
 
 
 def _published_bodies() -> list[dict]:
-    from sendonce.models import Campaign, Content
+    from sendonce.domain.models import Campaign, Content
 
     queue = FakeQueue()
     service = CampaignService(campaigns=FakeCampaignStore(), ledger=FakeLedger(), queue=queue,

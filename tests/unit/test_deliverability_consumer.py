@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from sendonce.deliverability_ports import SuppressionReason
-from sendonce.errors import SettingsError
-from sendonce.models import DeliveryState, email_fingerprint
+from sendonce.domain.ports import SuppressionReason
+from sendonce.domain.errors import SettingsError
+from sendonce.domain.models import DeliveryState, email_fingerprint
 from sendonce.settings import ConsumerSettings
-from sendonce.unsubscribe import UnsubscribeLinks, UnsubscribeTokens
+from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks, UnsubscribeTokens
 
 from tests.deliverability_fakes import FakeSuppressions
 from tests.unit.helpers import World, batch

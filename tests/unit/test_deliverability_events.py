@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 import pytest
 
 from sendonce.adapters.svix_webhooks import SvixWebhookVerifier
-from sendonce.deliverability_ports import EventKind, SuppressionReason
-from sendonce.errors import WebhookSignatureError
+from sendonce.domain.ports import EventKind, SuppressionReason
+from sendonce.domain.errors import WebhookSignatureError
 from sendonce.handlers import events as events_handler
-from sendonce.models import Campaign, CampaignState, Content, DeliveryRecord, DeliveryState, email_fingerprint
-from sendonce.provider_events import (
+from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryRecord, DeliveryState, email_fingerprint
+from sendonce.domain.deliverability.provider_events import (
     BrakeSettings,
     ProviderEventService,
     parse_resend_event,

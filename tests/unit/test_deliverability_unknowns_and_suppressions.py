@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from sendonce.campaigns import CampaignService
-from sendonce.deliverability_ports import EventKind, ProviderEvent, SuppressionReason
-from sendonce.deliverability_settings import EventsSettings, UnsubscribeSettings
-from sendonce.errors import InvalidCampaignError, SettingsError, SuppressedError
-from sendonce.delivery_protocol import Verdict, classify
-from sendonce.models import BatchMessage, CampaignState, DeliveryRecord, DeliveryState, email_fingerprint
-from sendonce.outcomes import settlement_for
-from sendonce.ports import ClaimStatus
-from sendonce.suppressions import SuppressionService, parse_import_lines
-from sendonce.unknowns import UnknownOutcomes, resume_including_unknown, unknowns_older_than
+from sendonce.domain.campaigns.service import CampaignService
+from sendonce.domain.ports import EventKind, ProviderEvent, SuppressionReason
+from sendonce.settings import EventsSettings, UnsubscribeSettings
+from sendonce.domain.errors import InvalidCampaignError, SettingsError, SuppressedError
+from sendonce.domain.sending.protocol import Verdict, classify
+from sendonce.domain.models import BatchMessage, CampaignState, DeliveryRecord, DeliveryState, email_fingerprint
+from sendonce.domain.sending.outcomes import settlement_for
+from sendonce.domain.ports import ClaimStatus
+from sendonce.domain.deliverability.suppressions import SuppressionService, parse_import_lines
+from sendonce.domain.campaigns.unknowns import UnknownOutcomes, unknowns_older_than
 
 from tests.deliverability_fakes import FakeLedgerEvents, FakeSuppressions
 from tests.fakes import FakeClock
@@ -87,8 +87,8 @@ def test_resume_including_unknown_republishes_the_reopened_recipients(world):
     record(world, "r2", DeliveryState.SENT)
     world.campaigns.transition("c1", to=CampaignState.COMPLETED, allowed_from=[CampaignState.PAUSED], by="sendonce")
 
-    campaign, republished, report = resume_including_unknown(
-        service, world.campaigns, UnknownOutcomes(ledger_events=events, clock_ms=FakeClock(NOW)), "c1", older_than_s=0
+    campaign, republished, report = service.resume_including_unknown(
+        "c1", UnknownOutcomes(ledger_events=events, clock_ms=FakeClock(NOW)), older_than_s=0
     )
 
     assert report.reopened == ["r1"] and republished == 1
@@ -104,7 +104,7 @@ def test_a_cancelled_campaign_cannot_be_resumed_with_its_unknowns(world):
     service = CampaignService(campaigns=world.campaigns, ledger=world.ledger, queue=world.queue, provider_names=["ses"])
 
     with pytest.raises(InvalidCampaignError, match="cancelled"):
-        resume_including_unknown(service, world.campaigns, UnknownOutcomes(ledger_events=events), "c1")
+        service.resume_including_unknown("c1", UnknownOutcomes(ledger_events=events))
     assert world.ledger.items[("c1", "r1")].state is DeliveryState.UNKNOWN
 
 

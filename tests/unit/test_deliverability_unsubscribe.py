@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from sendonce.deliverability_ports import SuppressionReason
-from sendonce.errors import InvalidTokenError
+from sendonce.domain.ports import SuppressionReason
+from sendonce.domain.errors import InvalidTokenError
 from sendonce.handlers import unsubscribe as handler
-from sendonce.models import DeliveryRecord, DeliveryState, email_fingerprint
-from sendonce.unsubscribe import (
+from sendonce.domain.models import DeliveryRecord, DeliveryState, email_fingerprint
+from sendonce.domain.deliverability.unsubscribe import (
     UnsubscribeLinks,
     UnsubscribeService,
     UnsubscribeTokens,

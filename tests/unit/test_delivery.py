@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from sendonce.errors import (
+from sendonce.domain.errors import (
     AmbiguousProviderError,
     HaltProviderError,
     PermanentProviderError,
     RetryableProviderError,
 )
-from sendonce.models import CampaignState, DeliveryKey, DeliveryState, Recipient
+from sendonce.domain.models import CampaignState, DeliveryKey, DeliveryState, Recipient
 
 from tests.unit.helpers import World, batch, recipients
 
@@ -202,7 +202,7 @@ def test_ses_ambiguous_outcome_is_unknown_and_never_resent(world):
 def test_ses_consumer_lost_after_in_flight_leaves_the_delivery_unknown_not_resent(world):
     world.provider_name = "ses"
     world.campaign()
-    from sendonce.models import DeliveryRequest
+    from sendonce.domain.models import DeliveryRequest
 
     request = DeliveryRequest(campaign_id="c1", recipient_id="r0", batch_id="b1", email="user0@example.com",
                               variables={"name": "User 0"}, provider="ses", provider_idempotent=False, owner="dead")
@@ -219,7 +219,7 @@ def test_ses_consumer_lost_after_in_flight_leaves_the_delivery_unknown_not_resen
 def test_ses_consumer_lost_after_claim_before_send_is_sent_by_the_next_consumer(world):
     world.provider_name = "ses"
     world.campaign()
-    from sendonce.models import DeliveryRequest
+    from sendonce.domain.models import DeliveryRequest
 
     request = DeliveryRequest(campaign_id="c1", recipient_id="r0", batch_id="b1", email="user0@example.com",
                               variables={"name": "User 0"}, provider="ses", provider_idempotent=False, owner="dead")
@@ -233,7 +233,7 @@ def test_ses_consumer_lost_after_claim_before_send_is_sent_by_the_next_consumer(
 
 
 def test_a_live_claim_held_elsewhere_returns_the_message(world):
-    from sendonce.models import DeliveryRequest
+    from sendonce.domain.models import DeliveryRequest
 
     request = DeliveryRequest(campaign_id="c1", recipient_id="r0", batch_id="b1", email="user0@example.com",
                               variables={"name": "User 0"}, provider="resend", provider_idempotent=True, owner="other")
@@ -279,7 +279,7 @@ def test_without_the_ledger_the_redelivered_batch_is_sent_twice(world):
 
     class NoGuard:
         def send_once(self, request, send):
-            from sendonce.ports import GuardResult
+            from sendonce.domain.ports import GuardResult
 
             return GuardResult(kind="sent", provider_message_id=send().provider_message_id)
 

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from sendonce import campaign_lifecycle, delivery_protocol as protocol
-from sendonce.delivery_protocol import IDEMPOTENCY_WINDOW_MS, Event, Facts, Group, Lease, MaybeSent, Verdict, classify
-from sendonce.models import DeliveryRecord, DeliveryState
+from sendonce.domain.campaigns import lifecycle as campaign_lifecycle
+
+from sendonce.domain.sending import protocol
+from sendonce.domain.sending.protocol import IDEMPOTENCY_WINDOW_MS, Event, Facts, Group, Lease, MaybeSent, Verdict, classify
+from sendonce.domain.models import DeliveryRecord, DeliveryState
 
 NOW = 1_800_000_000_000
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -129,7 +131,7 @@ def test_the_campaign_doc_states_the_lifecycle_the_code_uses():
 
 
 def test_the_campaign_lifecycle_never_leaves_a_final_state_but_by_its_rows():
-    from sendonce.models import CampaignState as C
+    from sendonce.domain.models import CampaignState as C
 
     leaving = {(t.source, t.event) for t in campaign_lifecycle.TRANSITIONS if t.source in (C.COMPLETED, C.CANCELLED)}
     assert leaving == {(C.COMPLETED, campaign_lifecycle.CampaignEvent.PUBLISH),

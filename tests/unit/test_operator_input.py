@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sendonce.campaigns import CampaignService
-from sendonce.models import Campaign, CampaignState, Content
-from sendonce.operator_input import (
+from sendonce.domain.campaigns.service import CampaignService
+from sendonce.domain.models import Campaign, CampaignState, Content
+from sendonce.domain.campaigns.operator_input import (
     CampaignSpec,
     RecipientFileError,
     RecipientReader,

@@ -1,4 +1,4 @@
-"""The edges of operator input: sizes (sendonce.limits), header injection, hostile recipient
+"""The edges of operator input: sizes (sendonce.domain.limits), header injection, hostile recipient
 files, and the same address under two recipient ids. Each test names what it refuses."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from sendonce import limits
-from sendonce.campaigns import CampaignService
-from sendonce.models import BatchMessage, Campaign, Content
-from sendonce.operator_input import (
+from sendonce.domain import limits
+from sendonce.domain.campaigns.service import CampaignService
+from sendonce.domain.models import BatchMessage, Campaign, Content
+from sendonce.domain.campaigns.operator_input import (
     CampaignSpec,
     InlineRecipient,
     RecipientFileError,
@@ -282,7 +282,7 @@ def test_a_template_file_over_its_limit_or_not_a_file_is_refused_before_it_is_re
 
 
 def test_the_providers_the_schema_lists_are_those_the_wiring_registers():
-    from sendonce.operator_input import PROVIDERS
+    from sendonce.domain.campaigns.operator_input import PROVIDERS
     from sendonce.wiring import PROVIDER_NAMES
 
     assert set(PROVIDERS) == set(PROVIDER_NAMES)

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from sendonce.campaigns import CampaignService, DeadLetter
-from sendonce.errors import CampaignNotFoundError
-from sendonce.models import BatchMessage, Campaign, Content, DeliveryState
+from sendonce.domain.campaigns.service import CampaignService, DeadLetter
+from sendonce.domain.errors import CampaignNotFoundError
+from sendonce.domain.models import BatchMessage, Campaign, Content, DeliveryState
 
 from tests.fakes import FakeCampaignStore, FakeLedger, FakeQueue
 from tests.unit.helpers import recipients
@@ -80,7 +80,7 @@ def test_dead_letter_summary_groups_by_campaign_with_the_last_error(service, led
 
 
 def test_list_campaigns_reads_the_store_by_id_and_state_and_sends_nothing(service, queue):
-    from sendonce.models import CampaignState
+    from sendonce.domain.models import CampaignState
 
     service.create(Campaign(campaign_id="a0", name="n", provider="ses", sender="a@example.com",
                             content=Content(subject="s", text="t")))

@@ -4,9 +4,9 @@ import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 from resend.exceptions import ResendError
 
-from sendonce.adapters.resend_provider import classify_resend_error
-from sendonce.adapters.ses_provider import classify_ses_error
-from sendonce.errors import (
+from sendonce.adapters.providers.resend_provider import classify_resend_error
+from sendonce.adapters.providers.ses_provider import classify_ses_error
+from sendonce.domain.errors import (
     AmbiguousProviderError,
     HaltProviderError,
     PermanentProviderError,
@@ -91,8 +91,8 @@ def test_bad_settings_are_refused_with_the_variable_named(env, message):
 
 
 def test_provider_reasons_never_carry_a_raw_address():
-    from sendonce.errors import PermanentProviderError
-    from sendonce.models import email_fingerprint
+    from sendonce.domain.errors import PermanentProviderError
+    from sendonce.domain.models import email_fingerprint
 
     error = PermanentProviderError("Invalid `to` field: Ann.Lee+promo@Example.com is not allowed")
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from sendonce.errors import InvalidTokenError
-from sendonce.unsubscribe import KeySet, UnsubscribeLinks, UnsubscribeTokens, keys_from_secret
+from sendonce.domain.errors import InvalidTokenError
+from sendonce.domain.deliverability.unsubscribe import KeySet, UnsubscribeLinks, UnsubscribeTokens, keys_from_secret
 
 from tests.fakes import FakeClock
 

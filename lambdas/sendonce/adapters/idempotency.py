@@ -35,10 +35,10 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 )
 from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer, DataRecord
 
-from sendonce.errors import LeaseLostError
-from sendonce.models import FINAL_STATES, HELD_STATES, DeliveryKey, DeliveryRecord, DeliveryRequest, Receipt, SendGroup
-from sendonce.outcomes import settlement_for
-from sendonce.ports import ClaimStatus, GroupResult, GuardResult, Ledger
+from sendonce.domain.errors import LeaseLostError
+from sendonce.domain.models import FINAL_STATES, HELD_STATES, DeliveryKey, DeliveryRecord, DeliveryRequest, Receipt, SendGroup
+from sendonce.domain.sending.outcomes import settlement_for
+from sendonce.domain.ports import ClaimStatus, GroupResult, GuardResult, Ledger
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from sendonce.operator_input import RecipientFileError
+from sendonce.domain.campaigns.operator_input import RecipientFileError
 
 _MISSING = {"NoSuchKey", "NoSuchBucket", "404", "AccessDenied", "403"}
 

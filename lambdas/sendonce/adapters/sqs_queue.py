@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from sendonce import limits
+from sendonce.domain import limits
 
 POISON_REASON_ATTRIBUTE = "sendonce-poison-reason"
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import resend
 
-from sendonce.errors import WebhookSignatureError
+from sendonce.domain.errors import WebhookSignatureError
 
 
 class SvixWebhookVerifier:

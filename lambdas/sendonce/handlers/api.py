@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 import boto3
-from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
@@ -21,12 +20,12 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sendonce import limits
+from sendonce.domain import limits
 from sendonce.adapters.s3_objects import S3ObjectLines
-from sendonce.campaigns import CampaignService, DeliveryStatus, PublishReport
-from sendonce.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError
-from sendonce.models import ID_PATTERN, Campaign, CampaignState
-from sendonce.operator_input import (
+from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus, PublishReport
+from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError
+from sendonce.domain.models import ID_PATTERN, Campaign, CampaignState
+from sendonce.domain.campaigns.operator_input import (
     LINE_PATTERN,
     CampaignSpec,
     InlineRecipient,
@@ -40,10 +39,10 @@ from sendonce.operator_input import (
     publish_file,
     strict_json_loads,
 )
+from sendonce.handlers.observability import logger
 from sendonce.settings import ApiSettings
 from sendonce.wiring import campaign_service
 
-logger = Logger(service="sendonce")
 # Bodies are parsed strictly (no NaN, no lone surrogates, bounded nesting): what would fail
 # later in DynamoDB or at the provider is refused here as a 400 naming the body.
 app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=strict_json_loads)

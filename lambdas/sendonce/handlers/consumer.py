@@ -7,45 +7,35 @@ import os
 import time
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from sendonce.delivery import BatchIncompleteError, BatchReport
+from sendonce.contract import FAILURE_METRICS, Metric
+from sendonce.domain.sending.delivery import BatchIncompleteError, BatchReport
 from sendonce.settings import ConsumerSettings
+from sendonce.handlers.observability import count, logger, metrics
 from sendonce.wiring import ConsumerRuntime, consumer_runtime
 
-logger = Logger(service="sendonce")
-metrics = Metrics(namespace="Sendonce", service="sendonce")
-
-_FAILURE_METRICS = {
-    "permanent": "SendFailuresPermanent",
-    "retryable": "SendFailuresRetryable",
-    "halt": "SendFailuresHalt",
-    "ambiguous": "SendFailuresAmbiguous",
-}
 
 
 def _emit(report: BatchReport) -> None:
     counts = {
-        "EmailsSent": report.sent,
-        "DuplicateSendsPrevented": report.duplicates_prevented,
-        "UnknownOutcomes": report.unknown,
-        "DeadLetteredRecipients": report.dead_lettered,
-        "RecipientsSuppressed": report.suppressed,
-        "PayloadConflicts": report.conflicts,
-        "PoisonMessages": 1 if report.poison_reason else 0,
-        "CampaignSkipsPaused": 1 if report.skipped_state else 0,
+        Metric.EMAILS_SENT: report.sent,
+        Metric.DUPLICATE_SENDS_PREVENTED: report.duplicates_prevented,
+        Metric.UNKNOWN_OUTCOMES: report.unknown,
+        Metric.DEAD_LETTERED_RECIPIENTS: report.dead_lettered,
+        Metric.RECIPIENTS_SUPPRESSED: report.suppressed,
+        Metric.PAYLOAD_CONFLICTS: report.conflicts,
+        Metric.POISON_MESSAGES: 1 if report.poison_reason else 0,
+        Metric.CAMPAIGN_SKIPS_PAUSED: 1 if report.skipped_state else 0,
     }
-    for error_class, count in report.errors_by_class.items():
-        name = _FAILURE_METRICS.get(error_class)
+    for error_class, failures in report.errors_by_class.items():
+        name = FAILURE_METRICS.get(error_class)
         if name:
-            counts[name] = counts.get(name, 0) + count
+            counts[name] = counts.get(name, 0) + failures
     for name, value in counts.items():
-        if value:
-            metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+        count(name, value)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -12,39 +12,36 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from sendonce.deliverability_settings import EventsSettings
-from sendonce.deliverability_wiring import events_service
-from sendonce.errors import WebhookSignatureError
-from sendonce.provider_events import EventReport, ProviderEventService
+from sendonce.contract import Metric
+from sendonce.handlers.observability import count, logger, metrics
+from sendonce.settings import EventsSettings
+from sendonce.wiring import events_service
+from sendonce.domain.errors import WebhookSignatureError
+from sendonce.domain.deliverability.provider_events import EventReport, ProviderEventService
 
-logger = Logger(service="sendonce")
-metrics = Metrics(namespace="Sendonce", service="sendonce")
 app = APIGatewayHttpResolver()
 
 WEBHOOK_PATH = "/webhooks/resend"
-BRAKE_METRICS = {"complaint": "ComplaintBrakeTriggered", "bounce": "BounceBrakeTriggered"}
+BRAKE_METRICS = {"complaint": Metric.COMPLAINT_BRAKE_TRIGGERED, "bounce": Metric.BOUNCE_BRAKE_TRIGGERED}
 
 
 def _emit(report: EventReport) -> None:
     counts = {
-        "ProviderEventsApplied": report.status == "applied",
-        "ProviderEventsDuplicate": report.status == "duplicate",
-        "ProviderEventsUnmatched": report.status == "no_delivery",
-        "Complaints": report.counted == "complaints",
-        "HardBounces": report.counted == "hard_bounces",
-        "SuppressionsAdded": report.newly_suppressed,
-        "UnknownOutcomesResolved": report.resolved_unknown,
+        Metric.PROVIDER_EVENTS_APPLIED: report.status == "applied",
+        Metric.PROVIDER_EVENTS_DUPLICATE: report.status == "duplicate",
+        Metric.PROVIDER_EVENTS_UNMATCHED: report.status == "no_delivery",
+        Metric.COMPLAINTS: report.counted == "complaints",
+        Metric.HARD_BOUNCES: report.counted == "hard_bounces",
+        Metric.SUPPRESSIONS_ADDED: report.newly_suppressed,
+        Metric.UNKNOWN_OUTCOMES_RESOLVED: report.resolved_unknown,
     }
     if report.brake:
         counts[BRAKE_METRICS[report.brake]] = 1
     for name, value in counts.items():
-        if value:
-            metrics.add_metric(name=name, unit=MetricUnit.Count, value=int(value))
+        count(name, int(value))
     logger.info(
         "provider event",
         extra={
@@ -65,7 +62,7 @@ def resend_webhook() -> Response | dict:
     try:
         report = service.handle_resend_webhook(event.decoded_body or "", event.headers)
     except WebhookSignatureError as exc:
-        metrics.add_metric(name="WebhookSignaturesRejected", unit=MetricUnit.Count, value=1)
+        count(Metric.WEBHOOK_SIGNATURES_REJECTED)
         logger.warning("webhook refused", extra={"reason": str(exc)})
         return Response(status_code=401, content_type="application/json", body='{"message":"invalid signature"}')
     _emit(report)
@@ -75,7 +72,7 @@ def resend_webhook() -> Response | dict:
 @app.exception_handler(UnicodeDecodeError)
 def _not_text(exc: UnicodeDecodeError) -> Response:
     # Svix signs text: a body that is not UTF-8 cannot carry a valid signature.
-    metrics.add_metric(name="WebhookSignaturesRejected", unit=MetricUnit.Count, value=1)
+    count(Metric.WEBHOOK_SIGNATURES_REJECTED)
     return Response(status_code=401, content_type="application/json", body='{"message":"invalid signature"}')
 
 

@@ -12,18 +12,16 @@ import html
 import os
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from sendonce.deliverability_settings import UnsubscribeSettings
-from sendonce.deliverability_wiring import unsubscribe_service
-from sendonce.errors import InvalidTokenError
-from sendonce.unsubscribe import UnsubscribeService, is_one_click
+from sendonce.contract import Metric
+from sendonce.handlers.observability import count, logger, metrics
+from sendonce.settings import UnsubscribeSettings
+from sendonce.wiring import unsubscribe_service
+from sendonce.domain.errors import InvalidTokenError
+from sendonce.domain.deliverability.unsubscribe import UnsubscribeService, is_one_click
 
-logger = Logger(service="sendonce")
-metrics = Metrics(namespace="Sendonce", service="sendonce")
 app = APIGatewayHttpResolver()
 
 _HEADERS = {
@@ -53,7 +51,7 @@ def _page(status: int, title: str, body: str) -> Response:
 
 
 def _forbidden() -> Response:
-    metrics.add_metric(name="UnsubscribeTokensRejected", unit=MetricUnit.Count, value=1)
+    count(Metric.UNSUBSCRIBE_TOKENS_REJECTED)
     return _page(403, "Link not valid", "<p>This unsubscribe link is not valid. Use the link from the email as it arrived.</p>")
 
 
@@ -92,7 +90,7 @@ def one_click(token: str) -> Response:
         extra={"campaign_id": claims.campaign_id, "recipient_id": claims.recipient_id, "new": outcome.newly_suppressed},
     )
     if outcome.newly_suppressed:
-        metrics.add_metric(name="RecipientsUnsubscribed", unit=MetricUnit.Count, value=1)
+        count(Metric.RECIPIENTS_UNSUBSCRIBED)
     return _page(200, "You are unsubscribed", "<p>This address will not receive these emails any more.</p>")
 
 

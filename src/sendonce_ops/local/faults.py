@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from sendonce.handlers import consumer
-from sendonce.models import DeliveryKey, OutboundEmail, Receipt
-from sendonce.ports import ClaimStatus
+from sendonce.domain.models import DeliveryKey, OutboundEmail, Receipt
+from sendonce.domain.ports import ClaimStatus
 from sendonce.settings import ConsumerSettings
 from sendonce.wiring import ConsumerParts, ConsumerRuntime, assemble_consumer, consumer_parts
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from jinja2 import StrictUndefined, TemplateError, UndefinedError
 from jinja2.sandbox import SandboxedEnvironment
 
-from sendonce.models import Content, VariableValue
+from sendonce.domain.models import Content, VariableValue
 
 _HTML = SandboxedEnvironment(autoescape=True, undefined=StrictUndefined)
 _PLAIN = SandboxedEnvironment(autoescape=False, undefined=StrictUndefined)

@@ -45,7 +45,7 @@ class ProviderError(SendonceError):
     error_class = "provider"
 
     def __init__(self, reason: str, *, code: str | None = None, retry_after: float | None = None):
-        from sendonce.models import redact_emails  # models imports nothing from here
+        from sendonce.domain.models import redact_emails  # models imports nothing from here
 
         reason = redact_emails(reason)
         super().__init__(reason)

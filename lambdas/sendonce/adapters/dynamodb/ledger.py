@@ -1,6 +1,6 @@
 """The delivery ledger on DynamoDB: one item per (campaign_id, recipient_id).
 
-The claim condition is derived from `sendonce.delivery_protocol.CLAIM_RULES`, so a claim
+The claim condition is derived from `sendonce.domain.sending.protocol.CLAIM_RULES`, so a claim
 is one atomic conditional write; a failed claim returns the old item
 (ReturnValuesOnConditionCheckFailure=ALL_OLD), which the same rules classify without
 another read. Every later write is conditional on the owner that claimed and on the
@@ -19,10 +19,10 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from sendonce.errors import LeaseLostError
-from sendonce import delivery_protocol as protocol
-from sendonce.delivery_protocol import IDEMPOTENCY_WINDOW_MS, Event, Verdict, classify
-from sendonce.models import (
+from sendonce.domain.errors import LeaseLostError
+from sendonce.domain.sending import protocol
+from sendonce.domain.sending.protocol import IDEMPOTENCY_WINDOW_MS, Event, Verdict, classify
+from sendonce.domain.models import (
     DeliveryKey,
     DeliveryRecord,
     DeliveryRequest,
@@ -31,7 +31,7 @@ from sendonce.models import (
     SendGroup,
     email_fingerprint,
 )
-from sendonce.ports import ClaimResult, ClaimStatus, GroupClaim
+from sendonce.domain.ports import ClaimResult, ClaimStatus, GroupClaim
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from pydantic import ValidationError
 
-from sendonce.errors import (
+from sendonce.domain.errors import (
     AmbiguousProviderError,
     ProviderError,
     CampaignNotFoundError,
@@ -33,8 +33,8 @@ from sendonce.errors import (
     RetryableProviderError,
     SuppressedError,
 )
-from sendonce.deliverability_ports import Suppressions
-from sendonce.models import (
+from sendonce.domain.ports import Suppressions
+from sendonce.domain.models import (
     FINAL_STATES,
     BatchMessage,
     Campaign,
@@ -50,13 +50,13 @@ from sendonce.models import (
     email_fingerprint,
     is_valid_email,
 )
-from sendonce import campaign_lifecycle as lifecycle
-from sendonce.campaign_lifecycle import AUTOMATIC_HALT, CampaignEvent
-from sendonce.campaigns import complete_if_done
-from sendonce.delivery_protocol import Event, Verdict, cancel_event, classify
-from sendonce.ports import CampaignStore, DeliveryGuard, EmailProvider, GroupGuard, Ledger, Queue, RateLimiter
-from sendonce.rendering import CompiledContent, RenderError
-from sendonce.unsubscribe import UnsubscribeLinks
+from sendonce.domain.campaigns import lifecycle
+from sendonce.domain.campaigns.lifecycle import AUTOMATIC_HALT, CampaignEvent
+from sendonce.domain.campaigns.service import complete_if_done
+from sendonce.domain.sending.protocol import Event, Verdict, cancel_event, classify
+from sendonce.domain.ports import CampaignStore, DeliveryGuard, EmailProvider, GroupGuard, Ledger, Queue, RateLimiter
+from sendonce.domain.sending.rendering import CompiledContent, RenderError
+from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
 
 logger = logging.getLogger(__name__)
 

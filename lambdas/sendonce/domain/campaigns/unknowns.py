@@ -12,17 +12,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
-
-from sendonce import campaign_lifecycle as lifecycle
-from sendonce.campaign_lifecycle import CampaignEvent
-from sendonce.deliverability_ports import LedgerEvents, ReopenReport, UnknownDelivery
-from sendonce.errors import InvalidCampaignError
-from sendonce.models import Campaign, CampaignState, DeliveryKey
-from sendonce.ports import CampaignStore
-
-if TYPE_CHECKING:  # campaigns.py may call this module: no import at run time
-    from sendonce.campaigns import CampaignService
+from sendonce.domain.ports import LedgerEvents, ReopenReport, UnknownDelivery
+from sendonce.domain.models import DeliveryKey
 
 # SES publishes a Send event within seconds; a quarter of an hour without one says the
 # email was most likely not accepted (never certainly).
@@ -73,37 +64,3 @@ class UnknownOutcomes:
 def unknowns_older_than(ledger_events: LedgerEvents, campaign_id: str, seconds: int, *, now_ms: int | None = None) -> list[UnknownDelivery]:
     clock = (lambda: now_ms) if now_ms is not None else (lambda: int(time.time() * 1000))
     return UnknownOutcomes(ledger_events=ledger_events, clock_ms=clock).older_than(campaign_id, seconds)
-
-
-def resume_including_unknown(
-    service: CampaignService,
-    campaigns: CampaignStore,
-    unknowns: UnknownOutcomes,
-    campaign_id: str,
-    *,
-    recipient_ids: Iterable[str] | None = None,
-    older_than_s: int = DEFAULT_UNKNOWN_WINDOW_S,
-    by: str = "operator",
-    include_dead_lettered: bool = True,
-    reason: str | None = None,
-) -> tuple[Campaign, int, ReopenReport]:
-    """`campaign resume --include-unknown`: reopen, then resume (which republishes every
-    pending recipient, the reopened ones among them). A campaign that completed with
-    unknown outcomes is moved back to paused first so that it can be resumed."""
-    campaign = campaigns.get(campaign_id)
-    if not (lifecycle.can(CampaignEvent.RESUME, campaign.state) or lifecycle.can(CampaignEvent.REOPEN_UNKNOWN, campaign.state)):
-        raise InvalidCampaignError(f"campaign {campaign_id!r} is {campaign.state.value}; it cannot be resumed")
-    report = unknowns.reopen(campaign_id, recipient_ids=recipient_ids, older_than_s=older_than_s, by=by)
-    if campaign.state is CampaignState.COMPLETED:
-        if not report.reopened:
-            return campaign, 0, report
-        lifecycle.apply(
-            campaigns, campaign_id, CampaignEvent.REOPEN_UNKNOWN, by=by,
-            reason=f"reopened {len(report.reopened)} unknown outcome(s)",
-        )
-    campaign, republished = service.resume(
-        campaign_id,
-        include_dead_lettered=include_dead_lettered,
-        reason=reason or (f"resumed with {len(report.reopened)} reopened unknown outcome(s)" if report.reopened else None),
-    )
-    return campaign, republished, report

@@ -10,9 +10,9 @@ from typing import Any
 import resend
 from resend.exceptions import ResendError
 
-from sendonce.errors import AmbiguousProviderError, HaltProviderError, PermanentProviderError, RetryableProviderError
-from sendonce.models import OutboundEmail, Receipt, redact_emails
-from sendonce.ports import RateLimiter
+from sendonce.domain.errors import AmbiguousProviderError, HaltProviderError, PermanentProviderError, RetryableProviderError
+from sendonce.domain.models import OutboundEmail, Receipt, redact_emails
+from sendonce.domain.ports import RateLimiter
 
 logger = logging.getLogger(__name__)
 

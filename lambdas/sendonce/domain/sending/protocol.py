@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sendonce.models import FINAL_STATES, HELD_STATES, DeliveryRecord, DeliveryState
+from sendonce.domain.models import FINAL_STATES, HELD_STATES, DeliveryRecord, DeliveryState
 
 S = DeliveryState
 

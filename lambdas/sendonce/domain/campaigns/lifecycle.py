@@ -13,9 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sendonce.errors import IllegalTransitionError
-from sendonce.models import Campaign, CampaignState
-from sendonce.ports import CampaignStore
+from sendonce.domain.errors import IllegalTransitionError
+from sendonce.domain.models import Campaign, CampaignState
+from sendonce.domain.ports import CampaignStore
 
 C = CampaignState
 

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from sendonce.deliverability_ports import ReopenReport
-from sendonce.errors import InvalidCampaignError, UnknownProviderError
-from sendonce import campaign_lifecycle as lifecycle
-from sendonce.campaign_lifecycle import CampaignEvent
-from sendonce.errors import IllegalTransitionError
-from sendonce.models import (
+from sendonce.domain.ports import ReopenReport
+from sendonce.domain.errors import InvalidCampaignError, UnknownProviderError
+from sendonce.domain.campaigns import lifecycle
+from sendonce.domain.campaigns.lifecycle import CampaignEvent
+from sendonce.domain.errors import IllegalTransitionError
+from sendonce.domain.models import (
     FINAL_STATES,
     MAX_RECIPIENTS_PER_BATCH,
     SCHEMA_VERSION,
@@ -34,9 +34,9 @@ from sendonce.models import (
     DeliveryState,
     Recipient,
 )
-from sendonce.ports import BatchStatus, CampaignStore, Ledger, Queue
-from sendonce.rendering import RenderError, check_content
-from sendonce.unknowns import DEFAULT_UNKNOWN_WINDOW_S, UnknownOutcomes, resume_including_unknown
+from sendonce.domain.ports import BatchStatus, CampaignStore, Ledger, Queue
+from sendonce.domain.sending.rendering import RenderError, check_content
+from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S, UnknownOutcomes
 
 logger = logging.getLogger(__name__)
 
@@ -397,10 +397,24 @@ class CampaignService:
         """`resume --include-unknown`: move the chosen unknown deliveries back to pending (the
         operator accepts that they may be sent twice), then resume. A campaign that completed
         with unknown outcomes is paused first so that it can be resumed."""
-        return resume_including_unknown(
-            self, self._campaigns, unknowns, campaign_id, recipient_ids=recipient_ids, older_than_s=older_than_s,
-            by=self._operator, include_dead_lettered=include_dead_lettered, reason=reason,
+        by = self._operator
+        campaign = self._campaigns.get(campaign_id)
+        if not (lifecycle.can(CampaignEvent.RESUME, campaign.state) or lifecycle.can(CampaignEvent.REOPEN_UNKNOWN, campaign.state)):
+            raise InvalidCampaignError(f"campaign {campaign_id!r} is {campaign.state.value}; it cannot be resumed")
+        report = unknowns.reopen(campaign_id, recipient_ids=recipient_ids, older_than_s=older_than_s, by=by)
+        if campaign.state is CampaignState.COMPLETED:
+            if not report.reopened:
+                return campaign, 0, report
+            lifecycle.apply(
+                self._campaigns, campaign_id, CampaignEvent.REOPEN_UNKNOWN, by=by,
+                reason=f"reopened {len(report.reopened)} unknown outcome(s)",
+            )
+        campaign, republished = self.resume(
+            campaign_id,
+            include_dead_lettered=include_dead_lettered,
+            reason=reason or (f"resumed with {len(report.reopened)} reopened unknown outcome(s)" if report.reopened else None),
         )
+        return campaign, republished, report
 
     def status(self, campaign_id: str) -> DeliveryStatus:
         """Counts by ledger state. Never changes the campaign: completion is the consumer's

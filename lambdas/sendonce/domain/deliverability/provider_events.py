@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from sendonce import campaign_lifecycle as lifecycle
-from sendonce.campaign_lifecycle import CampaignEvent
-from sendonce.deliverability_ports import (
+from sendonce.domain.campaigns import lifecycle
+from sendonce.domain.campaigns.lifecycle import CampaignEvent
+from sendonce.domain.ports import (
     AnnotationStatus,
     EventKind,
     FeedbackCounter,
@@ -36,9 +36,9 @@ from sendonce.deliverability_ports import (
     Suppressions,
     WebhookVerifier,
 )
-from sendonce.errors import CampaignNotFoundError, IllegalTransitionError, WebhookSignatureError
-from sendonce.models import DeliveryState, is_valid_email
-from sendonce.ports import CampaignStore
+from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, WebhookSignatureError
+from sendonce.domain.models import DeliveryState, is_valid_email
+from sendonce.domain.ports import CampaignStore
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from sendonce.deliverability_ports import ImportReport, Suppression, SuppressionReason, Suppressions
-from sendonce.models import is_valid_email
+from sendonce.domain.ports import ImportReport, Suppression, SuppressionReason, Suppressions
+from sendonce.domain.models import is_valid_email
 
 IMPORT_CHUNK = 500
 

@@ -6,7 +6,7 @@ template variables) or JSON Lines (``{"recipient_id", "email", "variables": {}}`
 read as a stream of lines: one row is held at a time, plus the ids and address fingerprints
 seen so far (to report a repeat with the line it first appeared on). Each row either yields
 a recipient or a problem naming its line; nothing here publishes anything. Sizes come from
-sendonce.limits (docs/limits.md).
+sendonce.domain.limits (docs/limits.md).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sendonce import limits
-from sendonce.campaigns import CampaignService, PublishReport
-from sendonce.errors import InvalidCampaignError
-from sendonce.models import (
+from sendonce.domain import limits
+from sendonce.domain.campaigns.service import CampaignService, PublishReport
+from sendonce.domain.errors import InvalidCampaignError
+from sendonce.domain.models import (
     MAX_RECIPIENTS_PER_BATCH,
     Campaign,
     Content,

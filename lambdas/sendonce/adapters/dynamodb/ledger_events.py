@@ -32,9 +32,9 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from sendonce import delivery_protocol as protocol
-from sendonce.delivery_protocol import Event
-from sendonce.deliverability_ports import (
+from sendonce.domain.sending import protocol
+from sendonce.domain.sending.protocol import Event
+from sendonce.domain.ports import (
     Annotation,
     AnnotationStatus,
     CampaignFeedback,
@@ -44,7 +44,7 @@ from sendonce.deliverability_ports import (
     ReopenReport,
     UnknownDelivery,
 )
-from sendonce.models import DeliveryKey, DeliveryState
+from sendonce.domain.models import DeliveryKey, DeliveryState
 
 _ser = TypeSerializer()
 _de = TypeDeserializer()

@@ -9,8 +9,8 @@ from typing import Any
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError
 
-from sendonce.errors import AmbiguousProviderError, HaltProviderError, PermanentProviderError, RetryableProviderError
-from sendonce.models import OutboundEmail, Receipt
+from sendonce.domain.errors import AmbiguousProviderError, HaltProviderError, PermanentProviderError, RetryableProviderError
+from sendonce.domain.models import OutboundEmail, Receipt
 
 # One attempt exactly: `max_attempts: 1` still made two in botocore's standard mode.
 SEND_CLIENT_CONFIG = Config(retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=10)

@@ -6,7 +6,7 @@ Sizes of stored or sent text are UTF-8 bytes, because the limits downstream are 
 
 from __future__ import annotations
 
-from sendonce.models import MAX_RECIPIENTS_PER_BATCH
+from sendonce.domain.models import MAX_RECIPIENTS_PER_BATCH
 
 # --- downstream hard limits these are derived from ---------------------------------------
 # Queues created by CloudFormation keep SQS's old default MaximumMessageSize of 256 KiB

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sendonce.errors import (
+from sendonce.domain.errors import (
     AmbiguousProviderError,
     HaltProviderError,
     LeaseLostError,
@@ -12,7 +12,7 @@ from sendonce.errors import (
     RetryableProviderError,
     SuppressedError,
 )
-from sendonce.models import DeliveryState
+from sendonce.domain.models import DeliveryState
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from sendonce.errors import CampaignNotFoundError, IllegalTransitionError
-from sendonce.models import BatchMessage, Campaign, CampaignState, SendGroup
-from sendonce.ports import BatchStatus
+from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError
+from sendonce.domain.models import BatchMessage, Campaign, CampaignState, SendGroup
+from sendonce.domain.ports import BatchStatus
 
 _ser = TypeSerializer()
 _de = TypeDeserializer()

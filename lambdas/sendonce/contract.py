@@ -1,0 +1,87 @@
+"""Names shared by the Lambda code, the CDK construct (`sendonce_cdk`), the CLI and the tests.
+
+A name written in two places drifts; each is written here once. The construct sets the
+environment variables the settings read, publishes alarms on the metrics the handlers
+emit, and the stack exports the outputs the CLI and the local tooling read.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+# Powertools reads these two; the construct sets them on every function.
+SERVICE_NAME = "sendonce"
+METRICS_NAMESPACE = "Sendonce"
+POWERTOOLS_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
+POWERTOOLS_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
+# Set, it would make Powertools skip the ledger; the settings refuse to start instead.
+POWERTOOLS_IDEMPOTENCY_DISABLED = "POWERTOOLS_IDEMPOTENCY_DISABLED"
+
+# Every setting field `name` is read from SENDONCE_<NAME> (sendonce.settings).
+ENV_PREFIX = "SENDONCE_"
+# Also read for the consumer's `resend_api_url` (the local Resend server sets it).
+RESEND_API_URL = "RESEND_API_URL"
+
+
+def env_name(field: str) -> str:
+    """The environment variable of a settings field: `ledger_table` -> `SENDONCE_LEDGER_TABLE`."""
+    return ENV_PREFIX + field.upper()
+
+
+class Metric(StrEnum):
+    """What the handlers publish (EMF, namespace METRICS_NAMESPACE, dimension service)."""
+
+    # The consumer.
+    EMAILS_SENT = "EmailsSent"
+    DUPLICATE_SENDS_PREVENTED = "DuplicateSendsPrevented"
+    UNKNOWN_OUTCOMES = "UnknownOutcomes"
+    DEAD_LETTERED_RECIPIENTS = "DeadLetteredRecipients"
+    RECIPIENTS_SUPPRESSED = "RecipientsSuppressed"
+    PAYLOAD_CONFLICTS = "PayloadConflicts"
+    POISON_MESSAGES = "PoisonMessages"
+    CAMPAIGN_SKIPS_PAUSED = "CampaignSkipsPaused"
+    SEND_FAILURES_PERMANENT = "SendFailuresPermanent"
+    SEND_FAILURES_RETRYABLE = "SendFailuresRetryable"
+    SEND_FAILURES_HALT = "SendFailuresHalt"
+    SEND_FAILURES_AMBIGUOUS = "SendFailuresAmbiguous"
+    # The events function.
+    PROVIDER_EVENTS_APPLIED = "ProviderEventsApplied"
+    PROVIDER_EVENTS_DUPLICATE = "ProviderEventsDuplicate"
+    PROVIDER_EVENTS_UNMATCHED = "ProviderEventsUnmatched"
+    COMPLAINTS = "Complaints"
+    HARD_BOUNCES = "HardBounces"
+    SUPPRESSIONS_ADDED = "SuppressionsAdded"
+    UNKNOWN_OUTCOMES_RESOLVED = "UnknownOutcomesResolved"
+    COMPLAINT_BRAKE_TRIGGERED = "ComplaintBrakeTriggered"
+    BOUNCE_BRAKE_TRIGGERED = "BounceBrakeTriggered"
+    WEBHOOK_SIGNATURES_REJECTED = "WebhookSignaturesRejected"
+    # The unsubscribe function.
+    RECIPIENTS_UNSUBSCRIBED = "RecipientsUnsubscribed"
+    UNSUBSCRIBE_TOKENS_REJECTED = "UnsubscribeTokensRejected"
+
+
+# A provider error's class (sendonce.domain.errors) -> the consumer's failure metric.
+FAILURE_METRICS = {
+    "permanent": Metric.SEND_FAILURES_PERMANENT,
+    "retryable": Metric.SEND_FAILURES_RETRYABLE,
+    "halt": Metric.SEND_FAILURES_HALT,
+    "ambiguous": Metric.SEND_FAILURES_AMBIGUOUS,
+}
+
+
+class Output(StrEnum):
+    """The repository stack's outputs (infra/stack.py); the CLI and the local deploy read them."""
+
+    QUEUE_URL = "QueueUrl"
+    QUEUE_ARN = "QueueArn"
+    DEAD_LETTER_QUEUE_URL = "DeadLetterQueueUrl"
+    DEAD_LETTER_QUEUE_ARN = "DeadLetterQueueArn"
+    LEDGER_TABLE_NAME = "LedgerTableName"
+    CAMPAIGNS_TABLE_NAME = "CampaignsTableName"
+    SUPPRESSIONS_TABLE_NAME = "SuppressionsTableName"
+    ON_CALL_TOPIC_ARN = "OnCallTopicArn"
+    CONSUMER_FUNCTION_NAME = "ConsumerFunctionName"
+    EVENTS_FUNCTION_NAME = "EventsFunctionName"
+    EVENTS_DEAD_LETTER_QUEUE_URL = "EventsDeadLetterQueueUrl"
+    API_URL = "ApiUrl"
+    PUBLIC_API_URL = "PublicApiUrl"
