@@ -27,7 +27,7 @@ npm: $(NPM_STAMP)
 # The published contracts (schemas/*.json, docs/openapi.json), regenerated from the models;
 # tests/unit/test_contracts.py fails when the committed files differ from the code.
 contracts: $(STAMP)
-	$(BIN)/python -m sendonce_ops.contracts --write
+	$(BIN)/python -m sendonce_local.contracts --write
 
 # Tests mostly wait (visibility timeouts, provider latency, subprocesses): four workers,
 # one file per worker, each with its own moto server, fit the 2-core machine.

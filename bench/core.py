@@ -4,7 +4,7 @@ The stack is moto's server (its own process), the local Resend server (its own p
 with the incident's latency model: 50-200 ms per call, uniform) and the real consumer
 handler behind the local event-source poller, one poller per simulated Lambda execution
 environment, each with its own runtime. The no-ledger baseline
-(`sendonce_ops.baseline`) runs through the same poller, queue, campaign store, provider
+(`sendonce_local.demo.baseline`) runs through the same poller, queue, campaign store, provider
 and send concurrency.
 
 Nothing here asserts a time: every figure is a ratio of two things measured in the same
@@ -46,7 +46,7 @@ from bench.capacity import (
     DynamoDBRequestLog,
     item_size,
 )
-from sendonce_ops.local.moto_server import MotoServer
+from sendonce_local.moto_server import MotoServer
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPIENTS_PER_MESSAGE = 100
@@ -144,7 +144,7 @@ class ResendProcess:
     def start(self) -> ResendProcess:
         low, high = self._latency_ms
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "sendonce_ops.local.resend_server", "--port", "0", "--latency-ms", f"{low}:{high}",
+            [sys.executable, "-m", "sendonce_local.resend_server", "--port", "0", "--latency-ms", f"{low}:{high}",
              "--rate-limit", "0"],  # off; phases that need a team limit set one
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -212,7 +212,7 @@ class LocalStack:
         self._exit = contextlib.ExitStack()
 
     def __enter__(self) -> LocalStack:
-        from sendonce_ops.local.moto_server import aws_env
+        from sendonce_local.moto_server import aws_env
 
         try:
             if self._moto_endpoint:
@@ -263,7 +263,7 @@ class LocalStack:
         })
 
     def fresh_resources(self) -> Any:
-        from sendonce_ops.local.resources import create_local_resources
+        from sendonce_local.resources import create_local_resources
 
         # The visibility timeout outlasts any invocation: a message that comes back
         # means a failure, which the phase reports instead of waiting it out.
@@ -276,7 +276,7 @@ class LocalStack:
         from sendonce.domain.models import Campaign, Content, Recipient
         from sendonce.settings import ApiSettings
         from sendonce.wiring import campaign_service
-        from sendonce_ops.local.resources import verify_ses_sender
+        from sendonce_local.resources import verify_ses_sender
 
         self.resend.reset()
         resources = self.fresh_resources()
@@ -450,7 +450,7 @@ def baseline_environment(stack: LocalStack, resources: Any, *, rate: float | Non
 
 
 def baseline_handlers(count: int) -> list[TimedHandler]:
-    from sendonce_ops import baseline
+    from sendonce_local.demo import baseline
 
     return [TimedHandler(baseline.lambda_handler) for _ in range(count)]
 
@@ -504,7 +504,7 @@ class Phase:
 def drain(stack: LocalStack, label: str, campaign: PublishedCampaign, handlers: list[TimedHandler], *,
           log: DynamoDBRequestLog | None = None) -> Phase:
     """Poll the campaign's queue until every one of its messages is deleted."""
-    from sendonce_ops.local.poller import EventSourcePoller
+    from sendonce_local.poller import EventSourcePoller
 
     expected = campaign.messages
     before_times, before_counts = stack.accepted_times(campaign)

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sendonce_ops.local.moto_server import MotoServer
-from sendonce_ops.local.moto_server import aws_env as moto_aws_env
+from sendonce_local.moto_server import MotoServer
+from sendonce_local.moto_server import aws_env as moto_aws_env
 
 # --- moto's server ------------------------------------------------------------------
 

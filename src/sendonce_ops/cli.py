@@ -772,7 +772,7 @@ def local_api(cli: Cli, host: str, port: int) -> None:
     Requests carry your AWS identity as the IAM caller, so state changes record it.
     """
     from sendonce.handlers import api
-    from sendonce_ops.local.api_server import LocalApiServer
+    from sendonce_local.api_server import LocalApiServer
 
     handler = functools.partial(api.lambda_handler, service=cli.service())
     server = LocalApiServer(handler, caller_arn=cli.operator(), host=host, port=port)
@@ -802,7 +802,7 @@ campaign.add_command(campaign_unknowns)
 # --- the cost model and the demo (docs/benchmarks.md, docs/incident.md) ---
 
 from sendonce_ops.cost import cost  # noqa: E402
-from sendonce_ops.demo import demo  # noqa: E402
+from sendonce_local.demo.run import demo  # noqa: E402
 
 cli.add_command(cost)
 cli.add_command(demo)

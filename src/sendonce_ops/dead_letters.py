@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 
 from sendonce.adapters.sqs_queue import POISON_REASON_ATTRIBUTE
 from sendonce.domain.campaigns.service import DeadLetter
-from sendonce_ops.local.sqs_tools import move_messages, peek_messages
+from sendonce_ops.sqs_tools import move_messages, peek_messages
 
 # Codes that mean "this SQS does not do message move tasks", not "this move is wrong".
 _NOT_IMPLEMENTED_CODES = {"NotImplemented", "InvalidAction", "UnknownOperationException", "UnsupportedOperation"}

@@ -10,8 +10,8 @@ import boto3
 import pytest
 
 from sendonce.domain.models import DeliveryKey, DeliveryState
-from sendonce_ops import baseline
-from sendonce_ops.local.sqs_tools import queue_depths
+from sendonce_local.demo import baseline
+from sendonce_ops.sqs_tools import queue_depths
 
 pytestmark = pytest.mark.chaos
 
@@ -161,7 +161,7 @@ def test_ledger_write_failing_after_a_send_does_not_duplicate(system, tmp_path, 
     system.operator.publish("c1", system.recipients(10))
     monkeypatch.setenv("SENDONCE_FAULTS", json.dumps([{"at": "ledger_write_fails", "recipient_id": "r2"}]))
     monkeypatch.setenv("SENDONCE_FAULT_MARKERS", str(tmp_path))
-    from sendonce_ops.local import faults
+    from sendonce_local import faults
 
     faults._runtime.cache_clear()
     system.poller(handler=faults.lambda_handler, timeout_s=8).run_until_idle(idle_seconds=6, max_seconds=40)
@@ -216,7 +216,7 @@ def test_dlq_redrive_of_a_half_sent_batch_sends_only_the_rest(system):
     assert (status.sent, status.dead_lettered) == (7, 3)
 
     system.resend.clear_rejections()
-    from sendonce_ops.local.sqs_tools import move_messages
+    from sendonce_ops.sqs_tools import move_messages
 
     moved = move_messages(boto3.client("sqs"), system.resources.dead_letter_queue_url, system.resources.queue_url)
     system.poller().run_until_idle(idle_seconds=2, max_seconds=30)

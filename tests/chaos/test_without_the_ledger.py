@@ -1,4 +1,4 @@
-"""The same faults through the generic "send, then ack" consumer (`sendonce_ops.baseline`):
+"""The same faults through the generic "send, then ack" consumer (`sendonce_local.demo.baseline`):
 it must duplicate, or the scenarios that pass through sendonce prove nothing. Their
 sendonce counterparts: test_consumer_faults.py (the incident, two consumers at once, a
 consumer killed after accept) and test_provider_and_ledger_faults.py (batch mode)."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from sendonce_ops import baseline
-from sendonce_ops.demo_proxy import RESEND_SEND_PATHS, FaultProxy
+from sendonce_local.demo import baseline
+from sendonce_local.demo.proxy import RESEND_SEND_PATHS, FaultProxy
 
 pytestmark = pytest.mark.chaos
 
@@ -54,7 +54,7 @@ def test_a_consumer_killed_after_accept_without_the_ledger_sends_the_batch_again
     system.campaign()
     system.operator.publish("c1", system.recipients(10))
 
-    kill_after_three_accepted(system, "sendonce_ops.baseline:lambda_handler")
+    kill_after_three_accepted(system, "sendonce_local.demo.baseline:lambda_handler")
     system.poller(handler=baseline.lambda_handler).run_until_idle(idle_seconds=2, max_seconds=30)
 
     deliveries = system.deliveries()

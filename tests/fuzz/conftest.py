@@ -38,7 +38,7 @@ def counting(handler, target: str, statuses: collections.Counter):
 @pytest.fixture
 def operator_api(system):  # noqa: F811
     from sendonce.handlers import api
-    from sendonce_ops.local.api_server import LocalApiServer
+    from sendonce_local.api_server import LocalApiServer
 
     statuses: collections.Counter = collections.Counter()
     handler = counting(functools.partial(api.lambda_handler, service=system.operator), "operator API", statuses)

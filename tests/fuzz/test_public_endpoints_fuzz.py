@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from schemathesis import checks
 from schemathesis.specs.openapi import checks as openapi_checks
 
-from sendonce_ops.local.resend_server import svix_headers
+from sendonce_local.resend_server import svix_headers
 from tests.fuzz.conftest import TALLY
 
 pytestmark = pytest.mark.integration

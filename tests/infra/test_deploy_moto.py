@@ -24,7 +24,7 @@ import pytest
 
 from infra.deploy_local import FAKE_CREDENTIALS, cdk_env, context_args, deploy_to_moto, run_cdk
 from infra.stack import OUTPUT_NAMES
-from sendonce_ops.local.moto_server import ENDPOINT_ENV, MotoServer
+from sendonce_local.moto_server import ENDPOINT_ENV, MotoServer
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(240)]
 

@@ -20,10 +20,10 @@ from sendonce.handlers import consumer
 from sendonce.domain.models import Campaign, Content, Recipient
 from sendonce.settings import ApiSettings, ConsumerSettings
 from sendonce.wiring import assemble_consumer, campaign_service, consumer_parts
-from sendonce_ops.local.moto_server import ses_deliveries
-from sendonce_ops.local.poller import EventSourcePoller
-from sendonce_ops.local.resend_server import LocalResendServer
-from sendonce_ops.local.resources import LocalResources, create_local_resources, verify_ses_sender
+from sendonce_local.moto_server import ses_deliveries
+from sendonce_local.poller import EventSourcePoller
+from sendonce_local.resend_server import LocalResendServer
+from sendonce_local.resources import LocalResources, create_local_resources, verify_ses_sender
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,11 +97,11 @@ class LocalSystem:
         self.pollers.append(poller)
         return poller
 
-    def consumer_process(self, handler: str = "sendonce_ops.local.faults:lambda_handler", *, timeout_s: float = 20.0,
+    def consumer_process(self, handler: str = "sendonce_local.faults:lambda_handler", *, timeout_s: float = 20.0,
                          extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         env = {**os.environ, **(extra_env or {}), "PYTHONPATH": os.pathsep.join([str(ROOT / "lambdas"), str(ROOT / "src")])}
         process = subprocess.Popen(
-            [sys.executable, "-m", "sendonce_ops.local.poller", "--queue-url", self.resources.queue_url, "--handler",
+            [sys.executable, "-m", "sendonce_local.poller", "--queue-url", self.resources.queue_url, "--handler",
              handler, "--batch-size", "1", "--concurrency", "1", "--timeout", str(timeout_s), "--max-seconds", "60"],
             env=env,
             stdout=subprocess.PIPE,
@@ -205,8 +205,8 @@ def deliverability(system, monkeypatch) -> Iterator[LocalDeliverability]:
     from sendonce.settings import EventsSettings, UnsubscribeSettings
     from sendonce.wiring import assemble_events, assemble_unsubscribe
     from sendonce.handlers import events, unsubscribe
-    from sendonce_ops.local.deliverability_resources import create_deliverability_resources
-    from sendonce_ops.local.http_api import LocalHttpApi
+    from sendonce_local.deliverability_resources import create_deliverability_resources
+    from sendonce_local.http_api import LocalHttpApi
 
     resources = create_deliverability_resources(webhook_secret=system.resend.webhook_secret)
     for name, value in resources.env().items():

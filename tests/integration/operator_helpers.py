@@ -13,8 +13,8 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from sendonce_ops.cli import cli
-from sendonce_ops.local.api_server import http_api_event
-from sendonce_ops.local.poller import LocalLambdaContext
+from sendonce_local.api_server import http_api_event
+from sendonce_local.poller import LocalLambdaContext
 
 ROOT = Path(__file__).resolve().parents[2]
 SENDONCE = ROOT / ".venv" / "bin" / "sendonce"

@@ -15,7 +15,7 @@ import requests
 
 from sendonce.handlers import api
 from sendonce.domain.models import CampaignState
-from sendonce_ops.local.sqs_tools import queue_depths
+from sendonce_ops.sqs_tools import queue_depths
 
 from tests.integration.operator_helpers import OPERATOR_ARN, SENDONCE, api_event, cli_env, lambda_context, wait_for
 

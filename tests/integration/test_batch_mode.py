@@ -8,7 +8,7 @@ import boto3
 import pytest
 
 from sendonce.domain.models import DeliveryState
-from sendonce_ops.local.request_counter import RequestCounter
+from sendonce_local.request_counter import RequestCounter
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 
 from sendonce.domain.errors import CampaignNotFoundError
 from sendonce.domain.models import CampaignState
-from sendonce_ops.local.sqs_tools import queue_depths
+from sendonce_ops.sqs_tools import queue_depths
 
 from tests.integration.operator_helpers import as_json, people, sendonce, sendonce_process, spec_file, write_csv
 

@@ -17,7 +17,7 @@ from botocore.credentials import Credentials
 
 from sendonce.handlers import api
 from sendonce_client import Client, Conflict, ConnectionFailed, InvalidRequest, NotFound, PublishFailed
-from sendonce_ops.local.api_server import LocalApiServer
+from sendonce_local.api_server import LocalApiServer
 
 from tests.integration.operator_helpers import OPERATOR_ARN
 

@@ -12,8 +12,8 @@ from sendonce.adapters.idempotency import PowertoolsDeliveryGuard
 from sendonce.domain.errors import LeaseLostError
 from sendonce.domain.models import DeliveryRequest, DeliveryState, Receipt
 from sendonce.domain.ports import ClaimStatus
-from sendonce_ops.local.request_counter import RequestCounter
-from sendonce_ops.local.resources import create_tables
+from sendonce_local.request_counter import RequestCounter
+from sendonce_local.resources import create_tables
 
 pytestmark = pytest.mark.integration
 

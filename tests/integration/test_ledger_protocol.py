@@ -18,7 +18,7 @@ from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.domain.sending.protocol import IDEMPOTENCY_WINDOW_MS, Group, Verdict, classify
 from sendonce.domain.models import DeliveryRecord, DeliveryRequest, DeliveryState, SendGroup, Recipient
 from sendonce.domain.ports import ClaimStatus
-from sendonce_ops.local.resources import create_tables
+from sendonce_local.resources import create_tables
 
 pytestmark = pytest.mark.integration
 

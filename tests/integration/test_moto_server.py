@@ -13,7 +13,7 @@ from typing import Any
 import boto3
 import pytest
 
-from sendonce_ops.local.moto_server import ENDPOINT_ENV, MotoServer, ses_deliveries, ses_sent_messages
+from sendonce_local.moto_server import ENDPOINT_ENV, MotoServer, ses_deliveries, ses_sent_messages
 
 pytestmark = pytest.mark.integration
 

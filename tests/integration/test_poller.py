@@ -32,7 +32,7 @@ from aws_lambda_powertools.utilities.idempotency import (
 )
 from aws_lambda_powertools.utilities.parser.models import SqsModel
 
-from sendonce_ops.local.poller import (
+from sendonce_local.poller import (
     EventSourcePoller,
     LocalLambdaContext,
     disable_moto_event_source_mappings,
@@ -509,7 +509,7 @@ def _start_poller_process(queue: Queue, handler: str, env: dict[str, str], *extr
         [
             sys.executable,
             "-m",
-            "sendonce_ops.local.poller",
+            "sendonce_local.poller",
             "--queue-url",
             queue.url,
             "--handler",

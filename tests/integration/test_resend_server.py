@@ -20,7 +20,7 @@ from resend.exceptions import (ApplicationError, InvalidApiKeyError,
                                MissingRequiredFieldsError, RateLimitError,
                                ResendError, ValidationError)
 
-from sendonce_ops.local.resend_server import LocalResendServer
+from sendonce_local.resend_server import LocalResendServer
 
 pytestmark = pytest.mark.integration
 
@@ -517,7 +517,7 @@ def test_unknown_paths_and_methods_answer_resend_json(server):
 def test_the_module_runs_as_a_process_and_prints_its_url(monkeypatch):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen(
-        [sys.executable, "-m", "sendonce_ops.local.resend_server", "--port", "0", "--rate-limit", "5", "--latency-ms", "0:5"],
+        [sys.executable, "-m", "sendonce_local.resend_server", "--port", "0", "--rate-limit", "5", "--latency-ms", "0:5"],
         stdout=subprocess.PIPE,
         text=True,
         env=env,

@@ -16,7 +16,7 @@ from sendonce.wiring import assemble_unsubscribe
 from sendonce.handlers import unsubscribe
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeTokens
 from sendonce.wiring import consumer_parts
-from sendonce_ops.local.http_api import LocalHttpApi
+from sendonce_local.http_api import LocalHttpApi
 
 pytestmark = pytest.mark.integration
 

@@ -261,7 +261,7 @@ class Rig:
         from sendonce.domain.campaigns.service import CampaignService
         from sendonce.domain.sending.delivery import DeliveryService
         from sendonce.domain.models import Campaign, Content, Recipient
-        from sendonce_ops.local.resources import create_tables
+        from sendonce_local.resources import create_tables
 
         from tests.deliverability_fakes import FakeSuppressions
 

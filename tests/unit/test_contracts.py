@@ -14,7 +14,7 @@ import pytest
 from sendonce.domain.campaigns.service import CampaignService, batch_id_for
 from sendonce.handlers import api
 from sendonce.domain.models import Recipient
-from sendonce_ops import contracts
+from sendonce_local import contracts
 
 from tests.fakes import FakeCampaignStore, FakeLedger, FakeQueue
 

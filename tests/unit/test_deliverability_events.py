@@ -21,8 +21,8 @@ from sendonce.domain.deliverability.provider_events import (
     parse_resend_event,
     parse_ses_event,
 )
-from sendonce_ops.local.poller import LocalLambdaContext
-from sendonce_ops.local.resend_server import svix_headers
+from sendonce_local.poller import LocalLambdaContext
+from sendonce_local.resend_server import svix_headers
 
 from tests.deliverability_fakes import FakeLedgerEvents, FakeSuppressions, ses_event
 from tests.fakes import FakeCampaignStore, FakeLedger

@@ -17,7 +17,7 @@ from sendonce.domain.deliverability.unsubscribe import (
     is_one_click,
     keys_from_secret,
 )
-from sendonce_ops.local.poller import LocalLambdaContext
+from sendonce_local.poller import LocalLambdaContext
 
 from tests.deliverability_fakes import FakeLedgerEvents, FakeSuppressions
 from tests.fakes import FakeLedger

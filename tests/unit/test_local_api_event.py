@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 
-from sendonce_ops.local.api_server import http_api_event
+from sendonce_local.api_server import http_api_event
 
 
 def test_a_request_becomes_a_v2_event_with_the_iam_caller():

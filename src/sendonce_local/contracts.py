@@ -5,7 +5,7 @@ needs to talk to sendonce without reading its Python.
     schemas/campaign-spec.v1.json   a campaign spec (sendonce.domain.campaigns.operator_input.CampaignSpec)
     docs/openapi.json               the operator API, as it serves it at GET /openapi.json
 
-`python -m sendonce_ops.contracts --write` (or `make contracts`) regenerates them;
+`python -m sendonce_local.contracts --write` (or `make contracts`) regenerates them;
 `--check` exits 1 naming each file that differs from the code (tests/unit/test_contracts.py
 does the same, so a model change without regenerated contracts fails the suite).
 """
@@ -106,12 +106,12 @@ def write(root: Path) -> list[str]:
 
 
 def _default_root() -> Path:
-    here = Path(__file__).resolve().parents[2]  # src/sendonce_ops/contracts.py in a checkout
+    here = Path(__file__).resolve().parents[2]  # src/sendonce_local/contracts.py in a checkout
     return here if (here / "pyproject.toml").is_file() else Path.cwd()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sendonce_ops.contracts", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m sendonce_local.contracts", description=__doc__.split("\n\n")[0])
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write", action="store_true", help="regenerate the contract files")
     action.add_argument("--check", action="store_true", help="exit 1 if a contract file differs from the code")

@@ -50,7 +50,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sendonce_ops.local import moto_server
+from sendonce_local import moto_server
 
 MOTO_PATCHES = r"""
 def _sendonce_demo_moto_patches():

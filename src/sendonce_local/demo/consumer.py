@@ -20,7 +20,7 @@ import boto3
 
 from sendonce.settings import ConsumerSettings
 from sendonce.wiring import ConsumerRuntime, assemble_consumer, consumer_parts
-from sendonce_ops.local.request_counter import RequestCounter
+from sendonce_local.request_counter import RequestCounter
 
 HANDLER_ENV = "SENDONCE_DEMO_HANDLER"
 COUNTS_ENV = "SENDONCE_DEMO_COUNTS"

@@ -11,7 +11,7 @@ the way Svix signs them (``email.sent``, then ``email.delivered``, or
 delivery for addresses set to complain), retrying non-2xx answers with the same
 ``svix-id``.
 
-Run as a process with ``python -m sendonce_ops.local.resend_server --port N``;
+Run as a process with ``python -m sendonce_local.resend_server --port N``;
 steer a running server over ``/_local/*`` (see docs/local-resend.md).
 """
 
@@ -1157,7 +1157,7 @@ def _latency_arg(value: str) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m sendonce_ops.local.resend_server",
+        prog="python -m sendonce_local.resend_server",
         description="Run the local Resend API on loopback; prints its URL once listening.",
     )
     parser.add_argument("--host", default="127.0.0.1")

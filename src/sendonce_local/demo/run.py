@@ -7,7 +7,7 @@ and 1,284 recipients got the email twice in 11 minutes (docs/incident.md).
 The demo deploys the real stack into moto, runs the deployed consumer configuration
 behind local event-source pollers (one process per concurrent invocation), and sends
 one campaign twice: through the generic "send, then ack" consumer the incident ran
-(`sendonce_ops.baseline`) and through sendonce. Both runs get the same fault schedule:
+(`sendonce_local.demo.baseline`) and through sendonce. Both runs get the same fault schedule:
 
 1. a consumer process is SIGKILLed after the provider accepted (part of) its batch and
    before it acknowledged it; the batch comes back to another consumer;
@@ -48,10 +48,10 @@ from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryState, Recipient
 from sendonce.settings import ApiSettings
 from sendonce.wiring import campaign_service
-from sendonce_ops.demo_consumer import COUNTS_ENV, HANDLER_ENV, read_counts
-from sendonce_ops.demo_moto import DemoMotoServer
-from sendonce_ops.demo_proxy import RESEND_SEND_PATHS, SES_SEND_PATHS, FaultProxy
-from sendonce_ops.demo_stack import (
+from sendonce_local.demo.consumer import COUNTS_ENV, HANDLER_ENV, read_counts
+from sendonce_local.moto_patches import DemoMotoServer
+from sendonce_local.demo.proxy import RESEND_SEND_PATHS, SES_SEND_PATHS, FaultProxy
+from sendonce_local.demo.stack import (
     RESEND_DEMO_KEY,
     ConsumerProcess,
     ResendServerProcess,
@@ -61,8 +61,8 @@ from sendonce_ops.demo_stack import (
     deploy_stack,
     wait_for,
 )
-from sendonce_ops.local.moto_server import aws_env, ses_deliveries
-from sendonce_ops.local.sqs_tools import queue_depths
+from sendonce_local.moto_server import aws_env, ses_deliveries
+from sendonce_ops.sqs_tools import queue_depths
 
 DEFAULT_RECIPIENTS = 12_480
 DEFAULT_SEED = 7
@@ -74,9 +74,9 @@ RECIPIENT_DOMAIN = "example.net"
 # Send rates for the demo, instead of the stack's 10 Resend requests/s and 14 SES emails/s
 # (a new account's quota), which would stretch a local run to minutes of waiting.
 DEMO_RATES = {"resend": ("SENDONCE_RESEND_REQUESTS_PER_SECOND", "50"), "ses": ("SENDONCE_SES_SEND_RATE", "500")}
-BASELINE_HANDLER = "sendonce_ops.baseline:lambda_handler"
-FAULTS_HANDLER = "sendonce_ops.local.faults:lambda_handler"
-COUNTING_HANDLER = "sendonce_ops.demo_consumer:lambda_handler"
+BASELINE_HANDLER = "sendonce_local.demo.baseline:lambda_handler"
+FAULTS_HANDLER = "sendonce_local.faults:lambda_handler"
+COUNTING_HANDLER = "sendonce_local.demo.consumer:lambda_handler"
 # The fault schedule, in campaign progress (emails accepted by the provider).
 KILL_AFTER_ACCEPTED = 30  # baseline: emails of its batch the provider accepts before the kill
 PAUSE_AT = 0.1
@@ -900,7 +900,7 @@ def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    demo.main(args=list(argv) if argv is not None else None, prog_name="python -m sendonce_ops.demo")
+    demo.main(args=list(argv) if argv is not None else None, prog_name="python -m sendonce_local.demo.run")
 
 
 if __name__ == "__main__":

@@ -24,10 +24,10 @@ from typing import Any
 
 import boto3
 
-from sendonce_ops.local.moto_server import aws_env
-from sendonce_ops.local.poller import disable_moto_event_source_mappings
+from sendonce_local.moto_server import aws_env
+from sendonce_local.poller import disable_moto_event_source_mappings
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 RESEND_DEMO_KEY = "re_sendonce_demo_key"
 # Below these, a loopback call on a busy 2-core machine can time out for no reason.
 MIN_PROVIDER_TIMEOUT_S = 1
@@ -155,7 +155,7 @@ class ConsumerProcess:
         self.stdout_path = log_dir / f"{name}.out"
         self.stderr_path = log_dir / f"{name}.err"
         command = [
-            sys.executable, "-m", "sendonce_ops.local.poller",
+            sys.executable, "-m", "sendonce_local.poller",
             "--queue-url", consumer.queue_url,
             "--handler", handler,
             "--batch-size", str(consumer.batch_size),
@@ -213,7 +213,7 @@ class ConsumerProcess:
 
 
 class ResendServerProcess:
-    """The local Resend server (`python -m sendonce_ops.local.resend_server`) in a process of
+    """The local Resend server (`python -m sendonce_local.resend_server`) in a process of
     its own, steered over its /_local/* endpoints (docs/local-resend.md): its request
     handling gets a core of its own, and its log (a SIGKILLed client's reset connection is
     logged with a traceback) stays out of the demo's output."""
@@ -227,7 +227,7 @@ class ResendServerProcess:
         with open(self._log_path, "wb") as stderr:
             self.process = subprocess.Popen(
                 # No team limit: the demo replays the incident's throughput, not Resend's 5/s default.
-                [sys.executable, "-m", "sendonce_ops.local.resend_server", "--port", "0", "--rate-limit", "0"],
+                [sys.executable, "-m", "sendonce_local.resend_server", "--port", "0", "--rate-limit", "0"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=stderr,

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from sendonce_ops.local.poller import LocalLambdaContext
+from sendonce_local.poller import LocalLambdaContext
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 _TEXT_TYPES = ("text/", "application/json", "application/x-www-form-urlencoded", "multipart/form-data")

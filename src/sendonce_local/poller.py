@@ -17,7 +17,7 @@ Redrive to the dead-letter queue after ``maxReceiveCount`` is left to the queue 
 
 As a process (so chaos tests can kill a real consumer)::
 
-    python -m sendonce_ops.local.poller --queue-url URL --handler module:function \
+    python -m sendonce_local.poller --queue-url URL --handler module:function \
         [--batch-size N] [--timeout S] [--concurrency N] [--function-name NAME] \
         [--idle-seconds S] [--max-seconds S]
 
@@ -491,7 +491,7 @@ def import_handler(path: str) -> Handler:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m sendonce_ops.local.poller",
+        prog="python -m sendonce_local.poller",
         description="Poll an SQS queue and invoke a handler like Lambda's event source mapping.",
         epilog="Exit codes: 0 idle, stopped by SIGTERM/SIGINT or --max-seconds reached without --idle-seconds; "
         "3 --max-seconds reached before the queue went idle.",

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from sendonce_ops.local.poller import LocalLambdaContext
+from sendonce_local.poller import LocalLambdaContext
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
