@@ -23,6 +23,7 @@ from moto import mock_aws
 
 from sendonce.domain.campaigns import service as campaigns_module
 from sendonce.domain.sending import delivery as delivery_module
+from sendonce.domain.sending import groups as groups_module
 from sendonce.domain.sending import protocol
 from sendonce.adapters.dynamodb import ledger as dynamodb_ledger
 from sendonce.domain.sending.protocol import Event
@@ -110,9 +111,9 @@ MUTANTS = {
         dynamodb_ledger.DynamoDBLedger, "release_group", _old_release_group(dynamodb_ledger.DynamoDBLedger.release_group)),
     "3b group past the window stays claimed": lambda: replaced(protocol, "CLAIM_RULES", _grouped_at_any_age()),
     "3b' a group past the window is replayed": lambda: replaced(
-        delivery_module.DeliveryService, "_replayable", staticmethod(_replayable_even_past_the_window)),
+        groups_module.GroupDelivery, "_replayable", staticmethod(_replayable_even_past_the_window)),
     "3c a never-requested group is replayed as recorded": lambda: replaced(
-        delivery_module.DeliveryService, "_replayable", staticmethod(lambda group, records, hashes, now_ms: True)),
+        groups_module.GroupDelivery, "_replayable", staticmethod(lambda group, records, hashes, now_ms: True)),
     "4 cancel leaves held deliveries, closes maybe-sent as cancelled": lambda: replaced(
         delivery_module, "cancel_event", _old_cancel_event),
     "5 a status read completes the campaign": defect_5,

@@ -12,7 +12,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from sendonce.contract import FAILURE_METRICS, Metric
-from sendonce.domain.sending.delivery import BatchIncompleteError, BatchReport
+from sendonce.domain.sending.batch_run import BatchIncompleteError, BatchReport
 from sendonce.settings import ConsumerSettings
 from sendonce.handlers.observability import count, logger, metrics
 from sendonce.wiring import ConsumerRuntime, consumer_runtime

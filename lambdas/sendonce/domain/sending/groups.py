@@ -1,0 +1,180 @@
+"""Batch mode: one provider request per send group (Resend's batch endpoint, up to 100
+emails under one idempotency key).
+
+A group's membership is frozen when it is recorded, so that a repeat of its request is
+byte-identical and the provider answers it from its key store. The claim rules
+(`protocol.py`) decide which recipients a new group may carry.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+
+from sendonce.domain.models import DeliveryRecord, Receipt, Recipient, SendGroup, is_valid_email
+from sendonce.domain.ports import CampaignStore, DeliveryGuard, GroupGuard, Ledger
+from sendonce.domain.sending.batch_run import BatchRun, record_failure
+from sendonce.domain.sending.protocol import Verdict, classify
+from sendonce.domain.sending.sender import Sender
+
+logger = logging.getLogger(__name__)
+
+
+class GroupDelivery:
+    def __init__(
+        self,
+        *,
+        ledger: Ledger,
+        campaigns: CampaignStore,
+        guard: DeliveryGuard,
+        group_guard: GroupGuard,
+        sender: Sender,
+        instance_id: str,
+        clock_ms: Callable[[], int],
+    ):
+        self._ledger = ledger
+        self._campaigns = campaigns
+        self._guard = guard
+        self._group_guard = group_guard
+        self._sender = sender
+        self._instance_id = instance_id
+        self._clock_ms = clock_ms
+
+    def deliver(self, run: BatchRun) -> list[Recipient]:
+        """Send the batch as groups; returns the recipients left to the one-by-one path
+        (addresses or templates that fail before any request is made, suppressed
+        addresses, and deliveries whose earlier attempt went out under their own key)."""
+        batch = run.batch
+        hashes = {r.recipient_id: self._guard.payload_hash(r.email, r.variables) for r in batch.recipients}
+        groups = self._campaigns.groups_of_batch(batch.campaign_id, batch.batch_id)
+        records = self._ledger.get_many(batch.campaign_id, [r.recipient_id for r in batch.recipients])
+        # A recorded group whose request may have gone out is replayed exactly (same members,
+        # same key), so the provider answers from its key store. One that never went out —
+        # recorded, then the time ran out; or refused outright — binds nobody: its members
+        # are decided afresh (suppressed since, now in another group, ...).
+        # A group whose first request is older than the key window cannot be replayed: its
+        # members go one by one, and the claim rules close them as unknown.
+        replayed: set[str] = set()
+        now_ms = self._clock_ms()
+        for group in groups:
+            if self._replayable(group, records, hashes, now_ms):
+                self._run_group(run, group, hashes)
+                replayed.update(r.recipient_id for r in group.recipients)
+        singles, candidates = [], []
+        for recipient in batch.recipients:
+            if recipient.recipient_id in replayed:
+                continue
+            if (
+                not is_valid_email(recipient.email)
+                or not self._sender.renders(run, recipient)
+                or self._sender.suppression(recipient)
+            ):
+                singles.append(recipient)  # the one-by-one path records why it is not sent
+            else:
+                candidates.append(recipient)
+        if not candidates or run.halt.is_set():
+            return singles
+        if replayed:
+            records = self._ledger.get_many(batch.campaign_id, [r.recipient_id for r in candidates])
+        group_id = f"{batch.batch_id}-g{len(groups) + 1}"
+        key = SendGroup(campaign_id=batch.campaign_id, group_id=group_id, recipients=[]).idempotency_key
+        members = []
+        foreign: set[str] = set()
+        for recipient in candidates:
+            record = records.get(recipient.recipient_id)
+            verdict = classify(
+                record, payload_hash=hashes[recipient.recipient_id], provider_idempotent=True, now_ms=now_ms,
+                group_key=key,
+            )
+            if verdict is Verdict.CLAIM:
+                members.append(recipient)
+            elif verdict is Verdict.FINAL:
+                run.count("duplicates_prevented")
+            elif verdict is Verdict.CONFLICT:
+                run.count("conflicts", error="recipient was claimed before with different content")
+            elif verdict is Verdict.STALE:
+                singles.append(recipient)  # the one-by-one claim closes it as unknown
+            elif verdict is Verdict.GROUPED and record is not None and record.group_key:
+                foreign.add(record.group_key)
+            elif verdict is Verdict.GROUPED:
+                singles.append(recipient)  # an attempt went out under its own key: only that key may repeat it
+            else:  # held by a live owner
+                run.count("returning", recipient.recipient_id, error="delivery held by another consumer")
+                run.hold_until(record.lease_until_ms if record else None)
+        for group_key in sorted(foreign):
+            # Another batch's group may have carried these recipients (its message was
+            # acknowledged while the campaign was paused, say): only a replay of that
+            # request, same members and key, may send them. Replay it here.
+            other = self._campaigns.get_group(batch.campaign_id, group_key.rsplit(":group:", 1)[-1])
+            if other is None:
+                continue
+            other_hashes = {r.recipient_id: self._guard.payload_hash(r.email, r.variables) for r in other.recipients}
+            self._run_group(run, other, other_hashes)
+        if members:
+            # A batch holds at most 100 recipients, Resend's batch limit: one group suffices.
+            group = self._campaigns.record_group(
+                SendGroup(campaign_id=batch.campaign_id, group_id=group_id, recipients=members)
+            )
+            self._run_group(run, group, hashes)
+        return singles
+
+    @staticmethod
+    def _replayable(
+        group: SendGroup, records: Mapping[str, DeliveryRecord], hashes: dict[str, str], now_ms: int
+    ) -> bool:
+        """Whether a recorded group's request may have gone out (a member carries its key and
+        a maybe-sent mark) and can still be repeated (not older than the key window)."""
+        marked = [
+            records[r.recipient_id]
+            for r in group.recipients
+            if r.recipient_id in records
+            and records[r.recipient_id].group_key == group.idempotency_key
+            and records[r.recipient_id].maybe_sent_at_ms is not None
+        ]
+        return bool(marked) and not any(
+            classify(
+                record, payload_hash=hashes.get(record.recipient_id, ""), provider_idempotent=True, now_ms=now_ms,
+                group_key=group.idempotency_key,
+            )
+            is Verdict.STALE
+            for record in marked
+        )
+
+    def _run_group(self, run: BatchRun, group: SendGroup, hashes: dict[str, str]) -> None:
+        if run.halt.is_set():
+            return
+        member_ids = [r.recipient_id for r in group.recipients]
+        if run.remaining_ms() < self._sender.safety_margin_ms:
+            run.count_many("returning", member_ids, error="time budget exhausted before the group request")
+            return
+        emails = [self._sender.email(run, recipient, group.idempotency_key) for recipient in group.recipients]
+        owner = f"{self._instance_id}-{uuid.uuid4().hex[:12]}"
+
+        def send() -> list[Receipt | str]:
+            return self._sender.call(run, lambda: run.provider.send_batch(emails, idempotency_key=group.idempotency_key))
+
+        try:
+            result = self._group_guard.send_group_once(
+                group,
+                owner=owner,
+                provider=run.provider.name,
+                payload_hashes={
+                    r.recipient_id: hashes.get(r.recipient_id) or self._guard.payload_hash(r.email, r.variables)
+                    for r in group.recipients
+                },
+                send=send,
+            )
+        except Exception as exc:  # noqa: BLE001 - record_failure says what each failure means
+            record_failure(run, member_ids, exc, log_extra={"group_id": group.group_id})
+            return
+        if result.kind == "sent":
+            for outcome in result.outcomes.values():
+                run.count(
+                    "sent" if "id" in outcome else "failed", error=outcome.get("failed"),
+                    error_class=None if "id" in outcome else "permanent",
+                )
+        elif result.kind == "replayed":
+            run.count_many("duplicates_prevented", member_ids)
+        else:
+            run.count_many("returning", member_ids, error=f"send group {result.kind.replace('_', ' ')}")

@@ -1,0 +1,96 @@
+"""What both send paths (one by one, and batch-mode groups) do around the provider: compose
+the email, check the suppression list, and call the provider within the shared send rate,
+backing off on answers that prove the email was not accepted."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
+from sendonce.domain.errors import RetryableProviderError
+from sendonce.domain.models import OutboundEmail, Recipient
+from sendonce.domain.ports import RateLimiter, Suppressions
+from sendonce.domain.sending.batch_run import BatchRun
+from sendonce.domain.sending.rendering import RenderError
+
+T = TypeVar("T")
+
+
+class Sender:
+    def __init__(
+        self,
+        *,
+        limiter: RateLimiter | None,
+        suppressions: Suppressions | None,
+        unsubscribe: UnsubscribeLinks | None,
+        safety_margin_ms: int,
+        throttle_retries: int,
+        sleep: Callable[[float], None],
+    ):
+        self._limiter = limiter
+        self._suppressions = suppressions
+        self._unsubscribe = unsubscribe
+        self.safety_margin_ms = safety_margin_ms
+        self._throttle_retries = throttle_retries
+        self._sleep = sleep
+
+    def suppression(self, recipient: Recipient) -> str | None:
+        """Why the address must not be sent to, or None."""
+        if self._suppressions is None:
+            return None
+        found = self._suppressions.is_suppressed(recipient.email)
+        return f"address suppressed ({found.reason.value}, {found.source})" if found else None
+
+    @staticmethod
+    def renders(run: BatchRun, recipient: Recipient) -> bool:
+        try:
+            run.content.render(recipient.variables)
+            return True
+        except RenderError:
+            return False
+
+    def email(self, run: BatchRun, recipient: Recipient, idempotency_key: str) -> OutboundEmail:
+        """The rendered email. Deterministic for a recipient: batch mode relies on it."""
+        rendered = run.content.render(recipient.variables)
+        headers = {}
+        if self._unsubscribe is not None:
+            headers = self._unsubscribe.headers(run.campaign.campaign_id, recipient.recipient_id, recipient.email)
+        return OutboundEmail(
+            idempotency_key=idempotency_key,
+            sender=run.campaign.sender,
+            to=recipient.email,
+            reply_to=run.campaign.reply_to,
+            subject=rendered.subject,
+            html=rendered.html,
+            text=rendered.text,
+            headers=headers,
+            tags={"campaign_id": run.campaign.campaign_id, "recipient_id": recipient.recipient_id},
+        )
+
+    def call(self, run: BatchRun, call: Callable[[], T]) -> T:
+        """`call` within the shared send rate, repeated while the provider says it did not
+        accept (throttled, busy) and time remains."""
+        attempt = 0
+        refused_all = True  # every answer so far said "not accepted"
+        while True:
+            if self._limiter is not None:
+                deadline = time.time() + (run.remaining_ms() - self.safety_margin_ms) / 1000
+                if not self._limiter.acquire(run.provider.name, deadline=deadline):
+                    raise RetryableProviderError("no slot in the shared send rate before the time budget ends")
+            try:
+                return call()
+            except RetryableProviderError as exc:
+                refused_all = refused_all and exc.proves_not_accepted
+                exc.proves_not_accepted = refused_all
+                if exc.throttled and self._limiter is not None:
+                    self._limiter.throttled(run.provider.name)
+                # Throttled or busy means not accepted, so trying again cannot duplicate.
+                delay = min(8.0, exc.retry_after if exc.retry_after else 0.2 * 2**attempt) * random.uniform(0.8, 1.2)
+                out_of_time = run.remaining_ms() - delay * 1000 < self.safety_margin_ms
+                if attempt >= self._throttle_retries or out_of_time or run.halt.is_set():
+                    raise
+                attempt += 1
+                self._sleep(delay)
