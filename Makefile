@@ -8,7 +8,7 @@ NPM_STAMP := node_modules/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: venv npm contracts test test-unit test-integration test-infra test-wheel test-chaos verify demo bench clean
+.PHONY: venv npm contracts lint test test-unit test-integration test-infra test-wheel test-chaos verify demo bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt lambdas/sendonce/requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,7 +33,14 @@ contracts: $(STAMP)
 # one file per worker, each with its own moto server, fit the 2-core machine.
 PYTEST_WORKERS ?= 4
 
-test: $(STAMP) $(NPM_STAMP)
+# ruff (format and lint, the whole repository) and mypy (strict on lambdas/sendonce/domain):
+# configured in pyproject.toml; `make test` runs them first.
+lint: $(STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint $(NPM_STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 test-unit: $(STAMP)

@@ -6,11 +6,11 @@ import hashlib
 import json
 import re
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 MAX_RECIPIENTS_PER_BATCH = 100
 
 # Identifiers end up in DynamoDB keys, Resend's Idempotency-Key (<= 256 chars), provider
@@ -192,7 +192,7 @@ class DeliveryRecord(BaseModel):
     # idempotency key, same members) may send it.
     group_key: str | None = None
     updated_at: str | None = None
-    history: list[dict] = Field(default_factory=list)
+    history: list[dict[str, Any]] = Field(default_factory=list)
 
     @property
     def key(self) -> DeliveryKey:

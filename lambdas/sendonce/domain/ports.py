@@ -248,7 +248,7 @@ class GuardResult:
 class GroupResult:
     kind: str  # "sent" | "replayed" | "held" | "lease_lost"
     # "sent": recipient_id -> {"id": ...} or {"failed": reason}; "replayed": recipient_id -> state
-    outcomes: dict = field(default_factory=dict)
+    outcomes: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class GroupGuard(Protocol):
@@ -265,7 +265,7 @@ class DeliveryGuard(Protocol):
 
     def send_once(self, request: DeliveryRequest, send: Callable[[], Receipt]) -> GuardResult: ...
 
-    def payload_hash(self, email: str, variables: dict) -> str:
+    def payload_hash(self, email: str, variables: Mapping[str, Any]) -> str:
         """The content hash a claim stores; a later claim with another hash is a conflict."""
         ...
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.config import JsonDict
 
 from sendonce.domain import limits
 from sendonce.domain.campaigns.service import CampaignService, PublishReport
@@ -105,7 +106,7 @@ PROVIDERS = ("ses", "resend")
 BATCH_PROVIDERS = ("resend",)
 
 # What the validators below enforce across fields, stated in the JSON schema as well.
-_SPEC_SCHEMA = {
+_SPEC_SCHEMA: JsonDict = {
     "anyOf": [
         {"required": ["html"], "properties": {"html": {"type": "string", "minLength": 1}}},
         {"required": ["text"], "properties": {"text": {"type": "string", "minLength": 1}}},
@@ -185,7 +186,7 @@ class CampaignSpec(BaseModel):
 
 VariableName = Annotated[str, Field(min_length=1, max_length=limits.VARIABLE_NAME_CHARS)]
 VALUE_PATTERN = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$"
-_VARIABLES_SCHEMA = {
+_VARIABLES_SCHEMA: JsonDict = {
     "propertyNames": {"minLength": 1, "maxLength": limits.VARIABLE_NAME_CHARS, "pattern": LINE_PATTERN},
     "additionalProperties": {
         "anyOf": [{"type": "string", "pattern": VALUE_PATTERN}, {"type": "number"}, {"type": "boolean"}, {"type": "null"}]
@@ -305,14 +306,15 @@ def mark_repeats(rows: Iterable[Row]) -> Iterator[Row]:
     ids: dict[str, int] = {}
     addresses: dict[str, int] = {}
     for row in rows:
-        if row.recipient is not None:
-            first = ids.setdefault(row.recipient.recipient_id, row.line)
+        recipient = row.recipient
+        if recipient is not None:
+            first = ids.setdefault(recipient.recipient_id, row.line)
             if first != row.line:
-                row = Row(line=row.line, recipient=row.recipient, first_line=first)
+                row = Row(line=row.line, recipient=recipient, first_line=first)
             else:
-                same = addresses.setdefault(address_key(row.recipient.email), row.line)
+                same = addresses.setdefault(address_key(recipient.email), row.line)
                 if same != row.line:
-                    row = Row(line=row.line, recipient=row.recipient, same_address_as=same)
+                    row = Row(line=row.line, recipient=recipient, same_address_as=same)
         yield row
 
 
@@ -426,7 +428,7 @@ class RecipientReader:
             yield _row(number, data)
 
 
-def _row(line: int, data: dict) -> Row:
+def _row(line: int, data: dict[str, Any]) -> Row:
     try:
         recipient = InlineRecipient.model_validate(data)
     except ValidationError as exc:
@@ -485,7 +487,7 @@ def require_some(recipients: Iterator[Recipient], name: str) -> Iterator[Recipie
 
 def describe_row(row: Row, *, dedupe_addresses: bool = False, where: str = "line ") -> str:
     """Why a row was reported; `where` prefixes the row number it refers to ("line 3", "recipients.3")."""
-    if row.is_duplicate:
+    if row.is_duplicate and row.recipient is not None:  # a repeat always carries its recipient
         return f"recipient_id {row.recipient.recipient_id!r} repeats {where}{row.first_line}; published once"
     if row.repeats_address:
         if dedupe_addresses:

@@ -15,6 +15,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from typing import Any
+
 from pydantic import ValidationError
 
 from sendonce.domain.ports import ReopenReport
@@ -88,7 +90,7 @@ class DeliveryStatus:
         """Every published recipient has ended (the campaign may not have completed yet)."""
         return self.total > 0 and self.remaining == 0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "campaign_id": self.campaign_id,
             "state": self.state.value,
@@ -127,7 +129,7 @@ class DeadLetterMessage:
     error: str | None
     sent_at_ms: int | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
@@ -139,7 +141,7 @@ class DeadLetterGroup:
     dead_lettered: int = 0
     last_error: str | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
@@ -148,7 +150,7 @@ class DeadLetterSummary:
     groups: list[DeadLetterGroup]
     messages: list[DeadLetterMessage]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"messages": len(self.messages), "campaigns": [g.as_dict() for g in self.groups],
                 "details": [m.as_dict() for m in self.messages]}
 
@@ -159,7 +161,7 @@ def delivery_status(campaigns: CampaignStore, ledger: Ledger, campaign_id: str) 
     recipient_ids: set[str] = set()
     for batch, _ in campaigns.batches(campaign_id):
         recipient_ids.update(r.recipient_id for r in batch.recipients)
-    counts: Counter = Counter()
+    counts: Counter[DeliveryState] = Counter()
     for record in ledger.records(campaign_id):
         recipient_ids.discard(record.recipient_id)
         counts[record.state] += 1
@@ -424,7 +426,7 @@ class CampaignService:
     def complete_if_done(self, campaign_id: str) -> Campaign | None:
         return complete_if_done(self._campaigns, self._ledger, campaign_id, now_ms=self._clock_ms())
 
-    def records(self, campaign_id: str) -> Iterator:
+    def records(self, campaign_id: str) -> Iterator[DeliveryRecord]:
         return self._ledger.records(campaign_id)
 
     def acting_as(self, operator: str) -> CampaignService:

@@ -110,7 +110,7 @@ def parse_ses_event(event: Mapping[str, Any]) -> ProviderEvent | None:
     message_id = _first(mail.get("messageId"))
     body = detail.get(
         {"Send": "send", "Delivery": "delivery", "DeliveryDelay": "deliveryDelay", "Bounce": "bounce",
-         "Complaint": "complaint", "Reject": "reject", "Rendering Failure": "failure"}[event_type]
+         "Complaint": "complaint", "Reject": "reject", "Rendering Failure": "failure"}[str(event_type)]
     ) or {}
     hard = False
     reason = None

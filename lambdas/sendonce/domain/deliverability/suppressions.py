@@ -7,6 +7,7 @@ consumer reads the same list before each send (docs/deliverability.md).
 from __future__ import annotations
 
 import csv
+import builtins
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -114,6 +115,6 @@ class SuppressionService:
         self._flush(chunk, source, report)
         return report
 
-    def _flush(self, chunk: dict[SuppressionReason, list[str]], source: str, report: ChangeReport) -> None:
+    def _flush(self, chunk: dict[SuppressionReason, builtins.list[str]], source: str, report: ChangeReport) -> None:
         for entry_reason, addresses in chunk.items():
             report.merge(self._suppressions.import_(addresses, reason=entry_reason, source=source))

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping
+from typing import cast
 
 from sendonce.domain.models import DeliveryRecord, Receipt, Recipient, SendGroup, is_valid_email
-from sendonce.domain.ports import CampaignStore, DeliveryGuard, GroupGuard, Ledger
+from sendonce.domain.ports import BatchEmailProvider, CampaignStore, DeliveryGuard, GroupGuard, Ledger
 from sendonce.domain.sending.batch_run import BatchRun, record_failure
 from sendonce.domain.sending.protocol import Verdict, classify
 from sendonce.domain.sending.sender import Sender
@@ -151,8 +152,11 @@ class GroupDelivery:
         emails = [self._sender.email(run, recipient, group.idempotency_key) for recipient in group.recipients]
         owner = f"{self._instance_id}-{uuid.uuid4().hex[:12]}"
 
+        # Only a provider with a batch endpoint gets here (DeliveryService checks it).
+        provider = cast(BatchEmailProvider, run.provider)
+
         def send() -> list[Receipt | str]:
-            return self._sender.call(run, lambda: run.provider.send_batch(emails, idempotency_key=group.idempotency_key))
+            return self._sender.call(run, lambda: provider.send_batch(emails, idempotency_key=group.idempotency_key))
 
         try:
             result = self._group_guard.send_group_once(

@@ -83,7 +83,7 @@ ANY = None
 
 @dataclass(frozen=True)
 class ClaimRule:
-    states: frozenset | None  # None: any state (the absent record included)
+    states: frozenset[DeliveryState | None] | None  # None: any state (the absent record included)
     verdict: Verdict
     why: str
     same_payload: bool | None = ANY
@@ -292,7 +292,7 @@ def mermaid() -> str:
 
 
 def claim_table() -> str:
-    def cell(value) -> str:
+    def cell(value: object) -> str:
         return "·" if value is ANY else (("yes" if value else "no") if isinstance(value, bool) else str(value))
 
     rows = ["| # | states | same payload | lease | maybe sent | group | keyed provider | verdict | why |",
