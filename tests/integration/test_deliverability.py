@@ -26,7 +26,7 @@ from sendonce_local.poller import LocalLambdaContext
 from sendonce_local.resend_server import svix_headers
 from sendonce_local.resources import create_tables
 
-from tests.deliverability_fakes import ses_event
+from tests.fakes import ses_event
 
 pytestmark = pytest.mark.integration
 

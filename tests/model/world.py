@@ -263,7 +263,7 @@ class Rig:
         from sendonce.domain.models import Campaign, Content, Recipient
         from sendonce_local.resources import create_tables
 
-        from tests.deliverability_fakes import FakeSuppressions
+        from tests.fakes import FakeSuppressions
 
         self.clock, self.lease_ms, self.mode = clock, lease_ms, mode
         self.faults = Faults()

@@ -11,7 +11,7 @@ from sendonce.domain.models import DeliveryState, email_fingerprint
 from sendonce.settings import ConsumerSettings
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks, UnsubscribeTokens
 
-from tests.deliverability_fakes import FakeSuppressions
+from tests.fakes import FakeSuppressions
 from tests.unit.helpers import World, batch
 
 

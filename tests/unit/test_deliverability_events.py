@@ -24,7 +24,7 @@ from sendonce.domain.deliverability.provider_events import (
 from sendonce_local.poller import LocalLambdaContext
 from sendonce_local.resend_server import svix_headers
 
-from tests.deliverability_fakes import FakeLedgerEvents, FakeSuppressions, ses_event
+from tests.fakes import FakeLedgerEvents, FakeSuppressions, ses_event
 from tests.fakes import FakeCampaignStore, FakeLedger
 
 SECRET = "whsec_" + base64.b64encode(b"k" * 24).decode()

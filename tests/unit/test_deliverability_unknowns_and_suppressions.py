@@ -16,7 +16,7 @@ from sendonce.domain.ports import ClaimStatus
 from sendonce.domain.deliverability.suppressions import SuppressionService, parse_import_lines
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes, unknowns_older_than
 
-from tests.deliverability_fakes import FakeLedgerEvents, FakeSuppressions
+from tests.fakes import FakeLedgerEvents, FakeSuppressions
 from tests.fakes import FakeClock
 from tests.unit.helpers import World, recipients
 

@@ -19,7 +19,7 @@ from sendonce.domain.deliverability.unsubscribe import (
 )
 from sendonce_local.poller import LocalLambdaContext
 
-from tests.deliverability_fakes import FakeLedgerEvents, FakeSuppressions
+from tests.fakes import FakeLedgerEvents, FakeSuppressions
 from tests.fakes import FakeLedger
 
 KEY = b"0123456789abcdef0123456789abcdef"

@@ -123,7 +123,7 @@ class Ledger(Protocol):
     ) -> None:
         """End a held delivery as failed / unknown, or release it back to pending.
         `refused`: the provider refused every request of this claim; if this owner set the
-        maybe-sent mark, it is lifted (delivery_protocol.py)."""
+        maybe-sent mark, it is lifted (domain/sending/protocol.py)."""
         ...
 
     def close_unclaimed(
@@ -181,7 +181,7 @@ class CampaignStore(Protocol):
     ) -> Campaign:
         """Conditional state change (`stays`: the state is kept, and so are who set it and why); raises IllegalTransitionError when the current state is
         not allowed (or, with `unless_publishing_at_ms`, while a publish lease is live then).
-        Callers go through campaign_lifecycle.apply, which reads the transition table."""
+        Callers go through lifecycle.apply (domain/campaigns/lifecycle.py), which reads the transition table."""
         ...
 
     def end_publish(self, campaign_id: str) -> None:

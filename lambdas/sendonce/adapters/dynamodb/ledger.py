@@ -4,7 +4,7 @@ The claim condition is derived from `sendonce.domain.sending.protocol.CLAIM_RULE
 is one atomic conditional write; a failed claim returns the old item
 (ReturnValuesOnConditionCheckFailure=ALL_OLD), which the same rules classify without
 another read. Every later write is conditional on the owner that claimed and on the
-source states `delivery_protocol.TRANSITIONS` allows for it.
+source states `protocol.TRANSITIONS` allows for it.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ _de = TypeDeserializer()
 _NAMES = {"#state": "state", "#owner": "owner"}
 
 
-# --- the claim condition, derived from delivery_protocol.CLAIM_RULES ------------------
+# --- the claim condition, derived from protocol.CLAIM_RULES ------------------
 # Each fact of a rule becomes a condition fragment that is exactly as true of an item as
-# `delivery_protocol.facts` is of its record (a comparison with a missing attribute is
+# `protocol.facts` is of its record (a comparison with a missing attribute is
 # false in DynamoDB, so each fragment states the missing case explicitly). "The first
 # matching rule says claim" is then: OR over the claim rules of (it matches AND no earlier
 # rule that could match does). tests/integration/test_ledger_protocol.py runs every

@@ -58,7 +58,7 @@ _NOT_APPLIED = "attribute_exists(#state) AND NOT contains(provider_event_ids, :e
 
 
 def _only_source(event: Event) -> str:
-    """The one state delivery_protocol lets `event` start from."""
+    """The one state the delivery protocol lets `event` start from."""
     (source,) = protocol.sources(event)
     return source
 
