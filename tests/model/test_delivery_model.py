@@ -2,6 +2,8 @@
 real Powertools guards, DeliveryService and CampaignService, driven by Hypothesis through
 crashes at every step, two consumers on one message, time jumps (a lease, 23 h, 25 h),
 operator actions and provider refusals, with the invariants checked after every step.
+Two rules bundle what the faults that meet time are made of — a takeover after a lease ran
+out, an operator acting the next day — so that sequences of them are common, not rare.
 
 Profiles: `make test` runs the bounded one (derandomized, a few minutes at most);
 `make verify` runs the deep one (SENDONCE_MODEL_PROFILE=deep, at least 20,000 steps) and
@@ -202,6 +204,16 @@ class DeliveryModel(RuleBasedStateMachine):
             if message.receive_count <= self.queue.max_receive_count:
                 self._process(message, crash_at=crash_at)
 
+    @rule(index=st.integers(0, 5), crash_at=st.none() | st.integers(1, 14), after=st.booleans())
+    def take_over_after_the_lease(self, index, crash_at, after):
+        """A consumer's lease runs out and another takes its deliveries over: where a refused
+        takeover, or a second crash, meets time."""
+        self._step("take_over")
+        self.clock.advance(LEASE_MS + 1)
+        message = self.queue.receive(index)
+        if message is not None:
+            self._process(message, crash_at=crash_at, after=after)
+
     @rule(ms=st.sampled_from([1_000, LEASE_MS + 1, 6 * 60_000, 12 * HOUR, 23 * HOUR, 25 * HOUR]))
     def advance_time(self, ms):
         self._step("advance_time")
@@ -222,6 +234,16 @@ class DeliveryModel(RuleBasedStateMachine):
     @rule(verb=st.sampled_from(["pause", "resume", "cancel"]))
     def operator_acts(self, verb):
         self._step(f"operator_{verb}")
+        try:
+            getattr(self.operator, verb)("c1")
+        except (IllegalTransitionError, InvalidCampaignError):
+            pass
+
+    @rule(verb=st.sampled_from(["resume", "cancel"]), hours=st.sampled_from([23, 25]))
+    def operator_acts_the_next_day(self, verb, hours):
+        """An operator resumes or cancels the next day: inside Resend's 24 h key window, or past it."""
+        self._step(f"next_day_{verb}")
+        self.clock.advance(hours * HOUR)
         try:
             getattr(self.operator, verb)("c1")
         except (IllegalTransitionError, InvalidCampaignError):
