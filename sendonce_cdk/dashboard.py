@@ -10,6 +10,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from sendonce.contract import Metric
 from sendonce_cdk import metrics
 
 ONE_MINUTE = cdk.Duration.minutes(1)
@@ -33,12 +34,12 @@ class Dashboard(Construct):
     ) -> None:
         super().__init__(scope, id)
 
-        def m(name: str, label: str) -> cw.Metric:
+        def m(name: Metric, label: str) -> cw.Metric:
             return metrics.sendonce_metric(name, period=ONE_MINUTE, label=label)
 
         send_rate = cw.MathExpression(
             expression="sent / PERIOD(sent)",
-            using_metrics={"sent": m(metrics.EMAILS_SENT, "EmailsSent")},
+            using_metrics={"sent": m(Metric.EMAILS_SENT, "EmailsSent")},
             label="Emails sent per second",
             period=ONE_MINUTE,
         )
@@ -52,17 +53,17 @@ class Dashboard(Construct):
             cw.GraphWidget(title="Send rate (emails/s)", left=[send_rate], width=WIDTH),
             cw.GraphWidget(
                 title="Duplicate sends prevented",
-                left=[m(metrics.DUPLICATE_SENDS_PREVENTED, "DuplicateSendsPrevented")],
+                left=[m(Metric.DUPLICATE_SENDS_PREVENTED, "DuplicateSendsPrevented")],
                 width=WIDTH,
             ),
             cw.GraphWidget(
                 title="Send failures by class",
                 left=[
-                    m(metrics.SEND_FAILURES_RETRYABLE, "Retryable"),
-                    m(metrics.SEND_FAILURES_PERMANENT, "Permanent"),
-                    m(metrics.SEND_FAILURES_HALT, "Halt"),
-                    m(metrics.SEND_FAILURES_AMBIGUOUS, "Ambiguous"),
-                    m(metrics.UNKNOWN_OUTCOMES, "Unknown outcome"),
+                    m(Metric.SEND_FAILURES_RETRYABLE, "Retryable"),
+                    m(Metric.SEND_FAILURES_PERMANENT, "Permanent"),
+                    m(Metric.SEND_FAILURES_HALT, "Halt"),
+                    m(Metric.SEND_FAILURES_AMBIGUOUS, "Ambiguous"),
+                    m(Metric.UNKNOWN_OUTCOMES, "Unknown outcome"),
                 ],
                 stacked=True,
                 width=WIDTH,
@@ -94,10 +95,10 @@ class Dashboard(Construct):
             cw.GraphWidget(
                 title="Dead-lettered, poison, conflicts, paused",
                 left=[
-                    m(metrics.DEAD_LETTERED_RECIPIENTS, "Dead-lettered recipients"),
-                    m(metrics.POISON_MESSAGES, "Poison batches"),
-                    m(metrics.PAYLOAD_CONFLICTS, "Payload conflicts"),
-                    m(metrics.CAMPAIGN_SKIPS_PAUSED, "Skipped (campaign paused)"),
+                    m(Metric.DEAD_LETTERED_RECIPIENTS, "Dead-lettered recipients"),
+                    m(Metric.POISON_MESSAGES, "Poison batches"),
+                    m(Metric.PAYLOAD_CONFLICTS, "Payload conflicts"),
+                    m(Metric.CAMPAIGN_SKIPS_PAUSED, "Skipped (campaign paused)"),
                 ],
                 width=WIDTH,
             ),
@@ -138,20 +139,20 @@ class Dashboard(Construct):
             cw.GraphWidget(
                 title="Deliverability: complaints, hard bounces, suppressions",
                 left=[
-                    m(metrics.COMPLAINTS, "Complaints"),
-                    m(metrics.HARD_BOUNCES, "Hard bounces"),
-                    m(metrics.SUPPRESSIONS_ADDED, "Suppressions added"),
-                    m(metrics.RECIPIENTS_UNSUBSCRIBED, "Unsubscribed (one-click)"),
-                    m(metrics.RECIPIENTS_SUPPRESSED, "Sends skipped (suppressed)"),
+                    m(Metric.COMPLAINTS, "Complaints"),
+                    m(Metric.HARD_BOUNCES, "Hard bounces"),
+                    m(Metric.SUPPRESSIONS_ADDED, "Suppressions added"),
+                    m(Metric.RECIPIENTS_UNSUBSCRIBED, "Unsubscribed (one-click)"),
+                    m(Metric.RECIPIENTS_SUPPRESSED, "Sends skipped (suppressed)"),
                 ],
                 width=WIDTH,
             ),
             cw.GraphWidget(
                 title="Brakes and refused webhooks",
                 left=[
-                    m(metrics.COMPLAINT_BRAKE_TRIGGERED, "Complaint brake"),
-                    m(metrics.BOUNCE_BRAKE_TRIGGERED, "Bounce brake"),
-                    m(metrics.WEBHOOK_SIGNATURES_REJECTED, "Webhook signatures rejected"),
+                    m(Metric.COMPLAINT_BRAKE_TRIGGERED, "Complaint brake"),
+                    m(Metric.BOUNCE_BRAKE_TRIGGERED, "Bounce brake"),
+                    m(Metric.WEBHOOK_SIGNATURES_REJECTED, "Webhook signatures rejected"),
                 ],
                 width=WIDTH,
             ),

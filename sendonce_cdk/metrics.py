@@ -1,5 +1,5 @@
 """sendonce's own metrics, as Powertools publishes them (EMF), from the consumer and the
-deliverability functions alike.
+deliverability functions alike; their names are `sendonce.contract.Metric`.
 
 Powertools adds the default dimension `service` = POWERTOOLS_SERVICE_NAME to every
 metric, so an alarm must name that dimension to match the published series.
@@ -10,32 +10,10 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cw
 
-from sendonce_cdk.consumer import METRICS_NAMESPACE, SERVICE_NAME
-
-EMAILS_SENT = "EmailsSent"
-DUPLICATE_SENDS_PREVENTED = "DuplicateSendsPrevented"
-UNKNOWN_OUTCOMES = "UnknownOutcomes"
-SEND_FAILURES_PERMANENT = "SendFailuresPermanent"
-SEND_FAILURES_RETRYABLE = "SendFailuresRetryable"
-SEND_FAILURES_HALT = "SendFailuresHalt"
-SEND_FAILURES_AMBIGUOUS = "SendFailuresAmbiguous"
-PAYLOAD_CONFLICTS = "PayloadConflicts"
-POISON_MESSAGES = "PoisonMessages"
-DEAD_LETTERED_RECIPIENTS = "DeadLetteredRecipients"
-CAMPAIGN_SKIPS_PAUSED = "CampaignSkipsPaused"
-RECIPIENTS_SUPPRESSED = "RecipientsSuppressed"
-# The events function (sendonce/handlers/events.py) and the unsubscribe function.
-COMPLAINT_BRAKE_TRIGGERED = "ComplaintBrakeTriggered"
-BOUNCE_BRAKE_TRIGGERED = "BounceBrakeTriggered"
-COMPLAINTS = "Complaints"
-HARD_BOUNCES = "HardBounces"
-SUPPRESSIONS_ADDED = "SuppressionsAdded"
-WEBHOOK_SIGNATURES_REJECTED = "WebhookSignaturesRejected"
-RECIPIENTS_UNSUBSCRIBED = "RecipientsUnsubscribed"
-
+from sendonce.contract import METRICS_NAMESPACE, SERVICE_NAME, Metric
 
 def sendonce_metric(
-    name: str,
+    name: Metric,
     *,
     statistic: str = "Sum",
     period: cdk.Duration = cdk.Duration.minutes(5),
@@ -43,7 +21,7 @@ def sendonce_metric(
 ) -> cw.Metric:
     return cw.Metric(
         namespace=METRICS_NAMESPACE,
-        metric_name=name,
+        metric_name=name.value,
         dimensions_map={"service": SERVICE_NAME},
         statistic=statistic,
         period=period,
@@ -64,9 +42,9 @@ def failure_rate_percent(
     return cw.MathExpression(
         expression=f"IF({attempted} >= {minimum_volume}, 100 * {failed} / {attempted}, 0)",
         using_metrics={
-            "sent": sendonce_metric(EMAILS_SENT, period=period),
-            "permanent": sendonce_metric(SEND_FAILURES_PERMANENT, period=period),
-            "retryable": sendonce_metric(SEND_FAILURES_RETRYABLE, period=period),
+            "sent": sendonce_metric(Metric.EMAILS_SENT, period=period),
+            "permanent": sendonce_metric(Metric.SEND_FAILURES_PERMANENT, period=period),
+            "retryable": sendonce_metric(Metric.SEND_FAILURES_RETRYABLE, period=period),
         },
         period=period,
         label="Provider failure rate (%)",

@@ -15,6 +15,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from sendonce.contract import Metric
 from sendonce_cdk import metrics
 
 RUNBOOK = "docs/operations.md"
@@ -129,17 +130,17 @@ class OnCall(Construct):
         )
         self._alarm(
             AlarmSpec("DuplicateSendsPrevented", "warning", "Over 10 duplicate sends prevented in 5 minutes"),
-            metrics.sendonce_metric(metrics.DUPLICATE_SENDS_PREVENTED, period=FIVE_MINUTES),
+            metrics.sendonce_metric(Metric.DUPLICATE_SENDS_PREVENTED, period=FIVE_MINUTES),
             threshold=10,
         )
         self._alarm(
             AlarmSpec("UnknownOutcomes", "warning", "A send's outcome is unknown and needs reconciling"),
-            metrics.sendonce_metric(metrics.UNKNOWN_OUTCOMES, period=FIVE_MINUTES),
+            metrics.sendonce_metric(Metric.UNKNOWN_OUTCOMES, period=FIVE_MINUTES),
             threshold=0,
         )
         self._alarm(
             AlarmSpec("ProviderHalted", "page", "The provider told the consumer to stop sending"),
-            metrics.sendonce_metric(metrics.SEND_FAILURES_HALT, period=FIVE_MINUTES),
+            metrics.sendonce_metric(Metric.SEND_FAILURES_HALT, period=FIVE_MINUTES),
             threshold=0,
         )
         self._alarm(
@@ -160,12 +161,12 @@ class OnCall(Construct):
         )
         self._alarm(
             AlarmSpec("ComplaintBrakeTriggered", "page", "A campaign paused itself: its complaint rate is too high"),
-            metrics.sendonce_metric(metrics.COMPLAINT_BRAKE_TRIGGERED, period=FIVE_MINUTES),
+            metrics.sendonce_metric(Metric.COMPLAINT_BRAKE_TRIGGERED, period=FIVE_MINUTES),
             threshold=0,
         )
         self._alarm(
             AlarmSpec("BounceBrakeTriggered", "page", "A campaign paused itself: its hard-bounce rate is too high"),
-            metrics.sendonce_metric(metrics.BOUNCE_BRAKE_TRIGGERED, period=FIVE_MINUTES),
+            metrics.sendonce_metric(Metric.BOUNCE_BRAKE_TRIGGERED, period=FIVE_MINUTES),
             threshold=0,
         )
         self._alarm(

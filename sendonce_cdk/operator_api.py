@@ -59,11 +59,12 @@ class OperatorApi(Construct):
             "Handler",
             handler=HANDLER,
             description="sendonce operator API: create, publish, pause, resume, cancel campaigns",
-            environment={
-                "SENDONCE_LEDGER_TABLE": ledger_table.table_name,
-                "SENDONCE_CAMPAIGNS_TABLE": campaigns_table.table_name,
-                "SENDONCE_QUEUE_URL": queue.queue_url,
-                "SENDONCE_DEAD_LETTER_QUEUE_URL": dead_letter_queue.queue_url,
+            # sendonce.settings.ApiSettings, by field.
+            settings={
+                "ledger_table": ledger_table.table_name,
+                "campaigns_table": campaigns_table.table_name,
+                "queue_url": queue.queue_url,
+                "dead_letter_queue_url": dead_letter_queue.queue_url,
             },
             timeout=TIMEOUT,
             memory_size=512,

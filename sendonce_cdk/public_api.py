@@ -60,12 +60,13 @@ class PublicApi(Construct):
             "Unsubscribe",
             handler=UNSUBSCRIBE_HANDLER,
             description="sendonce one-click unsubscribe (RFC 8058)",
-            environment={
-                "SENDONCE_SUPPRESSIONS_TABLE": suppressions_table.table_name,
-                "SENDONCE_UNSUBSCRIBE_KEY_SECRET": unsubscribe_key_secret_name,
+            # sendonce.settings.UnsubscribeSettings, by field.
+            settings={
+                "suppressions_table": suppressions_table.table_name,
+                "unsubscribe_key_secret": unsubscribe_key_secret_name,
                 # The click is also noted on the delivery's ledger record.
-                "SENDONCE_LEDGER_TABLE": ledger_table.table_name,
-                "SENDONCE_CAMPAIGNS_TABLE": campaigns_table.table_name,
+                "ledger_table": ledger_table.table_name,
+                "campaigns_table": campaigns_table.table_name,
             },
             timeout=cdk.Duration.seconds(10),
             reserved_concurrency=unsubscribe_reserved_concurrency,
