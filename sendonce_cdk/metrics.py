@@ -7,10 +7,24 @@ metric, so an alarm must name that dimension to match the published series.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cw
 
 from sendonce.contract import METRICS_NAMESPACE, SERVICE_NAME, Metric
+
+# Published, but neither alarmed nor graphed, on purpose. tests/infra/test_contract.py
+# holds every other Metric to an alarm or a dashboard widget, so a metric added to the
+# contract is either watched or listed here with its reason.
+NOT_WATCHED: Mapping[Metric, str] = {
+    Metric.PROVIDER_EVENTS_APPLIED: "every event the ledger took; its volume follows EmailsSent",
+    Metric.PROVIDER_EVENTS_DUPLICATE: "providers deliver events at least once; the ledger ignores the repeat",
+    Metric.PROVIDER_EVENTS_UNMATCHED: "events of mail with no sendonce delivery: untagged, or sent by another app",
+    Metric.UNKNOWN_OUTCOMES_RESOLVED: "unknown outcomes a Send event settled; UnknownOutcomes is the one to act on",
+    Metric.UNSUBSCRIBE_TOKENS_REJECTED: "forged or stale links, answered 403; the route throttle bounds what they cost",
+}
+
 
 def sendonce_metric(
     name: Metric,
