@@ -29,11 +29,12 @@ from sendonce_cdk.bundling import lambda_code
 from sendonce_cdk.config import DEFAULTS, MAX_RECEIVE_COUNT, SendonceConfig
 from sendonce_cdk.consumer import Consumer
 from sendonce_cdk.dashboard import Dashboard
+from sendonce_cdk.http_api import RouteThrottle
 from sendonce_cdk.ledger import LedgerTables
 from sendonce_cdk.oncall import OnCall
 from sendonce_cdk.operator_api import OperatorApi
 from sendonce_cdk.provider_events import ProviderEvents
-from sendonce_cdk.public_api import PublicApi, RouteThrottle
+from sendonce_cdk.public_api import PublicApi
 from sendonce_cdk.queues import SendQueues
 
 # What `grant_publish` allows on the operator API: create, publish, read.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cw
@@ -10,13 +11,33 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from sendonce.contract import Metric
 from sendonce_cdk import metrics
 
 ONE_MINUTE = cdk.Duration.minutes(1)
 WIDTH = 8  # three widgets per row of 24
 
 
+def own(metric: Metric, label: str | None = None) -> cw.Metric:
+    """One of the handlers' metrics, per minute, labelled with its name unless told."""
+    return metrics.sendonce_metric(metric, period=ONE_MINUTE, label=label or metric.value)
+
+
+def waiting(queue: sqs.IQueue, label: str) -> cw.Metric:
+    return queue.metric_approximate_number_of_messages_visible(statistic="Maximum", period=ONE_MINUTE, label=label)
+
+
+def graph(
+    title: str, left: Sequence[cw.IMetric], *, right: Sequence[cw.IMetric] = (), **options: Any
+) -> cw.GraphWidget:
+    """A third of a row; `options` are GraphWidget's own (stacked, left_annotations, ...)."""
+    return cw.GraphWidget(title=title, left=list(left), right=list(right) or None, width=WIDTH, **options)
+
+
 class Dashboard(Construct):
+    """Four rows of three graphs (sending, queues, the consumer, deliverability), then the
+    alarms' states."""
+
     def __init__(
         self,
         scope: Construct,
@@ -32,14 +53,17 @@ class Dashboard(Construct):
         alarm_names: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, id)
-
-        def m(name: str, label: str) -> cw.Metric:
-            return metrics.sendonce_metric(name, period=ONE_MINUTE, label=label)
-
         send_rate = cw.MathExpression(
             expression="sent / PERIOD(sent)",
-            using_metrics={"sent": m(metrics.EMAILS_SENT, "EmailsSent")},
+            using_metrics={"sent": own(Metric.EMAILS_SENT)},
             label="Emails sent per second",
+            period=ONE_MINUTE,
+        )
+        concurrent_executions = cw.Metric(
+            namespace="AWS/Lambda",
+            metric_name="ConcurrentExecutions",
+            dimensions_map={"FunctionName": function.function_name},
+            statistic="Maximum",
             period=ONE_MINUTE,
         )
         self.dashboard = cw.Dashboard(
@@ -48,124 +72,92 @@ class Dashboard(Construct):
             dashboard_name=dashboard_name,
             default_interval=cdk.Duration.hours(3),
         )
-        self.dashboard.add_widgets(
-            cw.GraphWidget(title="Send rate (emails/s)", left=[send_rate], width=WIDTH),
-            cw.GraphWidget(
-                title="Duplicate sends prevented",
-                left=[m(metrics.DUPLICATE_SENDS_PREVENTED, "DuplicateSendsPrevented")],
-                width=WIDTH,
+        rows: Sequence[Sequence[cw.IWidget]] = (
+            (
+                graph("Send rate (emails/s)", [send_rate]),
+                graph("Duplicate sends prevented", [own(Metric.DUPLICATE_SENDS_PREVENTED)]),
+                graph(
+                    "Send failures by class",
+                    [
+                        own(Metric.SEND_FAILURES_RETRYABLE, "Retryable"),
+                        own(Metric.SEND_FAILURES_PERMANENT, "Permanent"),
+                        own(Metric.SEND_FAILURES_HALT, "Halt"),
+                        own(Metric.SEND_FAILURES_AMBIGUOUS, "Ambiguous"),
+                        own(Metric.UNKNOWN_OUTCOMES, "Unknown outcome"),
+                    ],
+                    stacked=True,
+                ),
             ),
-            cw.GraphWidget(
-                title="Send failures by class",
-                left=[
-                    m(metrics.SEND_FAILURES_RETRYABLE, "Retryable"),
-                    m(metrics.SEND_FAILURES_PERMANENT, "Permanent"),
-                    m(metrics.SEND_FAILURES_HALT, "Halt"),
-                    m(metrics.SEND_FAILURES_AMBIGUOUS, "Ambiguous"),
-                    m(metrics.UNKNOWN_OUTCOMES, "Unknown outcome"),
-                ],
-                stacked=True,
-                width=WIDTH,
+            (
+                graph("Dead-letter queue depth (batches)", [waiting(dead_letter_queue, "Batches in DLQ")]),
+                graph(
+                    "Queue: age of oldest batch (s)",
+                    [queue.metric_approximate_age_of_oldest_message(statistic="Maximum", period=ONE_MINUTE)],
+                    right=[
+                        waiting(queue, "Waiting"),
+                        queue.metric_approximate_number_of_messages_not_visible(
+                            statistic="Maximum", period=ONE_MINUTE, label="In flight"
+                        ),
+                    ],
+                ),
+                graph(
+                    "Dead-lettered, poison, conflicts, paused",
+                    [
+                        own(Metric.DEAD_LETTERED_RECIPIENTS, "Dead-lettered recipients"),
+                        own(Metric.POISON_MESSAGES, "Poison batches"),
+                        own(Metric.PAYLOAD_CONFLICTS, "Payload conflicts"),
+                        own(Metric.CAMPAIGN_SKIPS_PAUSED, "Skipped (campaign paused)"),
+                    ],
+                ),
             ),
-        )
-        self.dashboard.add_widgets(
-            cw.GraphWidget(
-                title="Dead-letter queue depth (batches)",
-                left=[
-                    dead_letter_queue.metric_approximate_number_of_messages_visible(
-                        statistic="Maximum", period=ONE_MINUTE, label="Batches in DLQ"
-                    )
-                ],
-                width=WIDTH,
+            (
+                graph(
+                    "Consumer: errors and throttles",
+                    [
+                        function.metric_errors(statistic="Sum", period=ONE_MINUTE),
+                        function.metric_throttles(statistic="Sum", period=ONE_MINUTE),
+                    ],
+                ),
+                graph(
+                    "Consumer: duration vs timeout (ms)",
+                    [
+                        function.metric_duration(statistic="p99", period=ONE_MINUTE, label="p99"),
+                        function.metric_duration(statistic="Maximum", period=ONE_MINUTE, label="max"),
+                    ],
+                    left_annotations=[
+                        cw.HorizontalAnnotation(value=function_timeout.to_milliseconds(), label="timeout")
+                    ],
+                ),
+                graph("Consumer: concurrent invocations", [concurrent_executions]),
             ),
-            cw.GraphWidget(
-                title="Queue: age of oldest batch (s)",
-                left=[queue.metric_approximate_age_of_oldest_message(statistic="Maximum", period=ONE_MINUTE)],
-                right=[
-                    queue.metric_approximate_number_of_messages_visible(
-                        statistic="Maximum", period=ONE_MINUTE, label="Waiting"
-                    ),
-                    queue.metric_approximate_number_of_messages_not_visible(
-                        statistic="Maximum", period=ONE_MINUTE, label="In flight"
-                    ),
-                ],
-                width=WIDTH,
-            ),
-            cw.GraphWidget(
-                title="Dead-lettered, poison, conflicts, paused",
-                left=[
-                    m(metrics.DEAD_LETTERED_RECIPIENTS, "Dead-lettered recipients"),
-                    m(metrics.POISON_MESSAGES, "Poison batches"),
-                    m(metrics.PAYLOAD_CONFLICTS, "Payload conflicts"),
-                    m(metrics.CAMPAIGN_SKIPS_PAUSED, "Skipped (campaign paused)"),
-                ],
-                width=WIDTH,
-            ),
-        )
-        self.dashboard.add_widgets(
-            cw.GraphWidget(
-                title="Consumer: errors and throttles",
-                left=[
-                    function.metric_errors(statistic="Sum", period=ONE_MINUTE),
-                    function.metric_throttles(statistic="Sum", period=ONE_MINUTE),
-                ],
-                width=WIDTH,
-            ),
-            cw.GraphWidget(
-                title="Consumer: duration vs timeout (ms)",
-                left=[
-                    function.metric_duration(statistic="p99", period=ONE_MINUTE, label="p99"),
-                    function.metric_duration(statistic="Maximum", period=ONE_MINUTE, label="max"),
-                ],
-                left_annotations=[cw.HorizontalAnnotation(value=function_timeout.to_milliseconds(), label="timeout")],
-                width=WIDTH,
-            ),
-            cw.GraphWidget(
-                title="Consumer: concurrent invocations",
-                left=[
-                    cw.Metric(
-                        namespace="AWS/Lambda",
-                        metric_name="ConcurrentExecutions",
-                        dimensions_map={"FunctionName": function.function_name},
-                        statistic="Maximum",
-                        period=ONE_MINUTE,
-                    )
-                ],
-                width=WIDTH,
+            (
+                graph(
+                    "Deliverability: complaints, hard bounces, suppressions",
+                    [
+                        own(Metric.COMPLAINTS, "Complaints"),
+                        own(Metric.HARD_BOUNCES, "Hard bounces"),
+                        own(Metric.SUPPRESSIONS_ADDED, "Suppressions added"),
+                        own(Metric.RECIPIENTS_UNSUBSCRIBED, "Unsubscribed (one-click)"),
+                        own(Metric.RECIPIENTS_SUPPRESSED, "Sends skipped (suppressed)"),
+                    ],
+                ),
+                graph(
+                    "Brakes and refused webhooks",
+                    [
+                        own(Metric.COMPLAINT_BRAKE_TRIGGERED, "Complaint brake"),
+                        own(Metric.BOUNCE_BRAKE_TRIGGERED, "Bounce brake"),
+                        own(Metric.WEBHOOK_SIGNATURES_REJECTED, "Webhook signatures rejected"),
+                    ],
+                ),
+                graph(
+                    "Events function: errors, dead-lettered events",
+                    [events_function.metric_errors(statistic="Sum", period=ONE_MINUTE)],
+                    right=[waiting(events_dead_letter_queue, "Events in DLQ")],
+                ),
             ),
         )
-        self.dashboard.add_widgets(
-            cw.GraphWidget(
-                title="Deliverability: complaints, hard bounces, suppressions",
-                left=[
-                    m(metrics.COMPLAINTS, "Complaints"),
-                    m(metrics.HARD_BOUNCES, "Hard bounces"),
-                    m(metrics.SUPPRESSIONS_ADDED, "Suppressions added"),
-                    m(metrics.RECIPIENTS_UNSUBSCRIBED, "Unsubscribed (one-click)"),
-                    m(metrics.RECIPIENTS_SUPPRESSED, "Sends skipped (suppressed)"),
-                ],
-                width=WIDTH,
-            ),
-            cw.GraphWidget(
-                title="Brakes and refused webhooks",
-                left=[
-                    m(metrics.COMPLAINT_BRAKE_TRIGGERED, "Complaint brake"),
-                    m(metrics.BOUNCE_BRAKE_TRIGGERED, "Bounce brake"),
-                    m(metrics.WEBHOOK_SIGNATURES_REJECTED, "Webhook signatures rejected"),
-                ],
-                width=WIDTH,
-            ),
-            cw.GraphWidget(
-                title="Events function: errors, dead-lettered events",
-                left=[events_function.metric_errors(statistic="Sum", period=ONE_MINUTE)],
-                right=[
-                    events_dead_letter_queue.metric_approximate_number_of_messages_visible(
-                        statistic="Maximum", period=ONE_MINUTE, label="Events in DLQ"
-                    )
-                ],
-                width=WIDTH,
-            ),
-        )
+        for row in rows:
+            self.dashboard.add_widgets(*row)
         if alarm_names:
             # Referenced by name, not by Fn::GetAtt: moto's CloudFormation skips alarms,
             # and a GetAtt on a skipped resource fails the local deploy.

@@ -1,5 +1,5 @@
-"""A sendonce Lambda function with its own log group and role (the API and deliverability
-functions; the consumer predates it and keeps its own construct ids)."""
+"""The one Lambda function construct: every sendonce handler runs in a `ServiceFunction`
+(the consumer is one with its SQS event source added, sendonce_cdk/consumer.py)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,22 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from sendonce import contract
 from sendonce_cdk.bundling import ARCHITECTURE, RUNTIME, lambda_code
-from sendonce_cdk.consumer import METRICS_NAMESPACE, SERVICE_NAME
 
 
 class ServiceFunction(Construct):
     """One handler of the `lambdas/` bundle: function, log group, role.
 
+    `settings` are the values of the handler's settings model (sendonce.settings), by
+    field name; each reaches the function as the variable `contract.env_name(field)`, so
+    no caller spells a SENDONCE_* name. Powertools' service name and metrics namespace
+    come from the contract too: the alarms watch exactly that namespace and dimension.
+
     The role is the function's own, with log writes scoped to its log group (no
     AWSLambdaBasicExecutionRole); everything else is granted by the stack.
+
+    Public attributes: `function`, `role`, `log_group`.
     """
 
     def __init__(
@@ -29,10 +36,11 @@ class ServiceFunction(Construct):
         *,
         handler: str,
         description: str,
-        environment: Mapping[str, str],
+        settings: Mapping[str, str],
         timeout: cdk.Duration,
         memory_size: int = 256,
         reserved_concurrency: int | None = None,
+        role_description: str | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
     ) -> None:
@@ -41,7 +49,10 @@ class ServiceFunction(Construct):
             self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=removal_policy
         )
         self.role = iam.Role(
-            self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"), description=description
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=role_description or description,
         )
         self.log_group.grant_write(self.role)
         self.function = lambda_.Function(
@@ -59,9 +70,9 @@ class ServiceFunction(Construct):
             role=self.role,
             log_group=self.log_group,
             environment={
-                **environment,
-                "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
-                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                **{contract.env_name(field): value for field, value in settings.items()},
+                contract.POWERTOOLS_SERVICE_NAME: contract.SERVICE_NAME,
+                contract.POWERTOOLS_METRICS_NAMESPACE: contract.METRICS_NAMESPACE,
                 "LOG_LEVEL": "INFO",
             },
         )

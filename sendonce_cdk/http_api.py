@@ -1,15 +1,19 @@
-"""An API Gateway HTTP API with its `$default` stage, throttling and access log."""
+"""An API Gateway HTTP API with its `$default` stage, throttling and access log, and the
+routes that proxy to a Lambda function (the operator API and the public API alike)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import jsii
 
 import aws_cdk as cdk
 from aws_cdk import aws_apigateway as apigateway
 from aws_cdk import aws_apigatewayv2 as apigwv2
+from aws_cdk import aws_apigatewayv2_integrations as integrations
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -27,6 +31,16 @@ ACCESS_LOG_FIELDS = {
     # The IAM principal on the operator API (empty on the public one).
     "caller": "$context.identity.userArn",
 }
+
+
+
+
+@dataclass(frozen=True)
+class RouteThrottle:
+    """API Gateway throttling: sustained requests/s and the burst above it."""
+
+    rate_limit: int
+    burst_limit: int
 
 
 @jsii.implements(apigwv2.IAccessLogSettings)
@@ -47,7 +61,10 @@ class _AccessLogSettings:
 
 class LoggedHttpApi(Construct):
     """An HTTP API whose only stage is `$default`: auto-deployed, access-logged, and throttled
-    as a whole (`rate_limit`) or per route (`throttle_routes`)."""
+    as a whole (`default_throttle`) or per route (`add_function_routes`, `throttle_routes`).
+
+    Public attributes: `api`, `stage`, `access_logs`, `url`.
+    """
 
     def __init__(
         self,
@@ -55,8 +72,7 @@ class LoggedHttpApi(Construct):
         id: str,
         *,
         description: str,
-        rate_limit: int | None = None,
-        burst_limit: int | None = None,
+        default_throttle: RouteThrottle | None = None,
         default_authorizer: apigwv2.IHttpRouteAuthorizer | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
     ) -> None:
@@ -78,9 +94,11 @@ class LoggedHttpApi(Construct):
             auto_deploy=True,
             # None: only the account's API Gateway limits apply, except on throttled routes.
             throttle=(
-                apigwv2.ThrottleSettings(rate_limit=rate_limit, burst_limit=burst_limit)
-                if rate_limit is not None
-                else None
+                None
+                if default_throttle is None
+                else apigwv2.ThrottleSettings(
+                    rate_limit=default_throttle.rate_limit, burst_limit=default_throttle.burst_limit
+                )
             ),
             access_log_settings=_AccessLogSettings(self.access_logs),
         )
@@ -90,15 +108,39 @@ class LoggedHttpApi(Construct):
         self.url = f"https://{self.api.api_id}.execute-api.{stack.region}.{stack.url_suffix}/"
         self._route_settings: dict[str, dict[str, int]] = {}
 
-    def throttle_routes(self, routes: Sequence[apigwv2.HttpRoute], *, rate_limit: int, burst_limit: int) -> None:
+    def add_function_routes(
+        self,
+        id: str,
+        *,
+        function: lambda_.IFunction,
+        routes: Sequence[tuple[apigwv2.HttpMethod, str]],
+        throttle: RouteThrottle | None = None,
+        permission_per_route: bool = True,
+    ) -> list[apigwv2.HttpRoute]:
+        """Routes (method, path) proxied to `function` through one integration named `id`.
+
+        `throttle` limits each of these routes on the stage; `permission_per_route=False`
+        grants API Gateway one invoke permission for the whole API instead of one per route.
+        """
+        integration = integrations.HttpLambdaIntegration(id, function, scope_permission_to_route=permission_per_route)
+        added = [
+            route
+            for method, path in routes
+            for route in self.api.add_routes(path=path, methods=[method], integration=integration)
+        ]
+        if throttle is not None:
+            self.throttle_routes(added, throttle=throttle)
+        return added
+
+    def throttle_routes(self, routes: Sequence[apigwv2.HttpRoute], *, throttle: RouteThrottle) -> None:
         """Per-route throttling on the stage (`RouteSettings`, keyed by route key)."""
         for route in routes:
             cfn_route = route.node.default_child
             if not isinstance(cfn_route, apigwv2.CfnRoute):
                 raise TypeError(f"{route.node.path} has no CfnRoute")
             self._route_settings[cfn_route.route_key] = {
-                "ThrottlingRateLimit": rate_limit,
-                "ThrottlingBurstLimit": burst_limit,
+                "ThrottlingRateLimit": throttle.rate_limit,
+                "ThrottlingBurstLimit": throttle.burst_limit,
             }
             # A stage's route settings may only name routes that exist already.
             self.stage.node.add_dependency(route)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cw
@@ -15,6 +16,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from sendonce.contract import Metric
 from sendonce_cdk import metrics
 
 RUNBOOK = "docs/operations.md"
@@ -24,9 +26,15 @@ ONE_MINUTE = cdk.Duration.minutes(1)
 
 @dataclass(frozen=True)
 class AlarmSpec:
+    """One alarm: above `threshold` for `evaluation_periods` periods of `metric`, it notifies
+    on-call. `id` names the alarm and its runbook entry (docs/operations.md#<id, lowercased>)."""
+
     id: str
-    severity: str  # "page" wakes someone; "warning" is looked at in working hours
+    severity: Literal["page", "warning"]  # "page" wakes someone; "warning" is looked at in working hours
     summary: str
+    metric: cw.IMetric
+    threshold: float
+    evaluation_periods: int = 1
 
 
 class OnCall(Construct):
@@ -112,87 +120,57 @@ class OnCall(Construct):
         dlq_depth = dead_letter_queue.metric_approximate_number_of_messages_visible(
             statistic="Maximum", period=ONE_MINUTE
         )
-        self._alarm(
-            AlarmSpec("DeadLetterQueueNotEmpty", "warning", "A batch is in the dead-letter queue"),
-            dlq_depth,
-            threshold=0,
-        )
-        self._alarm(
-            AlarmSpec("DeadLetterQueueFlooded", "page", "More than 100 batches in the dead-letter queue"),
-            dlq_depth,
-            threshold=100,
-        )
-        self._alarm(
-            AlarmSpec("QueueStuck", "page", f"The oldest batch waited over {queue_age_threshold.to_minutes()} minutes"),
-            queue.metric_approximate_age_of_oldest_message(statistic="Maximum", period=FIVE_MINUTES),
-            threshold=queue_age_threshold.to_seconds(),
-        )
-        self._alarm(
-            AlarmSpec("DuplicateSendsPrevented", "warning", "Over 10 duplicate sends prevented in 5 minutes"),
-            metrics.sendonce_metric(metrics.DUPLICATE_SENDS_PREVENTED, period=FIVE_MINUTES),
-            threshold=10,
-        )
-        self._alarm(
-            AlarmSpec("UnknownOutcomes", "warning", "A send's outcome is unknown and needs reconciling"),
-            metrics.sendonce_metric(metrics.UNKNOWN_OUTCOMES, period=FIVE_MINUTES),
-            threshold=0,
-        )
-        self._alarm(
-            AlarmSpec("ProviderHalted", "page", "The provider told the consumer to stop sending"),
-            metrics.sendonce_metric(metrics.SEND_FAILURES_HALT, period=FIVE_MINUTES),
-            threshold=0,
-        )
-        self._alarm(
-            AlarmSpec("ProviderFailureRate", "page", "Over 5 % of sends failed for 15 minutes"),
-            metrics.failure_rate_percent(period=FIVE_MINUTES),
-            threshold=5,
-            evaluation_periods=3,
-        )
-        self._alarm(
-            AlarmSpec("ConsumerErrors", "warning", "The consumer function failed an invocation"),
-            function.metric_errors(statistic="Sum", period=FIVE_MINUTES),
-            threshold=0,
-        )
-        self._alarm(
-            AlarmSpec("ConsumerThrottles", "warning", "Lambda throttled the consumer"),
-            function.metric_throttles(statistic="Sum", period=FIVE_MINUTES),
-            threshold=0,
-        )
-        self._alarm(
-            AlarmSpec("ComplaintBrakeTriggered", "page", "A campaign paused itself: its complaint rate is too high"),
-            metrics.sendonce_metric(metrics.COMPLAINT_BRAKE_TRIGGERED, period=FIVE_MINUTES),
-            threshold=0,
-        )
-        self._alarm(
-            AlarmSpec("BounceBrakeTriggered", "page", "A campaign paused itself: its hard-bounce rate is too high"),
-            metrics.sendonce_metric(metrics.BOUNCE_BRAKE_TRIGGERED, period=FIVE_MINUTES),
-            threshold=0,
-        )
-        self._alarm(
-            AlarmSpec("EventsErrors", "warning", "The events function failed an invocation"),
-            events_function.metric_errors(statistic="Sum", period=FIVE_MINUTES),
-            threshold=0,
-        )
-        self._alarm(
-            AlarmSpec("ProviderEventsDeadLettered", "warning", "A provider event could not be applied"),
-            events_dead_letter_queue.metric_approximate_number_of_messages_visible(
-                statistic="Maximum", period=ONE_MINUTE
-            ),
-            threshold=0,
+        oldest_batch_age = queue.metric_approximate_age_of_oldest_message(statistic="Maximum", period=FIVE_MINUTES)
+        events_dlq_depth = events_dead_letter_queue.metric_approximate_number_of_messages_visible(
+            statistic="Maximum", period=ONE_MINUTE
         )
 
-    def _alarm(self, spec: AlarmSpec, metric: cw.IMetric, *, threshold: float, evaluation_periods: int = 1) -> cw.Alarm:
+        def own(metric: Metric) -> cw.Metric:
+            return metrics.sendonce_metric(metric, period=FIVE_MINUTES)
+
+        # In this order on the dashboard's alarm widget.
+        for spec in (
+            AlarmSpec("DeadLetterQueueNotEmpty", "warning", "A batch is in the dead-letter queue",
+                      metric=dlq_depth, threshold=0),
+            AlarmSpec("DeadLetterQueueFlooded", "page", "More than 100 batches in the dead-letter queue",
+                      metric=dlq_depth, threshold=100),
+            AlarmSpec("QueueStuck", "page", f"The oldest batch waited over {queue_age_threshold.to_minutes()} minutes",
+                      metric=oldest_batch_age, threshold=queue_age_threshold.to_seconds()),
+            AlarmSpec("DuplicateSendsPrevented", "warning", "Over 10 duplicate sends prevented in 5 minutes",
+                      metric=own(Metric.DUPLICATE_SENDS_PREVENTED), threshold=10),
+            AlarmSpec("UnknownOutcomes", "warning", "A send's outcome is unknown and needs reconciling",
+                      metric=own(Metric.UNKNOWN_OUTCOMES), threshold=0),
+            AlarmSpec("ProviderHalted", "page", "The provider told the consumer to stop sending",
+                      metric=own(Metric.SEND_FAILURES_HALT), threshold=0),
+            AlarmSpec("ProviderFailureRate", "page", "Over 5 % of sends failed for 15 minutes",
+                      metric=metrics.failure_rate_percent(period=FIVE_MINUTES), threshold=5, evaluation_periods=3),
+            AlarmSpec("ConsumerErrors", "warning", "The consumer function failed an invocation",
+                      metric=function.metric_errors(statistic="Sum", period=FIVE_MINUTES), threshold=0),
+            AlarmSpec("ConsumerThrottles", "warning", "Lambda throttled the consumer",
+                      metric=function.metric_throttles(statistic="Sum", period=FIVE_MINUTES), threshold=0),
+            AlarmSpec("ComplaintBrakeTriggered", "page", "A campaign paused itself: its complaint rate is too high",
+                      metric=own(Metric.COMPLAINT_BRAKE_TRIGGERED), threshold=0),
+            AlarmSpec("BounceBrakeTriggered", "page", "A campaign paused itself: its hard-bounce rate is too high",
+                      metric=own(Metric.BOUNCE_BRAKE_TRIGGERED), threshold=0),
+            AlarmSpec("EventsErrors", "warning", "The events function failed an invocation",
+                      metric=events_function.metric_errors(statistic="Sum", period=FIVE_MINUTES), threshold=0),
+            AlarmSpec("ProviderEventsDeadLettered", "warning", "A provider event could not be applied",
+                      metric=events_dlq_depth, threshold=0),
+        ):  # fmt: skip
+            self._alarm(spec)
+
+    def _alarm(self, spec: AlarmSpec) -> cw.Alarm:
         alarm_name = f"{cdk.Stack.of(self).stack_name}-{spec.id}"
         alarm = cw.Alarm(
             self,
             spec.id,
             alarm_name=alarm_name,
             alarm_description=f"[{spec.severity}] {spec.summary}. Runbook: {RUNBOOK}#{spec.id.lower()}",
-            metric=metric,
-            threshold=threshold,
+            metric=spec.metric,
+            threshold=spec.threshold,
             comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=evaluation_periods,
-            datapoints_to_alarm=evaluation_periods,
+            evaluation_periods=spec.evaluation_periods,
+            datapoints_to_alarm=spec.evaluation_periods,
             treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
         )
         action = cw_actions.SnsAction(self.topic)

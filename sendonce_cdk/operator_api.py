@@ -5,14 +5,13 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_apigatewayv2_authorizers as authorizers
-from aws_cdk import aws_apigatewayv2_integrations as integrations
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from sendonce_cdk.function import ServiceFunction
-from sendonce_cdk.http_api import LoggedHttpApi
+from sendonce_cdk.http_api import LoggedHttpApi, RouteThrottle
 
 HANDLER = "sendonce.handlers.api.lambda_handler"
 GET, POST = apigwv2.HttpMethod.GET, apigwv2.HttpMethod.POST
@@ -31,7 +30,7 @@ ROUTES = (
 # An HTTP API waits at most 30 s for its integration; a publish from S3 must finish inside it.
 TIMEOUT = cdk.Duration.seconds(29)
 # Operators, not traffic: enough for scripts, low enough to bound a runaway loop's cost.
-RATE_LIMIT, BURST_LIMIT = 10, 20
+THROTTLE = RouteThrottle(rate_limit=10, burst_limit=20)
 
 
 class OperatorApi(Construct):
@@ -59,11 +58,12 @@ class OperatorApi(Construct):
             "Handler",
             handler=HANDLER,
             description="sendonce operator API: create, publish, pause, resume, cancel campaigns",
-            environment={
-                "SENDONCE_LEDGER_TABLE": ledger_table.table_name,
-                "SENDONCE_CAMPAIGNS_TABLE": campaigns_table.table_name,
-                "SENDONCE_QUEUE_URL": queue.queue_url,
-                "SENDONCE_DEAD_LETTER_QUEUE_URL": dead_letter_queue.queue_url,
+            # sendonce.settings.ApiSettings, by field.
+            settings={
+                "ledger_table": ledger_table.table_name,
+                "campaigns_table": campaigns_table.table_name,
+                "queue_url": queue.queue_url,
+                "dead_letter_queue_url": dead_letter_queue.queue_url,
             },
             timeout=TIMEOUT,
             memory_size=512,
@@ -79,19 +79,14 @@ class OperatorApi(Construct):
             self,
             "Http",
             description="sendonce operator API (IAM authorization)",
-            rate_limit=RATE_LIMIT,
-            burst_limit=BURST_LIMIT,
+            default_throttle=THROTTLE,
             default_authorizer=authorizers.HttpIamAuthorizer(),
             removal_policy=removal_policy,
         )
         self.api = self.http.api
         self.url = self.http.url
-        integration = integrations.HttpLambdaIntegration(
-            "Handler",
-            self.function,
-            # One invoke permission for this API instead of one per route: the function
-            # serves this API only.
-            scope_permission_to_route=False,
+        # One invoke permission for this API instead of one per route: the function
+        # serves this API only.
+        self.routes = self.http.add_function_routes(
+            "Handler", function=self.function, routes=ROUTES, permission_per_route=False
         )
-        for method, path in ROUTES:
-            self.api.add_routes(path=path, methods=[method], integration=integration)

@@ -88,14 +88,15 @@ class ProviderEvents(Construct):
         code: lambda_.Code | None = None,
     ) -> None:
         super().__init__(scope, id)
-        environment = {
-            "SENDONCE_LEDGER_TABLE": ledger_table.table_name,
-            "SENDONCE_CAMPAIGNS_TABLE": campaigns_table.table_name,
-            "SENDONCE_SUPPRESSIONS_TABLE": suppressions_table.table_name,
+        # sendonce.settings.EventsSettings, by field.
+        settings = {
+            "ledger_table": ledger_table.table_name,
+            "campaigns_table": campaigns_table.table_name,
+            "suppressions_table": suppressions_table.table_name,
         }
         if resend_webhook_secret_name:
             # The secret's name only; without it every webhook is refused (401).
-            environment["SENDONCE_RESEND_WEBHOOK_SECRET"] = resend_webhook_secret_name
+            settings["resend_webhook_secret"] = resend_webhook_secret_name
 
         # A complaint that is never applied is an address that is never suppressed: SES
         # events the function fails on, after Lambda's own retries, and events EventBridge
@@ -113,7 +114,7 @@ class ProviderEvents(Construct):
             "Handler",
             handler=HANDLER,
             description="sendonce provider events: SES events and Resend webhooks into the ledger",
-            environment=environment,
+            settings=settings,
             timeout=cdk.Duration.seconds(30),
             reserved_concurrency=reserved_concurrency,
             removal_policy=removal_policy,

@@ -7,29 +7,22 @@ the HMAC in the unsubscribe token and by the webhook's Svix signature.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import aws_cdk as cdk
 from aws_cdk import aws_apigatewayv2 as apigwv2
-from aws_cdk import aws_apigatewayv2_integrations as integrations
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from sendonce_cdk.function import ServiceFunction
-from sendonce_cdk.http_api import LoggedHttpApi
+from sendonce_cdk.http_api import LoggedHttpApi, RouteThrottle
 
 UNSUBSCRIBE_HANDLER = "sendonce.handlers.unsubscribe.lambda_handler"
 UNSUBSCRIBE_PATH = "/u/{token}"
 WEBHOOK_PATH = "/webhooks/resend"  # sendonce.handlers.events.WEBHOOK_PATH
-
-
-@dataclass(frozen=True)
-class RouteThrottle:
-    """A route's API Gateway throttle: sustained requests/s and the burst above it."""
-
-    rate_limit: int
-    burst_limit: int
+GET, POST = apigwv2.HttpMethod.GET, apigwv2.HttpMethod.POST
+# GET shows a confirmation page; POST is the one-click unsubscribe itself (RFC 8058).
+UNSUBSCRIBE_ROUTES = ((GET, UNSUBSCRIBE_PATH), (POST, UNSUBSCRIBE_PATH))
+WEBHOOK_ROUTES = ((POST, WEBHOOK_PATH),)
 
 
 class PublicApi(Construct):
@@ -60,12 +53,13 @@ class PublicApi(Construct):
             "Unsubscribe",
             handler=UNSUBSCRIBE_HANDLER,
             description="sendonce one-click unsubscribe (RFC 8058)",
-            environment={
-                "SENDONCE_SUPPRESSIONS_TABLE": suppressions_table.table_name,
-                "SENDONCE_UNSUBSCRIBE_KEY_SECRET": unsubscribe_key_secret_name,
+            # sendonce.settings.UnsubscribeSettings, by field.
+            settings={
+                "suppressions_table": suppressions_table.table_name,
+                "unsubscribe_key_secret": unsubscribe_key_secret_name,
                 # The click is also noted on the delivery's ledger record.
-                "SENDONCE_LEDGER_TABLE": ledger_table.table_name,
-                "SENDONCE_CAMPAIGNS_TABLE": campaigns_table.table_name,
+                "ledger_table": ledger_table.table_name,
+                "campaigns_table": campaigns_table.table_name,
             },
             timeout=cdk.Duration.seconds(10),
             reserved_concurrency=unsubscribe_reserved_concurrency,
@@ -83,25 +77,21 @@ class PublicApi(Construct):
         )
         self.api = self.http.api
         self.url = self.http.url
-        routes = self.api.add_routes(
-            path=UNSUBSCRIBE_PATH,
-            methods=[apigwv2.HttpMethod.GET, apigwv2.HttpMethod.POST],
-            integration=integrations.HttpLambdaIntegration("Unsubscribe", self.unsubscribe_function),
-        )
         # Anyone can call these routes, and a forged token or signature still costs an
         # invocation (answered 403/401): every route is throttled, so a flood is refused
         # by API Gateway (429) before it reaches Lambda. Clicks are a trickle; webhooks
         # follow the send rate (about three per email), and a throttled webhook waits for
         # Resend's retry (docs/operations.md#flood-protection).
-        self.http.throttle_routes(
-            routes, rate_limit=unsubscribe_throttle.rate_limit, burst_limit=unsubscribe_throttle.burst_limit
+        self.http.add_function_routes(
+            "Unsubscribe",
+            function=self.unsubscribe_function,
+            routes=UNSUBSCRIBE_ROUTES,
+            throttle=unsubscribe_throttle,
         )
         if events_function is not None:
-            webhook_routes = self.api.add_routes(
-                path=WEBHOOK_PATH,
-                methods=[apigwv2.HttpMethod.POST],
-                integration=integrations.HttpLambdaIntegration("Events", events_function),
-            )
-            self.http.throttle_routes(
-                webhook_routes, rate_limit=webhook_throttle.rate_limit, burst_limit=webhook_throttle.burst_limit
+            self.http.add_function_routes(
+                "Events",
+                function=events_function,
+                routes=WEBHOOK_ROUTES,
+                throttle=webhook_throttle,
             )

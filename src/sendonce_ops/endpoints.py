@@ -14,20 +14,27 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
+from sendonce.contract import Output, env_name
 from sendonce.settings import ApiSettings
 
 DEFAULT_STACK = "Sendonce"
 
 # field -> (environment variable, stack output)
 SOURCES = {
-    "queue_url": ("SENDONCE_QUEUE_URL", "QueueUrl"),
-    "dead_letter_queue_url": ("SENDONCE_DEAD_LETTER_QUEUE_URL", "DeadLetterQueueUrl"),
-    "ledger_table": ("SENDONCE_LEDGER_TABLE", "LedgerTableName"),
-    "campaigns_table": ("SENDONCE_CAMPAIGNS_TABLE", "CampaignsTableName"),
+    field: (env_name(field), output)
+    for field, output in (
+        ("queue_url", Output.QUEUE_URL),
+        ("dead_letter_queue_url", Output.DEAD_LETTER_QUEUE_URL),
+        ("ledger_table", Output.LEDGER_TABLE_NAME),
+        ("campaigns_table", Output.CAMPAIGNS_TABLE_NAME),
+    )
 }
 OPTIONAL = {
-    "queue_arn": ("SENDONCE_QUEUE_ARN", "QueueArn"),
-    "dead_letter_queue_arn": ("SENDONCE_DEAD_LETTER_QUEUE_ARN", "DeadLetterQueueArn"),
+    field: (env_name(field), output)
+    for field, output in (
+        ("queue_arn", Output.QUEUE_ARN),
+        ("dead_letter_queue_arn", Output.DEAD_LETTER_QUEUE_ARN),
+    )
 }
 
 

@@ -23,7 +23,8 @@ import boto3
 import pytest
 
 from infra.deploy_local import FAKE_CREDENTIALS, cdk_env, context_args, deploy_to_moto, run_cdk
-from infra.stack import OUTPUT_NAMES
+from sendonce import contract
+from sendonce.contract import Output, env_name
 from sendonce_local.moto_server import ENDPOINT_ENV, MotoServer
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(240)]
@@ -92,7 +93,7 @@ def _stack_outputs(aws: Any, stack_name: str) -> dict[str, str]:
 
 
 def test_cli_deploy_outputs_have_stable_names(cli_deployed: Deployed, aws: Any) -> None:
-    assert set(cli_deployed.outputs) == set(OUTPUT_NAMES)
+    assert set(cli_deployed.outputs) == set(Output)
     assert _stack_outputs(aws, CLI_STACK) == cli_deployed.outputs
 
 
@@ -100,13 +101,15 @@ def test_cli_deploy_queues_with_redrive(cli_deployed: Deployed, aws: Any) -> Non
     sqs = aws("sqs")
     outputs = cli_deployed.outputs
 
-    source = sqs.get_queue_attributes(QueueUrl=outputs["QueueUrl"], AttributeNames=["All"])["Attributes"]
-    dead_letter = sqs.get_queue_attributes(QueueUrl=outputs["DeadLetterQueueUrl"], AttributeNames=["All"])["Attributes"]
+    source = sqs.get_queue_attributes(QueueUrl=outputs[Output.QUEUE_URL], AttributeNames=["All"])["Attributes"]
+    dead_letter = sqs.get_queue_attributes(QueueUrl=outputs[Output.DEAD_LETTER_QUEUE_URL], AttributeNames=["All"])[
+        "Attributes"
+    ]
 
     redrive = json.loads(source["RedrivePolicy"])
-    assert redrive["deadLetterTargetArn"] == outputs["DeadLetterQueueArn"]
+    assert redrive["deadLetterTargetArn"] == outputs[Output.DEAD_LETTER_QUEUE_ARN]
     assert int(redrive["maxReceiveCount"]) == 5
-    assert source["QueueArn"] == outputs["QueueArn"]
+    assert source["QueueArn"] == outputs[Output.QUEUE_ARN]
     assert int(source["VisibilityTimeout"]) == 1080
     assert int(source["MessageRetentionPeriod"]) < int(dead_letter["MessageRetentionPeriod"]) == 14 * 24 * 3600
 
@@ -124,8 +127,8 @@ def _functions_by_handler(aws: Any, stack_name: str) -> dict[str, dict[str, Any]
 def test_cli_deploy_tables(cli_deployed: Deployed, aws: Any) -> None:
     dynamodb = aws("dynamodb")
 
-    ledger = dynamodb.describe_table(TableName=cli_deployed.outputs["LedgerTableName"])["Table"]
-    campaigns = dynamodb.describe_table(TableName=cli_deployed.outputs["CampaignsTableName"])["Table"]
+    ledger = dynamodb.describe_table(TableName=cli_deployed.outputs[Output.LEDGER_TABLE_NAME])["Table"]
+    campaigns = dynamodb.describe_table(TableName=cli_deployed.outputs[Output.CAMPAIGNS_TABLE_NAME])["Table"]
 
     assert ledger["KeySchema"] == [
         {"AttributeName": "campaign_id", "KeyType": "HASH"},
@@ -136,31 +139,31 @@ def test_cli_deploy_tables(cli_deployed: Deployed, aws: Any) -> None:
         {"AttributeName": "sk", "KeyType": "RANGE"},
     ]
     assert ledger["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
-    suppressions = dynamodb.describe_table(TableName=cli_deployed.outputs["SuppressionsTableName"])["Table"]
+    suppressions = dynamodb.describe_table(TableName=cli_deployed.outputs[Output.SUPPRESSIONS_TABLE_NAME])["Table"]
     assert suppressions["KeySchema"] == [{"AttributeName": "fp", "KeyType": "HASH"}]
 
 
 def test_cli_deploy_function_configuration(cli_deployed: Deployed, aws: Any) -> None:
     outputs = cli_deployed.outputs
 
-    function = aws("lambda").get_function_configuration(FunctionName=outputs["ConsumerFunctionName"])
+    function = aws("lambda").get_function_configuration(FunctionName=outputs[Output.CONSUMER_FUNCTION_NAME])
 
     assert function["Handler"] == "sendonce.handlers.consumer.lambda_handler"
     assert function["Runtime"] == "python3.12"
     assert function["Timeout"] == 180
     assert function["MemorySize"] == 512
     environment = function["Environment"]["Variables"]
-    assert environment["SENDONCE_LEDGER_TABLE"] == outputs["LedgerTableName"]
-    assert environment["SENDONCE_CAMPAIGNS_TABLE"] == outputs["CampaignsTableName"]
-    assert environment["SENDONCE_DEAD_LETTER_QUEUE_URL"] == outputs["DeadLetterQueueUrl"]
-    assert environment["SENDONCE_RESEND_API_KEY_SECRET"] == "sendonce/resend-api-key"
-    assert environment["SENDONCE_MAX_RECEIVE_COUNT"] == "5"
-    assert environment["POWERTOOLS_SERVICE_NAME"] == "sendonce"
-    assert environment["SENDONCE_SUPPRESSIONS_TABLE"] == outputs["SuppressionsTableName"]
-    assert environment["SENDONCE_UNSUBSCRIBE_KEY_SECRET"] == "sendonce/unsubscribe-key"
-    assert environment["SENDONCE_UNSUBSCRIBE_BASE_URL"] == CLI_CONTEXT["unsubscribe_base_url"]
+    assert environment[env_name("ledger_table")] == outputs[Output.LEDGER_TABLE_NAME]
+    assert environment[env_name("campaigns_table")] == outputs[Output.CAMPAIGNS_TABLE_NAME]
+    assert environment[env_name("dead_letter_queue_url")] == outputs[Output.DEAD_LETTER_QUEUE_URL]
+    assert environment[env_name("resend_api_key_secret")] == "sendonce/resend-api-key"
+    assert environment[env_name("max_receive_count")] == "5"
+    assert environment[contract.POWERTOOLS_SERVICE_NAME] == contract.SERVICE_NAME
+    assert environment[env_name("suppressions_table")] == outputs[Output.SUPPRESSIONS_TABLE_NAME]
+    assert environment[env_name("unsubscribe_key_secret")] == "sendonce/unsubscribe-key"
+    assert environment[env_name("unsubscribe_base_url")] == CLI_CONTEXT["unsubscribe_base_url"]
     # The stack's configuration set, by its literal name (moto skips the set itself).
-    assert environment["SENDONCE_SES_CONFIGURATION_SET"] == f"{CLI_STACK}-events"
+    assert environment[env_name("ses_configuration_set")] == f"{CLI_STACK}-events"
 
 
 def test_cli_deploy_deliverability_and_api_functions(cli_deployed: Deployed, aws: Any) -> None:
@@ -175,24 +178,24 @@ def test_cli_deploy_deliverability_and_api_functions(cli_deployed: Deployed, aws
         "sendonce.handlers.unsubscribe.lambda_handler",
     }
     events = functions["sendonce.handlers.events.lambda_handler"]
-    assert events["FunctionName"] == outputs["EventsFunctionName"]
+    assert events["FunctionName"] == outputs[Output.EVENTS_FUNCTION_NAME]
     expected = {
-        "SENDONCE_LEDGER_TABLE": outputs["LedgerTableName"],
-        "SENDONCE_CAMPAIGNS_TABLE": outputs["CampaignsTableName"],
-        "SENDONCE_SUPPRESSIONS_TABLE": outputs["SuppressionsTableName"],
-        "SENDONCE_RESEND_WEBHOOK_SECRET": "sendonce/resend-webhook-secret",
+        env_name("ledger_table"): outputs[Output.LEDGER_TABLE_NAME],
+        env_name("campaigns_table"): outputs[Output.CAMPAIGNS_TABLE_NAME],
+        env_name("suppressions_table"): outputs[Output.SUPPRESSIONS_TABLE_NAME],
+        env_name("resend_webhook_secret"): "sendonce/resend-webhook-secret",
     }
     variables = events["Environment"]["Variables"]
     assert {name: variables.get(name) for name in expected} == expected
     unsubscribe = functions["sendonce.handlers.unsubscribe.lambda_handler"]["Environment"]["Variables"]
-    assert unsubscribe["SENDONCE_SUPPRESSIONS_TABLE"] == outputs["SuppressionsTableName"]
-    assert unsubscribe["SENDONCE_UNSUBSCRIBE_KEY_SECRET"] == "sendonce/unsubscribe-key"
-    assert unsubscribe["SENDONCE_LEDGER_TABLE"] == outputs["LedgerTableName"]
+    assert unsubscribe[env_name("suppressions_table")] == outputs[Output.SUPPRESSIONS_TABLE_NAME]
+    assert unsubscribe[env_name("unsubscribe_key_secret")] == "sendonce/unsubscribe-key"
+    assert unsubscribe[env_name("ledger_table")] == outputs[Output.LEDGER_TABLE_NAME]
     api = functions["sendonce.handlers.api.lambda_handler"]["Environment"]["Variables"]
-    assert api["SENDONCE_QUEUE_URL"] == outputs["QueueUrl"]
-    assert api["SENDONCE_DEAD_LETTER_QUEUE_URL"] == outputs["DeadLetterQueueUrl"]
-    assert api["SENDONCE_LEDGER_TABLE"] == outputs["LedgerTableName"]
-    assert api["SENDONCE_CAMPAIGNS_TABLE"] == outputs["CampaignsTableName"]
+    assert api[env_name("queue_url")] == outputs[Output.QUEUE_URL]
+    assert api[env_name("dead_letter_queue_url")] == outputs[Output.DEAD_LETTER_QUEUE_URL]
+    assert api[env_name("ledger_table")] == outputs[Output.LEDGER_TABLE_NAME]
+    assert api[env_name("campaigns_table")] == outputs[Output.CAMPAIGNS_TABLE_NAME]
 
 
 def test_cli_deploy_reserves_concurrency_for_every_function(cli_deployed: Deployed, aws: Any) -> None:
@@ -213,7 +216,8 @@ def test_cli_deploy_reserves_concurrency_for_every_function(cli_deployed: Deploy
 
 
 def test_cli_deploy_ses_events_rule_targets_the_events_function(cli_deployed: Deployed, aws: Any) -> None:
-    events_function = aws("lambda").get_function_configuration(FunctionName=cli_deployed.outputs["EventsFunctionName"])
+    events_name = cli_deployed.outputs[Output.EVENTS_FUNCTION_NAME]
+    events_function = aws("lambda").get_function_configuration(FunctionName=events_name)
 
     [rule_name] = aws("events").list_rule_names_by_target(TargetArn=events_function["FunctionArn"])["RuleNames"]
 
@@ -225,7 +229,7 @@ def test_cli_deploy_ses_events_rule_targets_the_events_function(cli_deployed: De
 def test_cli_deploy_api_urls_are_placeholders_in_moto(cli_deployed: Deployed) -> None:
     # moto creates no HTTP API, so the Refs the URLs are built from resolve to None; the
     # deploy still completes. test_stack.py checks the URLs and routes on the template.
-    for output in ("ApiUrl", "PublicApiUrl"):
+    for output in (Output.API_URL, Output.PUBLIC_API_URL):
         assert cli_deployed.outputs[output] == "https://None.execute-api.us-east-1.amazonaws.com/"
 
 
@@ -241,10 +245,10 @@ def test_cli_deploy_function_is_arm64_in_the_deployed_template(cli_deployed: Dep
 def test_cli_deploy_event_source_mapping(cli_deployed: Deployed, aws: Any) -> None:
     outputs = cli_deployed.outputs
 
-    mappings = aws("lambda").list_event_source_mappings(FunctionName=outputs["ConsumerFunctionName"])
+    mappings = aws("lambda").list_event_source_mappings(FunctionName=outputs[Output.CONSUMER_FUNCTION_NAME])
 
     [mapping] = mappings["EventSourceMappings"]
-    assert mapping["EventSourceArn"] == outputs["QueueArn"]
+    assert mapping["EventSourceArn"] == outputs[Output.QUEUE_ARN]
     assert mapping["BatchSize"] == 1
     assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert mapping["ScalingConfig"] == {"MaximumConcurrency": 2}
@@ -252,7 +256,7 @@ def test_cli_deploy_event_source_mapping(cli_deployed: Deployed, aws: Any) -> No
 
 def test_cli_deploy_on_call_topic_is_encrypted(cli_deployed: Deployed, aws: Any) -> None:
     # moto's CloudFormation skips AWS::SNS::Subscription; test_stack.py checks those.
-    attributes = aws("sns").get_topic_attributes(TopicArn=cli_deployed.outputs["OnCallTopicArn"])["Attributes"]
+    attributes = aws("sns").get_topic_attributes(TopicArn=cli_deployed.outputs[Output.ON_CALL_TOPIC_ARN])["Attributes"]
     assert attributes.get("KmsMasterKeyId")
 
 
@@ -264,14 +268,14 @@ def test_deploy_to_moto_returns_the_outputs_and_parks_the_event_source(
     outputs = deploy_to_moto(moto_endpoint, context={"stack_name": LOCAL_STACK, "provider": "resend"})
     seconds = time.monotonic() - started
 
-    assert set(outputs) == set(OUTPUT_NAMES)
+    assert set(outputs) == set(Output)
     assert outputs == _stack_outputs(aws, LOCAL_STACK)
-    function = aws("lambda").get_function_configuration(FunctionName=outputs["ConsumerFunctionName"])
-    assert function["Environment"]["Variables"]["SENDONCE_LEDGER_TABLE"] == outputs["LedgerTableName"]
-    assert "SENDONCE_RESEND_API_KEY_SECRET" in function["Environment"]["Variables"]
+    function = aws("lambda").get_function_configuration(FunctionName=outputs[Output.CONSUMER_FUNCTION_NAME])
+    assert function["Environment"]["Variables"][env_name("ledger_table")] == outputs[Output.LEDGER_TABLE_NAME]
+    assert env_name("resend_api_key_secret") in function["Environment"]["Variables"]
     # No unsubscribe_base_url in this context: no List-Unsubscribe, so no key either.
-    assert "SENDONCE_UNSUBSCRIBE_BASE_URL" not in function["Environment"]["Variables"]
-    assert "SENDONCE_SES_CONFIGURATION_SET" not in function["Environment"]["Variables"]  # Resend only
+    assert env_name("unsubscribe_base_url") not in function["Environment"]["Variables"]
+    assert env_name("ses_configuration_set") not in function["Environment"]["Variables"]  # Resend only
     # Resend only: no SES configuration set or SES events rule, and the webhook route is there.
     body = aws("cloudformation").get_template(StackName=LOCAL_STACK)["TemplateBody"]
     template = body if isinstance(body, dict) else json.loads(body)
@@ -281,7 +285,7 @@ def test_deploy_to_moto_returns_the_outputs_and_parks_the_event_source(
         r["Properties"]["RouteKey"] for r in template["Resources"].values() if r["Type"] == "AWS::ApiGatewayV2::Route"
     }
     assert "POST /webhooks/resend" in route_keys
-    [mapping] = aws("lambda").list_event_source_mappings(FunctionName=outputs["ConsumerFunctionName"])[
+    [mapping] = aws("lambda").list_event_source_mappings(FunctionName=outputs[Output.CONSUMER_FUNCTION_NAME])[
         "EventSourceMappings"
     ]
     # moto would otherwise receive messages for a function it cannot run.

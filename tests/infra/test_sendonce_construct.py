@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sendonce.contract import Output
 from tests.infra.synthesis import Synthesized, cdk_json_context
 
 pytestmark = pytest.mark.infra
@@ -142,4 +143,4 @@ def test_the_stack_is_the_construct_with_its_outputs(assembly: Synthesized) -> N
     for expected in ("QueuesQueueD811C857", "TablesLedgerF9806C8B", "TablesCampaigns1C67930B",
                      "TablesSuppressions9DF72882", "ConsumerFunction1B019A9B"):  # fmt: skip
         assert expected in ids, expected
-    assert template["Outputs"]["LedgerTableName"]["Value"] == {"Ref": "TablesLedgerF9806C8B"}
+    assert template["Outputs"][Output.LEDGER_TABLE_NAME]["Value"] == {"Ref": "TablesLedgerF9806C8B"}

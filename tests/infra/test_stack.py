@@ -8,22 +8,30 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match
 
+from sendonce import contract
+from sendonce.contract import Metric, Output, env_name
 from sendonce_cdk.config import MAX_RECEIVE_COUNT
-from infra.stack import OUTPUT_NAMES
 from tests.infra.synthesis import FULL_CONTEXT, REPO_ROOT, Synthesized
 
 pytestmark = pytest.mark.infra
 
+# On the consumer in every configuration: its required settings, and the sizes the stack
+# computes in place of the settings' defaults.
 REQUIRED_ENVIRONMENT = (
-    "SENDONCE_LEDGER_TABLE",
-    "SENDONCE_CAMPAIGNS_TABLE",
-    "SENDONCE_DEAD_LETTER_QUEUE_URL",
-    "SENDONCE_SEND_CONCURRENCY",
-    "SENDONCE_PROVIDER_TIMEOUT_SECONDS",
-    "SENDONCE_SAFETY_MARGIN_MS",
-    "SENDONCE_MAX_RECEIVE_COUNT",
-    "POWERTOOLS_SERVICE_NAME",
-    "POWERTOOLS_METRICS_NAMESPACE",
+    *(
+        env_name(field)
+        for field in (
+            "ledger_table",
+            "campaigns_table",
+            "dead_letter_queue_url",
+            "send_concurrency",
+            "provider_timeout_seconds",
+            "safety_margin_ms",
+            "max_receive_count",
+        )
+    ),
+    contract.POWERTOOLS_SERVICE_NAME,
+    contract.POWERTOOLS_METRICS_NAMESPACE,
     "LOG_LEVEL",
 )
 
@@ -226,7 +234,7 @@ def test_redrive_after_five_receives_matches_the_consumer(assembly: Synthesized)
     redrive = _source_queue(assembly)[1]["RedrivePolicy"]
     assert redrive["maxReceiveCount"] >= 5
     assert redrive["maxReceiveCount"] == MAX_RECEIVE_COUNT
-    assert _environment(assembly)["SENDONCE_MAX_RECEIVE_COUNT"] == str(redrive["maxReceiveCount"])
+    assert _environment(assembly)[env_name("max_receive_count")] == str(redrive["maxReceiveCount"])
 
 
 def test_dead_letter_queue_keeps_messages_longer_than_the_source(assembly: Synthesized) -> None:
@@ -315,12 +323,12 @@ def test_consumer_runs_python_on_arm64(assembly: Synthesized) -> None:
 def test_consumer_environment_names(assembly: Synthesized) -> None:
     environment = _environment(assembly)
     assert set(REQUIRED_ENVIRONMENT) <= set(environment)
-    assert environment["POWERTOOLS_SERVICE_NAME"] == "sendonce"
-    assert environment["POWERTOOLS_METRICS_NAMESPACE"] == "Sendonce"
+    assert environment[contract.POWERTOOLS_SERVICE_NAME] == contract.SERVICE_NAME
+    assert environment[contract.POWERTOOLS_METRICS_NAMESPACE] == contract.METRICS_NAMESPACE
     assert environment["LOG_LEVEL"] == "INFO"
-    assert environment["SENDONCE_LEDGER_TABLE"] == {"Ref": _table(assembly, "campaign_id")[0]}
-    assert environment["SENDONCE_CAMPAIGNS_TABLE"] == {"Ref": _table(assembly, "pk")[0]}
-    assert environment["SENDONCE_DEAD_LETTER_QUEUE_URL"] == {"Ref": _dead_letter_queue(assembly)[0]}
+    assert environment[env_name("ledger_table")] == {"Ref": _table(assembly, "campaign_id")[0]}
+    assert environment[env_name("campaigns_table")] == {"Ref": _table(assembly, "pk")[0]}
+    assert environment[env_name("dead_letter_queue_url")] == {"Ref": _dead_letter_queue(assembly)[0]}
 
 
 def test_environment_satisfies_the_consumer_settings(assembly: Synthesized) -> None:
@@ -328,10 +336,10 @@ def test_environment_satisfies_the_consumer_settings(assembly: Synthesized) -> N
     from sendonce.settings import ConsumerSettings
 
     placeholders = {
-        "SENDONCE_LEDGER_TABLE": "ledger-table",
-        "SENDONCE_CAMPAIGNS_TABLE": "campaigns-table",
-        "SENDONCE_SUPPRESSIONS_TABLE": "suppressions-table",
-        "SENDONCE_DEAD_LETTER_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/dlq",
+        env_name("ledger_table"): "ledger-table",
+        env_name("campaigns_table"): "campaigns-table",
+        env_name("suppressions_table"): "suppressions-table",
+        env_name("dead_letter_queue_url"): "https://sqs.us-east-1.amazonaws.com/123456789012/dlq",
     }
     environment = {name: placeholders.get(name, value) for name, value in _environment(assembly).items()}
     assert all(isinstance(value, str) for value in environment.values()), environment
@@ -347,8 +355,8 @@ def test_environment_satisfies_the_consumer_settings(assembly: Synthesized) -> N
 def test_resend_secret_by_name_only_when_resend_is_a_provider(
     default_assembly: Synthesized, full_assembly: Synthesized
 ) -> None:
-    assert "SENDONCE_RESEND_API_KEY_SECRET" not in _environment(default_assembly)
-    assert _environment(full_assembly)["SENDONCE_RESEND_API_KEY_SECRET"] == FULL_CONTEXT["resend_api_key_secret_name"]
+    assert env_name("resend_api_key_secret") not in _environment(default_assembly)
+    assert _environment(full_assembly)[env_name("resend_api_key_secret")] == FULL_CONTEXT["resend_api_key_secret_name"]
 
 
 def test_secret_value_never_in_the_template(assembly: Synthesized) -> None:
@@ -429,13 +437,13 @@ def test_operator_api_function_environment(assembly: Synthesized) -> None:
 
     environment = _function_environment(assembly, API_HANDLER)
 
-    assert environment["SENDONCE_LEDGER_TABLE"] == {"Ref": _table(assembly, "campaign_id")[0]}
-    assert environment["SENDONCE_CAMPAIGNS_TABLE"] == {"Ref": _table(assembly, "pk")[0]}
-    assert environment["SENDONCE_QUEUE_URL"] == {"Ref": _source_queue(assembly)[0]}
-    assert environment["SENDONCE_DEAD_LETTER_QUEUE_URL"] == {"Ref": _dead_letter_queue(assembly)[0]}
+    assert environment[env_name("ledger_table")] == {"Ref": _table(assembly, "campaign_id")[0]}
+    assert environment[env_name("campaigns_table")] == {"Ref": _table(assembly, "pk")[0]}
+    assert environment[env_name("queue_url")] == {"Ref": _source_queue(assembly)[0]}
+    assert environment[env_name("dead_letter_queue_url")] == {"Ref": _dead_letter_queue(assembly)[0]}
     # The handler's own settings model accepts exactly what the stack sets.
-    sendonce_names = {name for name in environment if name.startswith("SENDONCE_")}
-    assert sendonce_names == {f"SENDONCE_{field.upper()}" for field in ApiSettings.model_fields}
+    sendonce_names = {name for name in environment if name.startswith(contract.ENV_PREFIX)}
+    assert sendonce_names == {env_name(field) for field in ApiSettings.model_fields}
     ApiSettings.from_env(_with_placeholders(environment))
 
 
@@ -527,20 +535,20 @@ def test_consumer_reads_the_suppression_list_before_sending(assembly: Synthesize
     suppressions_id = _table(assembly, "fp")[0]
     statements = _consumer_statements(assembly)
 
-    assert _environment(assembly)["SENDONCE_SUPPRESSIONS_TABLE"] == {"Ref": suppressions_id}
+    assert _environment(assembly)[env_name("suppressions_table")] == {"Ref": suppressions_id}
     assert _allows(statements, "dynamodb:GetItem", {"Fn::GetAtt": [suppressions_id, "Arn"]})
     assert not _allows(statements, "dynamodb:PutItem", {"Fn::GetAtt": [suppressions_id, "Arn"]})
 
 
 def test_unsubscribe_links_only_with_a_base_url(default_assembly: Synthesized, full_assembly: Synthesized) -> None:
     default = _environment(default_assembly)
-    assert "SENDONCE_UNSUBSCRIBE_BASE_URL" not in default
-    assert "SENDONCE_UNSUBSCRIBE_KEY_SECRET" not in default
+    assert env_name("unsubscribe_base_url") not in default
+    assert env_name("unsubscribe_key_secret") not in default
     assert not [s for s in _consumer_statements(default_assembly) if s.get("Sid") == "ReadUnsubscribeKey"]
 
     full = _environment(full_assembly)
-    assert full["SENDONCE_UNSUBSCRIBE_BASE_URL"] == FULL_CONTEXT["unsubscribe_base_url"]
-    assert full["SENDONCE_UNSUBSCRIBE_KEY_SECRET"] == FULL_CONTEXT["unsubscribe_key_secret_name"]
+    assert full[env_name("unsubscribe_base_url")] == FULL_CONTEXT["unsubscribe_base_url"]
+    assert full[env_name("unsubscribe_key_secret")] == FULL_CONTEXT["unsubscribe_key_secret_name"]
     [read] = [s for s in _consumer_statements(full_assembly) if s.get("Sid") == "ReadUnsubscribeKey"]
     assert f":secret:{FULL_CONTEXT['unsubscribe_key_secret_name']}-??????" in json.dumps(read["Resource"])
 
@@ -562,9 +570,9 @@ def test_unsubscribe_function_environment_and_permissions(assembly: Synthesized)
 
     environment = _function_environment(assembly, UNSUBSCRIBE_HANDLER)
     suppressions_id, ledger_id = _table(assembly, "fp")[0], _table(assembly, "campaign_id")[0]
-    assert environment["SENDONCE_SUPPRESSIONS_TABLE"] == {"Ref": suppressions_id}
-    assert environment["SENDONCE_LEDGER_TABLE"] == {"Ref": ledger_id}
-    assert environment["SENDONCE_UNSUBSCRIBE_KEY_SECRET"] == assembly.config.unsubscribe_key_secret_name
+    assert environment[env_name("suppressions_table")] == {"Ref": suppressions_id}
+    assert environment[env_name("ledger_table")] == {"Ref": ledger_id}
+    assert environment[env_name("unsubscribe_key_secret")] == assembly.config.unsubscribe_key_secret_name
     UnsubscribeSettings.from_env(_with_placeholders(environment))
 
     statements = _statements(assembly, UNSUBSCRIBE_HANDLER)
@@ -593,9 +601,9 @@ def test_events_function_environment_and_permissions(assembly: Synthesized) -> N
     EventsSettings.from_env(_with_placeholders(environment))
     statements = _statements(assembly, EVENTS_HANDLER)
     tables = {
-        "campaign_id": "SENDONCE_LEDGER_TABLE",
-        "pk": "SENDONCE_CAMPAIGNS_TABLE",
-        "fp": "SENDONCE_SUPPRESSIONS_TABLE",
+        "campaign_id": env_name("ledger_table"),
+        "pk": env_name("campaigns_table"),
+        "fp": env_name("suppressions_table"),
     }
     writes = {"campaign_id": "dynamodb:UpdateItem", "pk": "dynamodb:UpdateItem", "fp": "dynamodb:PutItem"}
     for partition_key, variable in tables.items():
@@ -606,11 +614,11 @@ def test_events_function_environment_and_permissions(assembly: Synthesized) -> N
     # authorized per item by UpdateItem. The exact lists: test_permissions.py.
     reads = [s for s in statements if "secretsmanager:GetSecretValue" in _as_list(s["Action"])]
     if assembly.config.uses_resend:
-        assert environment["SENDONCE_RESEND_WEBHOOK_SECRET"] == assembly.config.resend_webhook_secret_name
+        assert environment[env_name("resend_webhook_secret")] == assembly.config.resend_webhook_secret_name
         [read] = reads
         assert f":secret:{assembly.config.resend_webhook_secret_name}-??????" in json.dumps(read["Resource"])
     else:
-        assert "SENDONCE_RESEND_WEBHOOK_SECRET" not in environment
+        assert env_name("resend_webhook_secret") not in environment
         assert reads == []
 
 
@@ -669,7 +677,7 @@ def test_ses_configuration_set_publishes_to_the_default_bus(assembly: Synthesize
 
     assert configuration_set["Properties"]["Name"] == name
     assert name == (assembly.context.get("ses_configuration_set") or f"{assembly.config.stack_name}-events")
-    assert _environment(assembly)["SENDONCE_SES_CONFIGURATION_SET"] == name
+    assert _environment(assembly)[env_name("ses_configuration_set")] == name
     properties = destination["Properties"]
     assert properties["ConfigurationSetName"] == {"Ref": configuration_set_id}
     event_destination = properties["EventDestination"]
@@ -684,14 +692,14 @@ def test_ses_configuration_set_publishes_to_the_default_bus(assembly: Synthesize
 
 METRIC_ALARMS = {
     # name: (namespace, metric, threshold)
-    "DuplicateSendsPrevented": ("Sendonce", "DuplicateSendsPrevented", 10),
-    "UnknownOutcomes": ("Sendonce", "UnknownOutcomes", 0),
-    "ProviderHalted": ("Sendonce", "SendFailuresHalt", 0),
+    "DuplicateSendsPrevented": (contract.METRICS_NAMESPACE, Metric.DUPLICATE_SENDS_PREVENTED, 10),
+    "UnknownOutcomes": (contract.METRICS_NAMESPACE, Metric.UNKNOWN_OUTCOMES, 0),
+    "ProviderHalted": (contract.METRICS_NAMESPACE, Metric.SEND_FAILURES_HALT, 0),
     "ConsumerErrors": ("AWS/Lambda", "Errors", 0),
     "ConsumerThrottles": ("AWS/Lambda", "Throttles", 0),
     # What sendonce/handlers/events.py emits when a brake pauses a campaign.
-    "ComplaintBrakeTriggered": ("Sendonce", "ComplaintBrakeTriggered", 0),
-    "BounceBrakeTriggered": ("Sendonce", "BounceBrakeTriggered", 0),
+    "ComplaintBrakeTriggered": (contract.METRICS_NAMESPACE, Metric.COMPLAINT_BRAKE_TRIGGERED, 0),
+    "BounceBrakeTriggered": (contract.METRICS_NAMESPACE, Metric.BOUNCE_BRAKE_TRIGGERED, 0),
     "EventsErrors": ("AWS/Lambda", "Errors", 0),
 }
 # The function each AWS/Lambda alarm watches, by handler.
@@ -755,9 +763,9 @@ def test_metric_alarms(assembly: Synthesized, name: str) -> None:
     namespace, metric, threshold = METRIC_ALARMS[name]
     alarm = _alarm(assembly, name)
     assert (alarm["Namespace"], alarm["MetricName"], alarm["Threshold"]) == (namespace, metric, threshold)
-    if namespace == "Sendonce":
+    if namespace == contract.METRICS_NAMESPACE:
         # Powertools' default dimension: without it the alarm watches an empty series.
-        assert alarm["Dimensions"] == [{"Name": "service", "Value": "sendonce"}]
+        assert alarm["Dimensions"] == [{"Name": "service", "Value": contract.SERVICE_NAME}]
         assert alarm["Period"] == 300
         assert alarm["Statistic"] == "Sum"
     else:
@@ -772,10 +780,10 @@ def test_provider_failure_rate_alarm_uses_metric_math(assembly: Synthesized) -> 
     names = {
         q["MetricStat"]["Metric"]["MetricName"]: q["Id"] for q in queries.values() if "MetricStat" in q
     }
-    assert set(names) == {"EmailsSent", "SendFailuresPermanent", "SendFailuresRetryable"}
+    assert set(names) == {Metric.EMAILS_SENT, Metric.SEND_FAILURES_PERMANENT, Metric.SEND_FAILURES_RETRYABLE}
     for query in queries.values():
         if "MetricStat" in query:
-            assert query["MetricStat"]["Metric"]["Dimensions"] == [{"Name": "service", "Value": "sendonce"}]
+            assert query["MetricStat"]["Metric"]["Dimensions"] == [{"Name": "service", "Value": contract.SERVICE_NAME}]
     assert expression["ReturnData"] is True
     for metric_id in names.values():
         assert metric_id in expression["Expression"]
@@ -830,25 +838,25 @@ def test_dashboard_shows_sending_duplicates_failures_and_queues(assembly: Synthe
     _, dashboard = assembly.only("AWS::CloudWatch::Dashboard")
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for metric in (
-        "EmailsSent",
-        "DuplicateSendsPrevented",
-        "SendFailuresPermanent",
-        "SendFailuresRetryable",
-        "SendFailuresHalt",
-        "SendFailuresAmbiguous",
-        "UnknownOutcomes",
-        "PoisonMessages",
-        "DeadLetteredRecipients",
-        "PayloadConflicts",
-        "CampaignSkipsPaused",
+        Metric.EMAILS_SENT,
+        Metric.DUPLICATE_SENDS_PREVENTED,
+        Metric.SEND_FAILURES_PERMANENT,
+        Metric.SEND_FAILURES_RETRYABLE,
+        Metric.SEND_FAILURES_HALT,
+        Metric.SEND_FAILURES_AMBIGUOUS,
+        Metric.UNKNOWN_OUTCOMES,
+        Metric.POISON_MESSAGES,
+        Metric.DEAD_LETTERED_RECIPIENTS,
+        Metric.PAYLOAD_CONFLICTS,
+        Metric.CAMPAIGN_SKIPS_PAUSED,
         "ApproximateNumberOfMessagesVisible",
         "ApproximateAgeOfOldestMessage",
-        "Complaints",
-        "HardBounces",
-        "SuppressionsAdded",
-        "RecipientsSuppressed",
-        "ComplaintBrakeTriggered",
-        "BounceBrakeTriggered",
+        Metric.COMPLAINTS,
+        Metric.HARD_BOUNCES,
+        Metric.SUPPRESSIONS_ADDED,
+        Metric.RECIPIENTS_SUPPRESSED,
+        Metric.COMPLAINT_BRAKE_TRIGGERED,
+        Metric.BOUNCE_BRAKE_TRIGGERED,
     ):
         assert metric in body, metric
 
@@ -857,23 +865,23 @@ def test_dashboard_shows_sending_duplicates_failures_and_queues(assembly: Synthe
 
 
 def test_outputs_have_stable_names(assembly: Synthesized) -> None:
-    assert set(assembly.template["Outputs"]) == set(OUTPUT_NAMES)
+    # That they are exactly contract.Output: test_contract.py.
     outputs = assembly.template["Outputs"]
-    assert outputs["QueueUrl"]["Value"] == {"Ref": _source_queue(assembly)[0]}
-    assert outputs["DeadLetterQueueArn"]["Value"] == {"Fn::GetAtt": [_dead_letter_queue(assembly)[0], "Arn"]}
-    assert outputs["LedgerTableName"]["Value"] == {"Ref": _table(assembly, "campaign_id")[0]}
-    assert outputs["ConsumerFunctionName"]["Value"] == {"Ref": _consumer(assembly)[0]}
-    assert outputs["SuppressionsTableName"]["Value"] == {"Ref": _table(assembly, "fp")[0]}
-    assert outputs["EventsFunctionName"]["Value"] == {"Ref": _function(assembly, EVENTS_HANDLER)[0]}
+    assert outputs[Output.QUEUE_URL]["Value"] == {"Ref": _source_queue(assembly)[0]}
+    assert outputs[Output.DEAD_LETTER_QUEUE_ARN]["Value"] == {"Fn::GetAtt": [_dead_letter_queue(assembly)[0], "Arn"]}
+    assert outputs[Output.LEDGER_TABLE_NAME]["Value"] == {"Ref": _table(assembly, "campaign_id")[0]}
+    assert outputs[Output.CONSUMER_FUNCTION_NAME]["Value"] == {"Ref": _consumer(assembly)[0]}
+    assert outputs[Output.SUPPRESSIONS_TABLE_NAME]["Value"] == {"Ref": _table(assembly, "fp")[0]}
+    assert outputs[Output.EVENTS_FUNCTION_NAME]["Value"] == {"Ref": _function(assembly, EVENTS_HANDLER)[0]}
     events_config = assembly.only("AWS::Lambda::EventInvokeConfig")[1]["Properties"]
     events_dead_letter_id = _ref(events_config["DestinationConfig"]["OnFailure"]["Destination"])
-    assert outputs["EventsDeadLetterQueueUrl"]["Value"] == {"Ref": events_dead_letter_id}
+    assert outputs[Output.EVENTS_DEAD_LETTER_QUEUE_URL]["Value"] == {"Ref": events_dead_letter_id}
 
 
 def test_api_urls_are_built_from_the_api_ids(assembly: Synthesized) -> None:
     # Ref, never Fn::GetAtt ApiEndpoint: moto skips HTTP APIs and fails a GetAtt on them.
     outputs = assembly.template["Outputs"]
-    for output, api_id in (("ApiUrl", _operator_api(assembly)), ("PublicApiUrl", _public_api(assembly))):
+    for output, api_id in ((Output.API_URL, _operator_api(assembly)), (Output.PUBLIC_API_URL, _public_api(assembly))):
         parts = outputs[output]["Value"]["Fn::Join"][1]
         assert parts[:3] == ["https://", {"Ref": api_id}, ".execute-api."], output
         assert parts[-1] == "/"
