@@ -73,6 +73,6 @@ class ServiceFunction(Construct):
                 **{contract.env_name(field): value for field, value in settings.items()},
                 contract.POWERTOOLS_SERVICE_NAME: contract.SERVICE_NAME,
                 contract.POWERTOOLS_METRICS_NAMESPACE: contract.METRICS_NAMESPACE,
-                "LOG_LEVEL": "INFO",
+                contract.LOG_LEVEL: "INFO",
             },
         )

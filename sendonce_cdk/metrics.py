@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cw
 
+from sendonce import contract
 from sendonce.contract import METRICS_NAMESPACE, SERVICE_NAME, Metric
 
 # Published, but neither alarmed nor graphed, on purpose. tests/infra/test_contract.py
@@ -36,7 +37,7 @@ def sendonce_metric(
     return cw.Metric(
         namespace=METRICS_NAMESPACE,
         metric_name=name.value,
-        dimensions_map={"service": SERVICE_NAME},
+        dimensions_map={contract.METRIC_SERVICE_DIMENSION: SERVICE_NAME},
         statistic=statistic,
         period=period,
         label=label,

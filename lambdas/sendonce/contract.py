@@ -14,6 +14,9 @@ SERVICE_NAME = "sendonce"
 METRICS_NAMESPACE = "Sendonce"
 POWERTOOLS_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
 POWERTOOLS_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
+# Powertools' Logger level, and the dimension its Metrics add to every metric (= SERVICE_NAME).
+LOG_LEVEL = "LOG_LEVEL"
+METRIC_SERVICE_DIMENSION = "service"
 # Set, it would make Powertools skip the ledger; the settings refuse to start instead.
 POWERTOOLS_IDEMPOTENCY_DISABLED = "POWERTOOLS_IDEMPOTENCY_DISABLED"
 

@@ -34,7 +34,7 @@ SETTINGS_BY_HANDLER: dict[str, type[BaseModel]] = {
 }
 API_HANDLER = "sendonce.handlers.api.lambda_handler"
 # Read by Powertools, not by the settings models; set on every function.
-POWERTOOLS_VARIABLES = {contract.POWERTOOLS_SERVICE_NAME, contract.POWERTOOLS_METRICS_NAMESPACE, "LOG_LEVEL"}
+POWERTOOLS_VARIABLES = {contract.POWERTOOLS_SERVICE_NAME, contract.POWERTOOLS_METRICS_NAMESPACE, contract.LOG_LEVEL}
 
 
 # --- reading the template -------------------------------------------------------------
