@@ -144,7 +144,9 @@ class SendonceConfig:
             oncall_email=_optional_str(value("oncall_email")),
             oncall_https_url=_optional_str(value("oncall_https_url")),
             send_rate=_number(value("send_rate"), "send_rate", float),
-            resend_requests_per_second=_number(value("resend_requests_per_second"), "resend_requests_per_second", float),
+            resend_requests_per_second=_number(
+                value("resend_requests_per_second"), "resend_requests_per_second", float
+            ),
             send_concurrency=_number(value("send_concurrency"), "send_concurrency", int),
             provider_timeout_seconds=_number(value("provider_timeout_seconds"), "provider_timeout_seconds", int),
             provider_latency_ms=_number(value("provider_latency_ms"), "provider_latency_ms", int),
@@ -304,7 +306,6 @@ class SendonceConfig:
         wanted = math.ceil(self.send_rate * (self.provider_latency_ms / 1000) / self.send_concurrency)
         low, high = MAX_CONCURRENCY_BOUNDS
         return max(low, min(high, wanted))
-
 
     @property
     def consumer_reserved_concurrency(self) -> int:

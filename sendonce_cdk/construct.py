@@ -178,7 +178,9 @@ class SendOnce(Construct):
             unsubscribe_throttle=RouteThrottle(
                 rate_limit=config.unsubscribe_rate_limit, burst_limit=config.unsubscribe_burst_limit
             ),
-            webhook_throttle=RouteThrottle(rate_limit=config.webhook_rate_limit, burst_limit=config.webhook_burst_limit),
+            webhook_throttle=RouteThrottle(
+                rate_limit=config.webhook_rate_limit, burst_limit=config.webhook_burst_limit
+            ),
             events_function=self.provider_events.function if config.uses_resend else None,
             unsubscribe_reserved_concurrency=config.unsubscribe_reserved_concurrency,
             removal_policy=removal_policy,
@@ -215,7 +217,6 @@ class SendOnce(Construct):
             events_dead_letter_queue=self.provider_events.dead_letter_queue,
             alarm_names=self.oncall.alarm_names,
         )
-
 
         self.queue = self.queues.queue
         self.dead_letter_queue = self.queues.dead_letter_queue
@@ -317,7 +318,9 @@ class SendOnce(Construct):
             )
         if self.config.uses_ses:
             resources = [
-                cdk.Stack.of(self).format_arn(service="ses", resource="identity", resource_name=self.config.sender_domain),
+                cdk.Stack.of(self).format_arn(
+                    service="ses", resource="identity", resource_name=self.config.sender_domain
+                ),
                 # Every SES send names the stack's configuration set, so that its events
                 # reach the events function.
                 cdk.Stack.of(self).format_arn(
@@ -511,7 +514,7 @@ def _nag_rendering(resolved: Any) -> str | None:
     if isinstance(resolved, str):
         return resolved
     if isinstance(resolved, dict) and len(resolved) == 1:
-        (function, argument), = resolved.items()
+        ((function, argument),) = resolved.items()
         if function == "Ref" and isinstance(argument, str):
             return f"<{argument}>"
         if function == "Fn::GetAtt" and isinstance(argument, list) and len(argument) == 2:

@@ -7,9 +7,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import jsii
-
 import aws_cdk as cdk
+import jsii
 from aws_cdk import aws_apigateway as apigateway
 from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_apigatewayv2_integrations as integrations
@@ -31,8 +30,6 @@ ACCESS_LOG_FIELDS = {
     # The IAM principal on the operator API (empty on the public one).
     "caller": "$context.identity.userArn",
 }
-
-
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,15 @@ NOT_WATCHED: Mapping[Metric, str] = {
 }
 
 
+# Alarms and widgets read five-minute sums unless they say otherwise.
+FIVE_MINUTES = cdk.Duration.minutes(5)
+
+
 def sendonce_metric(
     name: Metric,
     *,
     statistic: str = "Sum",
-    period: cdk.Duration = cdk.Duration.minutes(5),
+    period: cdk.Duration = FIVE_MINUTES,
     label: str | None = None,
 ) -> cw.Metric:
     return cw.Metric(
@@ -44,9 +48,7 @@ def sendonce_metric(
     )
 
 
-def failure_rate_percent(
-    *, period: cdk.Duration = cdk.Duration.minutes(5), minimum_volume: int = 20
-) -> cw.MathExpression:
+def failure_rate_percent(*, period: cdk.Duration = FIVE_MINUTES, minimum_volume: int = 20) -> cw.MathExpression:
     """(permanent + retryable failures) / (sent + those), in percent.
 
     Below `minimum_volume` attempts in a period the rate reads 0: two bounces out of

@@ -7,9 +7,8 @@ webhooks reach the same function through the public HTTP API (sendonce_cdk/publi
 
 from __future__ import annotations
 
-import jsii
-
 import aws_cdk as cdk
+import jsii
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
@@ -60,9 +59,7 @@ class _SendOnlyQueueDestination:
     def bind(
         self, _scope: Construct, fn: lambda_.IFunction, *, type: lambda_.DestinationType
     ) -> lambda_.DestinationConfig:
-        fn.add_to_role_policy(
-            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self._queue.queue_arn])
-        )
+        fn.add_to_role_policy(iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self._queue.queue_arn]))
         return lambda_.DestinationConfig(destination=self._queue.queue_arn)
 
 

@@ -123,13 +123,19 @@ class UnsubscribeSettings(BaseModel):
 def _from_env(model: type[BaseModel], environ: Mapping[str, str]):
     if str(environ.get(contract.POWERTOOLS_IDEMPOTENCY_DISABLED, "")).lower() in {"1", "true", "yes", "on"}:
         # Powertools would silently skip the delivery ledger: refuse to start instead.
-        raise SettingsError(f"{contract.POWERTOOLS_IDEMPOTENCY_DISABLED} is set: sendonce refuses to send without its ledger")
+        raise SettingsError(
+            f"{contract.POWERTOOLS_IDEMPOTENCY_DISABLED} is set: sendonce refuses to send without its ledger"
+        )
     values = {}
     for name in model.model_fields:
         variable = contract.env_name(name)
         if environ.get(variable, "") != "":
             values[name] = environ[variable]
-    if "resend_api_url" in model.model_fields and "resend_api_url" not in values and environ.get(contract.RESEND_API_URL):
+    if (
+        "resend_api_url" in model.model_fields
+        and "resend_api_url" not in values
+        and environ.get(contract.RESEND_API_URL)
+    ):
         values["resend_api_url"] = environ[contract.RESEND_API_URL]
     try:
         return model(**values)

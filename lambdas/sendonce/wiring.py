@@ -117,10 +117,14 @@ def consumer_parts(settings: ConsumerSettings, session: boto3.session.Session | 
         ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table),
         campaigns=campaigns,
         providers=providers,
-        queue=SqsQueue(client=session.client("sqs"), queue_url="", dead_letter_queue_url=settings.dead_letter_queue_url),
+        queue=SqsQueue(
+            client=session.client("sqs"), queue_url="", dead_letter_queue_url=settings.dead_letter_queue_url
+        ),
         limiter=limiter,
         suppressions=(
-            DynamoDBSuppressions(client=dynamodb, table_name=settings.suppressions_table) if settings.suppressions_table else None
+            DynamoDBSuppressions(client=dynamodb, table_name=settings.suppressions_table)
+            if settings.suppressions_table
+            else None
         ),
         unsubscribe=unsubscribe,
     )
@@ -218,7 +222,9 @@ def assemble_events(settings: EventsSettings, session: boto3.session.Session | N
     verifier = None
     if settings.resend_webhook_secret:
         try:
-            verifier = SvixWebhookVerifier(secret=secret_value(session, settings.resend_webhook_secret, "webhook secret"))
+            verifier = SvixWebhookVerifier(
+                secret=secret_value(session, settings.resend_webhook_secret, "webhook secret")
+            )
         except ValueError as exc:
             raise SettingsError(f"secret {settings.resend_webhook_secret!r}: {exc}") from exc
     return ProviderEventService(

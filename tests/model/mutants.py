@@ -22,14 +22,13 @@ from hypothesis.database import InMemoryExampleDatabase
 from hypothesis.stateful import run_state_machine_as_test
 from moto import mock_aws
 
+from sendonce.adapters.dynamodb import ledger as dynamodb_ledger
 from sendonce.domain.campaigns import service as campaigns_module
+from sendonce.domain.models import Campaign, CampaignState, DeliveryState
 from sendonce.domain.sending import delivery as delivery_module
 from sendonce.domain.sending import groups as groups_module
 from sendonce.domain.sending import protocol
-from sendonce.adapters.dynamodb import ledger as dynamodb_ledger
 from sendonce.domain.sending.protocol import Event
-from sendonce.domain.models import Campaign, CampaignState, DeliveryState
-
 from tests.model import test_delivery_model as model
 
 
@@ -55,6 +54,7 @@ def _old_cancel_event(record, *, now_ms):
 def _old_release_group(original):
     def release(self, group, *, owner, state, reason, error_class, refused=False):
         return original(self, group, owner=owner, state=state, reason=reason, error_class=error_class, refused=False)
+
     return release
 
 
@@ -63,8 +63,10 @@ def _status_completes(original):
         result = original(self, campaign_id)
         if result.state is CampaignState.SENDING and result.done:
             from sendonce.domain.campaigns import lifecycle
+
             lifecycle.apply(self._campaigns, campaign_id, lifecycle.CampaignEvent.COMPLETE, by="sendonce")
         return result
+
     return status
 
 
@@ -81,15 +83,21 @@ def _old_open_publish(self, campaign_id):
 @contextlib.contextmanager
 def defect_5() -> Iterator[None]:
     service = campaigns_module.CampaignService
-    with replaced(service, "status", _status_completes(service.status)), \
-            replaced(service, "_open_publish", _old_open_publish), \
-            replaced(Campaign, "accepts_sends", property(lambda c: c.state is CampaignState.SENDING)):
+    with (
+        replaced(service, "status", _status_completes(service.status)),
+        replaced(service, "_open_publish", _old_open_publish),
+        replaced(Campaign, "accepts_sends", property(lambda c: c.state is CampaignState.SENDING)),
+    ):
         yield
 
 
 def _replayable_even_past_the_window(group, records, hashes, now_ms):
-    return any(r.recipient_id in records and records[r.recipient_id].group_key == group.idempotency_key
-               and records[r.recipient_id].maybe_sent_at_ms is not None for r in group.recipients)
+    return any(
+        r.recipient_id in records
+        and records[r.recipient_id].group_key == group.idempotency_key
+        and records[r.recipient_id].maybe_sent_at_ms is not None
+        for r in group.recipients
+    )
 
 
 def _grouped_at_any_age():
@@ -104,30 +112,52 @@ def _grouped_at_any_age():
 
 R1, RB, SES = model.ResendSingle, model.ResendBatch, model.SesSingle
 # Which machines may catch a mutant, most likely first.
-MACHINES = {"1": (R1, RB), "2": (R1, RB), "3a": (RB,), "3b": (RB,), "3b'": (RB,), "3c": (RB,), "4": (SES, R1, RB),
-            "5": (R1, SES, RB), "6": (SES, R1, RB)}
+MACHINES = {
+    "1": (R1, RB),
+    "2": (R1, RB),
+    "3a": (RB,),
+    "3b": (RB,),
+    "3b'": (RB,),
+    "3c": (RB,),
+    "4": (SES, R1, RB),
+    "5": (R1, SES, RB),
+    "6": (SES, R1, RB),
+}
 
 MUTANTS = {
     "1 refused takeover forgets the first attempt": lambda: replaced(dynamodb_ledger, "_LIFT_GUARD", ""),
     "2 window counted from the last claim": lambda: replaced(dynamodb_ledger, "_FIRST_MARK", ":now"),
     "3a refused group keeps its mark": lambda: replaced(
-        dynamodb_ledger.DynamoDBLedger, "release_group", _old_release_group(dynamodb_ledger.DynamoDBLedger.release_group)),
+        dynamodb_ledger.DynamoDBLedger,
+        "release_group",
+        _old_release_group(dynamodb_ledger.DynamoDBLedger.release_group),
+    ),
     "3b group past the window stays claimed": lambda: replaced(protocol, "CLAIM_RULES", _grouped_at_any_age()),
     "3b' a group past the window is replayed": lambda: replaced(
-        groups_module.GroupDelivery, "_replayable", staticmethod(_replayable_even_past_the_window)),
+        groups_module.GroupDelivery, "_replayable", staticmethod(_replayable_even_past_the_window)
+    ),
     "3c a never-requested group is replayed as recorded": lambda: replaced(
-        groups_module.GroupDelivery, "_replayable", staticmethod(lambda group, records, hashes, now_ms: True)),
+        groups_module.GroupDelivery, "_replayable", staticmethod(lambda group, records, hashes, now_ms: True)
+    ),
     "4 cancel leaves held deliveries, closes maybe-sent as cancelled": lambda: replaced(
-        delivery_module, "cancel_event", _old_cancel_event),
+        delivery_module, "cancel_event", _old_cancel_event
+    ),
     "5 a status read completes the campaign": defect_5,
     "6 last receive dead-letters only after sending": lambda: replaced(
-        delivery_module.DeliveryService, "_dead_letter_first", lambda self, batch: None),
+        delivery_module.DeliveryService, "_dead_letter_first", lambda self, batch: None
+    ),
 }
 
 
 def _settings(database, phases, max_examples):
-    return settings(max_examples=max_examples, stateful_step_count=25, deadline=None, database=database,
-                    phases=phases, suppress_health_check=list(HealthCheck))
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=25,
+        deadline=None,
+        database=database,
+        phases=phases,
+        suppress_health_check=list(HealthCheck),
+    )
 
 
 def run(max_examples: int) -> list[dict]:
@@ -146,10 +176,13 @@ def run(max_examples: int) -> list[dict]:
                     run_state_machine_as_test(machine, settings=_settings(database, [Phase.generate], max_examples))
             except Exception as exc:  # noqa: BLE001 - any failure is the finding
                 found = {
-                    "mutant": name, "machine": machine.__name__,
+                    "mutant": name,
+                    "machine": machine.__name__,
                     "invariant": str(exc).strip().splitlines()[0][:200],
-                    "steps_until_found": model.FIGURES["steps"], "failing_example_steps": model.FIGURES["example_steps"],
-                    "examples_until_found": model.FIGURES["examples"], "seconds": round(time.monotonic() - started, 1),
+                    "steps_until_found": model.FIGURES["steps"],
+                    "failing_example_steps": model.FIGURES["example_steps"],
+                    "examples_until_found": model.FIGURES["examples"],
+                    "seconds": round(time.monotonic() - started, 1),
                 }
                 try:
                     run_state_machine_as_test(machine, settings=_settings(database, [Phase.reuse], max_examples))
@@ -164,15 +197,25 @@ def run(max_examples: int) -> list[dict]:
 
 
 def main() -> int:
-    os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"})
+    os.environ.update(
+        {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    )
     os.environ.pop("AWS_ENDPOINT_URL", None)
     max_examples = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     with mock_aws():
         results = run(max_examples)
     missed = [r["mutant"] for r in results if r.get("found") is False]
     unattributed = [r["mutant"] for r in results if r.get("real_code_passes_that_example") is False]
-    print(json.dumps({"mutants": len(results), "caught": len(results) - len(missed), "missed": missed,
-                      "not_the_mutants_doing": unattributed}))
+    print(
+        json.dumps(
+            {
+                "mutants": len(results),
+                "caught": len(results) - len(missed),
+                "missed": missed,
+                "not_the_mutants_doing": unattributed,
+            }
+        )
+    )
     return 1 if missed or unattributed else 0
 
 

@@ -25,10 +25,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from moto import mock_aws
 
-from sendonce.domain.sending.protocol import FINAL, HELD
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError
 from sendonce.domain.models import CampaignState, DeliveryState
-
+from sendonce.domain.sending.protocol import FINAL, HELD
 from tests.model.world import Clock, Rig
 
 S = DeliveryState
@@ -40,11 +39,20 @@ BATCH_SIZE = 2
 FIGURES = Counter()
 
 settings.register_profile(
-    "bounded", max_examples=20, stateful_step_count=20, deadline=None, derandomize=True, database=None,
+    "bounded",
+    max_examples=20,
+    stateful_step_count=20,
+    deadline=None,
+    derandomize=True,
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 settings.register_profile(
-    "deep", max_examples=300, stateful_step_count=25, deadline=None, database=None,
+    "deep",
+    max_examples=300,
+    stateful_step_count=25,
+    deadline=None,
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 settings.register_profile("debug", settings.get_profile("bounded"), phases=[Phase.explicit, Phase.generate])
@@ -81,7 +89,9 @@ def _figures_after_each_machine():
 
 def _write_figures() -> None:
     figures = {"profile": PROFILE, **FIGURES}
-    Path(os.environ.get("SENDONCE_MODEL_FIGURES", "model-figures.json")).write_text(json.dumps(figures, indent=1) + "\n")
+    Path(os.environ.get("SENDONCE_MODEL_FIGURES", "model-figures.json")).write_text(
+        json.dumps(figures, indent=1) + "\n"
+    )
 
 
 class DeliveryModel(RuleBasedStateMachine):
@@ -94,8 +104,15 @@ class DeliveryModel(RuleBasedStateMachine):
         FIGURES["examples"] += 1
         FIGURES["example_steps"] = 0
         self.clock = Clock(int(time.time() * 1000) + 30 * 24 * HOUR)  # ahead of the wall clock Powertools reads
-        self.rig = Rig(boto3.client("dynamodb", region_name="us-east-1"), provider=provider, mode=self.mode,
-                       clock=self.clock, lease_ms=LEASE_MS, visibility_ms=VISIBILITY_MS, recipients=RECIPIENTS)
+        self.rig = Rig(
+            boto3.client("dynamodb", region_name="us-east-1"),
+            provider=provider,
+            mode=self.mode,
+            clock=self.clock,
+            lease_ms=LEASE_MS,
+            visibility_ms=VISIBILITY_MS,
+            recipients=RECIPIENTS,
+        )
         self.ledger, self.store, self.queue = self.rig.ledger, self.rig.store, self.rig.queue
         self.provider, self.suppressions, self.faults = self.rig.provider, self.rig.suppressions, self.rig.faults
         self.consumer, self.operator, self.people = self.rig.consumer, self.rig.operator, self.rig.people
@@ -177,14 +194,24 @@ class DeliveryModel(RuleBasedStateMachine):
             return
         self.published.update(r.recipient_id for r in chunk)
 
-    @rule(index=st.integers(0, 5), crash_at=st.none() | st.integers(1, 14), after=st.booleans(),
-          short_budget=st.booleans(), lose_ack=st.booleans())
+    @rule(
+        index=st.integers(0, 5),
+        crash_at=st.none() | st.integers(1, 14),
+        after=st.booleans(),
+        short_budget=st.booleans(),
+        lose_ack=st.booleans(),
+    )
     def consume(self, index, crash_at, after, short_budget, lose_ack):
         self._step("consume")
         message = self.queue.receive(index)
         if message is not None:
-            self._process(message, crash_at=crash_at, after=after, short_budget=short_budget and crash_at is None,
-                          lose_ack=lose_ack)
+            self._process(
+                message,
+                crash_at=crash_at,
+                after=after,
+                short_budget=short_budget and crash_at is None,
+                lose_ack=lose_ack,
+            )
 
     @rule(index=st.integers(0, 5), crash_at=st.none() | st.integers(1, 10))
     def consume_again(self, index, crash_at):
@@ -219,8 +246,10 @@ class DeliveryModel(RuleBasedStateMachine):
         self._step("advance_time")
         self.clock.advance(ms)
 
-    @rule(kind=st.sampled_from(["rate_limited", "busy", "concurrent", "timeout_before", "timeout_after"]),
-          count=st.integers(1, 3))
+    @rule(
+        kind=st.sampled_from(["rate_limited", "busy", "concurrent", "timeout_before", "timeout_after"]),
+        count=st.integers(1, 3),
+    )
     def provider_refuses(self, kind, count):
         self._step("provider_refuses")
         self.provider.script.extend([kind] * count)
@@ -280,8 +309,16 @@ class DeliveryModel(RuleBasedStateMachine):
         status = self.operator.status("c1")
         records = self._records()
         assert status.total == len(self.published | set(records)), (status, self.published)
-        parts = (status.pending + status.in_progress + status.sent + status.failed + status.suppressed + status.unknown
-                 + status.cancelled + status.dead_lettered)
+        parts = (
+            status.pending
+            + status.in_progress
+            + status.sent
+            + status.failed
+            + status.suppressed
+            + status.unknown
+            + status.cancelled
+            + status.dead_lettered
+        )
         assert parts == status.total
         for rid, record in records.items():
             accepted = self.provider.accepted[("c1", rid)]
@@ -293,7 +330,9 @@ class DeliveryModel(RuleBasedStateMachine):
             assert status.remaining == 0, f"completed with {status.remaining} remaining"
         if status.state in (CampaignState.SENDING, CampaignState.COMPLETED, CampaignState.CANCELLED):
             carried = {r["recipient_id"] for m in self.queue.messages for r in json.loads(m.body)["recipients"]}
-            hidden = {rid for rid in self.published if (rid not in records or records[rid].state is S.PENDING)} - carried
+            hidden = {
+                rid for rid in self.published if (rid not in records or records[rid].state is S.PENDING)
+            } - carried
             assert not hidden, f"pending on a {status.state.value} campaign with no message to bring them: {hidden}"
 
     def _drain_and_check(self) -> None:
@@ -309,8 +348,11 @@ class DeliveryModel(RuleBasedStateMachine):
         if campaign.state in (CampaignState.PAUSED, CampaignState.DRAFT):
             return
         records = self._records()
-        stuck = {rid: (records[rid].state.value if rid in records else "pending") for rid in self.published
-                 if rid not in records or records[rid].state not in FINAL}
+        stuck = {
+            rid: (records[rid].state.value if rid in records else "pending")
+            for rid in self.published
+            if rid not in records or records[rid].state not in FINAL
+        }
         assert not stuck, f"after a fault-free drain of a {campaign.state.value} campaign: {stuck}"
         unknown = {rid for rid, r in records.items() if r.state is S.UNKNOWN}
         risky = self.risky | {rid for (_, rid) in self.provider.ambiguous}

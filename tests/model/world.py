@@ -79,8 +79,19 @@ class CrashingProxy:
         return step
 
 
-LEDGER_WRITES = frozenset({"claim", "mark_in_flight", "mark_sent", "settle", "close_unclaimed", "close_as_read",
-                           "claim_group", "complete_group", "release_group"})
+LEDGER_WRITES = frozenset(
+    {
+        "claim",
+        "mark_in_flight",
+        "mark_sent",
+        "settle",
+        "close_unclaimed",
+        "close_as_read",
+        "claim_group",
+        "complete_group",
+        "release_group",
+    }
+)
 CAMPAIGN_WRITES = frozenset({"transition", "batch_settled", "record_group", "reset_open_batches"})
 
 
@@ -251,18 +262,27 @@ class Rig:
     """The real consumer and operator services over the real DynamoDB adapters, with the
     modelled provider, queue and clock. Used by the model check and the regression tests."""
 
-    def __init__(self, client, *, provider: str, mode: str, clock: Clock, lease_ms: int = 60_000,
-                 visibility_ms: int = 30_000, max_receive_count: int = 5, recipients: int = 7):
+    def __init__(
+        self,
+        client,
+        *,
+        provider: str,
+        mode: str,
+        clock: Clock,
+        lease_ms: int = 60_000,
+        visibility_ms: int = 30_000,
+        max_receive_count: int = 5,
+        recipients: int = 7,
+    ):
         import uuid
 
         from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
         from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
         from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
         from sendonce.domain.campaigns.service import CampaignService
-        from sendonce.domain.sending.delivery import DeliveryService
         from sendonce.domain.models import Campaign, Content, Recipient
+        from sendonce.domain.sending.delivery import DeliveryService
         from sendonce_local.resources import create_tables
-
         from tests.fakes import FakeSuppressions
 
         self.clock, self.lease_ms, self.mode = clock, lease_ms, mode
@@ -276,35 +296,62 @@ class Rig:
         self.suppressions = FakeSuppressions()
         ledger = CrashingProxy(self.ledger, self.faults, LEDGER_WRITES)
         campaigns = CrashingProxy(self.store, self.faults, CAMPAIGN_WRITES)
-        guard, group_guard = PowertoolsDeliveryGuard(ledger, clock_ms=clock), PowertoolsGroupGuard(ledger, clock_ms=clock)
+        guard, group_guard = (
+            PowertoolsDeliveryGuard(ledger, clock_ms=clock),
+            PowertoolsGroupGuard(ledger, clock_ms=clock),
+        )
         guard.register_lambda_context(Ctx(lease_ms))
         group_guard.register_lambda_context(Ctx(lease_ms))
         self.consumer = DeliveryService(
-            ledger=ledger, guard=guard, campaigns=campaigns, providers={provider: self.provider}, queue=self.queue,
-            group_guard=group_guard, suppressions=self.suppressions, send_concurrency=1, safety_margin_ms=5_000,
-            throttle_retries=1, max_receive_count=max_receive_count, sleep=lambda s: None, clock_ms=clock,
+            ledger=ledger,
+            guard=guard,
+            campaigns=campaigns,
+            providers={provider: self.provider},
+            queue=self.queue,
+            group_guard=group_guard,
+            suppressions=self.suppressions,
+            send_concurrency=1,
+            safety_margin_ms=5_000,
+            throttle_retries=1,
+            max_receive_count=max_receive_count,
+            sleep=lambda s: None,
+            clock_ms=clock,
         )
-        self.operator = CampaignService(campaigns=self.store, ledger=self.ledger, queue=self.queue,
-                                        provider_names=[provider], clock_ms=clock)
-        self.operator.create(Campaign(
-            campaign_id="c1", name="model", provider=provider, sender="news@example.com", delivery_mode=mode,
-            content=Content(subject="Hi {{ name }}", text="Hello {{ name }}"),
-        ))
-        self.people = [Recipient(recipient_id=f"r{i}", email=f"user{i}@example.com", variables={"name": f"U{i}"})
-                       for i in range(recipients)]
+        self.operator = CampaignService(
+            campaigns=self.store, ledger=self.ledger, queue=self.queue, provider_names=[provider], clock_ms=clock
+        )
+        self.operator.create(
+            Campaign(
+                campaign_id="c1",
+                name="model",
+                provider=provider,
+                sender="news@example.com",
+                delivery_mode=mode,
+                content=Content(subject="Hi {{ name }}", text="Hello {{ name }}"),
+            )
+        )
+        self.people = [
+            Recipient(recipient_id=f"r{i}", email=f"user{i}@example.com", variables={"name": f"U{i}"})
+            for i in range(recipients)
+        ]
 
     def process(self, message, *, crash_at: int | None = None, after: bool = False, budget_ms: int | None = None):
         """One consumer attempt on a received message; returns the report, or None if it crashed."""
         self.faults.crash_at, self.faults.after, self.faults.steps = crash_at, after, 0
         try:
-            report = self.consumer.process(message.body, receive_count=message.receive_count,
-                                           remaining_ms=lambda: budget_ms if budget_ms is not None else self.lease_ms)
+            report = self.consumer.process(
+                message.body,
+                receive_count=message.receive_count,
+                remaining_ms=lambda: budget_ms if budget_ms is not None else self.lease_ms,
+            )
         except Crash:
             return None
         finally:
             self.faults.crash_at = None
         if report.must_return:
-            message.visible_at_ms = (report.return_at_ms + 1) if report.return_at_ms else self.clock() + self.queue.visibility_ms
+            message.visible_at_ms = (
+                (report.return_at_ms + 1) if report.return_at_ms else self.clock() + self.queue.visibility_ms
+            )
         elif message in self.queue.messages:
             self.queue.ack(message)
         return report

@@ -108,15 +108,27 @@ def within(module: str, package: str) -> bool:
 
 RULES: list[tuple[str, str, tuple[str, ...]]] = [
     # (rule, importers, forbidden imports)
-    ("the domain uses no SDK, Powertools or os", "sendonce.domain",
-     ("boto3", "botocore", "resend", "aws_lambda_powertools", "os", "svix")),
-    ("the domain depends on nothing of sendonce outside it", "sendonce.domain",
-     ("sendonce.adapters", "sendonce.handlers", "sendonce.wiring", "sendonce.settings", "sendonce.contract")),
-    ("the Lambda code knows nothing of the CDK or the tooling", "sendonce",
-     ("aws_cdk", "constructs", "cdk_nag", "infra", "sendonce_cdk", "sendonce_ops", "sendonce_local", "moto")),
+    (
+        "the domain uses no SDK, Powertools or os",
+        "sendonce.domain",
+        ("boto3", "botocore", "resend", "aws_lambda_powertools", "os", "svix"),
+    ),
+    (
+        "the domain depends on nothing of sendonce outside it",
+        "sendonce.domain",
+        ("sendonce.adapters", "sendonce.handlers", "sendonce.wiring", "sendonce.settings", "sendonce.contract"),
+    ),
+    (
+        "the Lambda code knows nothing of the CDK or the tooling",
+        "sendonce",
+        ("aws_cdk", "constructs", "cdk_nag", "infra", "sendonce_cdk", "sendonce_ops", "sendonce_local", "moto"),
+    ),
     ("adapters never import handlers", "sendonce.adapters", ("sendonce.handlers",)),
-    ("the CLI calls domain services, never handlers or local tooling", "sendonce_ops",
-     ("sendonce.handlers", "sendonce_local")),
+    (
+        "the CLI calls domain services, never handlers or local tooling",
+        "sendonce_ops",
+        ("sendonce.handlers", "sendonce_local"),
+    ),
 ]
 
 

@@ -36,9 +36,17 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer, DataRecord
 
 from sendonce.domain.errors import LeaseLostError
-from sendonce.domain.models import FINAL_STATES, HELD_STATES, DeliveryKey, DeliveryRecord, DeliveryRequest, Receipt, SendGroup
-from sendonce.domain.sending.outcomes import settlement_for
+from sendonce.domain.models import (
+    FINAL_STATES,
+    HELD_STATES,
+    DeliveryKey,
+    DeliveryRecord,
+    DeliveryRequest,
+    Receipt,
+    SendGroup,
+)
 from sendonce.domain.ports import ClaimStatus, GroupResult, GuardResult, Ledger
+from sendonce.domain.sending.outcomes import settlement_for
 
 logger = logging.getLogger(__name__)
 
@@ -78,11 +86,15 @@ class LedgerPersistenceLayer(BasePersistenceLayer):
             return
         if result.status is ClaimStatus.CONFLICT:
             raise IdempotencyValidationError("Payload does not match stored record for this event key")
-        raise IdempotencyItemAlreadyExistsError(old_data_record=self._data_record(result.record, result.closed_as_unknown))
+        raise IdempotencyItemAlreadyExistsError(
+            old_data_record=self._data_record(result.record, result.closed_as_unknown)
+        )
 
     def save_success(self, data: dict[str, Any], result: dict) -> None:
         request = self._request(data)
-        self._ledger.mark_sent(request.key, owner=request.owner, receipt=Receipt(provider_message_id=result["provider_message_id"]))
+        self._ledger.mark_sent(
+            request.key, owner=request.owner, receipt=Receipt(provider_message_id=result["provider_message_id"])
+        )
 
     def delete_record(self, data: dict[str, Any], exception: Exception) -> None:
         request = self._request(data)
@@ -132,7 +144,10 @@ class LedgerPersistenceLayer(BasePersistenceLayer):
                 "closed_as_unknown": closed_as_unknown,
             }
             return DataRecord(
-                idempotency_key=key, status="COMPLETED", response_data=json.dumps(response), payload_hash=record.payload_hash or ""
+                idempotency_key=key,
+                status="COMPLETED",
+                response_data=json.dumps(response),
+                payload_hash=record.payload_hash or "",
             )
         # Pending or dead-lettered records are claimable; reaching here means the record
         # changed between the claim and now. Powertools retries on this state.
@@ -272,8 +287,12 @@ class GroupPersistenceLayer(LedgerPersistenceLayer):
             return
         try:
             self._ledger.release_group(
-                group, owner=data["owner"], state=settlement.state, reason=settlement.reason,
-                error_class=settlement.error_class, refused=settlement.refused,
+                group,
+                owner=data["owner"],
+                state=settlement.state,
+                reason=settlement.reason,
+                error_class=settlement.error_class,
+                refused=settlement.refused,
             )
         except LeaseLostError:
             logger.warning("group lease lost before the outcome could be recorded")
@@ -304,7 +323,12 @@ class PowertoolsGroupGuard:
         self.config.register_lambda_context(context)
 
     def send_group_once(
-        self, group: SendGroup, *, owner: str, provider: str, payload_hashes: dict[str, str],
+        self,
+        group: SendGroup,
+        *,
+        owner: str,
+        provider: str,
+        payload_hashes: dict[str, str],
         send: Callable[[], list[Receipt | str]],
     ) -> GroupResult:
         payload = {
@@ -316,7 +340,9 @@ class PowertoolsGroupGuard:
             "group": group.model_dump(mode="json"),
         }
         try:
-            response = self._send_once(group_send=payload, send=send, members=[r.recipient_id for r in group.recipients])
+            response = self._send_once(
+                group_send=payload, send=send, members=[r.recipient_id for r in group.recipients]
+            )
         except IdempotencyAlreadyInProgressError:
             return GroupResult(kind="held")
         except IdempotencyPersistenceLayerError as exc:

@@ -51,7 +51,9 @@ class SqsQueue:
         request: list[str] = []
         request_bytes = 0
         for body, size in zip(bodies, sizes, strict=True):
-            if request and (len(request) == limits.SQS_BATCH_ENTRIES or request_bytes + size > limits.SQS_BATCH_REQUEST_BYTES):
+            if request and (
+                len(request) == limits.SQS_BATCH_ENTRIES or request_bytes + size > limits.SQS_BATCH_REQUEST_BYTES
+            ):
                 yield request
                 request, request_bytes = [], 0
             request.append(body)

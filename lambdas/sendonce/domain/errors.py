@@ -63,7 +63,12 @@ class RetryableProviderError(ProviderError):
     error_class = "retryable"
 
     def __init__(
-        self, reason: str, *, code: str | None = None, retry_after: float | None = None, throttled: bool = False,
+        self,
+        reason: str,
+        *,
+        code: str | None = None,
+        retry_after: float | None = None,
+        throttled: bool = False,
         proves_not_accepted: bool = True,
     ):
         super().__init__(reason, code=code, retry_after=retry_after)

@@ -20,7 +20,9 @@ ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$"
 Identifier = Annotated[str, Field(pattern=ID_PATTERN)]
 
 # Deliberately simple: one '@', no spaces, a dot in the domain. The provider has the final word.
-_EMAIL = re.compile(r"^[^@\s<>(),;:\"\[\]]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+$")
+_EMAIL = re.compile(
+    r"^[^@\s<>(),;:\"\[\]]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+$"
+)
 VariableValue = str | int | float | bool | None
 
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from sendonce.domain.sending.protocol import Event
 from sendonce.domain.models import (
     BatchMessage,
     Campaign,
@@ -28,6 +27,7 @@ from sendonce.domain.models import (
     Receipt,
     SendGroup,
 )
+from sendonce.domain.sending.protocol import Event
 
 
 class EmailProvider(Protocol):
@@ -101,7 +101,9 @@ class ClaimResult:
 class Ledger(Protocol):
     """One record per (campaign, recipient). Every write after a claim is fenced by owner."""
 
-    def claim(self, request: DeliveryRequest, *, payload_hash: str, lease_until_ms: int, now_ms: int) -> ClaimResult: ...
+    def claim(
+        self, request: DeliveryRequest, *, payload_hash: str, lease_until_ms: int, now_ms: int
+    ) -> ClaimResult: ...
 
     def mark_in_flight(self, key: DeliveryKey, *, owner: str, now_ms: int) -> None:
         """Record that the provider is about to be called (raises LeaseLostError)."""
@@ -134,7 +136,13 @@ class Ledger(Protocol):
         ...
 
     def close_as_read(
-        self, record: DeliveryRecord | None, event: Event, *, reason: str, now_ms: int, key: DeliveryKey | None = None,
+        self,
+        record: DeliveryRecord | None,
+        event: Event,
+        *,
+        reason: str,
+        now_ms: int,
+        key: DeliveryKey | None = None,
         batch_id: str | None = None,
     ) -> DeliveryRecord | None:
         """Apply a closing transition (stale, cancelled) if the delivery is still as read;
@@ -149,7 +157,14 @@ class Ledger(Protocol):
 
     # Batch mode: a send group is claimed, completed or released in one transaction.
     def claim_group(
-        self, group: SendGroup, payload_hashes: dict[str, str], *, owner: str, provider: str, lease_until_ms: int, now_ms: int
+        self,
+        group: SendGroup,
+        payload_hashes: dict[str, str],
+        *,
+        owner: str,
+        provider: str,
+        lease_until_ms: int,
+        now_ms: int,
     ) -> GroupClaim: ...
 
     def complete_group(self, group: SendGroup, *, owner: str, outcomes: dict[str, Receipt | str]) -> None:
@@ -157,7 +172,14 @@ class Ledger(Protocol):
         ...
 
     def release_group(
-        self, group: SendGroup, *, owner: str, state: DeliveryState, reason: str, error_class: str, refused: bool = False
+        self,
+        group: SendGroup,
+        *,
+        owner: str,
+        state: DeliveryState,
+        reason: str,
+        error_class: str,
+        refused: bool = False,
     ) -> None: ...
 
 
@@ -255,7 +277,12 @@ class GroupGuard(Protocol):
     """Runs one batch-mode provider request at most once per send group."""
 
     def send_group_once(
-        self, group: SendGroup, *, owner: str, provider: str, payload_hashes: dict[str, str],
+        self,
+        group: SendGroup,
+        *,
+        owner: str,
+        provider: str,
+        payload_hashes: dict[str, str],
         send: Callable[[], list[Receipt | str]],
     ) -> GroupResult: ...
 

@@ -20,11 +20,8 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sendonce.domain import limits
 from sendonce.adapters.s3_objects import S3ObjectLines
-from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus, PublishReport
-from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError
-from sendonce.domain.models import ID_PATTERN, Campaign, CampaignState
+from sendonce.domain import limits
 from sendonce.domain.campaigns.operator_input import (
     LINE_PATTERN,
     CampaignSpec,
@@ -39,6 +36,9 @@ from sendonce.domain.campaigns.operator_input import (
     publish_file,
     strict_json_loads,
 )
+from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus, PublishReport
+from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError
+from sendonce.domain.models import ID_PATTERN, Campaign, CampaignState
 from sendonce.handlers.observability import logger
 from sendonce.settings import ApiSettings
 from sendonce.wiring import campaign_service
@@ -108,10 +108,19 @@ class CampaignList(BaseModel):
 
 class S3Location(BaseModel):
     # Without `format` the key's extension must name it (as format_for decides).
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"anyOf": [
-        {"required": ["format"], "properties": {"format": {"enum": ["csv", "jsonl"]}}},
-        {"properties": {"key": {"pattern": r"\.([cC][sS][vV]|[jJ][sS][oO][nN][lL]|[nN][dD][jJ][sS][oO][nN])$"}}},
-    ]})
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["format"], "properties": {"format": {"enum": ["csv", "jsonl"]}}},
+                {
+                    "properties": {
+                        "key": {"pattern": r"\.([cC][sS][vV]|[jJ][sS][oO][nN][lL]|[nN][dD][jJ][sS][oO][nN])$"}
+                    }
+                },
+            ]
+        },
+    )
 
     bucket: str = Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
     key: str = Field(min_length=1, max_length=1024, pattern=LINE_PATTERN)
@@ -195,7 +204,7 @@ class DeliveryStatusView(BaseModel):
 
 
 class ErrorBody(BaseModel):
-    statusCode: int
+    statusCode: int  # noqa: N815 - the field name Powertools and API Gateway answer errors with
     error: str
     message: str
     detail: list[dict[str, Any]] | None = None
@@ -388,10 +397,7 @@ def _unprocessable(exc: RequestValidationError) -> Response:
         reason = (syntax.get("ctx") or {}).get("error") or "JSON decode error"
         return _error(400, "InvalidBody", f"body: not valid JSON: {reason}")
     # loc and msg name the problem; the input itself is left out (it may hold an address).
-    detail = [
-        {"loc": list(e["loc"]), "msg": friendly_message(e), "type": e["type"]}
-        for e in exc.errors()
-    ]
+    detail = [{"loc": list(e["loc"]), "msg": friendly_message(e), "type": e["type"]} for e in exc.errors()]
     first = detail[0] if detail else {"loc": [], "msg": "invalid request"}
     message = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
     if len(detail) > 1:
@@ -435,11 +441,19 @@ def _refuse_non_json(event: dict[str, Any]) -> dict[str, Any] | None:
     headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
     content_type = headers.get("content-type", "").strip().lower()
     method = ((event.get("requestContext") or {}).get("http") or {}).get("method", "GET")
-    if not content_type or content_type.startswith("application/json") or (method in ("GET", "HEAD") and not event.get("body")):
+    if (
+        not content_type
+        or content_type.startswith("application/json")
+        or (method in ("GET", "HEAD") and not event.get("body"))
+    ):
         return None
     body = {"statusCode": 400, "error": "InvalidBody", "message": "body: send JSON with content-type application/json"}
-    return {"statusCode": 400, "headers": {"Content-Type": content_types.APPLICATION_JSON}, "body": json.dumps(body),
-            "isBase64Encoded": False}
+    return {
+        "statusCode": 400,
+        "headers": {"Content-Type": content_types.APPLICATION_JSON},
+        "body": json.dumps(body),
+        "isBase64Encoded": False,
+    }
 
 
 class _S3OnDemand:

@@ -13,10 +13,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from sendonce.contract import FAILURE_METRICS, Metric
 from sendonce.domain.sending.batch_run import BatchIncompleteError, BatchReport
-from sendonce.settings import ConsumerSettings
 from sendonce.handlers.observability import count, logger, metrics
+from sendonce.settings import ConsumerSettings
 from sendonce.wiring import ConsumerRuntime, consumer_runtime
-
 
 
 def _emit(report: BatchReport) -> None:

@@ -16,11 +16,11 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from sendonce.contract import Metric
+from sendonce.domain.deliverability.provider_events import EventReport, ProviderEventService
+from sendonce.domain.errors import WebhookSignatureError
 from sendonce.handlers.observability import count, logger, metrics
 from sendonce.settings import EventsSettings
 from sendonce.wiring import events_service
-from sendonce.domain.errors import WebhookSignatureError
-from sendonce.domain.deliverability.provider_events import EventReport, ProviderEventService
 
 app = APIGatewayHttpResolver()
 

@@ -16,11 +16,11 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from sendonce.contract import Metric
+from sendonce.domain.deliverability.unsubscribe import UnsubscribeService, is_one_click
+from sendonce.domain.errors import InvalidTokenError
 from sendonce.handlers.observability import count, logger, metrics
 from sendonce.settings import UnsubscribeSettings
 from sendonce.wiring import unsubscribe_service
-from sendonce.domain.errors import InvalidTokenError
-from sendonce.domain.deliverability.unsubscribe import UnsubscribeService, is_one_click
 
 app = APIGatewayHttpResolver()
 
@@ -52,7 +52,9 @@ def _page(status: int, title: str, body: str) -> Response:
 
 def _forbidden() -> Response:
     count(Metric.UNSUBSCRIBE_TOKENS_REJECTED)
-    return _page(403, "Link not valid", "<p>This unsubscribe link is not valid. Use the link from the email as it arrived.</p>")
+    return _page(
+        403, "Link not valid", "<p>This unsubscribe link is not valid. Use the link from the email as it arrived.</p>"
+    )
 
 
 def _service() -> UnsubscribeService:

@@ -128,7 +128,9 @@ class DynamoDBCampaignStore:
                 raise CampaignNotFoundError(f"campaign {campaign_id!r} does not exist") from exc
             current = _de.deserialize(old["state"])
             if current in {s.value for s in allowed}:
-                raise IllegalTransitionError(f"campaign {campaign_id!r} is being published; it cannot move to {to.value} now") from exc
+                raise IllegalTransitionError(
+                    f"campaign {campaign_id!r} is being published; it cannot move to {to.value} now"
+                ) from exc
             raise IllegalTransitionError(
                 f"campaign {campaign_id!r} is {current}; cannot move to {to.value} "
                 f"(only from {', '.join(s.value for s in allowed)})"
@@ -137,7 +139,9 @@ class DynamoDBCampaignStore:
 
     def end_publish(self, campaign_id: str) -> None:
         self._client.update_item(
-            TableName=self._table, Key=self._key(campaign_id), UpdateExpression="REMOVE publishing_until_ms",
+            TableName=self._table,
+            Key=self._key(campaign_id),
+            UpdateExpression="REMOVE publishing_until_ms",
             ConditionExpression="attribute_exists(pk)",
         )
 
@@ -145,16 +149,22 @@ class DynamoDBCampaignStore:
         """One batch's message was acknowledged with every recipient ended; returns the
         batches still open (a hint: at zero or below, check the ledger)."""
         response = self._client.update_item(
-            TableName=self._table, Key=self._key(campaign_id), UpdateExpression="ADD open_batches :minus",
-            ConditionExpression="attribute_exists(pk)", ExpressionAttributeValues={":minus": {"N": "-1"}},
+            TableName=self._table,
+            Key=self._key(campaign_id),
+            UpdateExpression="ADD open_batches :minus",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":minus": {"N": "-1"}},
             ReturnValues="UPDATED_NEW",
         )
         return int(response["Attributes"]["open_batches"]["N"])
 
     def reset_open_batches(self, campaign_id: str, count: int) -> None:
         self._client.update_item(
-            TableName=self._table, Key=self._key(campaign_id), UpdateExpression="SET open_batches = :n",
-            ConditionExpression="attribute_exists(pk)", ExpressionAttributeValues={":n": {"N": str(count)}},
+            TableName=self._table,
+            Key=self._key(campaign_id),
+            UpdateExpression="SET open_batches = :n",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":n": {"N": str(count)}},
         )
 
     def add_batch(self, batch: BatchMessage) -> BatchStatus:
@@ -265,15 +275,16 @@ class DynamoDBCampaignStore:
             condition += " AND #state = :state"
             values[":state"] = {"S": CampaignState(state).value}
             names["#state"] = "state"
-        request: dict[str, Any] = {"TableName": self._table, "FilterExpression": condition,
-                                   "ExpressionAttributeValues": values}
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "FilterExpression": condition,
+            "ExpressionAttributeValues": values,
+        }
         if names:
             request["ExpressionAttributeNames"] = names
         if self._scan_page_size:
             request["PaginationConfig"] = {"PageSize": self._scan_page_size}
         campaigns = [
-            _campaign(item)
-            for page in self._client.get_paginator("scan").paginate(**request)
-            for item in page["Items"]
+            _campaign(item) for page in self._client.get_paginator("scan").paginate(**request) for item in page["Items"]
         ]
         return iter(sorted(campaigns, key=lambda c: c.campaign_id))

@@ -20,8 +20,6 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from sendonce.domain.errors import LeaseLostError
-from sendonce.domain.sending import protocol
-from sendonce.domain.sending.protocol import IDEMPOTENCY_WINDOW_MS, Event, Verdict, classify
 from sendonce.domain.models import (
     DeliveryKey,
     DeliveryRecord,
@@ -32,6 +30,8 @@ from sendonce.domain.models import (
     email_fingerprint,
 )
 from sendonce.domain.ports import ClaimResult, ClaimStatus, GroupClaim
+from sendonce.domain.sending import protocol
+from sendonce.domain.sending.protocol import IDEMPOTENCY_WINDOW_MS, Event, Verdict, classify
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,9 @@ def _fact_fragments(rule: protocol.ClaimRule, group_key: str | None) -> list[str
     elif rule.maybe_sent is protocol.MaybeSent.OLD:
         parts.append("maybe_sent_at_ms <= :cutoff")
     if rule.group is not None:
-        other_key = "(attribute_not_exists(group_key) OR group_key <> :g)" if group_key else "attribute_exists(group_key)"
+        other_key = (
+            "(attribute_not_exists(group_key) OR group_key <> :g)" if group_key else "attribute_exists(group_key)"
+        )
         other = f"attribute_exists(maybe_sent_at_ms) AND {other_key}"
         parts.append(other if rule.group is protocol.Group.OTHER else f"NOT ({other})")
     return parts
@@ -213,14 +215,33 @@ class DynamoDBLedger:
         return {"campaign_id": {"S": key.campaign_id}, "recipient_id": {"S": key.recipient_id}}
 
     def _claim_update(
-        self, *, owner: str, lease_until_ms: int, now_ms: int, batch_id: str, provider: str, payload_hash: str,
-        email: str, keyed: bool, group_key: str | None, detail: str | None = None,
+        self,
+        *,
+        owner: str,
+        lease_until_ms: int,
+        now_ms: int,
+        batch_id: str,
+        provider: str,
+        payload_hash: str,
+        email: str,
+        keyed: bool,
+        group_key: str | None,
+        detail: str | None = None,
     ) -> dict[str, Any]:
         """The UpdateItem parameters of a claim (one delivery, or one member of a group)."""
         condition = claim_condition(keyed=keyed, group_key=group_key)
         values = _values(
-            claimed="claimed", now=now_ms, owner=owner, lease=lease_until_ms, batch=batch_id, provider=provider,
-            ph=payload_hash, fp=email_fingerprint(email), iso=_now_iso(), one=1, cutoff=now_ms - IDEMPOTENCY_WINDOW_MS,
+            claimed="claimed",
+            now=now_ms,
+            owner=owner,
+            lease=lease_until_ms,
+            batch=batch_id,
+            provider=provider,
+            ph=payload_hash,
+            fp=email_fingerprint(email),
+            iso=_now_iso(),
+            one=1,
+            cutoff=now_ms - IDEMPOTENCY_WINDOW_MS,
         )
         values.update(_claim_values(condition))
         values.update(_history("claimed", owner, detail))
@@ -245,13 +266,22 @@ class DynamoDBLedger:
 
     def claim(self, request: DeliveryRequest, *, payload_hash: str, lease_until_ms: int, now_ms: int) -> ClaimResult:
         params = self._claim_update(
-            owner=request.owner, lease_until_ms=lease_until_ms, now_ms=now_ms, batch_id=request.batch_id,
-            provider=request.provider, payload_hash=payload_hash, email=request.email,
-            keyed=request.provider_idempotent, group_key=None,
+            owner=request.owner,
+            lease_until_ms=lease_until_ms,
+            now_ms=now_ms,
+            batch_id=request.batch_id,
+            provider=request.provider,
+            payload_hash=payload_hash,
+            email=request.email,
+            keyed=request.provider_idempotent,
+            group_key=None,
         )
         try:
             self._client.update_item(
-                TableName=self._table, Key=self._key(request.key), ReturnValuesOnConditionCheckFailure="ALL_OLD", **params
+                TableName=self._table,
+                Key=self._key(request.key),
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **params,
             )
             return ClaimResult(ClaimStatus.CLAIMED)
         except ClientError as exc:
@@ -259,10 +289,17 @@ class DynamoDBLedger:
                 raise
             old = exc.response.get("Item")
         record = _record(old) if old else self.get(request.key)
-        verdict = classify(record, payload_hash=payload_hash, provider_idempotent=request.provider_idempotent, now_ms=now_ms)
+        verdict = classify(
+            record, payload_hash=payload_hash, provider_idempotent=request.provider_idempotent, now_ms=now_ms
+        )
         if verdict is Verdict.STALE and record is not None:
-            closed = self.close_as_read(record, Event.CLOSE_STALE, reason="an earlier attempt may have been accepted"
-                                        " by the provider and cannot be repeated safely; not repeated", now_ms=now_ms)
+            closed = self.close_as_read(
+                record,
+                Event.CLOSE_STALE,
+                reason="an earlier attempt may have been accepted"
+                " by the provider and cannot be repeated safely; not repeated",
+                now_ms=now_ms,
+            )
             if closed is None:
                 return ClaimResult(ClaimStatus.HELD, record)
             return ClaimResult(ClaimStatus.FINAL, closed, closed_as_unknown=True)
@@ -275,7 +312,13 @@ class DynamoDBLedger:
         return ClaimResult(ClaimStatus.HELD, record)
 
     def close_as_read(
-        self, record: DeliveryRecord | None, event: Event, *, reason: str, now_ms: int, key: DeliveryKey | None = None,
+        self,
+        record: DeliveryRecord | None,
+        event: Event,
+        *,
+        reason: str,
+        now_ms: int,
+        key: DeliveryKey | None = None,
         batch_id: str | None = None,
     ) -> DeliveryRecord | None:
         """Apply a closing transition to a delivery nobody holds, provided it is still as it
@@ -312,8 +355,12 @@ class DynamoDBLedger:
             update += " REMOVE lease_until_ms"
         try:
             response = self._client.update_item(
-                TableName=self._table, Key=self._key(key), UpdateExpression=update, ConditionExpression=condition,
-                ExpressionAttributeNames=names, ExpressionAttributeValues=_used(values, update, condition),
+                TableName=self._table,
+                Key=self._key(key),
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=_used(values, update, condition),
                 ReturnValues="ALL_NEW",
             )
         except ClientError as exc:
@@ -344,7 +391,9 @@ class DynamoDBLedger:
         values = _values(in_flight="in_flight", now=now_ms, iso=_now_iso())
         values.update(_history("in_flight", owner))
         self._fenced_update(
-            key, owner=owner, event=Event.MARK_IN_FLIGHT,
+            key,
+            owner=owner,
+            event=Event.MARK_IN_FLIGHT,
             update="SET #state = :in_flight, maybe_sent_at_ms = if_not_exists(maybe_sent_at_ms, :now),"
             " maybe_sent_by = if_not_exists(maybe_sent_by, :me), updated_at = :iso, " + _APPEND,
             values=values,
@@ -354,8 +403,11 @@ class DynamoDBLedger:
         values = _values(sent="sent", mid=receipt.provider_message_id, iso=_now_iso())
         values.update(_history("sent", owner, receipt.provider_message_id))
         self._fenced_update(
-            key, owner=owner, event=Event.MARK_SENT,
-            update="SET #state = :sent, provider_message_id = :mid, updated_at = :iso, " + _APPEND
+            key,
+            owner=owner,
+            event=Event.MARK_SENT,
+            update="SET #state = :sent, provider_message_id = :mid, updated_at = :iso, "
+            + _APPEND
             + " REMOVE lease_until_ms, reason, error_class",
             values=values,
         )
@@ -383,12 +435,21 @@ class DynamoDBLedger:
             # Suppressed since an earlier owner's attempt that may have been accepted: saying
             # "suppressed" would say it was never sent. Unknown, with the reason.
             try:
-                self._fenced_update(key, owner=owner, event=event, values=values, update=update + " REMOVE lease_until_ms",
-                                    extra=" AND (attribute_not_exists(maybe_sent_at_ms) OR maybe_sent_by = :me)")
+                self._fenced_update(
+                    key,
+                    owner=owner,
+                    event=event,
+                    values=values,
+                    update=update + " REMOVE lease_until_ms",
+                    extra=" AND (attribute_not_exists(maybe_sent_at_ms) OR maybe_sent_by = :me)",
+                )
                 return
             except LeaseLostError:
-                state, event, reason = DeliveryState.UNKNOWN, Event.SETTLE_UNKNOWN, (
-                    f"{reason}; an earlier attempt may have been accepted by the provider")
+                state, event, reason = (
+                    DeliveryState.UNKNOWN,
+                    Event.SETTLE_UNKNOWN,
+                    (f"{reason}; an earlier attempt may have been accepted by the provider"),
+                )
                 values.update(_values(state=state.value, reason=reason[:500]))
                 values.update(_history(state.value, owner, f"{error_class}: {reason}"))
         if refused:
@@ -396,8 +457,14 @@ class DynamoDBLedger:
             # mark, nothing can have been accepted: lift it. Else an earlier owner's request
             # may have been accepted; the mark (and its window) stays.
             try:
-                self._fenced_update(key, owner=owner, event=event, values=values,
-                                    update=update + " REMOVE lease_until_ms, " + _LIFT, extra=_LIFT_GUARD)
+                self._fenced_update(
+                    key,
+                    owner=owner,
+                    event=event,
+                    values=values,
+                    update=update + " REMOVE lease_until_ms, " + _LIFT,
+                    extra=_LIFT_GUARD,
+                )
                 return
             except LeaseLostError:
                 pass
@@ -406,7 +473,10 @@ class DynamoDBLedger:
     def close_unclaimed(
         self, campaign_id: str, recipient_ids: Iterable[str], *, state: DeliveryState, reason: str, batch_id: str
     ) -> int:
-        event = {DeliveryState.DEAD_LETTERED: Event.CLOSE_DEAD_LETTERED, DeliveryState.SUPPRESSED: Event.CLOSE_SUPPRESSED}[state]
+        event = {
+            DeliveryState.DEAD_LETTERED: Event.CLOSE_DEAD_LETTERED,
+            DeliveryState.SUPPRESSED: Event.CLOSE_SUPPRESSED,
+        }[state]
         states = {f":s{i}": {"S": s} for i, s in enumerate(protocol.sources(event))}
         condition = f"#state IN ({', '.join(states)})"
         if protocol.allows_absent(event):
@@ -450,7 +520,10 @@ class DynamoDBLedger:
     def get_many(self, campaign_id: str, recipient_ids: list[str]) -> dict[str, DeliveryRecord]:
         found: dict[str, DeliveryRecord] = {}
         for start in range(0, len(recipient_ids), 100):
-            keys = [self._key(DeliveryKey(campaign_id=campaign_id, recipient_id=r)) for r in recipient_ids[start : start + 100]]
+            keys = [
+                self._key(DeliveryKey(campaign_id=campaign_id, recipient_id=r))
+                for r in recipient_ids[start : start + 100]
+            ]
             request = {self._table: {"Keys": keys, "ConsistentRead": True}}
             while request:
                 response = self._client.batch_get_item(RequestItems=request)
@@ -463,7 +536,9 @@ class DynamoDBLedger:
     def _transact(self, updates: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         """One transaction; None on success, else the per-item cancellation reasons."""
         try:
-            self._client.transact_write_items(TransactItems=[{"Update": {"TableName": self._table, **u}} for u in updates])
+            self._client.transact_write_items(
+                TransactItems=[{"Update": {"TableName": self._table, **u}} for u in updates]
+            )
             return None
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "TransactionCanceledException":
@@ -477,17 +552,36 @@ class DynamoDBLedger:
         return self._key(DeliveryKey(campaign_id=group.campaign_id, recipient_id=recipient_id))
 
     def claim_group(
-        self, group: SendGroup, payload_hashes: dict[str, str], *, owner: str, provider: str, lease_until_ms: int, now_ms: int
+        self,
+        group: SendGroup,
+        payload_hashes: dict[str, str],
+        *,
+        owner: str,
+        provider: str,
+        lease_until_ms: int,
+        now_ms: int,
     ) -> GroupClaim:
         updates = []
         for recipient in group.recipients:
             params = self._claim_update(
-                owner=owner, lease_until_ms=lease_until_ms, now_ms=now_ms, batch_id=group.group_id, provider=provider,
-                payload_hash=payload_hashes[recipient.recipient_id], email=recipient.email, keyed=True,
-                group_key=group.idempotency_key, detail=f"group {group.group_id}",
+                owner=owner,
+                lease_until_ms=lease_until_ms,
+                now_ms=now_ms,
+                batch_id=group.group_id,
+                provider=provider,
+                payload_hash=payload_hashes[recipient.recipient_id],
+                email=recipient.email,
+                keyed=True,
+                group_key=group.idempotency_key,
+                detail=f"group {group.group_id}",
             )
-            updates.append({"Key": self._member_key(group, recipient.recipient_id),
-                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD", **params})
+            updates.append(
+                {
+                    "Key": self._member_key(group, recipient.recipient_id),
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                    **params,
+                }
+            )
         reasons = self._transact(updates)
         if reasons is None:
             return GroupClaim(claimed=True)
@@ -503,8 +597,17 @@ class DynamoDBLedger:
                 held_until = max(held_until or 0, record.lease_until_ms)
         return GroupClaim(claimed=False, final=final, held_until_ms=held_until)
 
-    def _fenced_member(self, group: SendGroup, recipient_id: str, *, owner: str, event: Event, update: str,
-                       values: dict[str, Any], extra: str = "") -> dict[str, Any]:
+    def _fenced_member(
+        self,
+        group: SendGroup,
+        recipient_id: str,
+        *,
+        owner: str,
+        event: Event,
+        update: str,
+        values: dict[str, Any],
+        extra: str = "",
+    ) -> dict[str, Any]:
         states = {f":s{i}": {"S": s} for i, s in enumerate(protocol.sources(event))}
         return {
             "Key": self._member_key(group, recipient_id),
@@ -530,12 +633,23 @@ class DynamoDBLedger:
                 update = "SET #state = :state, reason = :reason, error_class = :ec, updated_at = :iso, " + _APPEND
                 update += " REMOVE lease_until_ms"
                 event = Event.SETTLE_FAILED
-            updates.append(self._fenced_member(group, recipient.recipient_id, owner=owner, event=event, update=update, values=values))
+            updates.append(
+                self._fenced_member(
+                    group, recipient.recipient_id, owner=owner, event=event, update=update, values=values
+                )
+            )
         if self._transact(updates) is not None:
             raise LeaseLostError(f"group {group.group_id} is no longer owned by {owner}")
 
     def release_group(
-        self, group: SendGroup, *, owner: str, state: DeliveryState, reason: str, error_class: str, refused: bool = False
+        self,
+        group: SendGroup,
+        *,
+        owner: str,
+        state: DeliveryState,
+        reason: str,
+        error_class: str,
+        refused: bool = False,
     ) -> None:
         """Every member back to `state` together. `refused`: the provider refused the
         request, so members whose mark this owner set lose it (and the group), which lets a
@@ -549,17 +663,26 @@ class DynamoDBLedger:
                 values.update(_history(state.value, owner, f"{error_class}: {reason}"))
                 update = "SET #state = :state, reason = :reason, error_class = :ec, updated_at = :iso, " + _APPEND
                 lift = refused and recipient.recipient_id not in keep
-                updates.append(self._fenced_member(
-                    group, recipient.recipient_id, owner=owner, event=event, values=values,
-                    update=update + " REMOVE lease_until_ms" + (", " + _LIFT if lift else ""),
-                    extra=_LIFT_GUARD if lift else "",
-                ))
+                updates.append(
+                    self._fenced_member(
+                        group,
+                        recipient.recipient_id,
+                        owner=owner,
+                        event=event,
+                        values=values,
+                        update=update + " REMOVE lease_until_ms" + (", " + _LIFT if lift else ""),
+                        extra=_LIFT_GUARD if lift else "",
+                    )
+                )
             reasons = self._transact(updates)
             if reasons is None:
                 return
             # A member whose mark another owner set fails only the lift: keep its mark and retry.
-            failed = [r.recipient_id for r, why in zip(group.recipients, reasons, strict=False)
-                      if why.get("Code") == "ConditionalCheckFailed"]
+            failed = [
+                r.recipient_id
+                for r, why in zip(group.recipients, reasons, strict=False)
+                if why.get("Code") == "ConditionalCheckFailed"
+            ]
             newly = {rid for rid in failed if rid not in keep}
             if not refused or not newly:
                 raise LeaseLostError(f"group {group.group_id} is no longer owned by {owner}")

@@ -32,8 +32,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from sendonce.domain.sending import protocol
-from sendonce.domain.sending.protocol import Event
+from sendonce.domain.models import DeliveryKey, DeliveryState
 from sendonce.domain.ports import (
     Annotation,
     AnnotationStatus,
@@ -44,7 +43,8 @@ from sendonce.domain.ports import (
     ReopenReport,
     UnknownDelivery,
 )
-from sendonce.domain.models import DeliveryKey, DeliveryState
+from sendonce.domain.sending import protocol
+from sendonce.domain.sending.protocol import Event
 
 _ser = TypeSerializer()
 _de = TypeDeserializer()
@@ -207,7 +207,8 @@ class DynamoDBLedgerEvents:
                 TableName=self._ledger,
                 Key=self._key(key),
                 UpdateExpression=(
-                    "SET #state = :sent, provider_message_id = :mid, updated_at = :at, " + _APPEND_HISTORY
+                    "SET #state = :sent, provider_message_id = :mid, updated_at = :at, "
+                    + _APPEND_HISTORY
                     + " REMOVE reason, error_class, lease_until_ms"
                 ),
                 ConditionExpression="#state = :unknown",
@@ -218,7 +219,13 @@ class DynamoDBLedgerEvents:
                     ":mid": {"S": provider_message_id},
                     ":at": {"S": now},
                     ":empty": {"L": []},
-                    ":hentry": {"L": [_ser.serialize({"at": now, "event": "sent", "detail": f"{detail} ({provider_message_id})"[:500]})]},
+                    ":hentry": {
+                        "L": [
+                            _ser.serialize(
+                                {"at": now, "event": "sent", "detail": f"{detail} ({provider_message_id})"[:500]}
+                            )
+                        ]
+                    },
                 },
             )
             return True
@@ -260,7 +267,8 @@ class DynamoDBLedgerEvents:
                     Key=self._key(key),
                     UpdateExpression=(
                         "SET #state = :pending, reason = :reason, updated_at = :at, reopened_by = :by, reopened_at = :at, "
-                        + _APPEND_HISTORY + " REMOVE maybe_sent_at_ms, maybe_sent_by, group_key, lease_until_ms, error_class"
+                        + _APPEND_HISTORY
+                        + " REMOVE maybe_sent_at_ms, maybe_sent_by, group_key, lease_until_ms, error_class"
                     ),
                     ConditionExpression="#state = :unknown AND attribute_not_exists(provider_sent_id)",
                     ExpressionAttributeNames={"#state": "state"},
@@ -271,7 +279,13 @@ class DynamoDBLedgerEvents:
                         ":by": {"S": by[:200]},
                         ":at": {"S": now},
                         ":empty": {"L": []},
-                        ":hentry": {"L": [_ser.serialize({"at": now, "event": "reopened", "owner": by[:200], "detail": reason[:500]})]},
+                        ":hentry": {
+                            "L": [
+                                _ser.serialize(
+                                    {"at": now, "event": "reopened", "owner": by[:200], "detail": reason[:500]}
+                                )
+                            ]
+                        },
                     },
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )
@@ -284,7 +298,9 @@ class DynamoDBLedgerEvents:
                 ).get("Item")
                 evidence = _s(old or {}, "provider_sent_id")
                 if _state(old) is DeliveryState.UNKNOWN and evidence:
-                    self.resolve_unknown(key, provider_message_id=evidence, detail="confirmed by an earlier provider 'sent' event")
+                    self.resolve_unknown(
+                        key, provider_message_id=evidence, detail="confirmed by an earlier provider 'sent' event"
+                    )
                     report.confirmed_sent.append(recipient_id)
                 else:
                     report.skipped.append(recipient_id)

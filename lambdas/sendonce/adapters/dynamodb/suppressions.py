@@ -16,8 +16,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from sendonce.domain.ports import ImportReport, Suppression, SuppressionReason
 from sendonce.domain.models import email_fingerprint
+from sendonce.domain.ports import ImportReport, Suppression, SuppressionReason
 
 IMPORT_WORKERS = 8
 

@@ -10,7 +10,12 @@ from typing import Any
 import resend
 from resend.exceptions import ResendError
 
-from sendonce.domain.errors import AmbiguousProviderError, HaltProviderError, PermanentProviderError, RetryableProviderError
+from sendonce.domain.errors import (
+    AmbiguousProviderError,
+    HaltProviderError,
+    PermanentProviderError,
+    RetryableProviderError,
+)
 from sendonce.domain.models import OutboundEmail, Receipt, redact_emails
 from sendonce.domain.ports import RateLimiter
 
@@ -115,8 +120,14 @@ class ResendProvider:
     idempotent = True
     max_batch = 100
 
-    def __init__(self, *, api_key: str, api_url: str | None = None, timeout_seconds: float = 10.0,
-                 limiter: RateLimiter | None = None):
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        api_url: str | None = None,
+        timeout_seconds: float = 10.0,
+        limiter: RateLimiter | None = None,
+    ):
         # The SDK keeps its configuration in module globals: one configuration per process.
         resend.api_key = api_key
         if api_url:
@@ -139,7 +150,7 @@ class ResendProvider:
                 self._limiter.observed_limit(self.name, seen.limit_per_s)
             if seen.remaining == 0 and seen.reset_s is not None:
                 self._limiter.exhausted(self.name, reset_s=seen.reset_s)
-        except Exception:  # noqa: BLE001 - the send's outcome is known; a lost hint must not hide it
+        except Exception:
             logger.warning("could not record Resend's rate-limit headers", exc_info=True)
 
     def _call(self, send: Any) -> Any:
@@ -171,7 +182,9 @@ class ResendProvider:
         return params
 
     def send(self, email: OutboundEmail) -> Receipt:
-        response = self._call(lambda: resend.Emails.send(self._params(email), {"idempotency_key": email.idempotency_key}))
+        response = self._call(
+            lambda: resend.Emails.send(self._params(email), {"idempotency_key": email.idempotency_key})
+        )
         message_id = response.get("id") if isinstance(response, dict) else None
         if not message_id:
             raise AmbiguousProviderError("resend answered without an email id")
@@ -182,13 +195,22 @@ class ResendProvider:
         come back under `errors` with their index; `data` lists the accepted ones in order."""
         if not 1 <= len(emails) <= self.max_batch:
             raise ValueError(f"a Resend batch holds 1..{self.max_batch} emails, not {len(emails)}")
-        response = self._call(lambda: resend.Batch.send(
-            [self._params(e) for e in emails], {"idempotency_key": idempotency_key, "batch_validation": "permissive"}
-        ))
+        response = self._call(
+            lambda: resend.Batch.send(
+                [self._params(e) for e in emails],
+                {"idempotency_key": idempotency_key, "batch_validation": "permissive"},
+            )
+        )
         data = list(response.get("data") or []) if isinstance(response, dict) else []
         errors = {int(e["index"]): str(e.get("message", "rejected")) for e in (response.get("errors") or [])}
         if len(data) + len(errors) != len(emails):
-            raise AmbiguousProviderError(f"resend batch answer covers {len(data) + len(errors)} of {len(emails)} emails")
+            raise AmbiguousProviderError(
+                f"resend batch answer covers {len(data) + len(errors)} of {len(emails)} emails"
+            )
         ids = iter(data)
-        return [redact_emails(f"resend rejected: {errors[i]}") if i in errors else Receipt(provider_message_id=next(ids)["id"])
-                for i in range(len(emails))]
+        return [
+            redact_emails(f"resend rejected: {errors[i]}")
+            if i in errors
+            else Receipt(provider_message_id=next(ids)["id"])
+            for i in range(len(emails))
+        ]

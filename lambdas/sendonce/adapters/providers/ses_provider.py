@@ -9,7 +9,12 @@ from typing import Any
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError
 
-from sendonce.domain.errors import AmbiguousProviderError, HaltProviderError, PermanentProviderError, RetryableProviderError
+from sendonce.domain.errors import (
+    AmbiguousProviderError,
+    HaltProviderError,
+    PermanentProviderError,
+    RetryableProviderError,
+)
 from sendonce.domain.models import OutboundEmail, Receipt
 
 # One attempt exactly: `max_attempts: 1` still made two in botocore's standard mode.

@@ -59,7 +59,13 @@ TRANSITIONS: tuple[CampaignTransition, ...] = (
     T(E.CANCEL, C.DRAFT, C.CANCELLED, "operator", "republishes the rest so consumers close them"),
     T(E.CANCEL, C.SENDING, C.CANCELLED, "operator", "republishes the rest so consumers close them"),
     T(E.CANCEL, C.PAUSED, C.CANCELLED, "operator", "republishes the rest so consumers close them"),
-    T(E.COMPLETE, C.SENDING, C.COMPLETED, "sendonce", "every published recipient ended; no publish lease live; open batches reset"),
+    T(
+        E.COMPLETE,
+        C.SENDING,
+        C.COMPLETED,
+        "sendonce",
+        "every published recipient ended; no publish lease live; open batches reset",
+    ),
 )
 
 
@@ -98,8 +104,14 @@ def apply(
     for target, allowed, stays in writes(event):
         try:
             return store.transition(
-                campaign_id, to=target, allowed_from=allowed, by=by, reason=reason, stays=stays,
-                publishing_until_ms=publishing_until_ms, unless_publishing_at_ms=unless_publishing_at_ms,
+                campaign_id,
+                to=target,
+                allowed_from=allowed,
+                by=by,
+                reason=reason,
+                stays=stays,
+                publishing_until_ms=publishing_until_ms,
+                unless_publishing_at_ms=unless_publishing_at_ms,
                 open_batches=open_batches,
             )
         except IllegalTransitionError as exc:

@@ -39,7 +39,9 @@ from sendonce.domain.models import (
 RecipientFormat = Literal["csv", "jsonl"]
 FORMATS_BY_SUFFIX: dict[str, RecipientFormat] = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
-_ID_RULE = "must be 1-100 letters, digits, '_' or '-', starting with a letter or digit (an opaque id, never an email address)"
+_ID_RULE = (
+    "must be 1-100 letters, digits, '_' or '-', starting with a letter or digit (an opaque id, never an email address)"
+)
 
 # Characters that end or split a header line (C0 and C1 controls, DEL, Unicode line and
 # paragraph separators). Refused in every field that becomes a header, so no value can add a
@@ -113,8 +115,10 @@ _SPEC_SCHEMA: JsonDict = {
     ],
     "oneOf": [
         {"properties": {"delivery_mode": {"enum": ["single"]}}},
-        {"required": ["delivery_mode"], "properties": {"delivery_mode": {"enum": ["batch"]},
-                                                       "provider": {"enum": list(BATCH_PROVIDERS)}}},
+        {
+            "required": ["delivery_mode"],
+            "properties": {"delivery_mode": {"enum": ["batch"]}, "provider": {"enum": list(BATCH_PROVIDERS)}},
+        },
     ],
 }
 
@@ -127,11 +131,16 @@ class CampaignSpec(BaseModel):
     id: Identifier = Field(description="The campaign id: letters, digits, '_' and '-'.")
     name: str = Field(min_length=1, max_length=limits.CAMPAIGN_NAME_CHARS, pattern=LINE_PATTERN)
     subject: str = Field(
-        min_length=1, max_length=limits.SUBJECT_CHARS, pattern=SUBJECT_PATTERN,
+        min_length=1,
+        max_length=limits.SUBJECT_CHARS,
+        pattern=SUBJECT_PATTERN,
         description="Jinja template; not HTML; one line without control characters.",
     )
     sender: str = Field(
-        alias="from", min_length=3, max_length=limits.SENDER_CHARS, pattern=SENDER_PATTERN,
+        alias="from",
+        min_length=3,
+        max_length=limits.SENDER_CHARS,
+        pattern=SENDER_PATTERN,
         description=f"From address: a@example.com or Name <a@example.com>, at most {limits.SENDER_CHARS} "
         "characters in all; no line breaks or control characters.",
     )
@@ -139,15 +148,18 @@ class CampaignSpec(BaseModel):
         default=None, max_length=limits.SENDER_CHARS, pattern=SENDER_PATTERN, description="Same rules as from."
     )
     html: str | None = Field(
-        default=None, max_length=limits.HTML_BYTES,
+        default=None,
+        max_length=limits.HTML_BYTES,
         description=f"Jinja template; variables are HTML-escaped. At most {limits.HTML_BYTES:,} bytes (UTF-8).",
     )
     text: str | None = Field(
-        default=None, max_length=limits.TEXT_BYTES,
+        default=None,
+        max_length=limits.TEXT_BYTES,
         description=f"Jinja template for the plain-text part. At most {limits.TEXT_BYTES:,} bytes (UTF-8).",
     )
     provider: str = Field(
-        pattern=PROVIDER_PATTERN, json_schema_extra={"enum": list(PROVIDERS)},
+        pattern=PROVIDER_PATTERN,
+        json_schema_extra={"enum": list(PROVIDERS)},
         description="A registered provider: ses or resend.",
     )
     delivery_mode: Literal["single", "batch"] = Field(
@@ -189,7 +201,12 @@ VALUE_PATTERN = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$"
 _VARIABLES_SCHEMA: JsonDict = {
     "propertyNames": {"minLength": 1, "maxLength": limits.VARIABLE_NAME_CHARS, "pattern": LINE_PATTERN},
     "additionalProperties": {
-        "anyOf": [{"type": "string", "pattern": VALUE_PATTERN}, {"type": "number"}, {"type": "boolean"}, {"type": "null"}]
+        "anyOf": [
+            {"type": "string", "pattern": VALUE_PATTERN},
+            {"type": "number"},
+            {"type": "boolean"},
+            {"type": "null"},
+        ]
     },
 }
 
@@ -200,11 +217,14 @@ class InlineRecipient(Recipient):
     fits its share of a batch (limits.RECIPIENT_JSON_BYTES)."""
 
     email: str = Field(
-        min_length=3, max_length=limits.ADDRESS_CHARS, pattern=ADDRESS_PATTERN,
+        min_length=3,
+        max_length=limits.ADDRESS_CHARS,
+        pattern=ADDRESS_PATTERN,
         description=f"One address (no display name), at most {limits.ADDRESS_CHARS} characters.",
     )
     variables: dict[VariableName, VariableValue] = Field(
-        default_factory=dict, max_length=limits.VARIABLES_PER_RECIPIENT,
+        default_factory=dict,
+        max_length=limits.VARIABLES_PER_RECIPIENT,
         description=f"Template variables (scalars). The recipient as JSON is at most "
         f"{limits.RECIPIENT_JSON_BYTES:,} bytes.",
         json_schema_extra=_VARIABLES_SCHEMA,
@@ -335,7 +355,9 @@ def bounded_lines(lines: Iterable[str], name: str, *, most: int = limits.RECIPIE
     NUL byte (a binary file, or a truncated export)."""
     for number, line in enumerate(lines, start=1):
         if len(line) > most:
-            raise RecipientFileError(f"{name}:{number}: line longer than {most:,} characters; nothing after it was read")
+            raise RecipientFileError(
+                f"{name}:{number}: line longer than {most:,} characters; nothing after it was read"
+            )
         if "\x00" in line:
             raise RecipientFileError(f"{name}:{number}: holds a NUL byte (not a text file?); nothing after it was read")
         yield line
@@ -360,7 +382,9 @@ class RecipientReader:
             try:
                 header = next(self._csv)
             except StopIteration:
-                raise RecipientFileError(f"{self._name}: the file is empty (expected a header recipient_id,email,...)") from None
+                raise RecipientFileError(
+                    f"{self._name}: the file is empty (expected a header recipient_id,email,...)"
+                ) from None
             except csv.Error as exc:
                 raise RecipientFileError(f"{self._name}:{self._csv.line_num}: header is not valid CSV: {exc}") from exc
             if not any(cell.strip() for cell in header):
@@ -420,7 +444,7 @@ class RecipientReader:
                 yield Row(line=number, problem=f"not valid JSON: {exc.msg}{column}")
                 continue
             if not isinstance(data, dict):
-                yield Row(line=number, problem="expected a JSON object {\"recipient_id\", \"email\", \"variables\"}")
+                yield Row(line=number, problem='expected a JSON object {"recipient_id", "email", "variables"}')
                 continue
             for name in ("recipient_id", "email"):
                 if isinstance(data.get(name), str):
@@ -432,7 +456,9 @@ def _row(line: int, data: dict[str, Any]) -> Row:
     try:
         recipient = InlineRecipient.model_validate(data)
     except ValidationError as exc:
-        return Row(line=line, problem="; ".join(f"{field}: {message}" for field, message in describe_validation_error(exc)))
+        return Row(
+            line=line, problem="; ".join(f"{field}: {message}" for field, message in describe_validation_error(exc))
+        )
     return Row(line=line, recipient=recipient)
 
 
@@ -492,8 +518,10 @@ def describe_row(row: Row, *, dedupe_addresses: bool = False, where: str = "line
     if row.repeats_address:
         if dedupe_addresses:
             return f"same address as {where}{row.same_address_as}; not published (dedupe addresses)"
-        return (f"same address as {where}{row.same_address_as}, under another recipient_id; published "
-                "(it gets the email twice; dedupe addresses to send it once)")
+        return (
+            f"same address as {where}{row.same_address_as}, under another recipient_id; published "
+            "(it gets the email twice; dedupe addresses to send it once)"
+        )
     return row.problem or ""
 
 

@@ -14,16 +14,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-
 from typing import Any
 
 from pydantic import ValidationError
 
-from sendonce.domain.ports import ReopenReport
-from sendonce.domain.errors import InvalidCampaignError, UnknownProviderError
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
-from sendonce.domain.errors import IllegalTransitionError
+from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S, UnknownOutcomes
+from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError, UnknownProviderError
 from sendonce.domain.models import (
     FINAL_STATES,
     MAX_RECIPIENTS_PER_BATCH,
@@ -36,9 +34,8 @@ from sendonce.domain.models import (
     DeliveryState,
     Recipient,
 )
-from sendonce.domain.ports import BatchStatus, CampaignStore, Ledger, Queue
+from sendonce.domain.ports import BatchStatus, CampaignStore, Ledger, Queue, ReopenReport
 from sendonce.domain.sending.rendering import RenderError, check_content
-from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S, UnknownOutcomes
 
 logger = logging.getLogger(__name__)
 
@@ -151,8 +148,11 @@ class DeadLetterSummary:
     messages: list[DeadLetterMessage]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"messages": len(self.messages), "campaigns": [g.as_dict() for g in self.groups],
-                "details": [m.as_dict() for m in self.messages]}
+        return {
+            "messages": len(self.messages),
+            "campaigns": [g.as_dict() for g in self.groups],
+            "details": [m.as_dict() for m in self.messages],
+        }
 
 
 def delivery_status(campaigns: CampaignStore, ledger: Ledger, campaign_id: str) -> DeliveryStatus:
@@ -192,10 +192,15 @@ def complete_if_done(campaigns: CampaignStore, ledger: Ledger, campaign_id: str,
     reason = f"{status.unknown} outcome(s) unknown" if status.unknown else "every recipient ended"
     try:
         return lifecycle.apply(
-            campaigns, campaign_id, CampaignEvent.COMPLETE, by=lifecycle.AUTOMATIC, reason=reason,
+            campaigns,
+            campaign_id,
+            CampaignEvent.COMPLETE,
+            by=lifecycle.AUTOMATIC,
+            reason=reason,
             # Every published recipient has ended, so messages still queued carry only ended
             # ones: the count starts again from nothing (a reopening publish adds to it).
-            unless_publishing_at_ms=now_ms, open_batches=0,
+            unless_publishing_at_ms=now_ms,
+            open_batches=0,
         )
     except IllegalTransitionError:
         return None
@@ -294,18 +299,27 @@ class CampaignService:
         """Take (or renew) the publish lease; a draft or completed campaign starts sending."""
         try:
             return lifecycle.apply(
-                self._campaigns, campaign_id, CampaignEvent.PUBLISH, by=self._operator, reason="published",
+                self._campaigns,
+                campaign_id,
+                CampaignEvent.PUBLISH,
+                by=self._operator,
+                reason="published",
                 publishing_until_ms=self._clock_ms() + PUBLISH_LEASE_MS,
             )
         except IllegalTransitionError as exc:
             state = self._campaigns.get(campaign_id).state
-            raise InvalidCampaignError(f"campaign {campaign_id!r} is {state.value}; nothing can be published to it") from exc
+            raise InvalidCampaignError(
+                f"campaign {campaign_id!r} is {state.value}; nothing can be published to it"
+            ) from exc
 
     def _enqueue(self, chunks: list[list[Recipient]], campaign_id: str, report: PublishReport) -> None:
         batches = []
         for chunk in chunks:
             batch = BatchMessage(
-                schema_version=SCHEMA_VERSION, campaign_id=campaign_id, batch_id=batch_id_for(campaign_id, chunk), recipients=chunk
+                schema_version=SCHEMA_VERSION,
+                campaign_id=campaign_id,
+                batch_id=batch_id_for(campaign_id, chunk),
+                recipients=chunk,
             )
             report.accepted += len(chunk)
             status = self._campaigns.add_batch(batch)
@@ -333,8 +347,10 @@ class CampaignService:
         attempt may have been accepted. A delivery a live consumer holds ends as that
         consumer decides; one a dead consumer held is closed when its lease has run out."""
         campaign = lifecycle.apply(self._campaigns, campaign_id, CampaignEvent.CANCEL, by=self._operator, reason=reason)
-        remaining = self._not_ended(campaign_id, {DeliveryState.PENDING, DeliveryState.DEAD_LETTERED,
-                                                  DeliveryState.CLAIMED, DeliveryState.IN_FLIGHT})
+        remaining = self._not_ended(
+            campaign_id,
+            {DeliveryState.PENDING, DeliveryState.DEAD_LETTERED, DeliveryState.CLAIMED, DeliveryState.IN_FLIGHT},
+        )
         self._queue.publish(self._bodies(campaign_id, remaining, prefix="x"))
         return campaign
 
@@ -368,7 +384,10 @@ class CampaignService:
         seen: set[str] = set()
         for batch, _ in self._campaigns.batches(campaign_id):
             for recipient in batch.recipients:
-                if recipient.recipient_id not in seen and known.get(recipient.recipient_id, DeliveryState.PENDING) in states:
+                if (
+                    recipient.recipient_id not in seen
+                    and known.get(recipient.recipient_id, DeliveryState.PENDING) in states
+                ):
                     seen.add(recipient.recipient_id)
                     remaining.append(recipient)
         return remaining
@@ -380,8 +399,10 @@ class CampaignService:
             chunk = recipients[start : start + MAX_RECIPIENTS_PER_BATCH]
             # Not recorded as new batches: the originals already hold these recipients.
             batch = BatchMessage(
-                schema_version=SCHEMA_VERSION, campaign_id=campaign_id,
-                batch_id=prefix + batch_id_for(campaign_id, chunk)[1:], recipients=chunk,
+                schema_version=SCHEMA_VERSION,
+                campaign_id=campaign_id,
+                batch_id=prefix + batch_id_for(campaign_id, chunk)[1:],
+                recipients=chunk,
             )
             bodies.append(batch.to_body())
         return bodies
@@ -401,20 +422,27 @@ class CampaignService:
         with unknown outcomes is paused first so that it can be resumed."""
         by = self._operator
         campaign = self._campaigns.get(campaign_id)
-        if not (lifecycle.can(CampaignEvent.RESUME, campaign.state) or lifecycle.can(CampaignEvent.REOPEN_UNKNOWN, campaign.state)):
+        if not (
+            lifecycle.can(CampaignEvent.RESUME, campaign.state)
+            or lifecycle.can(CampaignEvent.REOPEN_UNKNOWN, campaign.state)
+        ):
             raise InvalidCampaignError(f"campaign {campaign_id!r} is {campaign.state.value}; it cannot be resumed")
         report = unknowns.reopen(campaign_id, recipient_ids=recipient_ids, older_than_s=older_than_s, by=by)
         if campaign.state is CampaignState.COMPLETED:
             if not report.reopened:
                 return campaign, 0, report
             lifecycle.apply(
-                self._campaigns, campaign_id, CampaignEvent.REOPEN_UNKNOWN, by=by,
+                self._campaigns,
+                campaign_id,
+                CampaignEvent.REOPEN_UNKNOWN,
+                by=by,
                 reason=f"reopened {len(report.reopened)} unknown outcome(s)",
             )
         campaign, republished = self.resume(
             campaign_id,
             include_dead_lettered=include_dead_lettered,
-            reason=reason or (f"resumed with {len(report.reopened)} reopened unknown outcome(s)" if report.reopened else None),
+            reason=reason
+            or (f"resumed with {len(report.reopened)} reopened unknown outcome(s)" if report.reopened else None),
         )
         return campaign, republished, report
 
@@ -432,8 +460,13 @@ class CampaignService:
     def acting_as(self, operator: str) -> CampaignService:
         """The same service recording `operator` as who changes campaign state (per API caller)."""
         return CampaignService(
-            campaigns=self._campaigns, ledger=self._ledger, queue=self._queue, provider_names=self._provider_names,
-            batch_provider_names=self._batch_provider_names, operator=operator, clock_ms=self._clock_ms,
+            campaigns=self._campaigns,
+            ledger=self._ledger,
+            queue=self._queue,
+            provider_names=self._provider_names,
+            batch_provider_names=self._batch_provider_names,
+            operator=operator,
+            clock_ms=self._clock_ms,
         )
 
     def delivery(self, campaign_id: str, recipient_id: str) -> DeliveryRecord | None:
@@ -468,15 +501,17 @@ class CampaignService:
             keys = [(batch.campaign_id, r.recipient_id) for r in batch.recipients] if batch else []
             records = [dead[key] for key in keys if key in dead]
             latest = max(records, key=lambda r: r.updated_at or "", default=None)
-            messages.append(DeadLetterMessage(
-                message_id=letter.message_id,
-                campaign_id=batch.campaign_id if batch else None,
-                batch_id=batch.batch_id if batch else None,
-                recipients=len(batch.recipients) if batch else 0,
-                dead_lettered=len(records),
-                error=letter.poison_reason or (latest.reason if latest else None),
-                sent_at_ms=letter.sent_at_ms,
-            ))
+            messages.append(
+                DeadLetterMessage(
+                    message_id=letter.message_id,
+                    campaign_id=batch.campaign_id if batch else None,
+                    batch_id=batch.batch_id if batch else None,
+                    recipients=len(batch.recipients) if batch else 0,
+                    dead_lettered=len(records),
+                    error=letter.poison_reason or (latest.reason if latest else None),
+                    sent_at_ms=letter.sent_at_ms,
+                )
+            )
         groups: dict[str | None, DeadLetterGroup] = {}
         for message in sorted(messages, key=lambda m: m.sent_at_ms or 0):
             group = groups.setdefault(message.campaign_id, DeadLetterGroup(campaign_id=message.campaign_id))

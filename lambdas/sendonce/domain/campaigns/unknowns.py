@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from sendonce.domain.ports import LedgerEvents, ReopenReport, UnknownDelivery
+
 from sendonce.domain.models import DeliveryKey
+from sendonce.domain.ports import LedgerEvents, ReopenReport, UnknownDelivery
 
 # SES publishes a Send event within seconds; a quarter of an hour without one says the
 # email was most likely not accepted (never certainly).
@@ -61,6 +62,8 @@ class UnknownOutcomes:
         return report
 
 
-def unknowns_older_than(ledger_events: LedgerEvents, campaign_id: str, seconds: int, *, now_ms: int | None = None) -> list[UnknownDelivery]:
+def unknowns_older_than(
+    ledger_events: LedgerEvents, campaign_id: str, seconds: int, *, now_ms: int | None = None
+) -> list[UnknownDelivery]:
     clock = (lambda: now_ms) if now_ms is not None else (lambda: int(time.time() * 1000))
     return UnknownOutcomes(ledger_events=ledger_events, clock_ms=clock).older_than(campaign_id, seconds)

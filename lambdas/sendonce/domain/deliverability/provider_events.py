@@ -26,8 +26,11 @@ from typing import Any
 
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
+from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, WebhookSignatureError
+from sendonce.domain.models import DeliveryState, is_valid_email
 from sendonce.domain.ports import (
     AnnotationStatus,
+    CampaignStore,
     EventKind,
     FeedbackCounter,
     LedgerEvents,
@@ -36,9 +39,6 @@ from sendonce.domain.ports import (
     Suppressions,
     WebhookVerifier,
 )
-from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, WebhookSignatureError
-from sendonce.domain.models import DeliveryState, is_valid_email
-from sendonce.domain.ports import CampaignStore
 
 logger = logging.getLogger(__name__)
 
@@ -108,10 +108,20 @@ def parse_ses_event(event: Mapping[str, Any]) -> ProviderEvent | None:
     mail = detail.get("mail") or {}
     tags = mail.get("tags") or {}
     message_id = _first(mail.get("messageId"))
-    body = detail.get(
-        {"Send": "send", "Delivery": "delivery", "DeliveryDelay": "deliveryDelay", "Bounce": "bounce",
-         "Complaint": "complaint", "Reject": "reject", "Rendering Failure": "failure"}[str(event_type)]
-    ) or {}
+    body = (
+        detail.get(
+            {
+                "Send": "send",
+                "Delivery": "delivery",
+                "DeliveryDelay": "deliveryDelay",
+                "Bounce": "bounce",
+                "Complaint": "complaint",
+                "Reject": "reject",
+                "Rendering Failure": "failure",
+            }[str(event_type)]
+        )
+        or {}
+    )
     hard = False
     reason = None
     if kind is EventKind.BOUNCED:
@@ -138,7 +148,9 @@ def parse_ses_event(event: Mapping[str, Any]) -> ProviderEvent | None:
         recipients = list(mail.get("destination", []))
         detail_text = _short(body.get("reason")) if kind is EventKind.REJECTED else None
         discriminator = event_type
-    event_id = _event_id("ses", message_id, event_type, discriminator) if message_id else f"eventbridge:{event.get('id')}"
+    event_id = (
+        _event_id("ses", message_id, event_type, discriminator) if message_id else f"eventbridge:{event.get('id')}"
+    )
     return ProviderEvent(
         event_id=event_id,
         provider="ses",
@@ -269,7 +281,10 @@ class ProviderEventService:
             for address in event.addresses:
                 if is_valid_email(address.strip()):
                     report.newly_suppressed += self._suppressions.add(
-                        address.strip(), event.suppression_reason, f"{event.provider}:{event.kind.value}", event.campaign_id
+                        address.strip(),
+                        event.suppression_reason,
+                        f"{event.provider}:{event.kind.value}",
+                        event.campaign_id,
                     )
         key = event.key
         if key is None:
@@ -295,10 +310,14 @@ class ProviderEventService:
                 and annotation.provider in (None, event.provider)
             ):
                 report.resolved_unknown = self._ledger_events.resolve_unknown(
-                    key, provider_message_id=event.message_id, detail=f"confirmed by a {event.provider} '{event.kind.value}' event"
+                    key,
+                    provider_message_id=event.message_id,
+                    detail=f"confirmed by a {event.provider} '{event.kind.value}' event",
                 )
                 if report.resolved_unknown:
-                    logger.info("unknown outcome resolved to sent by a provider event", extra={"recipient_id": key.recipient_id})
+                    logger.info(
+                        "unknown outcome resolved to sent by a provider event", extra={"recipient_id": key.recipient_id}
+                    )
         if counter is not None:
             report.brake = self._check_brakes(key.campaign_id)
         return report
@@ -311,13 +330,17 @@ class ProviderEventService:
         bounce_limit = Fraction(str(self._brakes.hard_bounce_rate)) * feedback.sent
         if feedback.complaints > complaint_limit:
             return self._pause(
-                campaign_id, "complaint", COMPLAINT_BRAKE,
+                campaign_id,
+                "complaint",
+                COMPLAINT_BRAKE,
                 f"complaint rate {feedback.complaints / feedback.sent:.2%} is above {self._brakes.complaint_rate:.2%}"
                 f" ({feedback.complaints} complaints, {feedback.sent} sent)",
             )
         if feedback.hard_bounces > bounce_limit:
             return self._pause(
-                campaign_id, "bounce", BOUNCE_BRAKE,
+                campaign_id,
+                "bounce",
+                BOUNCE_BRAKE,
                 f"hard-bounce rate {feedback.hard_bounces / feedback.sent:.2%} is above {self._brakes.hard_bounce_rate:.2%}"
                 f" ({feedback.hard_bounces} hard bounces, {feedback.sent} sent)",
             )

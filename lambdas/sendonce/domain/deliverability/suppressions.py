@@ -6,14 +6,14 @@ consumer reads the same list before each send (docs/deliverability.md).
 
 from __future__ import annotations
 
-import csv
 import builtins
+import csv
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from sendonce.domain.ports import ImportReport, Suppression, SuppressionReason, Suppressions
 from sendonce.domain.models import is_valid_email
+from sendonce.domain.ports import ImportReport, Suppression, SuppressionReason, Suppressions
 
 IMPORT_CHUNK = 500
 
@@ -36,10 +36,14 @@ def parse_reason(value: str | None, default: SuppressionReason) -> SuppressionRe
     try:
         return SuppressionReason(value.strip().lower())
     except ValueError:
-        raise ValueError(f"unknown suppression reason {value!r} (known: {', '.join(r.value for r in SuppressionReason)})") from None
+        raise ValueError(
+            f"unknown suppression reason {value!r} (known: {', '.join(r.value for r in SuppressionReason)})"
+        ) from None
 
 
-def parse_import_lines(lines: Iterable[str], default: SuppressionReason) -> Iterator[tuple[int, str | None, SuppressionReason]]:
+def parse_import_lines(
+    lines: Iterable[str], default: SuppressionReason
+) -> Iterator[tuple[int, str | None, SuppressionReason]]:
     """(line number, address or None when invalid, reason) for each entry of a CSV / plain list.
 
     Accepts one address per line or `email,reason`; blank lines, `#` comments and a header

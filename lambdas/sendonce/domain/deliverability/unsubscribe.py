@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 from urllib.parse import parse_qs
 
-from sendonce.domain.ports import EventKind, LedgerEvents, ProviderEvent, SuppressionReason, Suppressions
 from sendonce.domain.errors import InvalidTokenError
 from sendonce.domain.models import ID_PATTERN, email_fingerprint
+from sendonce.domain.ports import EventKind, LedgerEvents, ProviderEvent, SuppressionReason, Suppressions
 
 VERSION = "v1"
 MIN_KEY_BYTES = 32
@@ -83,7 +83,9 @@ def keys_from_secret(value: str) -> list[SigningKey]:
         try:
             moment = _instant(not_before) if not_before is not None else None
         except (TypeError, ValueError):
-            raise ValueError("an unsubscribe key's not_before must be an ISO 8601 time, e.g. 2026-12-01T00:00:00Z") from None
+            raise ValueError(
+                "an unsubscribe key's not_before must be an ISO 8601 time, e.g. 2026-12-01T00:00:00Z"
+            ) from None
         keys.append(SigningKey(secret.encode(), moment))
     if not keys:
         raise ValueError("an unsubscribe key secret holds no key")
@@ -176,7 +178,9 @@ class UnsubscribeTokens:
         return TokenClaims(campaign_id, recipient_id, fingerprint)
 
 
-_MULTIPART_ONE_CLICK = re.compile(r'name="?List-Unsubscribe"?[^\r\n]*\r?\n(?:[^\r\n]+\r?\n)*\r?\n\s*One-Click\s*(?:\r?\n|$)')
+_MULTIPART_ONE_CLICK = re.compile(
+    r'name="?List-Unsubscribe"?[^\r\n]*\r?\n(?:[^\r\n]+\r?\n)*\r?\n\s*One-Click\s*(?:\r?\n|$)'
+)
 
 
 def is_one_click(body: str | None, content_type: str | None) -> bool:
@@ -198,8 +202,9 @@ class UnsubscribeLinks:
     `created_at_of(campaign_id)` gives a campaign's creation time, which chooses the signing
     key; it never changes, so it is asked once per campaign."""
 
-    def __init__(self, tokens: UnsubscribeTokens, base_url: str,
-                 created_at_of: Callable[[str], str | None] | None = None):
+    def __init__(
+        self, tokens: UnsubscribeTokens, base_url: str, created_at_of: Callable[[str], str | None] | None = None
+    ):
         if not base_url.startswith("https://"):
             raise ValueError("the unsubscribe base URL must be https:// (RFC 8058)")
         self._tokens = tokens
@@ -218,9 +223,13 @@ class UnsubscribeLinks:
 
     def url(self, campaign_id: str, recipient_id: str, email: str, *, created_at: str | None = None) -> str:
         created_at = created_at or self._creation(campaign_id)
-        return unsubscribe_url(self._base_url, self._tokens.sign(campaign_id, recipient_id, email, created_at=created_at))
+        return unsubscribe_url(
+            self._base_url, self._tokens.sign(campaign_id, recipient_id, email, created_at=created_at)
+        )
 
-    def headers(self, campaign_id: str, recipient_id: str, email: str, *, created_at: str | None = None) -> dict[str, str]:
+    def headers(
+        self, campaign_id: str, recipient_id: str, email: str, *, created_at: str | None = None
+    ) -> dict[str, str]:
         return {
             "List-Unsubscribe": f"<{self.url(campaign_id, recipient_id, email, created_at=created_at)}>",
             "List-Unsubscribe-Post": ONE_CLICK,
@@ -234,7 +243,9 @@ class UnsubscribeOutcome:
 
 
 class UnsubscribeService:
-    def __init__(self, *, tokens: UnsubscribeTokens, suppressions: Suppressions, ledger_events: LedgerEvents | None = None):
+    def __init__(
+        self, *, tokens: UnsubscribeTokens, suppressions: Suppressions, ledger_events: LedgerEvents | None = None
+    ):
         self._tokens = tokens
         self._suppressions = suppressions
         self._ledger_events = ledger_events

@@ -84,7 +84,12 @@ class BatchRun:
         self.count_many(attr, [recipient_id] if recipient_id else [], error=error, error_class=error_class, size=1)
 
     def count_many(
-        self, attr: str, recipient_ids: list[str], *, error: str | None = None, error_class: str | None = None,
+        self,
+        attr: str,
+        recipient_ids: list[str],
+        *,
+        error: str | None = None,
+        error_class: str | None = None,
         size: int | None = None,
     ) -> None:
         """`size` recipients (default: those named) ended as `attr`; a failure of one request
@@ -126,7 +131,9 @@ def record_failure(run: BatchRun, recipient_ids: list[str], exc: Exception, *, l
             run.count_many("returning", recipient_ids, error=exc.reason, error_class=exc.error_class)
         else:
             run.count_many("unknown", recipient_ids, error=exc.reason, error_class=exc.error_class)
-            logger.error("provider outcome unknown; never re-sent automatically", extra={**log_extra, "reason": exc.reason})
+            logger.error(
+                "provider outcome unknown; never re-sent automatically", extra={**log_extra, "reason": exc.reason}
+            )
     elif isinstance(exc, RetryableProviderError):
         run.count_many("returning", recipient_ids, error=exc.reason, error_class=exc.error_class)
     else:

@@ -72,7 +72,8 @@ def parse_batch(body: str) -> BatchMessage:
         return BatchMessage.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(body)'}: {err['msg']}" for err in exc.errors(include_url=False)[:5]
+            f"{'.'.join(str(p) for p in err['loc']) or '(body)'}: {err['msg']}"
+            for err in exc.errors(include_url=False)[:5]
         )
         raise InvalidMessageError(f"invalid batch message: {problems}") from exc
 
@@ -109,12 +110,25 @@ class DeliveryService:
         self._instance_id = instance_id or uuid.uuid4().hex[:8]
         self._clock_ms = clock_ms
         self._sender = Sender(
-            limiter=limiter, suppressions=suppressions, unsubscribe=unsubscribe, safety_margin_ms=safety_margin_ms,
-            throttle_retries=throttle_retries, sleep=sleep,
+            limiter=limiter,
+            suppressions=suppressions,
+            unsubscribe=unsubscribe,
+            safety_margin_ms=safety_margin_ms,
+            throttle_retries=throttle_retries,
+            sleep=sleep,
         )
-        self._groups = None if group_guard is None else GroupDelivery(
-            ledger=ledger, campaigns=campaigns, guard=guard, group_guard=group_guard, sender=self._sender,
-            instance_id=self._instance_id, clock_ms=clock_ms,
+        self._groups = (
+            None
+            if group_guard is None
+            else GroupDelivery(
+                ledger=ledger,
+                campaigns=campaigns,
+                guard=guard,
+                group_guard=group_guard,
+                sender=self._sender,
+                instance_id=self._instance_id,
+                clock_ms=clock_ms,
+            )
         )
 
     def process(self, body: str, *, receive_count: int, remaining_ms: Callable[[], int]) -> BatchReport:
@@ -135,17 +149,23 @@ class DeliveryService:
             # Paused (or not started): send nothing and acknowledge. The recipients stay
             # pending in the ledger; resume republishes exactly those.
             report.skipped_state = campaign.state
-            logger.info("campaign not sending; batch acknowledged unsent", extra={"campaign_state": campaign.state.value})
+            logger.info(
+                "campaign not sending; batch acknowledged unsent", extra={"campaign_state": campaign.state.value}
+            )
             return report
         provider = self._providers.get(campaign.provider)
         if provider is None:
-            return self._poison(body, f"campaign {campaign.campaign_id!r} names unknown provider {campaign.provider!r}", report)
+            return self._poison(
+                body, f"campaign {campaign.campaign_id!r} names unknown provider {campaign.provider!r}", report
+            )
         try:
             content = CompiledContent(campaign.content)
         except RenderError as exc:
             return self._poison(body, f"campaign {campaign.campaign_id!r}: {exc}", report)
 
-        run = BatchRun(batch=batch, campaign=campaign, provider=provider, content=content, remaining_ms=remaining_ms, report=report)
+        run = BatchRun(
+            batch=batch, campaign=campaign, provider=provider, content=content, remaining_ms=remaining_ms, report=report
+        )
         last_receive = receive_count >= self._max_receive_count
         if last_receive:
             self._dead_letter_first(batch)
@@ -166,8 +186,11 @@ class DeliveryService:
         if report.must_return and last_receive:
             # Those released to pending during this attempt are dead-lettered too, with the last error.
             self._ledger.close_unclaimed(
-                batch.campaign_id, run.returning_ids, state=DeliveryState.DEAD_LETTERED,
-                reason=report.last_error or "message moved to the dead-letter queue", batch_id=batch.batch_id,
+                batch.campaign_id,
+                run.returning_ids,
+                state=DeliveryState.DEAD_LETTERED,
+                reason=report.last_error or "message moved to the dead-letter queue",
+                batch_id=batch.batch_id,
             )
             records = self._ledger.get_many(batch.campaign_id, run.returning_ids)
             report.dead_lettered = sum(1 for r in records.values() if r.state is DeliveryState.DEAD_LETTERED)
@@ -181,7 +204,9 @@ class DeliveryService:
         recipient is left pending behind a message in the DLQ. Dead-lettered deliveries are
         claimable, so this attempt sends them as usual."""
         self._ledger.close_unclaimed(
-            batch.campaign_id, [r.recipient_id for r in batch.recipients], state=DeliveryState.DEAD_LETTERED,
+            batch.campaign_id,
+            [r.recipient_id for r in batch.recipients],
+            state=DeliveryState.DEAD_LETTERED,
             reason="last receive: the message goes to the dead-letter queue unless this attempt ends it",
             batch_id=batch.batch_id,
         )
@@ -193,8 +218,10 @@ class DeliveryService:
             if self._campaigns.batch_settled(campaign_id) <= 0:
                 completed = complete_if_done(self._campaigns, self._ledger, campaign_id, now_ms=self._clock_ms())
                 if completed is not None:
-                    logger.info("campaign completed", extra={"campaign_id": campaign_id, "reason": completed.state_reason})
-        except Exception:  # noqa: BLE001 - the batch itself is done; a later batch or resume completes it
+                    logger.info(
+                        "campaign completed", extra={"campaign_id": campaign_id, "reason": completed.state_reason}
+                    )
+        except Exception:
             logger.exception("could not check whether the campaign completed")
 
     def _close_cancelled(self, batch: BatchMessage, report: BatchReport) -> None:
@@ -213,11 +240,18 @@ class DeliveryService:
                     report.last_error = "delivery held by a live consumer; closed when it ends"
                     report.return_at_ms = max(report.return_at_ms or 0, record.lease_until_ms or 0)
                 continue
-            reason = "campaign cancelled" if event is Event.CLOSE_CANCELLED else (
-                "campaign cancelled after an attempt that may have been accepted by the provider")
+            reason = (
+                "campaign cancelled"
+                if event is Event.CLOSE_CANCELLED
+                else ("campaign cancelled after an attempt that may have been accepted by the provider")
+            )
             closed = self._ledger.close_as_read(
-                record, event, reason=reason, now_ms=now_ms,
-                key=DeliveryKey(campaign_id=batch.campaign_id, recipient_id=recipient_id), batch_id=batch.batch_id,
+                record,
+                event,
+                reason=reason,
+                now_ms=now_ms,
+                key=DeliveryKey(campaign_id=batch.campaign_id, recipient_id=recipient_id),
+                batch_id=batch.batch_id,
             )
             if closed is None:
                 report.returning += 1  # changed while we looked: decide again when the message returns
@@ -239,7 +273,10 @@ class DeliveryService:
     def _pause_for_halt(self, run: BatchRun) -> None:
         try:
             lifecycle.apply(
-                self._campaigns, run.campaign.campaign_id, CampaignEvent.HALT, by=AUTOMATIC_HALT,
+                self._campaigns,
+                run.campaign.campaign_id,
+                CampaignEvent.HALT,
+                by=AUTOMATIC_HALT,
                 reason=run.report.halted_reason,
             )
             logger.error("provider halted sending; campaign paused", extra={"reason": run.report.halted_reason})
@@ -291,7 +328,8 @@ class DeliveryService:
                 logger.info("duplicate send prevented", extra={**extra, "ledger_state": result.state})
         elif result.kind in ("held", "lease_lost"):
             run.count(
-                "returning", recipient.recipient_id,
+                "returning",
+                recipient.recipient_id,
                 error=f"delivery {result.kind.replace('_', ' ')} (another consumer holds it)",
             )
             run.hold_until(result.lease_until_ms)

@@ -85,7 +85,10 @@ class GroupDelivery:
         for recipient in candidates:
             record = records.get(recipient.recipient_id)
             verdict = classify(
-                record, payload_hash=hashes[recipient.recipient_id], provider_idempotent=True, now_ms=now_ms,
+                record,
+                payload_hash=hashes[recipient.recipient_id],
+                provider_idempotent=True,
+                now_ms=now_ms,
                 group_key=key,
             )
             if verdict is Verdict.CLAIM:
@@ -135,7 +138,10 @@ class GroupDelivery:
         ]
         return bool(marked) and not any(
             classify(
-                record, payload_hash=hashes.get(record.recipient_id, ""), provider_idempotent=True, now_ms=now_ms,
+                record,
+                payload_hash=hashes.get(record.recipient_id, ""),
+                provider_idempotent=True,
+                now_ms=now_ms,
                 group_key=group.idempotency_key,
             )
             is Verdict.STALE
@@ -175,7 +181,8 @@ class GroupDelivery:
         if result.kind == "sent":
             for outcome in result.outcomes.values():
                 run.count(
-                    "sent" if "id" in outcome else "failed", error=outcome.get("failed"),
+                    "sent" if "id" in outcome else "failed",
+                    error=outcome.get("failed"),
                     error_class=None if "id" in outcome else "permanent",
                 )
         elif result.kind == "replayed":

@@ -37,7 +37,9 @@ def settlement_for(error: BaseException, *, provider_idempotent: bool) -> Settle
         return Settlement(DeliveryState.PENDING, error.reason, error.error_class, refused=error.proves_not_accepted)
     if isinstance(error, HaltProviderError):
         return Settlement(DeliveryState.PENDING, error.reason, error.error_class, refused=True)
-    reason = error.reason if isinstance(error, AmbiguousProviderError) else f"unexpected {type(error).__name__}: {error}"
+    reason = (
+        error.reason if isinstance(error, AmbiguousProviderError) else f"unexpected {type(error).__name__}: {error}"
+    )
     # Anything else may have happened after the provider accepted the email. With an
     # idempotency key the send may be repeated; without one it must not be.
     repeatable = error.repeatable if isinstance(error, AmbiguousProviderError) else True

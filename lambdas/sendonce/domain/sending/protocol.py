@@ -113,11 +113,34 @@ CLAIM_RULES: tuple[ClaimRule, ...] = (
     ClaimRule(None, Verdict.CONFLICT, "claimed before with other content", same_payload=False),
     ClaimRule(FINAL, Verdict.FINAL, "already ended"),
     ClaimRule(HELD, Verdict.HELD, "its owner's lease is live", lease=Lease.LIVE),
-    ClaimRule(OPEN | HELD, Verdict.STALE, "an attempt may have been accepted longer ago than the key window", maybe_sent=MaybeSent.OLD),
-    ClaimRule(OPEN | HELD, Verdict.GROUPED, "a request under another key may have carried it", maybe_sent=MaybeSent.FRESH, group=Group.OTHER),
+    ClaimRule(
+        OPEN | HELD,
+        Verdict.STALE,
+        "an attempt may have been accepted longer ago than the key window",
+        maybe_sent=MaybeSent.OLD,
+    ),
+    ClaimRule(
+        OPEN | HELD,
+        Verdict.GROUPED,
+        "a request under another key may have carried it",
+        maybe_sent=MaybeSent.FRESH,
+        group=Group.OTHER,
+    ),
     ClaimRule(OPEN | HELD, Verdict.CLAIM, "nothing can have been accepted", maybe_sent=MaybeSent.NO),
-    ClaimRule(OPEN | HELD, Verdict.CLAIM, "repeated under the same key inside its window", maybe_sent=MaybeSent.FRESH, keyed=True),
-    ClaimRule(OPEN | HELD, Verdict.STALE, "may have been accepted and the provider has no key", maybe_sent=MaybeSent.FRESH, keyed=False),
+    ClaimRule(
+        OPEN | HELD,
+        Verdict.CLAIM,
+        "repeated under the same key inside its window",
+        maybe_sent=MaybeSent.FRESH,
+        keyed=True,
+    ),
+    ClaimRule(
+        OPEN | HELD,
+        Verdict.STALE,
+        "may have been accepted and the provider has no key",
+        maybe_sent=MaybeSent.FRESH,
+        keyed=False,
+    ),
 )
 
 
@@ -171,7 +194,13 @@ def classify(
     """What a claim on `record` may do. `group_key` is the caller's send group in batch
     mode (None: one recipient on its own)."""
     return rule_for(
-        facts(record, payload_hash=payload_hash, provider_idempotent=provider_idempotent, now_ms=now_ms, group_key=group_key)
+        facts(
+            record,
+            payload_hash=payload_hash,
+            provider_idempotent=provider_idempotent,
+            now_ms=now_ms,
+            group_key=group_key,
+        )
     ).verdict
 
 
@@ -207,34 +236,97 @@ class Transition:
 
 _OWNER = "owner = me"
 TRANSITIONS: tuple[Transition, ...] = (
-    Transition(Event.CLAIM, (ABSENT, S.PENDING, S.DEAD_LETTERED, S.CLAIMED, S.IN_FLIGHT), S.CLAIMED,
-               "a claim rule says claim", "new owner and lease; keyed provider: maybe_sent set if absent"),
-    Transition(Event.MARK_IN_FLIGHT, (S.CLAIMED,), S.IN_FLIGHT, _OWNER, "unkeyed provider: maybe_sent set before the call"),
-    Transition(Event.MARK_SENT, (S.CLAIMED, S.IN_FLIGHT, S.UNKNOWN), S.SENT, _OWNER,
-               "provider message id kept; from unknown only for the owner closed as unknown: its receipt is the proof"),
-    Transition(Event.SETTLE_REFUSED, (S.CLAIMED, S.IN_FLIGHT), S.PENDING, _OWNER,
-               "every request of this claim was refused: maybe_sent (and group) lifted if this owner set it"),
-    Transition(Event.SETTLE_REPEATABLE, (S.CLAIMED,), S.PENDING, _OWNER,
-               "ambiguous answer, keyed provider: maybe_sent kept, repeated under the same key"),
+    Transition(
+        Event.CLAIM,
+        (ABSENT, S.PENDING, S.DEAD_LETTERED, S.CLAIMED, S.IN_FLIGHT),
+        S.CLAIMED,
+        "a claim rule says claim",
+        "new owner and lease; keyed provider: maybe_sent set if absent",
+    ),
+    Transition(
+        Event.MARK_IN_FLIGHT, (S.CLAIMED,), S.IN_FLIGHT, _OWNER, "unkeyed provider: maybe_sent set before the call"
+    ),
+    Transition(
+        Event.MARK_SENT,
+        (S.CLAIMED, S.IN_FLIGHT, S.UNKNOWN),
+        S.SENT,
+        _OWNER,
+        "provider message id kept; from unknown only for the owner closed as unknown: its receipt is the proof",
+    ),
+    Transition(
+        Event.SETTLE_REFUSED,
+        (S.CLAIMED, S.IN_FLIGHT),
+        S.PENDING,
+        _OWNER,
+        "every request of this claim was refused: maybe_sent (and group) lifted if this owner set it",
+    ),
+    Transition(
+        Event.SETTLE_REPEATABLE,
+        (S.CLAIMED,),
+        S.PENDING,
+        _OWNER,
+        "ambiguous answer, keyed provider: maybe_sent kept, repeated under the same key",
+    ),
     Transition(Event.SETTLE_FAILED, (S.CLAIMED, S.IN_FLIGHT), S.FAILED, _OWNER, "permanent refusal, reason kept"),
-    Transition(Event.SETTLE_SUPPRESSED, (S.CLAIMED,), S.SUPPRESSED, _OWNER + "; no other owner's attempt may have been accepted",
-               "address on the suppression list; never called (else `settle_unknown`)"),
-    Transition(Event.SETTLE_UNKNOWN, (S.CLAIMED, S.IN_FLIGHT), S.UNKNOWN, _OWNER,
-               "ambiguous answer that cannot be repeated (unkeyed provider, or the key was used for other content)"),
-    Transition(Event.CLOSE_STALE, (S.PENDING, S.DEAD_LETTERED, S.CLAIMED, S.IN_FLIGHT), S.UNKNOWN,
-               "a claim rule says stale; same state and owner as read", "never re-sent automatically"),
-    Transition(Event.CLOSE_DEAD_LETTERED, (ABSENT, S.PENDING), S.DEAD_LETTERED, "the message's last receive",
-               "reason kept; claimable by a redrive or resume"),
-    Transition(Event.CLOSE_CANCELLED, (ABSENT, S.PENDING, S.DEAD_LETTERED, S.CLAIMED), S.CANCELLED,
-               "campaign cancelled; nobody holds it (lease expired) and nothing can have been accepted", ""),
-    Transition(Event.CLOSE_CANCELLED_MAYBE_SENT, (S.PENDING, S.DEAD_LETTERED, S.CLAIMED, S.IN_FLIGHT), S.UNKNOWN,
-               "campaign cancelled; nobody holds it and an attempt may have been accepted",
-               "a provider 'sent' event can still resolve it"),
-    Transition(Event.CLOSE_SUPPRESSED, (ABSENT, S.PENDING, S.DEAD_LETTERED), S.SUPPRESSED,
-               "an unsubscribe or complaint for a delivery nobody holds", ""),
-    Transition(Event.PROVIDER_SENT, (S.UNKNOWN,), S.SENT, "a provider event says it was sent", "provider message id kept"),
-    Transition(Event.REOPEN_UNKNOWN, (S.UNKNOWN,), S.PENDING, "an operator accepts a possible second email",
-               "maybe_sent and group lifted"),
+    Transition(
+        Event.SETTLE_SUPPRESSED,
+        (S.CLAIMED,),
+        S.SUPPRESSED,
+        _OWNER + "; no other owner's attempt may have been accepted",
+        "address on the suppression list; never called (else `settle_unknown`)",
+    ),
+    Transition(
+        Event.SETTLE_UNKNOWN,
+        (S.CLAIMED, S.IN_FLIGHT),
+        S.UNKNOWN,
+        _OWNER,
+        "ambiguous answer that cannot be repeated (unkeyed provider, or the key was used for other content)",
+    ),
+    Transition(
+        Event.CLOSE_STALE,
+        (S.PENDING, S.DEAD_LETTERED, S.CLAIMED, S.IN_FLIGHT),
+        S.UNKNOWN,
+        "a claim rule says stale; same state and owner as read",
+        "never re-sent automatically",
+    ),
+    Transition(
+        Event.CLOSE_DEAD_LETTERED,
+        (ABSENT, S.PENDING),
+        S.DEAD_LETTERED,
+        "the message's last receive",
+        "reason kept; claimable by a redrive or resume",
+    ),
+    Transition(
+        Event.CLOSE_CANCELLED,
+        (ABSENT, S.PENDING, S.DEAD_LETTERED, S.CLAIMED),
+        S.CANCELLED,
+        "campaign cancelled; nobody holds it (lease expired) and nothing can have been accepted",
+        "",
+    ),
+    Transition(
+        Event.CLOSE_CANCELLED_MAYBE_SENT,
+        (S.PENDING, S.DEAD_LETTERED, S.CLAIMED, S.IN_FLIGHT),
+        S.UNKNOWN,
+        "campaign cancelled; nobody holds it and an attempt may have been accepted",
+        "a provider 'sent' event can still resolve it",
+    ),
+    Transition(
+        Event.CLOSE_SUPPRESSED,
+        (ABSENT, S.PENDING, S.DEAD_LETTERED),
+        S.SUPPRESSED,
+        "an unsubscribe or complaint for a delivery nobody holds",
+        "",
+    ),
+    Transition(
+        Event.PROVIDER_SENT, (S.UNKNOWN,), S.SENT, "a provider event says it was sent", "provider message id kept"
+    ),
+    Transition(
+        Event.REOPEN_UNKNOWN,
+        (S.UNKNOWN,),
+        S.PENDING,
+        "an operator accepts a possible second email",
+        "maybe_sent and group lifted",
+    ),
 )
 
 _BY_EVENT = {t.event: t for t in TRANSITIONS}
@@ -257,7 +349,9 @@ def settle_event(state: DeliveryState, *, maybe_sent: bool) -> Event:
     """The transition a settlement to `state` is."""
     if state is S.PENDING:
         return Event.SETTLE_REPEATABLE if maybe_sent else Event.SETTLE_REFUSED
-    return {S.FAILED: Event.SETTLE_FAILED, S.SUPPRESSED: Event.SETTLE_SUPPRESSED, S.UNKNOWN: Event.SETTLE_UNKNOWN}[state]
+    return {S.FAILED: Event.SETTLE_FAILED, S.SUPPRESSED: Event.SETTLE_SUPPRESSED, S.UNKNOWN: Event.SETTLE_UNKNOWN}[
+        state
+    ]
 
 
 def cancel_event(record: DeliveryRecord | None, *, now_ms: int) -> Event | None:
@@ -295,12 +389,16 @@ def claim_table() -> str:
     def cell(value: object) -> str:
         return "·" if value is ANY else (("yes" if value else "no") if isinstance(value, bool) else str(value))
 
-    rows = ["| # | states | same payload | lease | maybe sent | group | keyed provider | verdict | why |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| # | states | same payload | lease | maybe sent | group | keyed provider | verdict | why |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for i, r in enumerate(CLAIM_RULES, 1):
         states = "any" if r.states is None else ", ".join(sorted(_name(s).replace("[*]", "absent") for s in r.states))
-        rows.append(f"| {i} | {states} | {cell(r.same_payload)} | {cell(r.lease)} | {cell(r.maybe_sent)} | {cell(r.group)}"
-                    f" | {cell(r.keyed)} | **{r.verdict.value}** | {r.why} |")
+        rows.append(
+            f"| {i} | {states} | {cell(r.same_payload)} | {cell(r.lease)} | {cell(r.maybe_sent)} | {cell(r.group)}"
+            f" | {cell(r.keyed)} | **{r.verdict.value}** | {r.why} |"
+        )
     return "\n".join(rows)
 
 
