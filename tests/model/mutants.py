@@ -157,6 +157,7 @@ def _settings(database, phases, max_examples):
         database=database,
         phases=phases,
         suppress_health_check=list(HealthCheck),
+        print_blob=True,
     )
 
 
@@ -190,6 +191,8 @@ def run(max_examples: int) -> list[dict]:
                 except Exception as again:  # noqa: BLE001
                     found["real_code_passes_that_example"] = False
                     found["real_code_failure"] = str(again).strip().splitlines()[0][:200]
+                    # The steps and the reproduce_failure blob: a real defect, kept to be replayed.
+                    found["real_code_example"] = getattr(again, "__notes__", [])
                 break
         results.append(found or {"mutant": name, "found": False})
         print(json.dumps(results[-1]), flush=True)
