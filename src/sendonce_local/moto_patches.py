@@ -1,91 +1,227 @@
-"""moto's server for the demo: stock moto 5.2.5 with its DynamoDB made fast enough to
-measure sendonce instead of the emulator, and its transactions made correct.
+"""Every change sendonce makes to moto, as named patches applied by ``apply()``.
 
-Stock moto spends ~40 ms of CPU on each item of batch mode's two 100-item
-TransactWriteItems per SQS message, so 12,480 recipients would take ~9 minutes of moto
-time alone. Where it goes, and what the demo's moto process does instead:
+moto's server runs in a process of its own (``sendonce_local.moto_server``), which calls
+``apply()`` before serving; nothing here runs at import time, and in-process moto (the
+model check's ``mock_aws``) stays stock unless a test applies the patches itself.
 
-1. TransactWriteItems deep-copies the whole table once per item of the transaction, to
-   roll back on failure (a 100-item transaction on a 12,480-item ledger copies 1.2
-   million items). Here a transaction snapshots only the items it touches and, when it
-   is cancelled, puts exactly those back.
-2. Requests run on threads without a lock, so a transaction interleaves with other
-   writes and its whole-table rollback silently undoes them. Here DynamoDB requests are
-   applied one at a time (DynamoDB applies each item's writes atomically); moto's
-   DynamoDB is CPU-bound under one GIL, so this costs no throughput.
-3. Every item of a transaction parses the same condition three times and the same update
-   expression twice: parsed expressions are cached by their text (and, for conditions,
-   their names and values; the parsed tree is immutable once built, and the validator
-   copies an update expression's tree before it changes it).
-4. Two validators re-walk every nested sub-expression (quadratic in the number of
-   actions); a check of the root finds the same errors.
-5. The validator deep-copies the expression tree for each use; a pickle round trip makes
-   the same copy about 3x faster.
-6. An update that creates its item validates the expression twice, once against an empty
-   item. Here only the second, real validation runs. The one difference: an update with
-   an invalid expression on a missing item leaves a key-only item behind (the demo sends
-   none).
-7. Query lists every item of the table, filters it to the partition and sorts it again for
-   each 1 MB page (and deep-copies the page): reading a 12,480-item campaign's ledger took
-   ~35 s. Here a query on one partition (no index, no range-key condition) sorts just that
-   partition once per page and pages by bisection. Everything else goes to moto's query.
-8. Every item read back goes through moto's generic, shape-driven response serializer,
-   ~2 ms per ledger item (most of a 12,480-item read). The items are DynamoDB JSON
-   already; here Query, Scan, GetItem and BatchGetItem answers are written with json.dumps.
+Two sets, both written against moto ``MOTO_VERSION`` only:
+- ``DEFECT_FIXES`` (every ``MotoServer``): moto answers wrongly or unusably slowly
+  without them. docs/local-aws.md writes each up as an upstream bug report.
+- ``SPEED_PATCHES`` (the demo's ``DemoMotoServer``, on top of the fixes): moto is right
+  but slow; each says what it trades.
 
-Measured in-process (client and moto): 17 ms -> 4 ms per recipient in batch mode,
-22 ms -> 10 ms in single mode with SES. SQS, SES, CloudFormation and Lambda are stock
-moto. The server starts through MotoServer's own bootstrap, which runs after these
-patches and now carries a narrower form of fixes 1 and 2 (one table copy per
-transaction, a lock around the backend): with fix 1 that copy is the table itself, so
-the two compose. They belong in one place, MotoServer, as an option.
+Each patch is a function taking ``replace(owner, attribute, value)``: every change is a
+wrapper, subclass or stand-in set through it, none edits moto's source, and each
+replacement is recorded so ``revert()`` puts stock moto back (tests compare stock and
+patched moto in one process that way).
 """
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
+import bisect
+import copy
+import functools
+import importlib.metadata
+import json
+import pickle
+import threading
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
-from sendonce_local import moto_server
+# constraints.txt pins the same version: update the two together, after checking each
+# patch below against the new moto (tests/integration/test_moto_patches.py helps).
+MOTO_VERSION = "5.2.5"
 
-MOTO_PATCHES = r"""
-def _sendonce_demo_moto_patches():
-    # Everything stays local to this function: the bootstrap that runs after it (MotoServer's)
-    # defines module-level names of its own.
-    import copy
-    import json
-    import pickle
-    import threading
+Replace = Callable[[object, str, object], None]
+PatchFunction = Callable[[Replace], None]
 
-    import moto.dynamodb.comparisons as comparisons
+
+class MotoVersionError(RuntimeError):
+    """The installed moto is not the version the patches were written for."""
+
+
+def installed_moto_version() -> str:
+    """The moto distribution this interpreter imports (read without importing moto)."""
+    return importlib.metadata.version("moto")
+
+
+def check_moto_version() -> None:
+    """Raise ``MotoVersionError`` unless the installed moto is ``MOTO_VERSION``."""
+    installed = installed_moto_version()
+    if installed != MOTO_VERSION:
+        raise MotoVersionError(
+            f"moto {installed} is installed, but sendonce_local.moto_patches was written for moto {MOTO_VERSION}: "
+            "its patches replace moto internals that change between releases, so they are not applied to another "
+            f"version. Either install moto=={MOTO_VERSION} (the pin in constraints.txt; `make venv`), or move to "
+            f"moto {installed}: check each patch in src/sendonce_local/moto_patches.py against moto {installed}'s "
+            "source (tests/integration/test_moto_patches.py compares patched with stock moto), then update "
+            "MOTO_VERSION there and the moto pin in constraints.txt together."
+        )
+
+
+# One lock for all of moto's DynamoDB in this process: the backend's calls (a defect fix)
+# and, with the speed patches, whole requests. Re-entrant: backend calls nest.
+_DYNAMODB_LOCK = threading.RLock()
+
+
+class _TransactionState(threading.local):
+    # Deep copies of tables made by the running transact_write_items, by id of the original;
+    # None outside a transaction.
+    table_copies: dict[int, Any] | None = None
+    # Set while transactions_restore_touched_items_only backs up the items instead.
+    shares_tables: bool = False
+
+
+_TRANSACTION = _TransactionState()
+
+
+# --- defect fixes ---------------------------------------------------------------------
+
+
+def transactions_copy_each_table_once(replace: Replace) -> None:
+    """TransactWriteItems deep-copies a table once per item of the transaction.
+
+    moto's ``DynamoDBBackend.transact_write_items`` backs up the tables it writes so that
+    it can put them back when an item fails, but it takes the backup inside its loop over
+    the items: a 100-item transaction on one 1,000-item table deep-copies the table 100
+    times (100,000 items; 2.2 s of CPU on a 2-core machine, 0.21 s with this patch). Every
+    copy also stays referenced by moto's instance tracking.
+
+    The patch stands in for the ``copy`` module inside ``moto.dynamodb.models``: during a
+    transaction the first deep copy of a table is made as before and handed out again for
+    the same table's later items. The rollback restores that same copy, as stock does.
+    """
     import moto.dynamodb.models as models
-    import moto.dynamodb.parsing.ast_nodes as ast_nodes
-    import moto.dynamodb.parsing.validators as validators
-    import moto.dynamodb.responses as responses
     from moto.dynamodb.models.table import Table
-    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
-    cache_limit = 4096
-    state = threading.local()
+    class CopyEachTableOncePerTransaction:
+        """The ``copy`` module as moto.dynamodb.models sees it."""
 
-    # 1. A transaction rolls back the items it touched, not a copy of every table.
-    def table_deepcopy(self, memo):
-        if getattr(state, "in_transaction", False):
-            return self  # the transaction's whole-table "backup": restored item by item instead
-        result = type(self).__new__(type(self))
-        memo[id(self)] = result
-        for name, value in self.__dict__.items():
-            object.__setattr__(result, name, copy.deepcopy(value, memo))
-        return result
+        def __getattr__(self, name: str) -> Any:
+            return getattr(copy, name)
 
-    Table.__deepcopy__ = table_deepcopy
-    transact_write_items = models.DynamoDBBackend.transact_write_items
+        def deepcopy(self, obj: Any, memo: dict[int, Any] | None = None) -> Any:
+            copies = _TRANSACTION.table_copies
+            if copies is None or not isinstance(obj, Table):
+                return copy.deepcopy(obj, memo)
+            if _TRANSACTION.shares_tables:
+                return obj
+            if id(obj) not in copies:
+                copies[id(obj)] = copy.deepcopy(obj, memo)
+            return copies[id(obj)]
 
-    def snapshot(backend, transact_items):
+    stock = models.DynamoDBBackend.transact_write_items
+
+    @functools.wraps(stock)
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        if _TRANSACTION.table_copies is not None:
+            return stock(self, transact_items)
+        _TRANSACTION.table_copies = {}
+        try:
+            return stock(self, transact_items)
+        finally:
+            _TRANSACTION.table_copies = None
+
+    replace(models, "copy", CopyEachTableOncePerTransaction())
+    replace(models.DynamoDBBackend, "transact_write_items", transact_write_items)
+
+
+def dynamodb_backend_one_call_at_a_time(replace: Replace) -> None:
+    """The threaded server calls moto's DynamoDB backend from several threads at once.
+
+    ``moto_server`` serves each request on its own thread, and ``DynamoDBBackend`` has no
+    locking. A transaction deep-copying a table while another request writes to it fails
+    with ``RuntimeError: dictionary changed size during iteration`` (HTTP 500), and a
+    cancelled transaction's whole-table rollback silently undoes writes other requests
+    made meanwhile: three threads each claiming and completing 6 groups of 100 on one
+    table got 13 of 18 groups refused with a 500.
+
+    The patch wraps every method defined on ``DynamoDBBackend`` in one re-entrant lock, so
+    the backend applies one call at a time (as DynamoDB applies each item's writes
+    atomically). moto's DynamoDB is CPU-bound under one GIL: no throughput is lost.
+    """
+    import moto.dynamodb.models as models
+
+    def one_at_a_time(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with _DYNAMODB_LOCK:
+                return function(*args, **kwargs)
+
+        return locked
+
+    for name, function in list(vars(models.DynamoDBBackend).items()):
+        if isinstance(function, types.FunctionType) and not name.startswith("__"):
+            replace(models.DynamoDBBackend, name, one_at_a_time(function))
+
+
+def docker_probe_fails_as_missing_attribute(replace: Replace) -> None:
+    """GET /moto-api/data.json answers HTTP 500 once a Lambda function exists and Docker is absent.
+
+    ``/moto-api/data.json`` (where moto's server shows, among everything else, the email its
+    SES accepted) reads every public attribute of every model instance and skips those that
+    raise ``TypeError``, ``AttributeError`` or ``ValueError``. ``DockerModel.docker_client``
+    (inherited by Lambda functions and Batch jobs) calls ``docker.from_env()``, which raises
+    ``docker.errors.DockerException`` when no Docker engine answers: the endpoint fails as a
+    whole as soon as one Lambda function exists, as it does after deploying our stack.
+
+    The patch re-raises that error from the property as ``DockerUnavailableError``, a
+    ``DockerException`` that is also an ``AttributeError``: data.json skips the attribute,
+    and every caller that catches ``DockerException`` (Lambda's invoke) still catches it.
+    With Docker running, nothing changes.
+    """
+    import docker.errors
+    from moto.utilities.docker_utilities import DockerModel
+
+    class DockerUnavailableError(docker.errors.DockerException, AttributeError):
+        """No Docker engine answered moto's ``docker.from_env()``."""
+
+    stock = vars(DockerModel)["docker_client"]
+
+    def docker_client(self: Any) -> Any:
+        try:
+            return stock.fget(self)
+        except docker.errors.DockerException as exc:
+            raise DockerUnavailableError(str(exc)) from exc
+
+    replace(DockerModel, "docker_client", property(docker_client, doc=stock.__doc__))
+
+
+DEFECT_FIXES: tuple[PatchFunction, ...] = (
+    transactions_copy_each_table_once,
+    dynamodb_backend_one_call_at_a_time,
+    docker_probe_fails_as_missing_attribute,
+)
+
+
+# --- speed patches (the demo's) ---------------------------------------------------------
+#
+# Stock moto spends ~40 ms of CPU on each item of batch mode's two 100-item transactions
+# per SQS message: 12,480 recipients would take ~9 minutes of moto time alone. Measured
+# in-process, these take batch mode from 17 ms to 4 ms per recipient and single mode with
+# SES from 22 ms to 10 ms. SQS, SES, CloudFormation and Lambda stay stock.
+
+
+def transactions_restore_touched_items_only(replace: Replace) -> None:
+    """A transaction still copies each table it writes once (after the defect fix).
+
+    That one copy is the whole table: ~0.4 ms per item, 5 s per transaction on a
+    12,480-item ledger. With this patch a transaction backs up only the items it names
+    (their state before it ran) and, when it is cancelled, puts exactly those back; the
+    table copy becomes the table itself.
+
+    Trade: a cancelled transaction restores its items only. Anything else stock's
+    whole-table rollback would also undo (stream records of the cancelled writes; an empty
+    partition left where an item was put and taken back) stays. Needs
+    ``transactions_copy_each_table_once`` (it shares that patch's stand-in for ``copy``).
+    """
+    import moto.dynamodb.models as models
+
+    stock = models.DynamoDBBackend.transact_write_items
+
+    def snapshot(backend: Any, transact_items: list[dict[str, Any]]) -> list[tuple[Any, Any, Any, Any]]:
         touched = []
         for entry in transact_items:
             for op_type, op in entry.items():
@@ -96,11 +232,12 @@ def _sendonce_demo_moto_patches():
                 try:
                     hash_key, range_key = backend.get_keys_value(table, key)
                 except Exception:
-                    continue  # moto rejects this entry itself before changing anything
+                    continue  # moto refuses this entry itself before it changes anything
                 touched.append((table, hash_key, range_key, copy.deepcopy(table.get_item(hash_key, range_key))))
         return touched
 
-    def restore(touched):
+    def restore(touched: list[tuple[Any, Any, Any, Any]]) -> None:
+        # Backwards: an item named twice gets its state from before the first write.
         for table, hash_key, range_key, item in reversed(touched):
             if range_key is None:
                 if item is None:
@@ -112,35 +249,67 @@ def _sendonce_demo_moto_patches():
             else:
                 table.items[hash_key][range_key] = item
 
-    def transact_write_items_touched_only(self, transact_items):
-        touched = snapshot(self, transact_items)
-        state.in_transaction = True
-        try:
-            return transact_write_items(self, transact_items)
-        except BaseException:
-            restore(touched)
-            raise
-        finally:
-            state.in_transaction = False
+    @functools.wraps(stock)
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        with _DYNAMODB_LOCK:  # the backup must see the same items the transaction writes
+            touched = snapshot(self, transact_items)
+            _TRANSACTION.shares_tables = True
+            try:
+                return stock(self, transact_items)
+            except BaseException:
+                restore(touched)
+                raise
+            finally:
+                _TRANSACTION.shares_tables = False
 
-    models.DynamoDBBackend.transact_write_items = transact_write_items_touched_only
+    replace(models.DynamoDBBackend, "transact_write_items", transact_write_items)
 
-    # 2. One DynamoDB request at a time.
-    lock = threading.RLock()
-    call_action = responses.DynamoHandler.call_action
 
-    def call_action_serialized(self):
-        with lock:
-            return call_action(self)
+def dynamodb_requests_one_at_a_time(replace: Replace) -> None:
+    """Let a DynamoDB request read items without copying them.
 
-    responses.DynamoHandler.call_action = call_action_serialized
+    The defect fix locks each backend call, not the writing of the response, so stock
+    moto copies what it reads (a query deep-copies its page) before it leaves the lock.
+    This patch holds the same lock for the whole request (``DynamoHandler.call_action``),
+    which ``queries_read_one_partition`` needs to answer from the live items.
 
-    # 3. Parse each expression once.
-    update_trees = {}
+    Trade: none measurable; moto's DynamoDB is CPU-bound under one GIL.
+    """
+    import moto.dynamodb.responses as responses
+
+    stock = responses.DynamoHandler.call_action
+
+    @functools.wraps(stock)
+    def call_action(self: Any) -> Any:
+        with _DYNAMODB_LOCK:
+            return stock(self)
+
+    replace(responses.DynamoHandler, "call_action", call_action)
+
+
+def expressions_parsed_once(replace: Replace) -> None:
+    """Every item of a transaction parses the same condition three times and the same
+    update expression twice.
+
+    The patch caches parsed update expressions by their text, and parsed conditions by
+    their text, names and values (up to 4,096 of each; the cache starts over when full).
+    The trees are not changed once built: the validator copies an update expression's tree
+    before it resolves it.
+
+    Trade: none expected; a condition whose names or values do not serialize as JSON is
+    parsed as before.
+    """
+    import moto.dynamodb.comparisons as comparisons
+    import moto.dynamodb.models as models
+    import moto.dynamodb.responses as responses
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    cache_limit = 4096
+    update_trees: dict[str, Any] = {}
 
     class CachedUpdateExpressionParser:
         @staticmethod
-        def make(expression):
+        def make(expression: str) -> Any:
             tree = update_trees.get(expression)
             if tree is None:
                 if len(update_trees) >= cache_limit:
@@ -148,13 +317,14 @@ def _sendonce_demo_moto_patches():
                 tree = update_trees[expression] = UpdateExpressionParser.make(expression)
             return tree
 
-    models.UpdateExpressionParser = CachedUpdateExpressionParser
-    responses.UpdateExpressionParser = CachedUpdateExpressionParser
+    replace(models, "UpdateExpressionParser", CachedUpdateExpressionParser)
+    replace(responses, "UpdateExpressionParser", CachedUpdateExpressionParser)
 
-    conditions = {}
-    parse_condition = comparisons.ConditionExpressionParser.parse
+    conditions: dict[tuple[Any, str, str], tuple[Any, list[str], list[str]]] = {}
+    stock_parse = comparisons.ConditionExpressionParser.parse
 
-    def parse_condition_cached(self):
+    @functools.wraps(stock_parse)
+    def parse(self: Any) -> Any:
         try:
             key = (
                 self.condition_expression,
@@ -162,51 +332,104 @@ def _sendonce_demo_moto_patches():
                 json.dumps(self.expression_attribute_values, sort_keys=True),
             )
         except (TypeError, ValueError):
-            return parse_condition(self)
+            return stock_parse(self)
         cached = conditions.get(key)
         if cached is None:
-            op = parse_condition(self)
+            op = stock_parse(self)
             if len(conditions) >= cache_limit:
                 conditions.clear()
             cached = conditions[key] = (op, list(self.expr_attr_names_found), list(self.expr_attr_values_found))
-        # Callers extend these lists: hand out copies.
+        # Callers extend these lists: each parser gets lists of its own.
         self.expr_attr_names_found = list(cached[1])
         self.expr_attr_values_found = list(cached[2])
         return cached[0]
 
-    comparisons.ConditionExpressionParser.parse = parse_condition_cached
+    replace(comparisons.ConditionExpressionParser, "parse", parse)
 
-    # 4. Validators that look at the whole expression check its root once.
-    def check_root_only(check):
-        def traverse(self, node):
+
+def update_validators_check_root_once(replace: Replace) -> None:
+    """Two update-expression validators re-walk every nested sub-expression.
+
+    ``OverlappingPathsValidator`` and ``ActionCountValidator`` check each nested
+    ``UpdateExpression`` node, and each check collects every action below it: quadratic in
+    the number of actions (a ledger update has ~10). The root holds every action, so a
+    check of the root alone finds the same errors. Also, ``DepthFirstTraverser.
+    nodes_to_be_processed`` (documented as cached, but not) rebuilds its tuple for every
+    node; here each traverser builds it once.
+
+    Trade: when an expression has several overlapping paths, which ones the error names
+    may differ (moto's message names those it finds first).
+    """
+    import moto.dynamodb.parsing.ast_nodes as ast_nodes
+    import moto.dynamodb.parsing.validators as validators
+
+    def check_root_only(check: str) -> Callable[[Any, Any], Any]:
+        def traverse(self: Any, node: Any) -> Any:
             getattr(self, check)(node)
             return node
 
         return traverse
 
-    validators.OverlappingPathsValidator.traverse = check_root_only("check_for_overlapping_paths")
-    validators.ActionCountValidator.traverse = check_root_only("verify_action_counts")
-    nodes_to_be_processed = ast_nodes.DepthFirstTraverser.nodes_to_be_processed
+    replace(validators.OverlappingPathsValidator, "traverse", check_root_only("check_for_overlapping_paths"))
+    replace(validators.ActionCountValidator, "traverse", check_root_only("verify_action_counts"))
+    stock = ast_nodes.DepthFirstTraverser.nodes_to_be_processed
 
-    def nodes_to_be_processed_once(self):
+    @functools.wraps(stock)
+    def nodes_to_be_processed(self: Any) -> Any:
         nodes = self.__dict__.get("_nodes_to_be_processed")
         if nodes is None:
-            nodes = self.__dict__["_nodes_to_be_processed"] = nodes_to_be_processed(self)
+            nodes = self.__dict__["_nodes_to_be_processed"] = stock(self)
         return nodes
 
-    ast_nodes.DepthFirstTraverser.nodes_to_be_processed = nodes_to_be_processed_once
+    replace(ast_nodes.DepthFirstTraverser, "nodes_to_be_processed", nodes_to_be_processed)
 
-    # 5. Copy expression trees by pickling.
-    def copy_tree(node, memo=None):
+
+def expression_trees_copied_by_pickle(replace: Replace) -> None:
+    """The update validator deep-copies the expression tree for each use.
+
+    ``copy.deepcopy`` of a parsed tree walks it node by node in Python; a pickle round trip
+    makes the same copy about 3x faster. The patch replaces ``deepcopy`` inside
+    ``moto.dynamodb.parsing.validators`` only (the tree copy and ``list_append``'s copy of
+    a list value).
+
+    Trade: none expected; the trees and values pickle (a copy that could not would raise,
+    not differ).
+    """
+    import moto.dynamodb.parsing.validators as validators
+
+    def deepcopy(node: Any, memo: dict[int, Any] | None = None) -> Any:
         return pickle.loads(pickle.dumps(node, protocol=pickle.HIGHEST_PROTOCOL))
 
-    validators.deepcopy = copy_tree
+    replace(validators, "deepcopy", deepcopy)
 
-    # 6. Validate an update once, against the item it really changes.
-    class OnceUpdateExpressionValidator(validators.UpdateExpressionValidator):
-        def __init__(self, expression, *, expression_attribute_names, expression_attribute_values, item, table):
-            # moto's pre-check against the empty item it is about to create; the validation
-            # against the created item follows and raises the same errors.
+
+def updates_validated_once(replace: Replace) -> None:
+    """An UpdateItem that creates its item validates the update expression twice.
+
+    ``DynamoDBBackend.update_item`` first validates the expression against an empty item
+    (so that an invalid expression creates nothing), then creates the item and validates
+    again against it, raising the same errors. The patch skips the first validation.
+
+    Trade: UpdateItem with an invalid update expression on a missing item leaves a key-only
+    item behind (stock moto and DynamoDB leave nothing). Inside a cancelled transaction
+    ``transactions_restore_touched_items_only`` removes it again. sendonce sends no invalid
+    update expressions; its tests do, against the un-sped server.
+    """
+    import moto.dynamodb.models as models
+    import moto.dynamodb.parsing.validators as validators
+
+    class UpdateExpressionValidator(validators.UpdateExpressionValidator):
+        def __init__(
+            self,
+            expression: Any,
+            *,
+            expression_attribute_names: Any,
+            expression_attribute_values: Any,
+            item: Any,
+            table: Any,
+        ) -> None:
+            # Only moto's pre-check validates against an item without attributes: a created
+            # item has its key attributes by the time of the real validation.
             self._precheck = not item.attrs
             if self._precheck:
                 self.node_to_validate = expression
@@ -219,38 +442,74 @@ def _sendonce_demo_moto_patches():
                 table=table,
             )
 
-        def validate(self):
+        def validate(self) -> Any:
             return self.node_to_validate if self._precheck else super().validate()
 
-    models.UpdateExpressionValidator = OnceUpdateExpressionValidator
+    replace(models, "UpdateExpressionValidator", UpdateExpressionValidator)
 
-    # 7. Query one partition without listing, filtering and sorting the whole table per page.
-    import bisect
 
+def queries_read_one_partition(replace: Replace) -> None:
+    """Query lists, filters and sorts every item of the table for each 1 MB page.
+
+    ``Table.query`` walks ``all_items()`` to find the partition, sorts it, skips to the
+    exclusive start key item by item and deep-copies the page: reading a 12,480-item
+    campaign's ledger took ~35 s. For a query on one partition of the table itself (no
+    index, no range-key condition, no legacy KeyConditions filter, S or N range key) the
+    patch sorts just that partition once per page, finds the start by bisection and hands
+    out the live items (``dynamodb_requests_one_at_a_time`` keeps writers out until the
+    response is written). Every other query goes to moto's.
+
+    Trade: none expected; projections still work on copies.
+    """
     from moto.dynamodb.models.dynamo_type import DynamoType
-    from moto.dynamodb.models.table import RESULT_SIZE_LIMIT
+    from moto.dynamodb.models.table import RESULT_SIZE_LIMIT, Table
 
-    query = Table.query
+    stock = Table.query
 
-    def query_one_partition(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
-                            scan_index_forward, projection_expressions, index_name=None, consistent_read=False,
-                            filter_expression=None, hash_key_conditions=None, range_key_conditions=None,
-                            **filter_kwargs):
-        if (index_name is not None or hash_key is None or self.range_key_attr is None or range_comparison
-                or range_key_conditions or filter_kwargs or self.range_key_type not in ("S", "N")):
-            return query(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
-                         scan_index_forward, projection_expressions, index_name, consistent_read,
-                         filter_expression, hash_key_conditions=hash_key_conditions,
-                         range_key_conditions=range_key_conditions, **filter_kwargs)
+    @functools.wraps(stock)
+    def query(
+        self: Any,
+        hash_key: Any,
+        range_comparison: str | None,
+        range_objs: list[Any],
+        limit: int,
+        exclusive_start_key: dict[str, Any],
+        scan_index_forward: bool,
+        projection_expressions: list[list[str]] | None,
+        index_name: str | None = None,
+        consistent_read: bool = False,
+        filter_expression: Any = None,
+        hash_key_conditions: list[tuple[str, Any]] | None = None,
+        range_key_conditions: list[tuple[str, str, list[Any]]] | None = None,
+        **filter_kwargs: Any,
+    ) -> tuple[list[Any], int, dict[str, Any] | None]:
+        if (
+            index_name is not None
+            or hash_key is None
+            or self.range_key_attr is None
+            or range_comparison
+            or range_key_conditions
+            or filter_kwargs
+            or self.range_key_type not in ("S", "N")
+        ):
+            return stock(
+                self, hash_key, range_comparison, range_objs, limit, exclusive_start_key, scan_index_forward,
+                projection_expressions, index_name, consistent_read, filter_expression,
+                hash_key_conditions=hash_key_conditions, range_key_conditions=range_key_conditions, **filter_kwargs,
+            )
         partition = self.items.get(hash_key) or {}
         ordered = sorted(partition.values(), key=lambda item: item.range_key.cast_value)
         keys = [item.range_key.cast_value for item in ordered]
         if exclusive_start_key is not None:
             start = DynamoType(exclusive_start_key[self.range_key_attr]).cast_value
-            ordered = ordered[bisect.bisect_right(keys, start):] if scan_index_forward else ordered[:bisect.bisect_left(keys, start)]
+            if scan_index_forward is False:
+                ordered = ordered[: bisect.bisect_left(keys, start)]
+            else:
+                ordered = ordered[bisect.bisect_right(keys, start) :]
         if scan_index_forward is False:
             ordered.reverse()
-        results, size, last_evaluated_key = [], 0, None
+        results: list[Any] = []
+        size, last_evaluated_key = 0, None
         for item in ordered:
             item_size = item.size()
             if len(results) == limit or size + item_size > RESULT_SIZE_LIMIT:
@@ -259,107 +518,131 @@ def _sendonce_demo_moto_patches():
             results.append(item)
             size += item_size
         scanned = len(results)
-        # No copy: requests are applied one at a time (2.), so nothing changes an item
-        # while this one's response is written.
         if filter_expression is not None:
             results = [item for item in results if filter_expression.expr(item)]
         if projection_expressions:
             results = [item.project(projection_expressions) for item in copy.deepcopy(results)]
         return results, scanned, last_evaluated_key
 
-    Table.query = query_one_partition
+    replace(Table, "query", query)
 
-    # 8. Items read back are already DynamoDB JSON: write them as JSON, not through moto's
-    # shape-by-shape response serializer (~2 ms per ledger item).
-    serialized = responses.DynamoHandler.serialized
+
+def item_reads_written_as_json(replace: Replace) -> None:
+    """Items read back go through moto's generic, shape-driven response serializer.
+
+    That costs ~2 ms per ledger item, most of reading a 12,480-item ledger. The results of
+    Query, Scan, GetItem and BatchGetItem are DynamoDB JSON already: the patch writes them
+    with ``json.dumps``. Anything that does not serialize as JSON (binary values, which
+    moto holds as bytes) and every other action go to moto's serializer.
+
+    Trade: the answer keeps keys the serializer would drop because the operation's shape
+    lacks them (GetItem's ``ConsumedCapacityUnits``); boto3 ignores them.
+    """
+    import moto.dynamodb.responses as responses
+
+    stock = responses.DynamoHandler.serialized
     item_reads = {"Query", "Scan", "GetItem", "BatchGetItem"}
 
-    def serialized_items_as_json(self, action_result):
+    @functools.wraps(stock)
+    def serialized(self: Any, action_result: Any) -> Any:
         result = action_result.result
-        if isinstance(action_result, responses.DynamoResult) and isinstance(result, dict) and self._get_action() in item_reads:
+        if (
+            isinstance(action_result, responses.DynamoResult)
+            and isinstance(result, dict)
+            and self._get_action() in item_reads
+        ):
             try:
                 body = json.dumps(result, separators=(",", ":"))
             except (TypeError, ValueError):
-                return serialized(self, action_result)
+                return stock(self, action_result)
             headers = dict(self.response_headers)
             headers["Content-Type"] = "application/x-amz-json-1.0"
             return 200, headers, body
-        return serialized(self, action_result)
+        return stock(self, action_result)
 
-    responses.DynamoHandler.serialized = serialized_items_as_json
-
-
-_sendonce_demo_moto_patches()
-"""
+    replace(responses.DynamoHandler, "serialized", serialized)
 
 
-class DemoMotoServer:
-    """A moto server process with MOTO_PATCHES applied; `endpoint` uses localhost."""
+SPEED_PATCHES: tuple[PatchFunction, ...] = (
+    transactions_restore_touched_items_only,
+    dynamodb_requests_one_at_a_time,
+    expressions_parsed_once,
+    update_validators_check_root_once,
+    expression_trees_copied_by_pickle,
+    updates_validated_once,
+    queries_read_one_partition,
+    item_reads_written_as_json,
+)
 
-    def __init__(self, *, startup_timeout_s: float = 30.0) -> None:
-        self._startup_timeout_s = startup_timeout_s
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log_path: Path | None = None
-        self.endpoint = ""
 
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process else None
+# --- applying them ------------------------------------------------------------------------
 
-    def start(self) -> DemoMotoServer:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        log = tempfile.NamedTemporaryFile(prefix="sendonce-demo-moto-", suffix=".log", delete=False)
-        self._log_path = Path(log.name)
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", MOTO_PATCHES + moto_server._SERVER_BOOTSTRAP, "-H", "127.0.0.1", "-p", str(port)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            # Its own session: Ctrl-C reaches the demo only, which then stops this in order.
-            start_new_session=True,
-        )
-        log.close()
-        self.endpoint = f"http://localhost:{port}"
+_MISSING = object()
+# Per applied patch, in order: (owner, attribute, what it held before; _MISSING if nothing).
+_applied: dict[str, list[tuple[object, str, object]]] = {}
+
+
+def apply(*, speed: bool = False) -> tuple[str, ...]:
+    """Patch the moto this process imports: the defect fixes, and with ``speed`` the speed
+    patches too. Returns the names of every patch now applied.
+
+    Raises ``MotoVersionError`` before changing anything when moto is not ``MOTO_VERSION``.
+    Applying again is harmless: a patch already applied is skipped, so nothing is wrapped
+    twice. Patches are always applied in the order of the two tuples, whatever was applied
+    before, since some build on others.
+    """
+    check_moto_version()
+    for patch in DEFECT_FIXES + (SPEED_PATCHES if speed else ()):
+        if patch.__name__ in _applied:
+            continue
+        replaced: list[tuple[object, str, object]] = []
         try:
-            # Given an endpoint, MotoServer only waits until that server answers.
-            moto_server.MotoServer(endpoint=self.endpoint, startup_timeout_s=self._startup_timeout_s).start()
+            patch(_recorder(replaced))
         except BaseException:
-            self.stop()
+            _undo(replaced)  # a patch is applied whole or not at all
             raise
-        return self
+        _applied[patch.__name__] = replaced
+    return applied()
 
-    def cpu_seconds(self) -> float:
-        """CPU time the server process has used so far (user + system)."""
-        if self._process is None:
-            return 0.0
-        try:
-            fields = Path(f"/proc/{self._process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def log_tail(self, chars: int = 3000) -> str:
-        if self._log_path is None or not self._log_path.exists():
-            return ""
-        return self._log_path.read_text(errors="replace")[-chars:]
+def applied() -> tuple[str, ...]:
+    """The names of the patches applied in this process, in the order they were applied."""
+    return tuple(_applied)
 
-    def stop(self) -> None:
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
-        if self._log_path is not None:
-            self._log_path.unlink(missing_ok=True)
-            self._log_path = None
 
-    def __enter__(self) -> DemoMotoServer:
-        return self.start()
+def revert() -> None:
+    """Put back everything ``apply()`` replaced, last patch first."""
+    _revert_to(0)
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+
+@contextmanager
+def patched(*, speed: bool = False) -> Iterator[tuple[str, ...]]:
+    """Apply the patches for the duration of a block (tests comparing stock and patched moto
+    in one process), then revert those the block applied."""
+    before = len(_applied)
+    try:
+        yield apply(speed=speed)
+    finally:
+        _revert_to(before)
+
+
+def _revert_to(count: int) -> None:
+    # Later patches may wrap what earlier ones installed: undo from the last one back.
+    while len(_applied) > count:
+        _undo(_applied.popitem()[1])
+
+
+def _recorder(replaced: list[tuple[object, str, object]]) -> Replace:
+    def replace(owner: object, attribute: str, value: object) -> None:
+        replaced.append((owner, attribute, vars(owner).get(attribute, _MISSING)))
+        setattr(owner, attribute, value)
+
+    return replace
+
+
+def _undo(replaced: list[tuple[object, str, object]]) -> None:
+    for owner, attribute, previous in reversed(replaced):
+        if previous is _MISSING:
+            delattr(owner, attribute)
+        else:
+            setattr(owner, attribute, previous)

@@ -4,13 +4,10 @@ The server runs in its own interpreter so its CPU work (SQS's per-message retent
 checks, DynamoDB condition evaluation) does not compete with the code under test for
 one GIL. Set ``SENDONCE_MOTO_ENDPOINT`` to reuse a server that is already running.
 
-Sent email is read from ``GET /moto-api/data.json``, which lists every model instance
-moto has created. Stock moto answers it with HTTP 500 as soon as a Lambda function
-exists on a machine without Docker: reading the function's ``docker_client`` property
-raises ``DockerException``, which the endpoint does not catch. ``MotoServer`` therefore
-runs ``moto.server.main`` behind a small bootstrap that re-raises that error as a
-``DockerException`` that is also an ``AttributeError`` (which the endpoint skips);
-everything that caught ``DockerException`` before still does.
+The process is stock moto with ``sendonce_local.moto_patches.DEFECT_FIXES`` applied
+(``DemoMotoServer``: plus its ``SPEED_PATCHES``); docs/local-aws.md says what each fixes.
+Among them: sent email is read from ``GET /moto-api/data.json``, which stock moto answers
+with HTTP 500 once a Lambda function exists on a machine without Docker.
 """
 
 from __future__ import annotations
@@ -30,98 +27,30 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from sendonce_local import moto_patches
+
 ENDPOINT_ENV = "SENDONCE_MOTO_ENDPOINT"
 REGION = "us-east-1"
 
-# Two things in moto 5.2.5's DynamoDB would make batch mode (and any concurrent consumers)
-# measure or break on moto rather than on sendonce:
-# - transact_write_items deep-copies a table once per item of the transaction (to roll
-#   back on failure): a 100-item transaction on a 1,000-item table copies 100,000 items;
-# - its server is threaded but the backend is not thread-safe: a transaction deep-copying
-#   a table while another request writes to it fails with "dictionary changed size during
-#   iteration" (HTTP 500).
-# The server process below copies each table once per transaction (it rolls back exactly
-# as before) and runs one DynamoDB call at a time, as the GIL nearly does anyway.
-_DYNAMODB_PATCH = """
-import copy as _copy
-import functools as _functools
-import threading as _threading
-import types as _types
-
-import moto.dynamodb.models as _models
-from moto.dynamodb.models.table import Table as _Table
-
-_local = _threading.local()
+_SPEED_FLAG = "--sendonce-speed-patches"
+_SERVER_MAIN = "import sys; from sendonce_local.moto_server import serve; serve(sys.argv[1:])"
+# The directory this package was imported from: the server process imports the same code,
+# installed or not.
+_IMPORT_ROOT = str(Path(__file__).resolve().parents[1])
 
 
-class _CopyEachTableOnce:
-    def __getattr__(self, name):
-        return getattr(_copy, name)
+def serve(argv: list[str]) -> None:
+    """Run moto's server in this process, patched: the entry point of ``MotoServer``'s process.
 
-    def deepcopy(self, obj, *args, **kwargs):
-        memo = getattr(_local, "tables", None)
-        if memo is not None and isinstance(obj, _Table):
-            if id(obj) not in memo:
-                memo[id(obj)] = _copy.deepcopy(obj)
-            return memo[id(obj)]
-        return _copy.deepcopy(obj, *args, **kwargs)
+    ``argv`` is moto_server's, optionally preceded by ``--sendonce-speed-patches``.
+    """
+    speed = bool(argv) and argv[0] == _SPEED_FLAG
+    names = moto_patches.apply(speed=speed)
+    # The first line of the server's log: which patches this moto runs with.
+    print(f"moto {moto_patches.MOTO_VERSION} patched by sendonce_local.moto_patches: {', '.join(names)}", flush=True)
+    from moto.server import main
 
-
-_models.copy = _CopyEachTableOnce()
-_transact_write_items = _models.DynamoDBBackend.transact_write_items
-
-
-def transact_write_items(self, transact_items):
-    _local.tables = {}
-    try:
-        return _transact_write_items(self, transact_items)
-    finally:
-        _local.tables = None
-
-
-_models.DynamoDBBackend.transact_write_items = transact_write_items
-
-_backend_lock = _threading.RLock()
-
-
-def _one_at_a_time(function):
-    @_functools.wraps(function)
-    def wrapper(*args, **kwargs):
-        with _backend_lock:
-            return function(*args, **kwargs)
-    return wrapper
-
-
-for _name, _function in list(vars(_models.DynamoDBBackend).items()):
-    if isinstance(_function, _types.FunctionType) and not _name.startswith("__"):
-        setattr(_models.DynamoDBBackend, _name, _one_at_a_time(_function))
-"""
-
-_SERVER_BOOTSTRAP = _DYNAMODB_PATCH + """
-import sys
-
-import docker
-import docker.errors
-from moto.server import main
-
-
-class DockerUnavailableError(docker.errors.DockerException, AttributeError):
-    pass
-
-
-_from_env = docker.from_env
-
-
-def from_env(*args, **kwargs):
-    try:
-        return _from_env(*args, **kwargs)
-    except docker.errors.DockerException as exc:
-        raise DockerUnavailableError(str(exc)) from exc
-
-
-docker.from_env = from_env
-main(sys.argv[1:])
-"""
+    main(argv[1:] if speed else argv)
 
 
 class MotoServerError(RuntimeError):
@@ -133,11 +62,25 @@ class MotoServer:
 
     ``endpoint`` uses ``localhost`` rather than ``127.0.0.1``: moto parses a bucket named
     "127" out of CloudFormation template URLs that carry an IP address.
+
+    ``speed_patches`` adds ``moto_patches.SPEED_PATCHES`` to the defect fixes; such a
+    server is always a process of its own, since a running one may not carry them.
     """
 
-    def __init__(self, *, startup_timeout_s: float = 30.0, endpoint: str | None = None) -> None:
+    # Set by DemoMotoServer: Ctrl-C then reaches the demo only, which stops the server in order.
+    _new_session = False
+
+    def __init__(
+        self, *, startup_timeout_s: float = 30.0, endpoint: str | None = None, speed_patches: bool = False
+    ) -> None:
+        if speed_patches and endpoint is not None:
+            raise ValueError("speed_patches needs a server of its own; a given endpoint runs whatever it runs")
         self._startup_timeout_s = startup_timeout_s
-        self._given_endpoint = endpoint if endpoint is not None else os.environ.get(ENDPOINT_ENV) or None
+        self._speed_patches = speed_patches
+        if speed_patches:
+            self._given_endpoint: str | None = None
+        else:
+            self._given_endpoint = endpoint if endpoint is not None else os.environ.get(ENDPOINT_ENV) or None
         self._process: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
         self._endpoint: str | None = self._given_endpoint.rstrip("/") if self._given_endpoint else None
@@ -163,15 +106,21 @@ class MotoServer:
             return self
         if self._process is not None:
             return self
+        # Here rather than as the server's exit status at the end of its log.
+        moto_patches.check_moto_version()
         port = _free_port()
         log = tempfile.NamedTemporaryFile(prefix="moto-server-", suffix=".log", delete=False)
         self._log_path = Path(log.name)
+        flags = [_SPEED_FLAG] if self._speed_patches else []
+        python_path = os.pathsep.join(p for p in (_IMPORT_ROOT, os.environ.get("PYTHONPATH")) if p)
         # The server logs every request; a pipe nobody reads would fill and block it.
         self._process = subprocess.Popen(
-            [sys.executable, "-c", _SERVER_BOOTSTRAP, "-H", "127.0.0.1", "-p", str(port)],
+            [sys.executable, "-c", _SERVER_MAIN, *flags, "-H", "127.0.0.1", "-p", str(port)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": python_path},
+            start_new_session=self._new_session,
         )
         log.close()
         self._endpoint = f"http://localhost:{port}"
@@ -202,6 +151,22 @@ class MotoServer:
         """Forget every resource in every service (POST /moto-api/reset)."""
         _request(self.endpoint, "/moto-api/reset", method="POST")
 
+    def cpu_seconds(self) -> float:
+        """CPU time the server process has used so far (user + system); 0 if this object did not start it."""
+        if self._process is None:
+            return 0.0
+        try:
+            fields = Path(f"/proc/{self._process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def log_tail(self, chars: int = 3000) -> str:
+        """The end of the server's log (its first line names the patches it runs with)."""
+        if self._log_path is None or not self._log_path.exists():
+            return ""
+        return self._log_path.read_text(errors="replace")[-chars:]
+
     def __enter__(self) -> MotoServer:
         return self.start()
 
@@ -218,19 +183,23 @@ class MotoServer:
         last_error: Exception | None = None
         while time.monotonic() < deadline:
             if process is not None and process.poll() is not None:
-                raise MotoServerError(f"moto server exited with {process.returncode}: {self._log_tail()}")
+                raise MotoServerError(f"moto server exited with {process.returncode}: {self.log_tail(2000)}")
             try:
                 _request(self.endpoint, "/moto-api/config", timeout_s=2)
                 return
             except (OSError, urllib.error.URLError) as exc:
                 last_error = exc
                 time.sleep(0.1)
-        raise MotoServerError(f"moto server at {self.endpoint} did not answer: {last_error}; {self._log_tail()}")
+        raise MotoServerError(f"moto server at {self.endpoint} did not answer: {last_error}; {self.log_tail(2000)}")
 
-    def _log_tail(self) -> str:
-        if self._log_path is None or not self._log_path.exists():
-            return ""
-        return self._log_path.read_text(errors="replace")[-2000:]
+
+class DemoMotoServer(MotoServer):
+    """The demo's moto: a process of its own with the speed patches too, in its own session."""
+
+    _new_session = True
+
+    def __init__(self, *, startup_timeout_s: float = 30.0) -> None:
+        super().__init__(startup_timeout_s=startup_timeout_s, speed_patches=True)
 
 
 def aws_env(endpoint: str) -> dict[str, str]:

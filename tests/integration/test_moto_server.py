@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import urllib.error
 import urllib.request
 import uuid
@@ -13,7 +14,8 @@ from typing import Any
 import boto3
 import pytest
 
-from sendonce_local.moto_server import ENDPOINT_ENV, MotoServer, ses_deliveries, ses_sent_messages
+from sendonce_local import moto_patches, moto_server
+from sendonce_local.moto_server import ENDPOINT_ENV, DemoMotoServer, MotoServer, ses_deliveries, ses_sent_messages
 
 pytestmark = pytest.mark.integration
 
@@ -154,3 +156,95 @@ def test_an_endpoint_from_the_environment_is_reused_and_never_stopped(
     # Then the running server still answers
     with urllib.request.urlopen(moto.endpoint + "/moto-api/config", timeout=2) as response:
         assert response.status < 300
+
+
+def _names(patches: tuple[moto_patches.PatchFunction, ...]) -> list[str]:
+    return [patch.__name__ for patch in patches]
+
+
+def _tables_named(endpoint: str, name: str) -> int:
+    """How many Table objects moto's process holds under ``name``: the table and every copy
+    of it (moto tracks each instance it creates, and lists them in data.json)."""
+    with urllib.request.urlopen(endpoint + "/moto-api/data.json", timeout=30) as response:
+        tables = json.loads(response.read())["dynamodb"]["Table"]
+    return sum(1 for table in tables if table.get("name") == name)
+
+
+def test_the_server_runs_with_the_defect_fixes(aws_env: dict[str, str], moto: MotoServer, domain: str) -> None:
+    if not moto.owns_process:
+        pytest.skip(f"{ENDPOINT_ENV} names a server this session did not start")
+    # Given a ledger table with three deliveries
+    ddb = boto3.client("dynamodb")
+    table = f"ledger-{domain[:10]}"
+    ddb.create_table(
+        TableName=table, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST",
+    )
+    for i in range(3):
+        ddb.put_item(TableName=table, Item={"pk": {"S": f"r{i}"}})
+    before = _tables_named(moto.endpoint, table)
+
+    # When one transaction updates all three
+    ddb.transact_write_items(TransactItems=[
+        {"Update": {"TableName": table, "Key": {"pk": {"S": f"r{i}"}}, "UpdateExpression": "SET sent = :t",
+                    "ExpressionAttributeValues": {":t": {"BOOL": True}}}}
+        for i in range(3)
+    ])
+
+    # Then the server copied the table once (stock moto: once per item), and says what it runs
+    assert _tables_named(moto.endpoint, table) - before == 1
+    assert moto.log_tail(100_000).splitlines()[0].endswith(", ".join(_names(moto_patches.DEFECT_FIXES)))
+
+
+def test_the_demo_server_runs_with_the_speed_patches_in_a_process_of_its_own(
+    moto: MotoServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a running server named by the environment (the demo must not reuse it)
+    monkeypatch.setenv(ENDPOINT_ENV, moto.endpoint)
+
+    with DemoMotoServer() as demo:
+        # Then the demo's server is its own, in a session of its own, with every patch
+        assert demo.owns_process and demo.endpoint != moto.endpoint
+        assert demo.pid is not None and os.getsid(demo.pid) == demo.pid
+        first_line = demo.log_tail(100_000).splitlines()[0]
+        assert first_line.endswith(", ".join(_names(moto_patches.DEFECT_FIXES + moto_patches.SPEED_PATCHES)))
+
+        # And it answers with the speed patches' one documented difference: an invalid update
+        # of a missing item leaves the item's key behind
+        ddb = boto3.client(
+            "dynamodb", endpoint_url=demo.endpoint, region_name="us-east-1",
+            aws_access_key_id="testing", aws_secret_access_key="testing",
+        )
+        ddb.create_table(
+            TableName="ledger", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST",
+        )
+        with pytest.raises(ddb.exceptions.ClientError, match="overlap"):
+            ddb.update_item(
+                TableName="ledger", Key={"pk": {"S": "missing"}}, UpdateExpression="SET a = :v, a = :v",
+                ExpressionAttributeValues={":v": {"N": "1"}},
+            )
+        assert ddb.scan(TableName="ledger")["Items"] == [{"pk": {"S": "missing"}}]
+        assert demo.cpu_seconds() > 0
+
+
+def test_speed_patches_need_a_server_of_their_own() -> None:
+    with pytest.raises(ValueError, match="server of its own"):
+        MotoServer(endpoint="http://localhost:1", speed_patches=True)
+
+
+def test_another_moto_version_is_refused_before_a_server_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given another moto than the patches were written for
+    monkeypatch.delenv(ENDPOINT_ENV, raising=False)
+    monkeypatch.setattr(moto_patches, "installed_moto_version", lambda: "5.3.0")
+    server = MotoServer()
+
+    # Then no server process starts, and the error says which versions and what to do
+    with pytest.raises(moto_patches.MotoVersionError, match=r"moto 5\.3\.0 is installed.*constraints\.txt"):
+        server.start()
+    assert server.pid is None
+
+    # And the server's own entry point refuses before it serves
+    with pytest.raises(moto_patches.MotoVersionError):
+        moto_server.serve(["-H", "127.0.0.1", "-p", "1"])
+    assert moto_patches.applied() == ()

@@ -49,7 +49,7 @@ from sendonce.domain.models import Campaign, CampaignState, Content, DeliverySta
 from sendonce.settings import ApiSettings
 from sendonce.wiring import campaign_service
 from sendonce_local.demo.consumer import COUNTS_ENV, HANDLER_ENV, read_counts
-from sendonce_local.moto_patches import DemoMotoServer
+from sendonce_local.moto_server import DemoMotoServer
 from sendonce_local.demo.proxy import RESEND_SEND_PATHS, SES_SEND_PATHS, FaultProxy
 from sendonce_local.demo.stack import (
     RESEND_DEMO_KEY,
