@@ -22,7 +22,10 @@ LEASE = 60_000
 def rig_for(aws_env):
     def make(provider: str = "resend", mode: str = "single", recipients: int = 3) -> Rig:
         clock = Clock(int(time.time() * 1000) + 30 * 24 * HOUR)
-        return Rig(boto3.client("dynamodb"), provider=provider, mode=mode, clock=clock, lease_ms=LEASE, recipients=recipients)
+        return Rig(
+            boto3.client("dynamodb"), provider=provider, mode=mode, clock=clock, lease_ms=LEASE, recipients=recipients
+        )
+
     return make
 
 
@@ -149,10 +152,12 @@ def test_4b_a_possibly_sent_resend_delivery_is_unknown_on_cancel_and_a_sent_even
     rig.operator.cancel("c1")
     rig.drain()
     assert rig.states() == {"r0": "unknown"}
-    events = DynamoDBLedgerEvents(client=boto3.client("dynamodb"), ledger_table=rig.ledger._table,
-                                  campaigns_table=rig.store._table)
-    assert events.resolve_unknown(DeliveryKey(campaign_id="c1", recipient_id="r0"), provider_message_id="m-1",
-                                  detail="email.sent")
+    events = DynamoDBLedgerEvents(
+        client=boto3.client("dynamodb"), ledger_table=rig.ledger._table, campaigns_table=rig.store._table
+    )
+    assert events.resolve_unknown(
+        DeliveryKey(campaign_id="c1", recipient_id="r0"), provider_message_id="m-1", detail="email.sent"
+    )
     assert rig.states() == {"r0": "sent"}
 
 
@@ -184,6 +189,26 @@ def test_6_a_crash_on_the_last_receive_leaves_recipients_dead_lettered_not_pendi
     assert rig.queue.receive(0) is None and len(rig.queue.dlq) == 1  # SQS moved it to the DLQ
     assert set(rig.states().values()) == {"dead_lettered"}
     assert rig.operator.status("c1").dead_lettered == 3
+
+
+def test_found_by_the_model_a_crash_on_the_last_receive_after_a_release_leaves_it_dead_lettered(rig_for):
+    rig = rig_for(recipients=2)
+    publish(rig)
+    message = receive(rig)
+    message.receive_count = rig.queue.max_receive_count  # this is the last receive
+    # Given the provider refuses r0 on both attempts (busy), so r0 is released for another try
+    rig.provider.script.extend(["busy", "busy"])
+    # When the consumer dies before its claim of r1 (steps: dead-letter first, claim r0, two
+    # calls, release r0, claim r1)
+    assert rig.process(message, crash_at=6) is None
+    rig.clock.advance(LEASE + 31_000)
+    assert rig.queue.receive(0) is None and len(rig.queue.dlq) == 1  # SQS moved it to the DLQ
+    # Then nobody is pending behind the message in the DLQ: both are dead-lettered
+    assert rig.states() == {"r0": "dead_lettered", "r1": "dead_lettered"}
+    # And a redrive sends each once
+    rig.drain()
+    assert rig.states() == {"r0": "sent", "r1": "sent"}
+    assert set(rig.provider.accepted.values()) == {1}
 
 
 def test_7_overlapping_publishes_count_each_recipient_once(rig_for):

@@ -22,6 +22,7 @@ from hypothesis.database import InMemoryExampleDatabase
 from hypothesis.stateful import run_state_machine_as_test
 from moto import mock_aws
 
+from sendonce.adapters import idempotency as idempotency_module
 from sendonce.adapters.dynamodb import ledger as dynamodb_ledger
 from sendonce.domain.campaigns import service as campaigns_module
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
@@ -110,6 +111,14 @@ def _grouped_at_any_age():
     return tuple(rules)
 
 
+def _released_to_pending(original):
+    # Before: on the last receive a released delivery went back to pending like any other.
+    def settlement_for(error, *, provider_idempotent, last_receive=False):
+        return original(error, provider_idempotent=provider_idempotent)
+
+    return settlement_for
+
+
 R1, RB, SES = model.ResendSingle, model.ResendBatch, model.SesSingle
 # Which machines may catch a mutant, most likely first.
 MACHINES = {
@@ -122,6 +131,7 @@ MACHINES = {
     "4": (SES, R1, RB),
     "5": (R1, SES, RB),
     "6": (SES, R1, RB),
+    "6b": (R1, SES, RB),
 }
 
 MUTANTS = {
@@ -145,6 +155,9 @@ MUTANTS = {
     "5 a status read completes the campaign": defect_5,
     "6 last receive dead-letters only after sending": lambda: replaced(
         delivery_module.DeliveryService, "_dead_letter_first", lambda self, batch: None
+    ),
+    "6b last receive releases to pending": lambda: replaced(
+        idempotency_module, "settlement_for", _released_to_pending(idempotency_module.settlement_for)
     ),
 }
 

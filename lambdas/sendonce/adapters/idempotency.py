@@ -98,7 +98,9 @@ class LedgerPersistenceLayer(BasePersistenceLayer):
 
     def delete_record(self, data: dict[str, Any], exception: Exception) -> None:
         request = self._request(data)
-        settlement = settlement_for(exception, provider_idempotent=request.provider_idempotent)
+        settlement = settlement_for(
+            exception, provider_idempotent=request.provider_idempotent, last_receive=request.last_receive
+        )
         if settlement is None:
             return
         try:
@@ -282,7 +284,7 @@ class GroupPersistenceLayer(LedgerPersistenceLayer):
 
     def delete_record(self, data: dict[str, Any], exception: Exception) -> None:
         group = self._group(data)
-        settlement = settlement_for(exception, provider_idempotent=True)
+        settlement = settlement_for(exception, provider_idempotent=True, last_receive=bool(data.get("last_receive")))
         if settlement is None:
             return
         try:
@@ -330,6 +332,7 @@ class PowertoolsGroupGuard:
         provider: str,
         payload_hashes: dict[str, str],
         send: Callable[[], list[Receipt | str]],
+        last_receive: bool = False,
     ) -> GroupResult:
         payload = {
             "campaign_id": group.campaign_id,
@@ -338,6 +341,7 @@ class PowertoolsGroupGuard:
             "provider": provider,
             "payload_hashes": payload_hashes,
             "group": group.model_dump(mode="json"),
+            "last_receive": last_receive,
         }
         try:
             response = self._send_once(

@@ -252,6 +252,8 @@ class DeliveryRequest(BaseModel):
     provider: str
     provider_idempotent: bool
     owner: str
+    # The SQS message's last receive: a delivery released now is dead-lettered, not pending.
+    last_receive: bool = False
 
     @property
     def key(self) -> DeliveryKey:

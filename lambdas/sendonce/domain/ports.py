@@ -284,6 +284,7 @@ class GroupGuard(Protocol):
         provider: str,
         payload_hashes: dict[str, str],
         send: Callable[[], list[Receipt | str]],
+        last_receive: bool = False,
     ) -> GroupResult: ...
 
 

@@ -74,6 +74,8 @@ class BatchRun:
     content: CompiledContent
     remaining_ms: Callable[[], int]
     report: BatchReport
+    # The message's last receive: what is released now is dead-lettered (protocol.py).
+    last_receive: bool = False
     halt: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     returning_ids: list[str] = field(default_factory=list)

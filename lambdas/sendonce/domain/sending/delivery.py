@@ -163,10 +163,16 @@ class DeliveryService:
         except RenderError as exc:
             return self._poison(body, f"campaign {campaign.campaign_id!r}: {exc}", report)
 
-        run = BatchRun(
-            batch=batch, campaign=campaign, provider=provider, content=content, remaining_ms=remaining_ms, report=report
-        )
         last_receive = receive_count >= self._max_receive_count
+        run = BatchRun(
+            batch=batch,
+            campaign=campaign,
+            provider=provider,
+            content=content,
+            remaining_ms=remaining_ms,
+            report=report,
+            last_receive=last_receive,
+        )
         if last_receive:
             self._dead_letter_first(batch)
         if campaign.delivery_mode == "batch" and self._groups is not None and hasattr(provider, "send_batch"):
@@ -308,6 +314,7 @@ class DeliveryService:
             provider=run.provider.name,
             provider_idempotent=run.provider.idempotent,
             owner=f"{self._instance_id}-{uuid.uuid4().hex[:12]}",
+            last_receive=run.last_receive,
         )
         try:
             result = self._guard.send_once(request, lambda: self._send(run, recipient, request))

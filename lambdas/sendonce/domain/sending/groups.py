@@ -174,6 +174,7 @@ class GroupDelivery:
                     for r in group.recipients
                 },
                 send=send,
+                last_receive=run.last_receive,
             )
         except Exception as exc:  # noqa: BLE001 - record_failure says what each failure means
             record_failure(run, member_ids, exc, log_extra={"group_id": group.group_id})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sendonce.domain.errors import (
     AmbiguousProviderError,
@@ -25,8 +25,17 @@ class Settlement:
     refused: bool = False
 
 
-def settlement_for(error: BaseException, *, provider_idempotent: bool) -> Settlement | None:
-    """The ledger write for a send that raised `error`; None when there is nothing to write."""
+def settlement_for(error: BaseException, *, provider_idempotent: bool, last_receive: bool = False) -> Settlement | None:
+    """The ledger write for a send that raised `error`; None when there is nothing to write.
+    On the message's last receive a delivery released for another attempt is dead-lettered
+    instead (the message goes to the DLQ unless this attempt ends it)."""
+    settlement = _settlement(error, provider_idempotent=provider_idempotent)
+    if settlement is not None and last_receive and settlement.state is DeliveryState.PENDING:
+        return replace(settlement, state=DeliveryState.DEAD_LETTERED)
+    return settlement
+
+
+def _settlement(error: BaseException, *, provider_idempotent: bool) -> Settlement | None:
     if isinstance(error, LeaseLostError):
         return None  # another owner holds the delivery; it is theirs to settle
     if isinstance(error, SuppressedError):

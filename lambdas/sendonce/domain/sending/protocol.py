@@ -213,6 +213,8 @@ class Event(StrEnum):
     MARK_SENT = "mark_sent"
     SETTLE_REFUSED = "settle_refused"
     SETTLE_REPEATABLE = "settle_repeatable"
+    SETTLE_REFUSED_LAST_RECEIVE = "settle_refused_last_receive"
+    SETTLE_REPEATABLE_LAST_RECEIVE = "settle_repeatable_last_receive"
     SETTLE_FAILED = "settle_failed"
     SETTLE_SUPPRESSED = "settle_suppressed"
     SETTLE_UNKNOWN = "settle_unknown"
@@ -266,6 +268,23 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.PENDING,
         _OWNER,
         "ambiguous answer, keyed provider: maybe_sent kept, repeated under the same key",
+    ),
+    # On the message's last receive SQS moves it to the DLQ unless this attempt ends it: a
+    # delivery released then is dead-lettered in the same write, so that a crash after it
+    # leaves nobody pending behind a message in the DLQ.
+    Transition(
+        Event.SETTLE_REFUSED_LAST_RECEIVE,
+        (S.CLAIMED, S.IN_FLIGHT),
+        S.DEAD_LETTERED,
+        _OWNER + "; the message's last receive",
+        "as settle_refused; the reason kept for the redrive",
+    ),
+    Transition(
+        Event.SETTLE_REPEATABLE_LAST_RECEIVE,
+        (S.CLAIMED,),
+        S.DEAD_LETTERED,
+        _OWNER + "; the message's last receive",
+        "as settle_repeatable: maybe_sent kept",
     ),
     Transition(Event.SETTLE_FAILED, (S.CLAIMED, S.IN_FLIGHT), S.FAILED, _OWNER, "permanent refusal, reason kept"),
     Transition(
@@ -349,6 +368,8 @@ def settle_event(state: DeliveryState, *, maybe_sent: bool) -> Event:
     """The transition a settlement to `state` is."""
     if state is S.PENDING:
         return Event.SETTLE_REPEATABLE if maybe_sent else Event.SETTLE_REFUSED
+    if state is S.DEAD_LETTERED:
+        return Event.SETTLE_REPEATABLE_LAST_RECEIVE if maybe_sent else Event.SETTLE_REFUSED_LAST_RECEIVE
     return {S.FAILED: Event.SETTLE_FAILED, S.SUPPRESSED: Event.SETTLE_SUPPRESSED, S.UNKNOWN: Event.SETTLE_UNKNOWN}[
         state
     ]
