@@ -772,10 +772,10 @@ def local_api(cli: Cli, host: str, port: int) -> None:
     Requests carry your AWS identity as the IAM caller, so state changes record it.
     """
     from sendonce.handlers import api
-    from sendonce_local.api_server import LocalApiServer
+    from sendonce_local.http_api import LocalHttpApi
 
     handler = functools.partial(api.lambda_handler, service=cli.service())
-    server = LocalApiServer(handler, caller_arn=cli.operator(), host=host, port=port)
+    server = LocalHttpApi(handler, caller_arn=cli.operator(), host=host, port=port, function_name="sendonce-api")
     cli.warn(f"sendonce API on {server.url} (OpenAPI: {server.url}/openapi.json, Swagger UI: {server.url}/swagger); "
              "Ctrl-C stops")
     sys.stderr.flush()
