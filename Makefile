@@ -66,7 +66,7 @@ demo: $(STAMP)
 	$(BIN)/sendonce demo $(DEMO_ARGS)
 
 bench: $(STAMP)
-	$(BIN)/python bench/run.py --quick
+	$(BIN)/python -m bench.run --quick
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache
