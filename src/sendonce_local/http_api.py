@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import base64
 import collections
+import contextlib
 import datetime as dt
 import json
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -41,6 +42,35 @@ RECORDED_EVENTS = 1000
 _HOP_BY_HOP = frozenset({"content-length", "connection", "transfer-encoding", "keep-alive"})
 
 log = logging.getLogger(__name__)
+
+
+class _Turnstile:
+    """One invocation at a time, in the order the requests reached it."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._issued = 0
+        self._serving = 0
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        with self._changed:
+            ticket, self._issued = self._issued, self._issued + 1
+            self._changed.wait_for(lambda: self._serving == ticket)
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._serving += 1
+                self._changed.notify_all()
+
+
+# Powertools' resolvers keep the current event on a class attribute (BaseRouter.current_event)
+# that every resolver in the process shares: two handlers running at once in one process
+# would read each other's request. So every local API of the process takes turns, first
+# come first served, as one execution environment would (sent/delivered webhooks of one
+# email then reach the function in the order they were posted).
+_INVOCATIONS = _Turnstile()
 
 
 def is_text(content_type: str | None) -> bool:
@@ -157,9 +187,9 @@ def http_response(result: Any) -> tuple[int, list[tuple[str, str]], bytes]:
 class LocalHttpApi:
     """Serve `handler(event, context)` on `http://host:port` (port 0: a free one) until stopped.
 
-    One invocation at a time, as in one Lambda execution environment (the Powertools
-    resolvers keep the current event on a module-level app). `handler` may be replaced
-    while serving; `requests` holds the last events it was given, oldest first.
+    One invocation at a time across every local API of the process, in arrival order
+    (`_INVOCATIONS`). `handler` may be replaced while serving; `requests` holds the last
+    events it was given, oldest first.
     """
 
     def __init__(
@@ -179,7 +209,6 @@ class LocalHttpApi:
         self.function_name = function_name
         self.timeout_s = timeout_s
         self.requests: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECORDED_EVENTS)
-        self._invoke_lock = threading.Lock()
         self._server = _Server((host, port), _RequestHandler, self)
         self._thread: threading.Thread | None = None
 
@@ -189,7 +218,7 @@ class LocalHttpApi:
         return f"http://{host}:{port}"
 
     def invoke(self, event: dict[str, Any]) -> Any:
-        with self._invoke_lock:
+        with _INVOCATIONS.turn():
             self.requests.append(event)
             context = LocalLambdaContext(
                 function_name=self.function_name,
