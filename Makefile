@@ -47,7 +47,7 @@ test-infra: $(STAMP) $(NPM_STAMP)
 
 # The wheel alone: built, installed into a fresh venv (PyPI or the pip cache), CLI run, a
 # foreign CDK app synthesized under cdk-nag, `sendonce demo --recipients 200` run outside the
-# checkout (~4-5 min; also part of test-infra and test).
+# checkout (~4 min; also part of test-infra and test).
 test-wheel: $(STAMP)
 	$(BIN)/python -m pytest -q -m wheel tests/infra/test_wheel.py
 
