@@ -9,7 +9,7 @@ checkout of this repository on the way.
   wheel carries (`infra`) into moto, synthesized in process (no CDK CLI, no
   node_modules), and replays the incident: the baseline duplicates, sendonce does not.
 
-Dependencies come from PyPI (or the warm pip cache) under constraints.txt: ~35 s of
+Dependencies come from PyPI (or the warm pip cache) under constraints.txt: ~70 s of
 installing, ~15 s of synthesis, ~2.5 min of demo (200 recipients, two runs, each waiting
 out scaled visibility timeouts).
 """
