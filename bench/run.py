@@ -1,7 +1,9 @@
 """Run a campaign through the local stack and print sendonce's figures side by side.
 
-    python bench/run.py --quick [--json]     # about a minute; `make bench`
-    python bench/run.py [--json]             # the full run, several minutes
+    python -m bench.run --quick [--json]     # about a minute; `make bench`
+    python -m bench.run [--json]             # the full run, several minutes
+
+(from the checkout's root, with sendonce installed: `make venv`).
 
 Every figure is a ratio of two things measured in this one run on this machine, or a
 count (docs/benchmarks.md explains each and what it is compared with). Progress goes to
@@ -19,14 +21,8 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT, ROOT / "lambdas", ROOT / "src"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from bench.core import FULL, QUICK, BenchConfig, run_benchmark  # noqa: E402
+from bench.core import FULL, QUICK, BenchConfig, run_benchmark
 
 
 @contextlib.contextmanager
@@ -122,7 +118,7 @@ def text_report(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python bench/run.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the small run (under 2 minutes); `make bench`")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--rate", type=float, default=None, help="emails/s for the shared limiter (default: per mode)")

@@ -1,4 +1,8 @@
-"""Build the CDK app: one stack, configured from context, checked by cdk-nag."""
+"""Build the CDK app: one stack, configured from context, checked by cdk-nag.
+
+The one place the app is built: app.py (what cdk.json runs for the CDK CLI), the tests
+and `sendonce_local.deploy` (the demo's in-process synthesis) all call `build_app`.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import Any
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
+from infra.feature_flags import FEATURE_FLAGS
 from infra.stack import SendonceStack
 from sendonce_cdk.config import SendonceConfig
 
@@ -15,10 +20,10 @@ from sendonce_cdk.config import SendonceConfig
 def build_app(*, context: Mapping[str, Any] | None = None, outdir: str | None = None) -> tuple[cdk.App, SendonceStack]:
     """The app and its stack. Nothing is synthesized until `app.synth()`.
 
-    When run by the CDK CLI, context comes from cdk.json and `-c key=value`; tests and
-    scripts pass `context` (cdk.json's feature flags included, see tests/infra/conftest.py).
+    `context` goes over the feature flags (infra/feature_flags.py); when the CDK CLI runs
+    the app, its context (`-c key=value`, cdk.json, cdk.context.json) goes over both.
     """
-    app = cdk.App(context=dict(context) if context is not None else None, outdir=outdir)
+    app = cdk.App(context={**FEATURE_FLAGS, **(context or {})}, outdir=outdir)
     config = SendonceConfig.from_context(app.node.try_get_context)
     stack = SendonceStack(app, config.stack_name, stack_name=config.stack_name, config=config)
     # cdk-nag 3: findings fail synthesis unless acknowledged (SendonceStack._acknowledge_findings).

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import functools
 import getpass
+import importlib
 import io
 import json
 import os
-import signal
-import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -154,6 +152,54 @@ class _Group(click.Group):
             ctx.exit(int(code))
 
 
+# The commands that run sendonce on this machine (moto, the local HTTP API, the demo), by
+# name: their module is imported only when one of them is listed or run, so operating a
+# deployed stack loads neither the Lambda handlers nor moto and the CDK.
+LOCAL_COMMANDS_MODULE = "sendonce_local.commands"
+LOCAL_COMMANDS = ("demo", "local")
+
+
+class _Sendonce(_Group):
+    """The `sendonce` group: its own commands, and the local ones attached on demand."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LOCAL_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in LOCAL_COMMANDS:
+            command = _local_command(cmd_name)
+        return command
+
+
+def _local_command(name: str) -> click.Command:
+    try:
+        module = importlib.import_module(LOCAL_COMMANDS_MODULE)
+    except ImportError as error:
+        return _unavailable(name, error)
+    return getattr(module, name)
+
+
+def _unavailable(name: str, error: ImportError) -> click.Command:
+    """A stand-in that says why `sendonce NAME ...` cannot run, whatever its arguments."""
+    reason = f"the local tooling (sendonce_local) cannot be imported: {error}"
+
+    @click.command(
+        name, help=f"Unavailable: {reason}.", short_help=f"(unavailable: {error})", add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )  # fmt: skip
+    def unavailable() -> None:
+        if os.environ.get("SENDONCE_DEBUG"):
+            traceback.print_exception(error)
+        _fail(
+            ExitCode.UNEXPECTED,
+            f"error: `sendonce {name}` is unavailable: {reason}. It needs sendonce's runtime dependencies "
+            "(moto[server], aws-cdk-lib, constructs, cdk-nag): reinstall with `pip install sendonce`, not --no-deps.",
+        )
+
+    return unavailable
+
+
 def _classify(exc: Exception) -> tuple[ExitCode, str]:
     if isinstance(exc, SpecError):
         return ExitCode.BAD_INPUT, "\n".join(exc.problems) + "\nnothing was created"
@@ -181,7 +227,7 @@ def _fail(code: ExitCode, message: str) -> None:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text.")
 
 
-@click.group(cls=_Group, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Sendonce, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--stack", envvar="SENDONCE_STACK", default=DEFAULT_STACK, show_default=True,
     help="CloudFormation stack whose outputs name the queues and tables. SENDONCE_QUEUE_URL, "
@@ -754,44 +800,6 @@ def ledger_show(cli: Cli, campaign_id: str, recipient_id: str, as_json: bool) ->
     cli.out.print(history)
 
 
-# --- local --------------------------------------------------------------------------
-
-
-@cli.group()
-def local() -> None:
-    """Run parts of sendonce on this machine (against moto or a real account)."""
-
-
-@local.command("api")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
-@pass_cli
-def local_api(cli: Cli, host: str, port: int) -> None:
-    """Serve the operator HTTP API's handler on loopback, as API Gateway would call it.
-
-    Requests carry your AWS identity as the IAM caller, so state changes record it.
-    """
-    from sendonce.handlers import api
-    from sendonce_local.api_server import LocalApiServer
-
-    handler = functools.partial(api.lambda_handler, service=cli.service())
-    server = LocalApiServer(handler, caller_arn=cli.operator(), host=host, port=port)
-    cli.warn(f"sendonce API on {server.url} (OpenAPI: {server.url}/openapi.json, Swagger UI: {server.url}/swagger); "
-             "Ctrl-C stops")
-    sys.stderr.flush()
-
-    def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
-
-
 # --- deliverability: the suppression list, unknown outcomes (docs/deliverability.md) ---
 
 from sendonce_ops.deliverability_cli import campaign_unknowns, suppression  # noqa: E402
@@ -799,13 +807,11 @@ from sendonce_ops.deliverability_cli import campaign_unknowns, suppression  # no
 cli.add_command(suppression)
 campaign.add_command(campaign_unknowns)
 
-# --- the cost model and the demo (docs/benchmarks.md, docs/incident.md) ---
+# --- the cost model (docs/benchmarks.md) ---
 
 from sendonce_ops.cost import cost  # noqa: E402
-from sendonce_local.demo.run import demo  # noqa: E402
 
 cli.add_command(cost)
-cli.add_command(demo)
 
 
 if __name__ == "__main__":

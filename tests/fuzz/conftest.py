@@ -38,10 +38,10 @@ def counting(handler, target: str, statuses: collections.Counter):
 @pytest.fixture
 def operator_api(system):  # noqa: F811
     from sendonce.handlers import api
-    from sendonce_local.api_server import LocalApiServer
+    from sendonce_local.http_api import LocalHttpApi
 
     statuses: collections.Counter = collections.Counter()
     handler = counting(functools.partial(api.lambda_handler, service=system.operator), "operator API", statuses)
-    with LocalApiServer(handler, caller_arn="arn:aws:iam::123456789012:user/fuzz") as server:
+    with LocalHttpApi(handler, caller_arn="arn:aws:iam::123456789012:user/fuzz", function_name="sendonce-api") as server:
         server.statuses = statuses  # type: ignore[attr-defined]
         yield server

@@ -1,7 +1,7 @@
 """Synthesize the CDK app once per session per configuration.
 
 Synthesis costs seconds (jsii start-up, bundling, cdk-nag), so every test reads the
-same cloud assemblies: `default_assembly` is a bare `cdk synth` (cdk.json context
+same cloud assemblies: `default_assembly` is a bare `cdk synth` (the feature flags
 only); `full_assembly` turns on every optional part (both providers, a named SES
 configuration set, on-call subscriptions, one-click unsubscribe, a recipients bucket,
 destroy removal policy).

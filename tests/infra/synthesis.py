@@ -68,16 +68,19 @@ class Synthesized:
         return json.loads((self.outdir / "validation-report.json").read_text())
 
 
-def cdk_json_context() -> dict[str, Any]:
-    return json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+def feature_flags() -> dict[str, Any]:
+    """The app's CDK feature flags, for an app of the tests' own."""
+    from infra.feature_flags import FEATURE_FLAGS
+
+    return dict(FEATURE_FLAGS)
 
 
 def synthesize(tmp_path_factory: pytest.TempPathFactory, name: str, overrides: dict[str, Any]) -> Synthesized:
     from infra.app import build_app
 
-    context = {**cdk_json_context(), **overrides}
+    context = {**feature_flags(), **overrides}
     outdir = tmp_path_factory.mktemp(name)
-    app, stack = build_app(context=context, outdir=str(outdir))
+    app, stack = build_app(context=overrides, outdir=str(outdir))
     assembly = app.synth()
     template = assembly.get_stack_by_name(stack.stack_name).template
     return Synthesized(context=context, outdir=outdir, template=template, config=stack.config)

@@ -1,4 +1,5 @@
-"""The real CDK CLI deploys the app into moto's server, and `deploy_to_moto` does too.
+"""The real CDK CLI deploys the app into moto's server, and `deploy_to_moto` (in-process
+synthesis, no CLI) does too.
 
 Runs `cdk bootstrap` and `cdk deploy --method=direct` (moto does not apply a change
 set's outputs) from node_modules against a moto server of its own, then reads back
@@ -17,15 +18,17 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 
-from infra.deploy_local import FAKE_CREDENTIALS, cdk_env, context_args, deploy_to_moto, run_cdk
 from sendonce import contract
 from sendonce.contract import Output, env_name
+from sendonce_local.deploy import FAKE_CREDENTIALS, cdk_env, context_args, deploy_to_moto, run_cdk, synthesize
 from sendonce_local.moto_server import ENDPOINT_ENV, MotoServer
+from tests.infra.synthesis import REPO_ROOT
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(240)]
 
@@ -39,6 +42,7 @@ LOCAL_STACK = "SendonceLocal"
 class Deployed:
     outputs: dict[str, str]
     seconds: float
+    assembly: Path
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +66,7 @@ def aws(moto_endpoint: str) -> Any:
 def bootstrapped(moto_endpoint: str, aws: Any) -> float:
     account = aws("sts").get_caller_identity()["Account"]
     started = time.monotonic()
-    run_cdk(["bootstrap", f"aws://{account}/{REGION}"], env=cdk_env(moto_endpoint))
+    run_cdk(["bootstrap", f"aws://{account}/{REGION}"], env=cdk_env(moto_endpoint), project_dir=REPO_ROOT)
     return time.monotonic() - started
 
 
@@ -81,9 +85,10 @@ def cli_deployed(moto_endpoint: str, bootstrapped: float, tmp_path_factory: pyte
             *context_args(CLI_CONTEXT),
         ],
         env=cdk_env(moto_endpoint),
+        project_dir=REPO_ROOT,
     )  # fmt: skip
     seconds = time.monotonic() - started
-    return Deployed(outputs=json.loads(outputs_file.read_text())[CLI_STACK], seconds=seconds)
+    return Deployed(outputs=json.loads(outputs_file.read_text())[CLI_STACK], seconds=seconds, assembly=workdir / "cdk.out")
 
 
 def _stack_outputs(aws: Any, stack_name: str) -> dict[str, str]:
@@ -258,6 +263,29 @@ def test_cli_deploy_on_call_topic_is_encrypted(cli_deployed: Deployed, aws: Any)
     # moto's CloudFormation skips AWS::SNS::Subscription; test_stack.py checks those.
     attributes = aws("sns").get_topic_attributes(TopicArn=cli_deployed.outputs[Output.ON_CALL_TOPIC_ARN])["Attributes"]
     assert attributes.get("KmsMasterKeyId")
+
+
+def _without_cdk_metadata(template_file: Path) -> dict[str, Any]:
+    # The CLI asks the app for path, asset and version metadata (aws:cdk:* context); nothing else differs.
+    template = json.loads(template_file.read_text())
+    template["Resources"] = {
+        name: {k: v for k, v in resource.items() if k != "Metadata"}
+        for name, resource in template["Resources"].items()
+        if resource["Type"] != "AWS::CDK::Metadata"
+    }
+    conditions = template.pop("Conditions", {})
+    conditions.pop("CDKMetadataAvailable", None)
+    if conditions:
+        template["Conditions"] = conditions
+    return template
+
+
+def test_in_process_synthesis_is_the_cli_synthesis(cli_deployed: Deployed, tmp_path: Path) -> None:
+    # Same app, same feature flags (they travel with infra/, not cdk.json), same context rules.
+    synthesize(tmp_path / "cdk.out", context=CLI_CONTEXT)
+
+    in_process = _without_cdk_metadata(tmp_path / "cdk.out" / f"{CLI_STACK}.template.json")
+    assert in_process == _without_cdk_metadata(cli_deployed.assembly / f"{CLI_STACK}.template.json")
 
 
 def test_deploy_to_moto_returns_the_outputs_and_parks_the_event_source(

@@ -52,9 +52,8 @@ def test_a_new_finding_fails_synthesis(tmp_path: Path) -> None:
     from aws_cdk import aws_sqs as sqs
 
     from infra.app import build_app
-    from tests.infra.synthesis import cdk_json_context
 
-    app, stack = build_app(context=cdk_json_context(), outdir=str(tmp_path))
+    app, stack = build_app(outdir=str(tmp_path))
     sqs.Queue(stack, "PlainQueue")  # no DLQ, no enforced SSL
 
     with pytest.raises(RuntimeError, match="ValidationFailed"):

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sendonce.contract import Output
-from tests.infra.synthesis import Synthesized, cdk_json_context
+from tests.infra.synthesis import Synthesized, feature_flags
 
 pytestmark = pytest.mark.infra
 
@@ -22,7 +22,7 @@ def user_stack() -> dict[str, Any]:
 
     from sendonce_cdk import SendOnce
 
-    app = cdk.App(context=cdk_json_context())
+    app = cdk.App(context=feature_flags())
     stack = cdk.Stack(app, "Shop", stack_name="Shop")
     mail = SendOnce(
         stack,

@@ -205,7 +205,7 @@ def deliverability(system, monkeypatch) -> Iterator[LocalDeliverability]:
     from sendonce.settings import EventsSettings, UnsubscribeSettings
     from sendonce.wiring import assemble_events, assemble_unsubscribe
     from sendonce.handlers import events, unsubscribe
-    from sendonce_local.deliverability_resources import create_deliverability_resources
+    from sendonce_local.resources import create_deliverability_resources
     from sendonce_local.http_api import LocalHttpApi
 
     resources = create_deliverability_resources(webhook_secret=system.resend.webhook_secret)

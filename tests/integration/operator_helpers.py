@@ -13,7 +13,7 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from sendonce_ops.cli import cli
-from sendonce_local.api_server import http_api_event
+from sendonce_local.http_api import http_api_event
 from sendonce_local.poller import LocalLambdaContext
 
 ROOT = Path(__file__).resolve().parents[2]

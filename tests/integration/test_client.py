@@ -17,7 +17,7 @@ from botocore.credentials import Credentials
 
 from sendonce.handlers import api
 from sendonce_client import Client, Conflict, ConnectionFailed, InvalidRequest, NotFound, PublishFailed
-from sendonce_local.api_server import LocalApiServer
+from sendonce_local.http_api import LocalHttpApi
 
 from tests.integration.operator_helpers import OPERATOR_ARN
 
@@ -55,7 +55,7 @@ class RecordingApi:
 @pytest.fixture
 def recording_api(system) -> Iterator[tuple[RecordingApi, str]]:
     handler = RecordingApi(system)
-    with LocalApiServer(handler, caller_arn=OPERATOR_ARN) as server:
+    with LocalHttpApi(handler, caller_arn=OPERATOR_ARN, function_name="sendonce-api") as server:
         yield handler, server.url
 
 

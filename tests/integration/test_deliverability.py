@@ -21,10 +21,9 @@ from sendonce.wiring import assemble_events
 from sendonce.handlers import events as events_handler
 from sendonce.domain.models import CampaignState, DeliveryKey, DeliveryRequest, DeliveryState, Receipt, email_fingerprint
 from sendonce.domain.ports import ClaimStatus
-from sendonce_local.deliverability_resources import create_suppressions_table
 from sendonce_local.poller import LocalLambdaContext
 from sendonce_local.resend_server import svix_headers
-from sendonce_local.resources import create_tables
+from sendonce_local.resources import create_suppressions_table, create_tables
 
 from tests.fakes import ses_event
 

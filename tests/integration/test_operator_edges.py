@@ -14,7 +14,7 @@ from sendonce.adapters.sqs_queue import SqsQueue
 from sendonce.handlers import api
 from sendonce.domain.models import CampaignState
 from sendonce.domain.campaigns.operator_input import InlineRecipient
-from sendonce_local.api_server import http_api_event
+from sendonce_local.http_api import http_api_event
 from sendonce_ops.sqs_tools import queue_depths
 
 from tests.integration.operator_helpers import OPERATOR_ARN, lambda_context

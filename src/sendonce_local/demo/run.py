@@ -198,7 +198,7 @@ class DemoSystem:
             os.environ.pop(name, None)
         self._session = boto3.session.Session()
         self.say(f"moto on {self.moto.endpoint}; local Resend server on {self.resend.url}")
-        self.say("deploying the CDK app into moto (cdk synth + CloudFormation CreateStack)")
+        self.say("deploying the CDK app into moto (synthesis in process + CloudFormation CreateStack)")
         started = time.monotonic()
         outputs = deploy_stack(self.moto.endpoint, context={"provider": self.provider, "sender_domain": SENDER_DOMAIN})
         self.deploy_seconds = time.monotonic() - started

@@ -9,10 +9,12 @@ the queue's redrive policy.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
 import signal
+import site
 import subprocess
 import sys
 import time
@@ -27,27 +29,25 @@ import boto3
 from sendonce_local.moto_server import aws_env
 from sendonce_local.poller import disable_moto_event_source_mappings
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 RESEND_DEMO_KEY = "re_sendonce_demo_key"
 # Below these, a loopback call on a busy 2-core machine can time out for no reason.
 MIN_PROVIDER_TIMEOUT_S = 1
 MIN_SAFETY_MARGIN_MS = 1000
+# What the deploy and the consumer processes import: the Lambda code, the local tooling,
+# the construct and the repository's app.
+CODE_PACKAGES = ("sendonce", "sendonce_local", "sendonce_cdk", "infra")
 
 
 def deploy_stack(endpoint: str, *, context: Mapping[str, Any]) -> dict[str, str]:
-    """The repository's CDK app deployed into moto (`infra.deploy_local`); its outputs.
+    """The repository's CDK app (`infra`, installed with sendonce) deployed into moto; its outputs.
 
-    `infra/` is the checkout's app (cdk.json, app.py, node_modules' CDK CLI), not part of
-    the installed package: it runs as `python -m infra.deploy_local` inside the checkout.
+    Synthesis runs in a process of its own (`python -m sendonce_local.deploy`): jsii's
+    Node runtime and the CDK's memory go away with it instead of staying in the demo's
+    process beside the consumers it starts.
     """
-    if not (REPO_ROOT / "infra" / "deploy_local.py").is_file():
-        raise RuntimeError(
-            f"the demo deploys the repository's CDK app and needs a checkout of sendonce ({REPO_ROOT}"
-            " has none): run `make demo` there"
-        )
     result = subprocess.run(
-        [sys.executable, "-m", "infra.deploy_local", endpoint, json.dumps(dict(context))],
-        cwd=REPO_ROOT,
+        [sys.executable, "-m", "sendonce_local.deploy", endpoint, json.dumps(dict(context))],
+        env=_python_env(os.environ),
         capture_output=True,
         text=True,
         check=False,
@@ -55,6 +55,26 @@ def deploy_stack(endpoint: str, *, context: Mapping[str, Any]) -> dict[str, str]
     if result.returncode != 0:
         raise RuntimeError(f"deploying the stack into moto failed:\n{result.stderr[-6000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _python_env(base: Mapping[str, str]) -> dict[str, str]:
+    """`base` with PYTHONPATH leading to where this interpreter finds the Lambda code, the
+    local tooling, the construct and the app (a checkout's lambdas/, src/ and root; nothing
+    more for an installed wheel), so a child process runs the same code."""
+    installed = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    roots: list[str] = []
+    for package in CODE_PACKAGES:
+        spec = importlib.util.find_spec(package)  # found, not imported: importing the CDK starts jsii
+        if spec is None or spec.origin is None:
+            raise RuntimeError(f"the {package!r} package is not installed: reinstall sendonce")
+        root = Path(spec.origin).resolve().parents[1]
+        if root not in installed:
+            roots.append(str(root))
+    env = dict(base)
+    path = list(dict.fromkeys([*roots, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]))
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(path)
+    return env
 
 
 @dataclass(frozen=True)
@@ -280,13 +300,11 @@ def consumer_environment(
 ) -> dict[str, str]:
     """The deployed function's environment, pointed at moto and the local Resend server,
     with the demo's overrides on top (each one printed by the demo)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")}
+    env = _python_env({k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")})
     env.update(aws_env(endpoint))
     env.update(consumer.environment)
     env.update(overrides)
     env["RESEND_API_URL"] = resend_url
-    # The same code Lambda would run, from this checkout.
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "lambdas"), str(REPO_ROOT / "src")])
     return env
 
 

@@ -1,11 +1,20 @@
-"""Deploy the real CDK app into moto's server, for the demo and the tests.
+"""Deploy the repository's CDK app (`infra`) into moto's server, for the demo and the tests.
 
-`deploy_to_moto` synthesizes with the npm CDK CLI (`cdk synth`, the same app, cdk.json
-and context as a real deploy), publishes the file assets the way `cdk deploy` would
-(zips into the bootstrap bucket), and creates the stack with CloudFormation's
-`CreateStack`. That skips `cdk bootstrap` (~12 s) and the CLI's deploy (~12 s): moto
-needs only the assets bucket and the bootstrap version parameter. The real
-`cdk bootstrap` + `cdk deploy` path is exercised by tests/infra/test_deploy_moto.py.
+`deploy_to_moto` synthesizes in this process (`infra.app.build_app`, the app the CDK CLI
+runs, with the same feature flags and the same context rules as `cdk synth -c key=value`),
+publishes the file assets the way `cdk deploy` would (zips into the bootstrap bucket),
+and creates the stack with CloudFormation's `CreateStack`. No CDK CLI and no
+node_modules: only `node` on PATH (or JSII_NODE) for jsii, so it runs from an installed
+wheel as well as from a checkout. It skips `cdk bootstrap` (~12 s) and the CLI's deploy
+(~12 s): moto needs only the assets bucket and the bootstrap version parameter.
+
+The real `cdk bootstrap` + `cdk deploy` path (`run_cdk`, `cdk_env`, `context_args`) runs
+the npm CLI of a checkout; tests/infra/test_deploy_moto.py exercises both.
+
+As a process (how `sendonce demo` runs it, so jsii's Node runtime does not stay in the
+demo's process)::
+
+    python -m sendonce_local.deploy ENDPOINT [CONTEXT_JSON]
 """
 
 from __future__ import annotations
@@ -18,33 +27,32 @@ import subprocess
 import tempfile
 import time
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import boto3
+import botocore.exceptions
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-NODE_BIN = REPO_ROOT / "node_modules" / ".bin"
-CDK_CLI = NODE_BIN / "cdk"
 DEFAULT_REGION = "us-east-1"
 FAKE_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "aws_session_token": "testing"}
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
 # What `cdk bootstrap` (v30+) writes; the template's CheckBootstrapVersion rule reads it.
 BOOTSTRAP_VERSION = "30"
 _FINAL_FAILURE = ("FAILED", "ROLLBACK")
+# jsii names the Node major versions whose end-of-life banner it keeps quiet, comma-separated.
+_SILENCE_END_OF_LIFE = "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"
 
 
 class LocalDeployError(RuntimeError):
-    """The CDK CLI or moto's CloudFormation refused the app."""
+    """The CDK CLI, the app's synthesis or moto's CloudFormation refused the app."""
 
 
 def cdk_env(endpoint: str, *, region: str = DEFAULT_REGION, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment for the npm CDK CLI talking to moto only.
 
-    `node_modules/.bin` goes first on PATH so the CLI (`#!/usr/bin/env node`) and jsii
-    run on the pinned Node 22. `localhost`, not 127.0.0.1, in the endpoint: moto would
-    read a bucket named "127" out of template URLs.
+    `localhost`, not 127.0.0.1, in the endpoint: moto would read a bucket named "127" out
+    of template URLs.
     """
     env = dict(os.environ if base is None else base)
     for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "AWS_CA_BUNDLE"):
@@ -58,29 +66,46 @@ def cdk_env(endpoint: str, *, region: str = DEFAULT_REGION, base: Mapping[str, s
             "AWS_REGION": region,
             "AWS_ENDPOINT_URL": endpoint,
             "CDK_DISABLE_CLI_TELEMETRY": "true",
-            "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "1",
-            "PATH": f"{NODE_BIN}{os.pathsep}{env.get('PATH', '')}",
         }
     )
     return env
 
 
-def context_args(context: Mapping[str, Any] | None) -> list[str]:
-    args: list[str] = []
+def cli_context(context: Mapping[str, Any] | None) -> dict[str, str]:
+    """Context as `cdk -c key=value` hands it to the app: strings, lists joined with commas."""
+    found: dict[str, str] = {}
     for key, value in (context or {}).items():
         if isinstance(value, (list, tuple)):
             value = ",".join(str(v) for v in value)
+        found[str(key)] = str(value)
+    return found
+
+
+def context_args(context: Mapping[str, Any] | None) -> list[str]:
+    args: list[str] = []
+    for key, value in cli_context(context).items():
         args += ["--context", f"{key}={value}"]
     return args
 
 
-def run_cdk(args: Sequence[str], *, env: Mapping[str, str], timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run the npm CDK CLI from the repository root; raise with its output on failure."""
-    if not CDK_CLI.exists():
-        raise LocalDeployError(f"{CDK_CLI} is missing: run `npm ci` (or `make npm`)")
-    command = [str(CDK_CLI), *args, "--no-notices"]
+def run_cdk(
+    args: Sequence[str], *, env: Mapping[str, str], project_dir: Path, timeout_s: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run the npm CDK CLI of the CDK project in `project_dir` (cdk.json, node_modules); raise
+    with its output on failure.
+
+    `node_modules/.bin` goes first on PATH so the CLI (`#!/usr/bin/env node`) and jsii run
+    on the project's pinned Node.
+    """
+    node_bin = Path(project_dir) / "node_modules" / ".bin"
+    cli = node_bin / "cdk"
+    if not cli.exists():
+        raise LocalDeployError(f"{cli} is missing: run `npm ci` (or `make npm`) in {project_dir}")
+    run_env = {**env, "PATH": f"{node_bin}{os.pathsep}{env.get('PATH', '')}"}
+    _silence_node_end_of_life(run_env)
+    command = [str(cli), *args, "--no-notices"]
     result = subprocess.run(
-        command, cwd=REPO_ROOT, env=dict(env), capture_output=True, text=True, timeout=timeout_s, check=False
+        command, cwd=project_dir, env=run_env, capture_output=True, text=True, timeout=timeout_s, check=False
     )
     if result.returncode != 0:
         raise LocalDeployError(
@@ -89,10 +114,40 @@ def run_cdk(args: Sequence[str], *, env: Mapping[str, str], timeout_s: float = 3
     return result
 
 
-def synthesize(outdir: Path, *, endpoint: str, context: Mapping[str, Any] | None = None) -> Path:
-    """`cdk synth` into `outdir` (a cloud assembly); returns it."""
-    run_cdk(["synth", "--quiet", "--output", str(outdir), *context_args(context)], env=cdk_env(endpoint))
+def synthesize(outdir: Path, *, context: Mapping[str, Any] | None = None) -> Path:
+    """Synthesize the app into `outdir` (a cloud assembly) in this process; returns it."""
+    if not _node_major(os.environ):
+        raise LocalDeployError("synthesis needs Node.js for jsii: no `node` on PATH (nor JSII_NODE)")
+    # Before aws_cdk is first imported: importing it starts jsii's Node runtime.
+    _silence_node_end_of_life(os.environ)
+    try:
+        from infra.app import build_app
+
+        app, _ = build_app(context=cli_context(context), outdir=str(outdir))
+        app.synth()
+    except Exception as error:  # jsii relays the app's errors as RuntimeError, cdk-nag's as ValidationFailed
+        raise LocalDeployError(f"synthesizing the app failed: {error}") from error
     return outdir
+
+
+def _silence_node_end_of_life(env: MutableMapping[str, str]) -> None:
+    """Keep jsii's end-of-life banner for the Node it runs off stderr (it takes major versions, not a flag)."""
+    major = _node_major(env)
+    silenced = [v.strip() for v in env.get(_SILENCE_END_OF_LIFE, "").split(",") if v.strip()]
+    if major and major not in silenced:
+        env[_SILENCE_END_OF_LIFE] = ",".join([*silenced, major])
+
+
+def _node_major(env: Mapping[str, str]) -> str:
+    """The major version of the Node jsii will run (JSII_NODE, else `node` on PATH), or ""."""
+    node = env.get("JSII_NODE") or shutil.which("node", path=env.get("PATH"))
+    if not node:
+        return ""
+    try:
+        version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return version.strip().lstrip("v").split(".")[0]
 
 
 def deploy_to_moto(
@@ -108,7 +163,7 @@ def deploy_to_moto(
 
     Creates the stack, or updates it when it already exists. `context` is CDK context
     (`{"provider": "ses,resend"}`); pass `assembly_dir` to deploy an existing
-    `cdk synth` output instead of synthesizing.
+    cloud assembly (`cdk synth` output) instead of synthesizing.
 
     moto runs each event source mapping it is given (and fails to invoke the function
     without Docker, pushing messages towards the DLQ), so by default the stack's
@@ -116,10 +171,10 @@ def deploy_to_moto(
     poller.
     """
     owned_dir: Path | None = None
-    if assembly_dir is None:
-        owned_dir = Path(tempfile.mkdtemp(prefix="sendonce-cdk-out-"))
-        assembly_dir = synthesize(owned_dir / "cdk.out", endpoint=endpoint, context=context)
     try:
+        if assembly_dir is None:
+            owned_dir = Path(tempfile.mkdtemp(prefix="sendonce-cdk-out-"))
+            assembly_dir = synthesize(owned_dir / "cdk.out", context=context)
         clients = _Clients(endpoint, region)
         stack = _stack_artifact(assembly_dir)
         account = clients.get("sts").get_caller_identity()["Account"]
@@ -290,18 +345,23 @@ def _disable_event_source_mappings(clients: _Clients, stack_name: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m infra.deploy_local ENDPOINT [CONTEXT_JSON]`: deploy, print the outputs as
-    JSON (how `sendonce demo` runs it in the checkout without importing `infra`)."""
+    """Deploy the app into moto's server at ENDPOINT; print the stack outputs as one JSON line."""
     import argparse
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m infra.deploy_local", description=main.__doc__)
-    parser.add_argument("endpoint")
-    parser.add_argument("context", nargs="?", default="{}", help="CDK context as a JSON object")
+    parser = argparse.ArgumentParser(prog="python -m sendonce_local.deploy", description=main.__doc__)
+    parser.add_argument("endpoint", help="moto's server, e.g. http://localhost:5000")
+    parser.add_argument("context", nargs="?", default="{}", help='CDK context as a JSON object, e.g. \'{"provider": "ses"}\'')
     args = parser.parse_args(argv)
     try:
-        outputs = deploy_to_moto(args.endpoint, context=json.loads(args.context))
-    except LocalDeployError as error:
+        context = json.loads(args.context)
+    except ValueError as error:
+        parser.error(f"CONTEXT_JSON is not JSON: {error}")
+    if not isinstance(context, dict):
+        parser.error("CONTEXT_JSON must be a JSON object")
+    try:
+        outputs = deploy_to_moto(args.endpoint, context=context)
+    except (LocalDeployError, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as error:
         sys.exit(f"deploy failed: {error}")
     print(json.dumps(outputs))
 
