@@ -148,7 +148,9 @@ class DynamoDBRequestLog:
         if request.error == "ConditionalCheckFailedException":
             request.failed_item_sizes = [item_size(parsed["Item"])] if parsed.get("Item") else [0]
         elif request.error == "TransactionCanceledException":
-            request.failed_item_sizes = [item_size(r["Item"]) if r.get("Item") else 0 for r in parsed.get("CancellationReasons", [])]
+            request.failed_item_sizes = [
+                item_size(r["Item"]) if r.get("Item") else 0 for r in parsed.get("CancellationReasons", [])
+            ]
         if request.operation == "GetItem" and not request.error:
             request.read_sizes = [item_size(parsed["Item"])] if parsed.get("Item") else [0]
         elif request.operation == "Query" and not request.error:
@@ -177,8 +179,13 @@ class DynamoDBRequestLog:
         table = params.get("TableName", "")
         if operation == "PutItem":
             key = _key(table, params["Item"], self._tables) if table in self._tables else ("", "")
-            return Request(operation, self._category(table, key, operation, params), consistent, [(table, key)],
-                           [item_size(params["Item"])])
+            return Request(
+                operation,
+                self._category(table, key, operation, params),
+                consistent,
+                [(table, key)],
+                [item_size(params["Item"])],
+            )
         if "Key" in params and table in self._tables:
             key = _key(table, params["Key"], self._tables)
             return Request(operation, self._category(table, key, operation, params), consistent, [(table, key)])

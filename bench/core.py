@@ -144,8 +144,17 @@ class ResendProcess:
     def start(self) -> ResendProcess:
         low, high = self._latency_ms
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "sendonce_local.resend_server", "--port", "0", "--latency-ms", f"{low}:{high}",
-             "--rate-limit", "0"],  # off; phases that need a team limit set one
+            [
+                sys.executable,
+                "-m",
+                "sendonce_local.resend_server",
+                "--port",
+                "0",
+                "--latency-ms",
+                f"{low}:{high}",
+                "--rate-limit",
+                "0",
+            ],  # off; phases that need a team limit set one
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -171,9 +180,10 @@ class ResendProcess:
 
     def _call(self, method: str, path: str, body: dict | None = None) -> dict:
         data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
-        request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"content-type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - loopback only
+        request = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"content-type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
             return json.loads(response.read())
 
     def accepted(self) -> list[dict]:
@@ -223,8 +233,9 @@ class LocalStack:
                 self.moto_endpoint, self.moto_patched = moto.endpoint, True
             self._exit.enter_context(patched_environ(aws_env(self.moto_endpoint)))
             # A profile would win over the fake keys; this flag would make boto3 ignore the endpoint.
-            self._exit.enter_context(removed_from_environ("AWS_PROFILE", "AWS_DEFAULT_PROFILE",
-                                                          "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"))
+            self._exit.enter_context(
+                removed_from_environ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
+            )
             self.resend = ResendProcess(self.config.latency_ms).start()
             self._exit.callback(self.resend.stop)
             self.sqs = boto3.client("sqs")
@@ -240,27 +251,31 @@ class LocalStack:
     def consumer_env(self, resources: Any, *, rate: float | None, **overrides: Any) -> dict[str, str]:
         """The consumer's settings; rate None switches the shared limiter off. The limiter
         paces at exactly `rate` (no reserve) unless `overrides` say otherwise."""
-        return resources.consumer_env(**{
-            "SENDONCE_SEND_CONCURRENCY": self.config.send_concurrency,
-            "SENDONCE_PROVIDER_TIMEOUT_SECONDS": 10,
-            "SENDONCE_SAFETY_MARGIN_MS": 15_000,
-            "SENDONCE_SHARED_RATE_LIMIT": "true" if rate else "false",
-            "SENDONCE_RESEND_REQUESTS_PER_SECOND": rate or 10,
-            "SENDONCE_RESEND_RATE_RESERVE": 0,
-            "SENDONCE_SES_SEND_RATE": rate or 14,
-            "RESEND_API_URL": self.resend.url,
-            **overrides,
-        })
+        return resources.consumer_env(
+            **{
+                "SENDONCE_SEND_CONCURRENCY": self.config.send_concurrency,
+                "SENDONCE_PROVIDER_TIMEOUT_SECONDS": 10,
+                "SENDONCE_SAFETY_MARGIN_MS": 15_000,
+                "SENDONCE_SHARED_RATE_LIMIT": "true" if rate else "false",
+                "SENDONCE_RESEND_REQUESTS_PER_SECOND": rate or 10,
+                "SENDONCE_RESEND_RATE_RESERVE": 0,
+                "SENDONCE_SES_SEND_RATE": rate or 14,
+                "RESEND_API_URL": self.resend.url,
+                **overrides,
+            }
+        )
 
     def default_consumer_env(self, resources: Any, **overrides: Any) -> dict[str, str]:
         """The consumer's own defaults for the send rate (settings.py), nothing overridden."""
-        return resources.consumer_env(**{
-            "SENDONCE_SEND_CONCURRENCY": self.config.send_concurrency,
-            "SENDONCE_PROVIDER_TIMEOUT_SECONDS": 10,
-            "SENDONCE_SAFETY_MARGIN_MS": 15_000,
-            "RESEND_API_URL": self.resend.url,
-            **overrides,
-        })
+        return resources.consumer_env(
+            **{
+                "SENDONCE_SEND_CONCURRENCY": self.config.send_concurrency,
+                "SENDONCE_PROVIDER_TIMEOUT_SECONDS": 10,
+                "SENDONCE_SAFETY_MARGIN_MS": 15_000,
+                "RESEND_API_URL": self.resend.url,
+                **overrides,
+            }
+        )
 
     def fresh_resources(self) -> Any:
         from sendonce_local.resources import create_local_resources
@@ -271,7 +286,9 @@ class LocalStack:
             visibility_timeout_s=int(self.config.function_timeout_s * 2), resend_api_key=LOCAL_RESEND_KEY
         )
 
-    def publish(self, label: str, recipients: int, *, provider: str = "resend", mode: str = "single") -> PublishedCampaign:
+    def publish(
+        self, label: str, recipients: int, *, provider: str = "resend", mode: str = "single"
+    ) -> PublishedCampaign:
         from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
         from sendonce.domain.models import Campaign, Content, Recipient
         from sendonce.settings import ApiSettings
@@ -313,7 +330,9 @@ class LocalStack:
         report = operator.publish(campaign_id, people, batch_size=self.config.message_size)
         store = DynamoDBCampaignStore(client=self.dynamodb, table_name=resources.campaigns_table)
         bodies = [batch.to_body() for batch, _ in store.batches(campaign_id)]
-        return PublishedCampaign(campaign_id, domain, provider, mode, recipients, report.messages_sent, bodies, resources)
+        return PublishedCampaign(
+            campaign_id, domain, provider, mode, recipients, report.messages_sent, bodies, resources
+        )
 
     def redeliver(self, campaign: PublishedCampaign) -> None:
         """Put the campaign's messages on the queue again (a redelivery, a redrive)."""
@@ -406,16 +425,24 @@ class PacedHttpClient:
             self._cursor = at + 1 / self._rate
             return at
 
-    def request(self, method: str, url: str, headers: Mapping[str, str], json: Any = None, files: Any = None,
-                data: Any = None) -> Any:
+    def request(
+        self, method: str, url: str, headers: Mapping[str, str], json: Any = None, files: Any = None, data: Any = None
+    ) -> Any:
         delay = self._place() - time.time()
         if delay > 0:
             time.sleep(delay)
         return self._inner.request(method, url, headers, json=json, files=files, data=data)
 
 
-def sendonce_handlers(stack: LocalStack, resources: Any, *, rate: float | None, count: int,
-                      session: Any, env: Mapping[str, str] | None = None) -> list[TimedHandler]:
+def sendonce_handlers(
+    stack: LocalStack,
+    resources: Any,
+    *,
+    rate: float | None,
+    count: int,
+    session: Any,
+    env: Mapping[str, str] | None = None,
+) -> list[TimedHandler]:
     """One runtime per simulated execution environment, all built from `session`."""
     from sendonce.handlers import consumer
     from sendonce.settings import ConsumerSettings
@@ -501,8 +528,14 @@ class Phase:
         return out
 
 
-def drain(stack: LocalStack, label: str, campaign: PublishedCampaign, handlers: list[TimedHandler], *,
-          log: DynamoDBRequestLog | None = None) -> Phase:
+def drain(
+    stack: LocalStack,
+    label: str,
+    campaign: PublishedCampaign,
+    handlers: list[TimedHandler],
+    *,
+    log: DynamoDBRequestLog | None = None,
+) -> Phase:
     """Poll the campaign's queue until every one of its messages is deleted."""
     from sendonce_local.poller import EventSourcePoller
 
@@ -529,15 +562,17 @@ def drain(stack: LocalStack, label: str, campaign: PublishedCampaign, handlers: 
     try:
         while sum(p.counters.messages_deleted for p in pollers) < expected:
             if time.monotonic() > deadline:
-                raise BenchError(f"{label}: not done after {stack.config.phase_timeout_s} s "
-                                 f"({[p.counters.as_dict() for p in pollers]})")
+                raise BenchError(
+                    f"{label}: not done after {stack.config.phase_timeout_s} s "
+                    f"({[p.counters.as_dict() for p in pollers]})"
+                )
             time.sleep(0.02)
         finished = time.time()
     finally:
         counters = [p.stop().as_dict() for p in pollers]
     poller_totals = {k: sum(c[k] for c in counters) for k in counters[0]}
     times, per_address = stack.accepted_times(campaign)
-    new_times = times[len(before_times):] if before_times else times
+    new_times = times[len(before_times) :] if before_times else times
     new_counts = per_address - before_counts
     return Phase(
         label=label,
@@ -553,18 +588,28 @@ def drain(stack: LocalStack, label: str, campaign: PublishedCampaign, handlers: 
     )
 
 
-def run_sendonce(stack: LocalStack, label: str, campaign: PublishedCampaign, *, rate: float | None,
-                 pollers: int | None = None, env: Mapping[str, str] | None = None) -> Phase:
+def run_sendonce(
+    stack: LocalStack,
+    label: str,
+    campaign: PublishedCampaign,
+    *,
+    rate: float | None,
+    pollers: int | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Phase:
     session = boto3.session.Session()
-    log = DynamoDBRequestLog(session, ledger_table=campaign.resources.ledger_table,
-                             campaigns_table=campaign.resources.campaigns_table)
-    handlers = sendonce_handlers(stack, campaign.resources, rate=rate, count=pollers or stack.config.pollers,
-                                 session=session, env=env)
+    log = DynamoDBRequestLog(
+        session, ledger_table=campaign.resources.ledger_table, campaigns_table=campaign.resources.campaigns_table
+    )
+    handlers = sendonce_handlers(
+        stack, campaign.resources, rate=rate, count=pollers or stack.config.pollers, session=session, env=env
+    )
     return drain(stack, label, campaign, handlers, log=log)
 
 
-def run_baseline(stack: LocalStack, label: str, campaign: PublishedCampaign, *, rate: float | None,
-                 pollers: int | None = None) -> Phase:
+def run_baseline(
+    stack: LocalStack, label: str, campaign: PublishedCampaign, *, rate: float | None, pollers: int | None = None
+) -> Phase:
     with baseline_environment(stack, campaign.resources, rate=rate):
         return drain(stack, label, campaign, baseline_handlers(pollers or stack.config.pollers))
 
@@ -650,8 +695,12 @@ def cold_start(stack: LocalStack, runs: int, *, detail: bool) -> dict[str, Any]:
     import tempfile
 
     resources = stack.fresh_resources()
-    base_env = {**os.environ, **stack.consumer_env(resources, rate=14), "PYTHONPATH": _pythonpath(),
-                "POWERTOOLS_LOG_LEVEL": "WARNING"}
+    base_env = {
+        **os.environ,
+        **stack.consumer_env(resources, rate=14),
+        "PYTHONPATH": _pythonpath(),
+        "POWERTOOLS_LOG_LEVEL": "WARNING",
+    }
     base_env.pop("PYTHONPYCACHEPREFIX", None)
 
     def spawn(args: list[str], env: dict[str, str]) -> tuple[float, str, str]:
@@ -659,9 +708,17 @@ def cold_start(stack: LocalStack, runs: int, *, detail: bool) -> dict[str, Any]:
         done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=180, check=True)
         return (time.perf_counter() - started) * 1000, done.stdout, done.stderr
 
-    figures: dict[str, list[float]] = {k: [] for k in (
-        "interpreter_startup_ms", "import_ms_no_bytecode", "runtime_build_ms_no_bytecode", "import_ms", "runtime_build_ms",
-        "importtime_cumulative_ms")}
+    figures: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "interpreter_startup_ms",
+            "import_ms_no_bytecode",
+            "runtime_build_ms_no_bytecode",
+            "import_ms",
+            "runtime_build_ms",
+            "importtime_cumulative_ms",
+        )
+    }
     by_package: dict[str, list[float]] = {}
     for _ in range(runs):
         with tempfile.TemporaryDirectory(prefix="bench-pycache-") as cache:
@@ -732,8 +789,12 @@ def machine() -> dict[str, Any]:
 # --- the whole run ------------------------------------------------------------------
 
 
-def run_benchmark(config: BenchConfig = QUICK, *, moto_endpoint: str | None = None,
-                  progress: Callable[[str], None] = lambda message: None) -> dict[str, Any]:
+def run_benchmark(
+    config: BenchConfig = QUICK,
+    *,
+    moto_endpoint: str | None = None,
+    progress: Callable[[str], None] = lambda message: None,
+) -> dict[str, Any]:
     began = time.monotonic()
     # The consumer's per-message INFO line is what Lambda would log; here it is noise.
     with patched_environ({"POWERTOOLS_LOG_LEVEL": "WARNING"}), LocalStack(config, moto_endpoint=moto_endpoint) as stack:
@@ -763,7 +824,10 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
             phase = run_sendonce(stack, f"message_{label}", campaign, rate=None, pollers=1)
         phase.check_each_once()
         message[label] = phase
-        phases[f"message_{label}"] = {**phase.summary(), "median_message_s": round(statistics.median(phase.handler_seconds), 3)}
+        phases[f"message_{label}"] = {
+            **phase.summary(),
+            "median_message_s": round(statistics.median(phase.handler_seconds), 3),
+        }
     message_s = {k: statistics.median(p.handler_seconds) for k, p in message.items()}
 
     # Unthrottled: the provider answers as fast as its latency allows.
@@ -805,8 +869,9 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
     # this run (with the limiter on when measured), capped by the configured rate.
     reference = with_limiter or fresh
     sustainable = reference.sent / reference.wall_s
-    rate = float(min(config.rate_per_second, max(config.min_rate_per_second,
-                                                  math.floor(sustainable * config.rate_headroom))))
+    rate = float(
+        min(config.rate_per_second, max(config.min_rate_per_second, math.floor(sustainable * config.rate_headroom)))
+    )
     per_run = max(config.pollers * size, round(rate * config.rate_limited_seconds / size) * size)
 
     # At the provider's limit: sendonce's shared limiter set to the rate; the baseline paced
@@ -824,13 +889,18 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
         limited[which].append(phase)
     phases["baseline_at_rate"] = [p.summary() for p in limited["baseline"]]
     phases["sendonce_at_rate"] = [
-        {**p.summary(), "steady_emails_per_s": round(steady_rate(p.accepted_times) or 0, 2),
-         "busiest_second": busiest_second(p.accepted_times)}
+        {
+            **p.summary(),
+            "steady_emails_per_s": round(steady_rate(p.accepted_times) or 0, 2),
+            "busiest_second": busiest_second(p.accepted_times),
+        }
         for p in limited["sendonce"]
     ]
     achieved = statistics.median([steady_rate(p.accepted_times) or 0.0 for p in limited["sendonce"]])
     pair_ratios = [s.wall_s / b.wall_s for s, b in zip(limited["sendonce"], limited["baseline"], strict=True)]
-    span_ratios = [accept_span(s) / accept_span(b) for s, b in zip(limited["sendonce"], limited["baseline"], strict=True)]
+    span_ratios = [
+        accept_span(s) / accept_span(b) for s, b in zip(limited["sendonce"], limited["baseline"], strict=True)
+    ]
 
     enforced = None
     if config.provider_enforced_rate:
@@ -839,15 +909,24 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
         stack.resend.set_rate_limit(int(rate))
         try:
             # The consumer's default reserve (one request/s of the limit unused) and header learning
-            phase = run_sendonce(stack, "sendonce_provider_enforced", campaign, rate=rate,
-                                 env=stack.consumer_env(campaign.resources, rate=rate, SENDONCE_RESEND_RATE_RESERVE=1))
+            phase = run_sendonce(
+                stack,
+                "sendonce_provider_enforced",
+                campaign,
+                rate=rate,
+                env=stack.consumer_env(campaign.resources, rate=rate, SENDONCE_RESEND_RATE_RESERVE=1),
+            )
             phase.check_each_once()
             stats = stack.resend.stats()
         finally:
             stack.resend.set_rate_limit(None)
         steady = steady_rate(phase.accepted_times) or 0.0
-        enforced = {**phase.summary(), "steady_emails_per_s": round(steady, 2), "rate_ratio": _ratio(steady, rate),
-                    "provider_429s": stats["errors"].get("rate_limit_exceeded", 0)}
+        enforced = {
+            **phase.summary(),
+            "steady_emails_per_s": round(steady, 2),
+            "rate_ratio": _ratio(steady, rate),
+            "provider_429s": stats["errors"].get("rate_limit_exceeded", 0),
+        }
         phases["sendonce_provider_enforced"] = enforced
 
     # Resend's default team (5 requests per sliding second, the local server's default) and
@@ -874,8 +953,12 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
         "rate_configured_per_s": rate,
         "rate_achieved_per_s": round(achieved, 2),
         "rate_busiest_second": max(busiest_second(p.accepted_times) for p in limited["sendonce"]),
-        "rate_calibration": {"unthrottled_emails_per_s": round(sustainable, 2), "headroom": config.rate_headroom,
-                             "cap_per_s": config.rate_per_second, "recipients_per_run": per_run},
+        "rate_calibration": {
+            "unthrottled_emails_per_s": round(sustainable, 2),
+            "headroom": config.rate_headroom,
+            "cap_per_s": config.rate_per_second,
+            "recipients_per_run": per_run,
+        },
         # sendonce wall time / no-ledger baseline wall time, same campaign size, latency,
         # concurrency and pollers (goal <= 1.05): at the provider's rate, and unthrottled
         "ledger_overhead_ratio": round(statistics.median(pair_ratios), 3),
@@ -885,7 +968,9 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
         "ledger_overhead_ratio_accept_span": round(statistics.median(span_ratios), 3),
         "ledger_overhead_ratio_unthrottled": _ratio(fresh.wall_s, base_free.wall_s),
         "ledger_overhead_ratio_unthrottled_accept_span": _ratio(accept_span(fresh), accept_span(base_free)),
-        "ledger_overhead_ratio_unthrottled_with_limiter": _ratio(with_limiter.wall_s, base_free.wall_s) if with_limiter else None,
+        "ledger_overhead_ratio_unthrottled_with_limiter": _ratio(with_limiter.wall_s, base_free.wall_s)
+        if with_limiter
+        else None,
         "ledger_overhead_ratio_one_message": _ratio(message_s["single"], message_s["baseline"]),
         "ledger_overhead_projection": {
             "model": "one message, ledger requests at an assumed DynamoDB latency instead of moto's",
@@ -916,7 +1001,9 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
         "write_units_per_recipient_batch_mode": units_per_recipient(batch, LEDGER_SHARE)["write"],
         "read_units_per_recipient_batch_mode": units_per_recipient(batch, LEDGER_SHARE)["read"],
         "capacity_units_per_recipient_all_purposes": {
-            "single_fresh_at_rate": units_per_recipient(limited["sendonce"][0], (LEDGER, SEND_GROUP, CAMPAIGN_READ, LIMITER)),
+            "single_fresh_at_rate": units_per_recipient(
+                limited["sendonce"][0], (LEDGER, SEND_GROUP, CAMPAIGN_READ, LIMITER)
+            ),
             "batch_mode_fresh": units_per_recipient(batch, (LEDGER, SEND_GROUP, CAMPAIGN_READ, LIMITER)),
             "ses_fresh": units_per_recipient(ses, (LEDGER, SEND_GROUP, CAMPAIGN_READ, LIMITER)),
         },
@@ -925,10 +1012,13 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
         "ledger_item_bytes_batch_mode": ledger_item_bytes(batch, batch.campaign.resources.ledger_table),
         "send_group_item_bytes": _record_bytes(batch, batch.campaign.resources.campaigns_table, "group#"),
         "batch_record_item_bytes": _record_bytes(fresh, fresh.campaign.resources.campaigns_table, "batch#"),
-        "limiter_requests_per_send_at_rate": round(statistics.median(
-            [p.log.total((LIMITER,)) / p.campaign.recipients for p in limited["sendonce"] if p.log]), 3),
+        "limiter_requests_per_send_at_rate": round(
+            statistics.median([p.log.total((LIMITER,)) / p.campaign.recipients for p in limited["sendonce"] if p.log]),
+            3,
+        ),
         "limiter_requests_per_send_unthrottled": round(with_limiter.log.total((LIMITER,)) / n, 3)
-        if with_limiter and with_limiter.log else None,
+        if with_limiter and with_limiter.log
+        else None,
         "ddb_mean_request_ms_unthrottled": round((fresh.log.mean_seconds() or 0) * 1000, 2) if fresh.log else None,
         # one message / (its recipients x mean provider latency): the incident's
         # sequential path against ours
@@ -942,8 +1032,11 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
         "provider_enforced_rate_ratio": enforced["rate_ratio"] if enforced else None,
         **default_team,
         "moto_dynamodb_patch": stack.moto_patched,
-        "config": {**dataclasses.asdict(config), "latency_ms": list(config.latency_ms),
-                   "mean_latency_ms": round(latency * 1000, 1)},
+        "config": {
+            **dataclasses.asdict(config),
+            "latency_ms": list(config.latency_ms),
+            "mean_latency_ms": round(latency * 1000, 1),
+        },
         "machine": machine(),
         "phases": phases,
     }
@@ -959,23 +1052,33 @@ def default_team_phases(stack: LocalStack, config: BenchConfig, progress: Callab
     out: dict[str, Any] = {"phases": {}}
     for label, overrides in (
         ("default_team", {}),
-        ("default_team_old_defaults", {"SENDONCE_RESEND_REQUESTS_PER_SECOND": "10",
-                                       "SENDONCE_RESEND_RATE_FROM_HEADERS": "false", "SENDONCE_RESEND_RATE_RESERVE": "0"}),
+        (
+            "default_team_old_defaults",
+            {
+                "SENDONCE_RESEND_REQUESTS_PER_SECOND": "10",
+                "SENDONCE_RESEND_RATE_FROM_HEADERS": "false",
+                "SENDONCE_RESEND_RATE_RESERVE": "0",
+            },
+        ),
     ):
         progress(f"{label}: Resend team limit {DEFAULT_TEAM_LIMIT}/s, {n} recipients")
         campaign = stack.publish(label.replace("_", "-")[:18], n)
         stack.resend.set_rate_limit(DEFAULT_TEAM_LIMIT)
         try:
-            phase = run_sendonce(stack, label, campaign, rate=None,
-                                 env=stack.default_consumer_env(campaign.resources, **overrides))
+            phase = run_sendonce(
+                stack, label, campaign, rate=None, env=stack.default_consumer_env(campaign.resources, **overrides)
+            )
             phase.check_each_once()
             errors = stack.resend.stats()["errors"]
         finally:
             stack.resend.set_rate_limit(None)
         steady = steady_rate(phase.accepted_times) or 0.0
-        out["phases"][label] = {**phase.summary(), "steady_emails_per_s": round(steady, 2),
-                                "busiest_second": busiest_second(phase.accepted_times),
-                                "provider_429s": errors.get("rate_limit_exceeded", 0)}
+        out["phases"][label] = {
+            **phase.summary(),
+            "steady_emails_per_s": round(steady, 2),
+            "busiest_second": busiest_second(phase.accepted_times),
+            "provider_429s": errors.get("rate_limit_exceeded", 0),
+        }
         out[f"{label}_429s"] = errors.get("rate_limit_exceeded", 0)
         # achieved over the middle of the run / the team's limit
         out[f"{label}_rate_ratio"] = _ratio(steady, DEFAULT_TEAM_LIMIT)
@@ -1019,6 +1122,8 @@ def goals(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {
         "rate_ratio": goal(result["rate_ratio"], ">= 0.95", lambda v: v >= 0.95),
         "ledger_overhead_ratio": goal(result["ledger_overhead_ratio"], "<= 1.05", lambda v: v <= 1.05),
-        "ledger_overhead_ratio_unthrottled": goal(result["ledger_overhead_ratio_unthrottled"], "<= 1.05", lambda v: v <= 1.05),
+        "ledger_overhead_ratio_unthrottled": goal(
+            result["ledger_overhead_ratio_unthrottled"], "<= 1.05", lambda v: v <= 1.05
+        ),
         "default_team_429s": goal(result.get("default_team_429s"), "== 0", lambda v: v == 0),
     }

@@ -89,7 +89,7 @@ FEATURE_FLAGS: dict[str, Any] = {
     "@aws-cdk/core:aspectPrioritiesMutating": True,
     "@aws-cdk/core:cfnIncludeRejectComplexResourceUpdateCreatePolicyIntrinsics": True,
     "@aws-cdk/core:checkSecretUsage": True,
-    "@aws-cdk/core:defaultCrossStackReferences": 'weak',
+    "@aws-cdk/core:defaultCrossStackReferences": "weak",
     "@aws-cdk/core:enableAdditionalMetadataCollection": True,
     "@aws-cdk/core:enablePartitionLiterals": True,
     "@aws-cdk/core:explicitStackTags": True,

@@ -15,8 +15,6 @@ from functools import cache
 from pathlib import Path
 
 from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, LeaseLostError
-from sendonce.domain.sending import protocol
-from sendonce.domain.sending.protocol import Event, Verdict, classify
 from sendonce.domain.models import (
     BatchMessage,
     Campaign,
@@ -26,8 +24,8 @@ from sendonce.domain.models import (
     DeliveryState,
     OutboundEmail,
     Receipt,
+    email_fingerprint,
 )
-from sendonce.domain.models import email_fingerprint
 from sendonce.domain.ports import (
     Annotation,
     AnnotationStatus,
@@ -44,6 +42,8 @@ from sendonce.domain.ports import (
     SuppressionReason,
     UnknownDelivery,
 )
+from sendonce.domain.sending import protocol
+from sendonce.domain.sending.protocol import Event, Verdict, classify
 
 
 class FakeLedger:
@@ -60,7 +60,9 @@ class FakeLedger:
         with self._lock:
             self.requests["claim"] += 1
             record = self.items.get((request.campaign_id, request.recipient_id))
-            verdict = classify(record, payload_hash=payload_hash, provider_idempotent=request.provider_idempotent, now_ms=now_ms)
+            verdict = classify(
+                record, payload_hash=payload_hash, provider_idempotent=request.provider_idempotent, now_ms=now_ms
+            )
             if verdict is Verdict.CLAIM:
                 base = record or DeliveryRecord(
                     campaign_id=request.campaign_id, recipient_id=request.recipient_id, state=DeliveryState.PENDING
@@ -80,7 +82,9 @@ class FakeLedger:
                 return ClaimResult(ClaimStatus.CLAIMED)
             if verdict is Verdict.STALE:
                 self._put(record.model_copy(update={"state": DeliveryState.UNKNOWN, "error_class": "stale"}), "unknown")
-                return ClaimResult(ClaimStatus.FINAL, self.items[(record.campaign_id, record.recipient_id)], closed_as_unknown=True)
+                return ClaimResult(
+                    ClaimStatus.FINAL, self.items[(record.campaign_id, record.recipient_id)], closed_as_unknown=True
+                )
             if verdict in (Verdict.FINAL, Verdict.CONFLICT):
                 return ClaimResult(ClaimStatus(verdict.value), record)
             return ClaimResult(ClaimStatus.HELD, record)
@@ -95,15 +99,26 @@ class FakeLedger:
         with self._lock:
             self.requests["mark_in_flight"] += 1
             record = self._fenced(key, owner, Event.MARK_IN_FLIGHT)
-            self._put(record.model_copy(update={"state": DeliveryState.IN_FLIGHT, "maybe_sent_at_ms": record.maybe_sent_at_ms or now_ms,
-                                                "maybe_sent_by": record.maybe_sent_by or owner}), "in_flight", owner)
+            self._put(
+                record.model_copy(
+                    update={
+                        "state": DeliveryState.IN_FLIGHT,
+                        "maybe_sent_at_ms": record.maybe_sent_at_ms or now_ms,
+                        "maybe_sent_by": record.maybe_sent_by or owner,
+                    }
+                ),
+                "in_flight",
+                owner,
+            )
 
     def mark_sent(self, key: DeliveryKey, *, owner: str, receipt: Receipt) -> None:
         with self._lock:
             self.requests["mark_sent"] += 1
             record = self._fenced(key, owner, Event.MARK_SENT)
             self._put(
-                record.model_copy(update={"state": DeliveryState.SENT, "provider_message_id": receipt.provider_message_id}),
+                record.model_copy(
+                    update={"state": DeliveryState.SENT, "provider_message_id": receipt.provider_message_id}
+                ),
                 "sent",
                 owner,
             )
@@ -112,8 +127,15 @@ class FakeLedger:
         with self._lock:
             self.requests["settle"] += 1
             record = self._fenced(key, owner, protocol.settle_event(state, maybe_sent=maybe_sent))
-            if state is DeliveryState.SUPPRESSED and record.maybe_sent_at_ms is not None and record.maybe_sent_by != owner:
-                state, reason = DeliveryState.UNKNOWN, f"{reason}; an earlier attempt may have been accepted by the provider"
+            if (
+                state is DeliveryState.SUPPRESSED
+                and record.maybe_sent_at_ms is not None
+                and record.maybe_sent_by != owner
+            ):
+                state, reason = (
+                    DeliveryState.UNKNOWN,
+                    f"{reason}; an earlier attempt may have been accepted by the provider",
+                )
             update = {"state": state, "reason": reason, "error_class": error_class, "lease_until_ms": None}
             if maybe_sent and record.maybe_sent_at_ms is None:
                 update.update(maybe_sent_at_ms=now_ms, maybe_sent_by=owner)
@@ -122,7 +144,10 @@ class FakeLedger:
             self._put(record.model_copy(update=update), state.value, owner)
 
     def close_unclaimed(self, campaign_id, recipient_ids: Iterable[str], *, state, reason, batch_id) -> int:
-        event = {DeliveryState.DEAD_LETTERED: Event.CLOSE_DEAD_LETTERED, DeliveryState.SUPPRESSED: Event.CLOSE_SUPPRESSED}[state]
+        event = {
+            DeliveryState.DEAD_LETTERED: Event.CLOSE_DEAD_LETTERED,
+            DeliveryState.SUPPRESSED: Event.CLOSE_SUPPRESSED,
+        }[state]
         moved = 0
         with self._lock:
             for rid in recipient_ids:
@@ -130,7 +155,9 @@ class FakeLedger:
                 if record is None and not protocol.allows_absent(event):
                     continue
                 if record is None:
-                    record = DeliveryRecord(campaign_id=campaign_id, recipient_id=rid, state=DeliveryState.PENDING, batch_id=batch_id)
+                    record = DeliveryRecord(
+                        campaign_id=campaign_id, recipient_id=rid, state=DeliveryState.PENDING, batch_id=batch_id
+                    )
                 elif record.state.value not in protocol.sources(event):
                     continue
                 self._put(record.model_copy(update={"state": state, "reason": reason}), state.value)
@@ -143,8 +170,12 @@ class FakeLedger:
             current = self.items.get((key.campaign_id, key.recipient_id))
             if current != record:
                 return None
-            base = record or DeliveryRecord(campaign_id=key.campaign_id, recipient_id=key.recipient_id,
-                                            state=DeliveryState.PENDING, batch_id=batch_id)
+            base = record or DeliveryRecord(
+                campaign_id=key.campaign_id,
+                recipient_id=key.recipient_id,
+                state=DeliveryState.PENDING,
+                batch_id=batch_id,
+            )
             target = protocol.transition(event).target
             self._put(base.model_copy(update={"state": target, "reason": reason, "lease_until_ms": None}), target.value)
             return self.items[(key.campaign_id, key.recipient_id)]
@@ -217,8 +248,19 @@ class FakeCampaignStore:
         except KeyError:
             raise CampaignNotFoundError(campaign_id) from None
 
-    def transition(self, campaign_id, *, to, allowed_from, by, reason=None, publishing_until_ms=None,
-                   unless_publishing_at_ms=None, stays=False, open_batches=None) -> Campaign:
+    def transition(
+        self,
+        campaign_id,
+        *,
+        to,
+        allowed_from,
+        by,
+        reason=None,
+        publishing_until_ms=None,
+        unless_publishing_at_ms=None,
+        stays=False,
+        open_batches=None,
+    ) -> Campaign:
         campaign = self.get(campaign_id)
         if campaign.state not in set(allowed_from):
             raise IllegalTransitionError(f"{campaign.state} -> {to}")
@@ -262,8 +304,11 @@ class FakeCampaignStore:
         return iter(list(self.batch_records.get(campaign_id, {}).values()))
 
     def list(self, state=None):
-        return iter(sorted((c for c in self.campaigns.values() if state is None or c.state == state),
-                           key=lambda c: c.campaign_id))
+        return iter(
+            sorted(
+                (c for c in self.campaigns.values() if state is None or c.state == state), key=lambda c: c.campaign_id
+            )
+        )
 
 
 class FakeQueue:
@@ -322,7 +367,10 @@ class FakeSuppressions:
         if fingerprint in self.items:
             return False
         self.items[fingerprint] = Suppression(
-            fingerprint=fingerprint, reason=SuppressionReason(reason), source=source, campaign_id=campaign_id,
+            fingerprint=fingerprint,
+            reason=SuppressionReason(reason),
+            source=source,
+            campaign_id=campaign_id,
             created_at=dt.datetime.now(dt.UTC).isoformat(),
         )
         return True
@@ -384,7 +432,9 @@ class FakeLedgerEvents:
 
     def feedback(self, campaign_id: str) -> CampaignFeedback:
         counts = self.counters.get(campaign_id, Counter())
-        return CampaignFeedback(sent=counts["sent"], complaints=counts["complaints"], hard_bounces=counts["hard_bounces"])
+        return CampaignFeedback(
+            sent=counts["sent"], complaints=counts["complaints"], hard_bounces=counts["hard_bounces"]
+        )
 
     def resolve_unknown(self, key: DeliveryKey, *, provider_message_id: str, detail: str) -> bool:
         with self._lock:
@@ -392,8 +442,14 @@ class FakeLedgerEvents:
             if record is None or record.state is not DeliveryState.UNKNOWN:
                 return False
             self.ledger._put(
-                record.model_copy(update={"state": DeliveryState.SENT, "provider_message_id": provider_message_id,
-                                          "reason": None, "error_class": None}),
+                record.model_copy(
+                    update={
+                        "state": DeliveryState.SENT,
+                        "provider_message_id": provider_message_id,
+                        "reason": None,
+                        "error_class": None,
+                    }
+                ),
                 "sent",
             )
             return True
@@ -419,13 +475,23 @@ class FakeLedgerEvents:
             if record is None or record.state is not DeliveryState.UNKNOWN:
                 report.skipped.append(rid)
             elif slot in self.sent_evidence:
-                self.resolve_unknown(DeliveryKey(campaign_id=campaign_id, recipient_id=rid),
-                                     provider_message_id=self.sent_evidence[slot], detail="evidence")
+                self.resolve_unknown(
+                    DeliveryKey(campaign_id=campaign_id, recipient_id=rid),
+                    provider_message_id=self.sent_evidence[slot],
+                    detail="evidence",
+                )
                 report.confirmed_sent.append(rid)
             else:
                 self.ledger._put(
-                    record.model_copy(update={"state": DeliveryState.PENDING, "maybe_sent_at_ms": None,
-                                              "lease_until_ms": None, "error_class": None, "reason": f"reopened by {by}"}),
+                    record.model_copy(
+                        update={
+                            "state": DeliveryState.PENDING,
+                            "maybe_sent_at_ms": None,
+                            "lease_until_ms": None,
+                            "error_class": None,
+                            "reason": f"reopened by {by}",
+                        }
+                    ),
                     "reopened",
                     by,
                 )
@@ -466,8 +532,11 @@ def ses_event(
         mail["commonHeaders"]["messageId"] = message_id
     mail["destination"] = [email]
     mail["commonHeaders"]["to"] = [email]
-    for body_name, list_name in (("bounce", "bouncedRecipients"), ("complaint", "complainedRecipients"),
-                                 ("deliveryDelay", "delayedRecipients")):
+    for body_name, list_name in (
+        ("bounce", "bouncedRecipients"),
+        ("complaint", "complainedRecipients"),
+        ("deliveryDelay", "delayedRecipients"),
+    ):
         for entry in detail.get(body_name, {}).get(list_name, []):
             entry["emailAddress"] = email
     if "delivery" in detail:

@@ -23,10 +23,9 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 import botocore.session
+import requests
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
-
-import requests
 
 from sendonce_client.errors import (
     Conflict,
@@ -165,8 +164,9 @@ class Client:
 
     def _transition(self, campaign_id: str, verb: str, target: str, reason: str | None) -> dict[str, Any]:
         try:
-            return self._request("POST", f"/campaigns/{_segment(campaign_id)}/{verb}",
-                                 body={"reason": reason} if reason else None)
+            return self._request(
+                "POST", f"/campaigns/{_segment(campaign_id)}/{verb}", body={"reason": reason} if reason else None
+            )
         except Conflict as exc:
             # The attempt whose answer was lost may have made the change.
             if getattr(exc, "after_lost_attempt", False):
@@ -220,8 +220,14 @@ class Client:
             raise ValueError("no recipients to publish")
         return summary
 
-    def _publish_chunk(self, campaign_id: str, chunk: list[dict[str, Any]], positions: list[int],
-                       summary: PublishSummary, dedupe_addresses: bool) -> None:
+    def _publish_chunk(
+        self,
+        campaign_id: str,
+        chunk: list[dict[str, Any]],
+        positions: list[int],
+        summary: PublishSummary,
+        dedupe_addresses: bool,
+    ) -> None:
         body: dict[str, Any] = {"recipients": chunk}
         if dedupe_addresses:
             body["dedupe_addresses"] = True
@@ -243,8 +249,9 @@ class Client:
                 self._sleep(self._backoff(attempt, last))
             prepared = self._signed(method, url, data)
             try:
-                response = self._http.request(method, prepared.url, data=prepared.body, headers=dict(prepared.headers),
-                                              timeout=self._timeout)
+                response = self._http.request(
+                    method, prepared.url, data=prepared.body, headers=dict(prepared.headers), timeout=self._timeout
+                )
             except (requests.ConnectionError, requests.Timeout) as exc:
                 last = ConnectionFailed(None, type(exc).__name__, str(exc)[:300])
                 lost = True
@@ -311,7 +318,7 @@ def _in_stream_positions(exc: SendonceAPIError, positions: list[int]) -> Sendonc
     message = exc.message
     match = _RECIPIENT_INDEX.match(message)
     if match and int(match.group(1)) < len(positions):
-        message = f"body.recipients.{positions[int(match.group(1))]}" + message[match.end():]
+        message = f"body.recipients.{positions[int(match.group(1))]}" + message[match.end() :]
     return type(exc)(exc.status, exc.error, message, fields, exc.body)
 
 

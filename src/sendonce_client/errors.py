@@ -27,8 +27,9 @@ class SendonceAPIError(Exception):
     `IllegalTransition`, `ValidationError`, ...), `message` its explanation and `fields`
     the field errors of a 422 (empty otherwise)."""
 
-    def __init__(self, status: int | None, error: str, message: str, fields: list[FieldError] | None = None,
-                 body: Any = None):
+    def __init__(
+        self, status: int | None, error: str, message: str, fields: list[FieldError] | None = None, body: Any = None
+    ):
         super().__init__(f"{status} {error}: {message}" if status else f"{error}: {message}")
         self.status = status
         self.error = error
@@ -73,8 +74,13 @@ class PublishFailed(SendonceAPIError):
         self.published = published
 
 
-_BY_STATUS: dict[int, type[SendonceAPIError]] = {400: InvalidRequest, 404: NotFound, 409: Conflict, 422: InvalidRequest,
-                                                 429: Throttled}
+_BY_STATUS: dict[int, type[SendonceAPIError]] = {
+    400: InvalidRequest,
+    404: NotFound,
+    409: Conflict,
+    422: InvalidRequest,
+    429: Throttled,
+}
 
 
 def error_for(status: int, body: Any) -> SendonceAPIError:

@@ -40,8 +40,10 @@ def local_api(cli: Cli, host: str, port: int) -> None:
 
     handler = functools.partial(api.lambda_handler, service=cli.service())
     server = LocalHttpApi(handler, caller_arn=cli.operator(), host=host, port=port, function_name="sendonce-api")
-    cli.warn(f"sendonce API on {server.url} (OpenAPI: {server.url}/openapi.json, Swagger UI: {server.url}/swagger); "
-             "Ctrl-C stops")
+    cli.warn(
+        f"sendonce API on {server.url} (OpenAPI: {server.url}/openapi.json, Swagger UI: {server.url}/swagger); "
+        "Ctrl-C stops"
+    )
     sys.stderr.flush()
 
     def stop(signum: int, frame: Any) -> None:

@@ -351,7 +351,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(prog="python -m sendonce_local.deploy", description=main.__doc__)
     parser.add_argument("endpoint", help="moto's server, e.g. http://localhost:5000")
-    parser.add_argument("context", nargs="?", default="{}", help='CDK context as a JSON object, e.g. \'{"provider": "ses"}\'')
+    parser.add_argument(
+        "context", nargs="?", default="{}", help='CDK context as a JSON object, e.g. \'{"provider": "ses"}\''
+    )
     args = parser.parse_args(argv)
     try:
         context = json.loads(args.context)

@@ -22,9 +22,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sendonce.handlers import consumer
 from sendonce.domain.models import DeliveryKey, OutboundEmail, Receipt
 from sendonce.domain.ports import ClaimStatus
+from sendonce.handlers import consumer
 from sendonce.settings import ConsumerSettings
 from sendonce.wiring import ConsumerParts, ConsumerRuntime, assemble_consumer, consumer_parts
 
@@ -39,7 +39,9 @@ class Faults:
     def __init__(self, spec: list[dict[str, str]], marker_dir: str | None):
         for fault in spec:
             if fault.get("at") not in FAULT_POINTS:
-                raise ValueError(f"SENDONCE_FAULTS: unknown fault point {fault.get('at')!r} (known: {', '.join(FAULT_POINTS)})")
+                raise ValueError(
+                    f"SENDONCE_FAULTS: unknown fault point {fault.get('at')!r} (known: {', '.join(FAULT_POINTS)})"
+                )
         self._spec = spec
         self._markers = Path(marker_dir) if marker_dir else None
 

@@ -79,8 +79,11 @@ def is_text(content_type: str | None) -> bool:
     media_type = media_type.strip().lower()
     if not (media_type.startswith("text/") or media_type in TEXT_MEDIA_TYPES):
         return False
-    charsets = [value.strip().strip('"').lower() for name, _, value in (p.partition("=") for p in parameters.split(";"))
-                if name.strip().lower() == "charset"]
+    charsets = [
+        value.strip().strip('"').lower()
+        for name, _, value in (p.partition("=") for p in parameters.split(";"))
+        if name.strip().lower() == "charset"
+    ]
     return all(charset in ("utf-8", "utf8") for charset in charsets)
 
 
@@ -233,7 +236,9 @@ class LocalHttpApi:
 
     def start(self) -> LocalHttpApi:
         """Serve in a background thread."""
-        self._thread = threading.Thread(target=self.serve_forever, name=f"local-http-api-{self.function_name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self.serve_forever, name=f"local-http-api-{self.function_name}", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -257,7 +262,9 @@ class LocalHttpApi:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], handler_class: type[BaseHTTPRequestHandler], api: LocalHttpApi) -> None:
+    def __init__(
+        self, address: tuple[str, int], handler_class: type[BaseHTTPRequestHandler], api: LocalHttpApi
+    ) -> None:
         self.api = api
         super().__init__(address, handler_class)
 
@@ -296,7 +303,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
             status, headers, payload = http_response(api.invoke(event))
         except Exception:  # API Gateway answers 500 when the function fails or its answer is unreadable
             log.exception("%s %s: the function failed", self.command, self.path)
-            status, headers, payload = 500, [("Content-Type", "application/json")], b'{"message":"Internal Server Error"}'
+            status, headers, payload = (
+                500,
+                [("Content-Type", "application/json")],
+                b'{"message":"Internal Server Error"}',
+            )
         self._answer(status, headers, payload)
 
     def _answer(self, status: int, headers: list[tuple[str, str]], payload: bytes) -> None:

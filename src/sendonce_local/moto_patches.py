@@ -231,7 +231,7 @@ def transactions_restore_touched_items_only(replace: Replace) -> None:
                 key = op.get("Item", {}) if op_type == "Put" else op.get("Key", {})
                 try:
                     hash_key, range_key = backend.get_keys_value(table, key)
-                except Exception:
+                except Exception:  # noqa: BLE001 - moto refuses this entry itself
                     continue  # moto refuses this entry itself before it changes anything
                 touched.append((table, hash_key, range_key, copy.deepcopy(table.get_item(hash_key, range_key))))
         return touched
@@ -493,9 +493,20 @@ def queries_read_one_partition(replace: Replace) -> None:
             or self.range_key_type not in ("S", "N")
         ):
             return stock(
-                self, hash_key, range_comparison, range_objs, limit, exclusive_start_key, scan_index_forward,
-                projection_expressions, index_name, consistent_read, filter_expression,
-                hash_key_conditions=hash_key_conditions, range_key_conditions=range_key_conditions, **filter_kwargs,
+                self,
+                hash_key,
+                range_comparison,
+                range_objs,
+                limit,
+                exclusive_start_key,
+                scan_index_forward,
+                projection_expressions,
+                index_name,
+                consistent_read,
+                filter_expression,
+                hash_key_conditions=hash_key_conditions,
+                range_key_conditions=range_key_conditions,
+                **filter_kwargs,
             )
         partition = self.items.get(hash_key) or {}
         ordered = sorted(partition.values(), key=lambda item: item.range_key.cast_value)

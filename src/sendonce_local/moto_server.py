@@ -265,5 +265,5 @@ def _free_port() -> int:
 
 def _request(endpoint: str, path: str, *, method: str = "GET", timeout_s: float = 30.0) -> bytes:
     request = urllib.request.Request(endpoint.rstrip("/") + path, method=method, data=b"" if method == "POST" else None)
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - loopback moto only
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
         return response.read()

@@ -351,8 +351,9 @@ class EventSourcePoller:
                 self._abandoned.append(invocation.thread)
             return
         if invocation.error is not None:
-            logger.warning("invocation %s raised; the whole batch returns", context.aws_request_id,
-                           exc_info=invocation.error)
+            logger.warning(
+                "invocation %s raised; the whole batch returns", context.aws_request_id, exc_info=invocation.error
+            )
             with self._lock:
                 self._counts["errors"] += 1
             return
@@ -405,8 +406,9 @@ class EventSourcePoller:
             try:
                 response = self._sqs.delete_message_batch(QueueUrl=self._queue_url, Entries=entries)
             except Exception:
-                logger.warning("delete_message_batch failed; %d messages will be redelivered", len(chunk),
-                               exc_info=True)
+                logger.warning(
+                    "delete_message_batch failed; %d messages will be redelivered", len(chunk), exc_info=True
+                )
                 continue
             deleted += len(response.get("Successful", []))
             for failure in response.get("Failed", []):
@@ -427,7 +429,7 @@ class _Invocation:
     def _run(self, handler: Handler, event: dict[str, Any], context: LocalLambdaContext) -> None:
         try:
             self.result = handler(event, context)
-        except BaseException as exc:  # the runtime reports any exception as a failed invocation
+        except BaseException as exc:  # noqa: BLE001 - the runtime reports any exception as a failed invocation
             self.error = exc
 
 

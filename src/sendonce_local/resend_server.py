@@ -23,9 +23,9 @@ import collections
 import datetime as dt
 import hashlib
 import hmac
-import os
 import json
 import math
+import os
 import random
 import re
 import signal
@@ -35,9 +35,10 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 MAX_BATCH_EMAILS = 100
@@ -65,7 +66,9 @@ _TAG_PART = re.compile(r"[A-Za-z0-9_-]{1,256}")
 _ADDRESS_FORMAT = "The email address needs to follow the `email@example.com` or `Name <email@example.com>` format."
 WEBHOOK_RETRY_DELAYS_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)  # Resend's are 5 s, 5 min, 30 min, 2 h, ...; shortened locally
 WEBHOOK_WORKERS = 4
-WEBHOOK_EVENT_TYPES = frozenset({"email.sent", "email.delivered", "email.delivery_delayed", "email.bounced", "email.complained"})
+WEBHOOK_EVENT_TYPES = frozenset(
+    {"email.sent", "email.delivered", "email.delivery_delayed", "email.bounced", "email.complained"}
+)
 
 
 def new_webhook_secret() -> str:
@@ -75,7 +78,7 @@ def new_webhook_secret() -> str:
 
 def svix_signature(secret: str, msg_id: str, timestamp: int | str, body: str) -> str:
     """The ``svix-signature`` header value: ``v1,`` + base64(HMAC-SHA256(key, "{id}.{ts}.{body}"))."""
-    key = base64.b64decode(secret[len("whsec_"):] if secret.startswith("whsec_") else secret)
+    key = base64.b64decode(secret[len("whsec_") :] if secret.startswith("whsec_") else secret)
     mac = hmac.new(key, f"{msg_id}.{timestamp}.{body}".encode(), hashlib.sha256).digest()
     return "v1," + base64.b64encode(mac).decode()
 
@@ -140,9 +143,7 @@ class AcceptedEmail:
     def recipients(self) -> frozenset[str]:
         """Normalised addresses (lower-case, display name stripped) this email reaches."""
         return frozenset(
-            address
-            for raw in (*self.to, *self.cc, *self.bcc)
-            if (address := normalise_address(raw)) is not None
+            address for raw in (*self.to, *self.cc, *self.bcc) if (address := normalise_address(raw)) is not None
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -277,7 +278,7 @@ class LocalResendServer:
 
     # -- lifecycle -----------------------------------------------------------------
 
-    def start(self) -> "LocalResendServer":
+    def start(self) -> LocalResendServer:
         if self._httpd is not None:
             return self
         self._stopping.clear()
@@ -313,7 +314,7 @@ class LocalResendServer:
         self._httpd = None
         self._thread = None
 
-    def __enter__(self) -> "LocalResendServer":
+    def __enter__(self) -> LocalResendServer:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -344,9 +345,7 @@ class LocalResendServer:
 
     def set_rate_limit(self, requests_per_second: int | None) -> None:
         if requests_per_second is not None and (
-            isinstance(requests_per_second, bool)
-            or not isinstance(requests_per_second, int)
-            or requests_per_second < 1
+            isinstance(requests_per_second, bool) or not isinstance(requests_per_second, int) or requests_per_second < 1
         ):
             raise ValueError("rate_limit must be a positive integer or None")
         with self._lock:
@@ -442,8 +441,7 @@ class LocalResendServer:
                 "fail_next": list(self._fail_queue),
                 "stall_next": list(self._stall_queue),
                 "reject": {
-                    address: {"status": r.status, "name": r.name}
-                    for address, r in sorted(self._rejections.items())
+                    address: {"status": r.status, "name": r.name} for address, r in sorted(self._rejections.items())
                 },
                 "halt": self._halt,
                 "webhook_url": self.webhook_url,
@@ -454,8 +452,22 @@ class LocalResendServer:
 
     def apply_faults(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """Apply a ``POST /_local/faults`` body; unknown keys are refused."""
-        known = {"latency_ms", "rate_limit", "daily_quota", "fail_next", "stall_next", "reject", "clear_rejections", "halt",
-                 "webhook_url", "webhook_secret", "bounce", "complain", "clear_feedback", "webhook_retry_delays"}
+        known = {
+            "latency_ms",
+            "rate_limit",
+            "daily_quota",
+            "fail_next",
+            "stall_next",
+            "reject",
+            "clear_rejections",
+            "halt",
+            "webhook_url",
+            "webhook_secret",
+            "bounce",
+            "complain",
+            "clear_feedback",
+            "webhook_retry_delays",
+        }
         unknown = set(spec) - known
         if unknown:
             raise ValueError(f"unknown fault keys: {sorted(unknown)}; known: {sorted(known)}")
@@ -588,7 +600,7 @@ class LocalResendServer:
                 self._queue_webhooks(record, [(event_type, 0.0)])
         return len(records)
 
-    def _enqueue_webhooks(self, record: "AcceptedEmail") -> None:
+    def _enqueue_webhooks(self, record: AcceptedEmail) -> None:
         """Called under ``_lock`` when an email is accepted."""
         if self.webhook_url is None:
             return
@@ -603,9 +615,13 @@ class LocalResendServer:
                 events.append(("email.complained", 0.3))
         self._queue_webhooks(record, events)
 
-    def _queue_webhooks(self, record: "AcceptedEmail", events: list[tuple[str, float]]) -> None:
+    def _queue_webhooks(self, record: AcceptedEmail, events: list[tuple[str, float]]) -> None:
         url = self.webhook_url
-        created = dt.datetime.fromtimestamp(record.accepted_at, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        created = (
+            dt.datetime.fromtimestamp(record.accepted_at, dt.UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z")
+        )
         base = {
             "created_at": created,
             "email_id": record.id,
@@ -618,13 +634,22 @@ class LocalResendServer:
         for kind, delay in events:
             data = dict(base)
             if kind == "email.bounced":
-                data["bounce"] = {"message": "The recipient's mail server permanently rejected the email.",
-                                  "subType": "General", "type": "Permanent"}
+                data["bounce"] = {
+                    "message": "The recipient's mail server permanently rejected the email.",
+                    "subType": "General",
+                    "type": "Permanent",
+                }
             body = json.dumps({"type": kind, "created_at": created, "data": data}, separators=(",", ":"))
             hooks.append(
                 WebhookDelivery(
-                    svix_id=f"msg_{uuid.uuid4().hex}", type=kind, body=body, email_id=record.id, to=record.to,
-                    url=url, secret=self.webhook_secret, next_at=time.monotonic() + delay,
+                    svix_id=f"msg_{uuid.uuid4().hex}",
+                    type=kind,
+                    body=body,
+                    email_id=record.id,
+                    to=record.to,
+                    url=url,
+                    secret=self.webhook_secret,
+                    next_at=time.monotonic() + delay,
                 )
             )
         with self._webhook_cv:
@@ -703,7 +728,9 @@ class LocalResendServer:
 
     # -- request handling ----------------------------------------------------------
 
-    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, dict[str, str], bytes]:
+    def handle(
+        self, method: str, path: str, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
         """Answer one HTTP request: ``(status, headers, body)``. Header names are case-insensitive."""
         lowered = {k.lower(): v for k, v in headers.items()}
         path = urlsplit(path).path.rstrip("/") or "/"
@@ -807,13 +834,17 @@ class LocalResendServer:
             if not payload:
                 raise _ApiError(422, "validation_error", "The batch must contain at least one email.")
             if len(payload) > MAX_BATCH_EMAILS:
-                raise _ApiError(422, "validation_error", f"Too many emails in the batch: the maximum is {MAX_BATCH_EMAILS}.")
+                raise _ApiError(
+                    422, "validation_error", f"Too many emails in the batch: the maximum is {MAX_BATCH_EMAILS}."
+                )
         elif not isinstance(payload, dict):
             raise _ApiError(422, "validation_error", "The request body must be an email object.")
         entries: list[Any] = payload if batch else [payload]
 
         fingerprint = hashlib.sha256(
-            path.encode() + b"\n" + json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+            path.encode()
+            + b"\n"
+            + json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
         ).hexdigest()
 
         with self._lock:
@@ -980,9 +1011,12 @@ class LocalResendServer:
             ("POST", "/_local/reset"): lambda _: (self.reset(), {"status": "reset"})[1],
             ("GET", "/_local/webhooks"): lambda _: {"webhooks": [h.to_json() for h in self.webhook_deliveries()]},
             ("POST", "/_local/webhooks/emit"): lambda spec: {
-                "queued": self.emit_webhook(str(_require_object(spec)["address"]), str(spec["type"]))},
+                "queued": self.emit_webhook(str(_require_object(spec)["address"]), str(spec["type"]))
+            },
             ("POST", "/_local/webhooks/redeliver"): lambda spec: (
-                self.redeliver(str(_require_object(spec)["svix_id"])), {"status": "queued"})[1],
+                self.redeliver(str(_require_object(spec)["svix_id"])),
+                {"status": "queued"},
+            )[1],
             ("POST", "/_local/clock"): lambda spec: {
                 "now": self.advance_clock(float(_require_object(spec).get("advance_seconds", 0)))
             },
@@ -1124,7 +1158,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {name: value for name, value in self.headers.items()}
         try:
             status, reply_headers, payload = self.server.resend.handle(method, self.path, headers, body)
-        except Exception as error:  # a bug here must still reach the client as Resend's JSON 500
+        except Exception as error:  # noqa: BLE001 - a bug here must still reach the client as Resend's JSON 500
             failure = _ApiError(500, "application_error", f"local server error: {error!r}").reply()
             status, reply_headers, payload = 500, {"content-type": "application/json"}, failure.encoded()
         try:
@@ -1162,9 +1196,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    parser.add_argument("--rate-limit", type=int, default=DEFAULT_TEAM_RATE_LIMIT, metavar="RPS",
-                        help=f"the team's limit, requests per sliding second (default {DEFAULT_TEAM_RATE_LIMIT},"
-                        " Resend's default; 0: off)")
+    parser.add_argument(
+        "--rate-limit",
+        type=int,
+        default=DEFAULT_TEAM_RATE_LIMIT,
+        metavar="RPS",
+        help=f"the team's limit, requests per sliding second (default {DEFAULT_TEAM_RATE_LIMIT},"
+        " Resend's default; 0: off)",
+    )
     parser.add_argument("--latency-ms", type=_latency_arg, default=None, metavar="MIN:MAX")
     parser.add_argument("--daily-quota", type=int, default=None, metavar="EMAILS")
     parser.add_argument("--api-key", default=None, help="the only accepted key (default: any key starting re_)")

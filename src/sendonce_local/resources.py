@@ -49,7 +49,10 @@ class LocalResources:
 def create_tables(dynamodb: Any, *, ledger_table: str, campaigns_table: str) -> None:
     dynamodb.create_table(
         TableName=ledger_table,
-        KeySchema=[{"AttributeName": "campaign_id", "KeyType": "HASH"}, {"AttributeName": "recipient_id", "KeyType": "RANGE"}],
+        KeySchema=[
+            {"AttributeName": "campaign_id", "KeyType": "HASH"},
+            {"AttributeName": "recipient_id", "KeyType": "RANGE"},
+        ],
         AttributeDefinitions=[
             {"AttributeName": "campaign_id", "AttributeType": "S"},
             {"AttributeName": "recipient_id", "AttributeType": "S"},
@@ -59,7 +62,10 @@ def create_tables(dynamodb: Any, *, ledger_table: str, campaigns_table: str) -> 
     dynamodb.create_table(
         TableName=campaigns_table,
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
         BillingMode="PAY_PER_REQUEST",
     )
 
@@ -75,7 +81,9 @@ def create_local_resources(
     session = session or boto3.session.Session()
     prefix = prefix or f"t{uuid.uuid4().hex[:8]}"
     sqs = session.client("sqs")
-    dlq_url = sqs.create_queue(QueueName=f"{prefix}-dlq", Attributes={"MessageRetentionPeriod": str(14 * 86400)})["QueueUrl"]
+    dlq_url = sqs.create_queue(QueueName=f"{prefix}-dlq", Attributes={"MessageRetentionPeriod": str(14 * 86400)})[
+        "QueueUrl"
+    ]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     queue_url = sqs.create_queue(
         QueueName=f"{prefix}-campaigns",

@@ -39,9 +39,6 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus, PublishReport
-from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError, SettingsError
-from sendonce.domain.models import Campaign, CampaignState
 from sendonce.domain.campaigns.operator_input import (
     RecipientFileError,
     RecipientReader,
@@ -51,9 +48,11 @@ from sendonce.domain.campaigns.operator_input import (
     format_for,
     publish_file,
 )
-from sendonce.wiring import unknown_outcomes
+from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus, PublishReport
 from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S
-from sendonce.wiring import campaign_service
+from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError, SettingsError
+from sendonce.domain.models import Campaign, CampaignState
+from sendonce.wiring import campaign_service, unknown_outcomes
 from sendonce_ops.endpoints import DEFAULT_STACK, Endpoints, EndpointsError, queue_arn, resolve_endpoints
 from sendonce_ops.specs import SpecError, load_spec, locate
 
@@ -229,13 +228,19 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 
 @click.group(cls=_Sendonce, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
-    "--stack", envvar="SENDONCE_STACK", default=DEFAULT_STACK, show_default=True,
+    "--stack",
+    envvar="SENDONCE_STACK",
+    default=DEFAULT_STACK,
+    show_default=True,
     help="CloudFormation stack whose outputs name the queues and tables. SENDONCE_QUEUE_URL, "
     "SENDONCE_DEAD_LETTER_QUEUE_URL, SENDONCE_LEDGER_TABLE and SENDONCE_CAMPAIGNS_TABLE override them "
     "(with all four set, no stack is read). Env: SENDONCE_STACK.",
 )
 @click.option(
-    "--operator", "operator_name", envvar="SENDONCE_OPERATOR", default=None,
+    "--operator",
+    "operator_name",
+    envvar="SENDONCE_OPERATOR",
+    default=None,
     help="Recorded as who changed a campaign's state. Default: your AWS identity's ARN. Env: SENDONCE_OPERATOR.",
 )
 @click.pass_context
@@ -245,7 +250,12 @@ def cli(ctx: click.Context, stack: str, operator_name: str | None) -> None:
     Region and credentials come from the usual AWS settings (AWS_REGION, AWS_PROFILE, ...);
     AWS_ENDPOINT_URL points every client elsewhere (e.g. moto's server).
     """
-    ctx.obj = Cli(stack=stack, operator_name=operator_name, out=Console(highlight=False), err=Console(stderr=True, highlight=False))
+    ctx.obj = Cli(
+        stack=stack,
+        operator_name=operator_name,
+        out=Console(highlight=False),
+        err=Console(stderr=True, highlight=False),
+    )
 
 
 def main() -> None:
@@ -276,8 +286,9 @@ def campaign_summary(campaign: Campaign) -> dict[str, Any]:
 
 
 @campaign.command("list")
-@click.option("--state", type=click.Choice([s.value for s in CampaignState]), default=None,
-              help="Only campaigns in this state.")
+@click.option(
+    "--state", type=click.Choice([s.value for s in CampaignState]), default=None, help="Only campaigns in this state."
+)
 @json_option
 @pass_cli
 def campaign_list(cli: Cli, state: str | None, as_json: bool) -> None:
@@ -302,9 +313,14 @@ def campaign_list(cli: Cli, state: str | None, as_json: bool) -> None:
 
 
 @campaign.command("create")
-@click.option("--spec", "spec_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
-              help="YAML or JSON: id, name, subject, from, reply_to, html / html_file, text / text_file, provider, "
-              "delivery_mode.")
+@click.option(
+    "--spec",
+    "spec_path",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="YAML or JSON: id, name, subject, from, reply_to, html / html_file, text / text_file, provider, "
+    "delivery_mode.",
+)
 @json_option
 @pass_cli
 def campaign_create(cli: Cli, spec_path: Path, as_json: bool) -> None:
@@ -322,22 +338,48 @@ def campaign_create(cli: Cli, spec_path: Path, as_json: bool) -> None:
 
 @campaign.command("publish")
 @click.argument("campaign_id")
-@click.option("--recipients", "recipients_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
-              help="CSV (header recipient_id,email,...; other columns are template variables) or JSON Lines "
-              '({"recipient_id", "email", "variables"}).')
-@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default=None,
-              help="Default: from the extension (.csv, .jsonl, .ndjson).")
-@click.option("--strict", is_flag=True,
-              help="Check every row first and publish nothing if any is bad (exit 2). "
-              "Without it bad rows are skipped and reported, the rest published (exit 3).")
-@click.option("--dedupe-addresses", is_flag=True,
-              help="Send an address given under several recipient ids once (the first row). Without it such "
-              "rows are reported and each is sent.")
-@click.option("--batch-size", type=click.IntRange(1, 100), default=100, show_default=True, help="Recipients per SQS message.")
+@click.option(
+    "--recipients",
+    "recipients_path",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="CSV (header recipient_id,email,...; other columns are template variables) or JSON Lines "
+    '({"recipient_id", "email", "variables"}).',
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["csv", "jsonl"]),
+    default=None,
+    help="Default: from the extension (.csv, .jsonl, .ndjson).",
+)
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Check every row first and publish nothing if any is bad (exit 2). "
+    "Without it bad rows are skipped and reported, the rest published (exit 3).",
+)
+@click.option(
+    "--dedupe-addresses",
+    is_flag=True,
+    help="Send an address given under several recipient ids once (the first row). Without it such "
+    "rows are reported and each is sent.",
+)
+@click.option(
+    "--batch-size", type=click.IntRange(1, 100), default=100, show_default=True, help="Recipients per SQS message."
+)
 @json_option
 @pass_cli
-def campaign_publish(cli: Cli, campaign_id: str, recipients_path: Path, fmt: str | None, strict: bool,
-                     dedupe_addresses: bool, batch_size: int, as_json: bool) -> None:
+def campaign_publish(
+    cli: Cli,
+    campaign_id: str,
+    recipients_path: Path,
+    fmt: str | None,
+    strict: bool,
+    dedupe_addresses: bool,
+    batch_size: int,
+    as_json: bool,
+) -> None:
     """Publish recipients from a file, streamed: a draft starts sending.
 
     Every row is validated; a bad row is reported as FILE:LINE: reason and not sent. A
@@ -355,6 +397,7 @@ def campaign_publish(cli: Cli, campaign_id: str, recipients_path: Path, fmt: str
     passes = iter(("checking", "publishing") if strict else ("publishing",))
 
     with _publish_progress(cli.err, recipients_path, quiet=as_json) as bar:
+
         def on_batch(so_far: PublishReport) -> None:
             progress["report"] = so_far
             bar.published(so_far)
@@ -365,9 +408,15 @@ def campaign_publish(cli: Cli, campaign_id: str, recipients_path: Path, fmt: str
 
         try:
             result, tally = publish_file(
-                cli.service(writes=True), campaign_id, rows,
-                name=name, strict=strict, dedupe_addresses=dedupe_addresses, on_report=report,
-                batch_size=batch_size, on_batch=on_batch,
+                cli.service(writes=True),
+                campaign_id,
+                rows,
+                name=name,
+                strict=strict,
+                dedupe_addresses=dedupe_addresses,
+                on_report=report,
+                batch_size=batch_size,
+                on_batch=on_batch,
             )
         except RejectedFileError as exc:
             _fail(ExitCode.BAD_INPUT, f"rejected: {exc} (fix them, or publish without --strict to skip them)")
@@ -375,8 +424,11 @@ def campaign_publish(cli: Cli, campaign_id: str, recipients_path: Path, fmt: str
             done = progress.get("report")
             if done is None or not done.accepted:
                 raise
-            _fail(ExitCode.PARTIAL, f"error: {exc}\n{done.accepted} recipients were published before it; "
-                                    "fix the file and run the same command again (nobody is sent twice)")
+            _fail(
+                ExitCode.PARTIAL,
+                f"error: {exc}\n{done.accepted} recipients were published before it; "
+                "fix the file and run the same command again (nobody is sent twice)",
+            )
     duplicates = tally.duplicates + len(result.duplicates_in_input)
     summary = {
         "campaign_id": campaign_id,
@@ -398,8 +450,10 @@ def campaign_publish(cli: Cli, campaign_id: str, recipients_path: Path, fmt: str
         table.add_row("accepted", str(result.accepted))
         table.add_row("bad rows (skipped)", str(tally.bad))
         table.add_row("duplicates (sent once)", str(duplicates))
-        table.add_row("same address, another id " + ("(sent once)" if dedupe_addresses else "(sent to each)"),
-                      str(tally.duplicate_addresses))
+        table.add_row(
+            "same address, another id " + ("(sent once)" if dedupe_addresses else "(sent to each)"),
+            str(tally.duplicate_addresses),
+        )
         table.add_row("batches new", str(result.batches_new))
         table.add_row("batches already enqueued", str(result.batches_already_enqueued))
         table.add_row("SQS messages sent", str(result.messages_sent))
@@ -502,8 +556,13 @@ def _publish_progress(console: Console, path: Path, *, quiet: bool) -> Iterator[
     if quiet or not console.is_terminal:
         yield _PublishProgress(None, path)
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-               TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console) as progress:
         yield _PublishProgress(progress, path)
 
@@ -517,8 +576,10 @@ def _transition_output(cli: Cli, campaign: Campaign, verb: str, as_json: bool, *
     if "republished" in extra:
         line += f"; republished {extra['republished']} recipient(s) not yet ended"
     if extra.get("reopened") or extra.get("confirmed_sent"):
-        line += (f"; reopened {len(extra['reopened'])} unknown outcome(s), "
-                 f"{len(extra['confirmed_sent'])} confirmed sent by the provider")
+        line += (
+            f"; reopened {len(extra['reopened'])} unknown outcome(s), "
+            f"{len(extra['confirmed_sent'])} confirmed sent by the provider"
+        )
     click.echo(line)
 
 
@@ -535,25 +596,52 @@ def campaign_pause(cli: Cli, campaign_id: str, reason: str | None, as_json: bool
 @campaign.command("resume")
 @click.argument("campaign_id")
 @click.option("--reason", default=None, help="Recorded with the state change (default: resumed).")
-@click.option("--include-unknown", is_flag=True,
-              help="Also send again deliveries whose outcome is unknown (no provider 'sent' event for longer than "
-                   "--unknown-older-than): those recipients may get the email twice.")
-@click.option("--recipient", "recipient_ids", multiple=True,
-              help="With --include-unknown: only these recipients' unknown deliveries (repeatable).")
-@click.option("--unknown-older-than", type=click.IntRange(min=0), default=DEFAULT_UNKNOWN_WINDOW_S, show_default=True,
-              help="Seconds a delivery must have been unknown to be reopened.")
+@click.option(
+    "--include-unknown",
+    is_flag=True,
+    help="Also send again deliveries whose outcome is unknown (no provider 'sent' event for longer than "
+    "--unknown-older-than): those recipients may get the email twice.",
+)
+@click.option(
+    "--recipient",
+    "recipient_ids",
+    multiple=True,
+    help="With --include-unknown: only these recipients' unknown deliveries (repeatable).",
+)
+@click.option(
+    "--unknown-older-than",
+    type=click.IntRange(min=0),
+    default=DEFAULT_UNKNOWN_WINDOW_S,
+    show_default=True,
+    help="Seconds a delivery must have been unknown to be reopened.",
+)
 @json_option
 @pass_cli
-def campaign_resume(cli: Cli, campaign_id: str, reason: str | None, include_unknown: bool,
-                    recipient_ids: tuple[str, ...], unknown_older_than: int, as_json: bool) -> None:
+def campaign_resume(
+    cli: Cli,
+    campaign_id: str,
+    reason: str | None,
+    include_unknown: bool,
+    recipient_ids: tuple[str, ...],
+    unknown_older_than: int,
+    as_json: bool,
+) -> None:
     """Send again: republishes every recipient that has not ended (the ledger sends each once)."""
     if include_unknown:
         outcomes = unknown_outcomes(cli.endpoints.ledger_table, cli.endpoints.campaigns_table, cli.session)
         resumed, republished, report = cli.service(writes=True).resume_including_unknown(
             campaign_id, outcomes, recipient_ids=recipient_ids or None, older_than_s=unknown_older_than, reason=reason
         )
-        _transition_output(cli, resumed, "resumed", as_json, republished=republished, reopened=report.reopened,
-                           confirmed_sent=report.confirmed_sent, not_reopened=report.skipped)
+        _transition_output(
+            cli,
+            resumed,
+            "resumed",
+            as_json,
+            republished=republished,
+            reopened=report.reopened,
+            confirmed_sent=report.confirmed_sent,
+            not_reopened=report.skipped,
+        )
         return
     if recipient_ids:
         _fail(ExitCode.BAD_INPUT, "error: --recipient chooses unknown deliveries: it needs --include-unknown")
@@ -596,13 +684,15 @@ def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
     delivery_mode = service.get(campaign_id).delivery_mode
     dead = service.dead_lettered(campaign_id) if status.dead_lettered else []
     if as_json:
-        cli.json({
-            **status.as_dict(),
-            "delivery_mode": delivery_mode,
-            "dead_lettered_recipients": [
-                {"recipient_id": r.recipient_id, "reason": r.reason, "updated_at": r.updated_at} for r in dead[:100]
-            ],
-        })
+        cli.json(
+            {
+                **status.as_dict(),
+                "delivery_mode": delivery_mode,
+                "dead_lettered_recipients": [
+                    {"recipient_id": r.recipient_id, "reason": r.reason, "updated_at": r.updated_at} for r in dead[:100]
+                ],
+            }
+        )
         return
     _print_status(cli, status, delivery_mode)
     if dead:
@@ -641,7 +731,9 @@ class _RateColumn(ProgressColumn):
 
 @campaign.command("watch")
 @click.argument("campaign_id")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True, help="Seconds between reads.")
+@click.option(
+    "--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True, help="Seconds between reads."
+)
 @click.option("--timeout", type=click.FloatRange(min=0), default=None, help="Give up after this many seconds (exit 3).")
 @json_option
 @pass_cli
@@ -668,7 +760,13 @@ def campaign_watch(cli: Cli, campaign_id: str, interval: float, timeout: float |
                 return
             if not wait():
                 raise click.exceptions.Exit(int(ExitCode.PARTIAL))
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _RateColumn(), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        _RateColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=cli.out) as progress:
         task = progress.add_task(campaign_id, total=None)
         while True:
@@ -698,7 +796,9 @@ def dlq() -> None:
 
 
 @dlq.command("list")
-@click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True, help="Read at most this many messages.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=1000, show_default=True, help="Read at most this many messages."
+)
 @json_option
 @pass_cli
 def dlq_list(cli: Cli, limit: int, as_json: bool) -> None:
@@ -714,18 +814,32 @@ def dlq_list(cli: Cli, limit: int, as_json: bool) -> None:
         click.echo("the dead-letter queue is empty")
         return
     table = Table(title=f"dead-letter queue: {len(summary.messages)} message(s)", title_justify="left")
-    for column, justify in (("campaign", "left"), ("messages", "right"), ("recipients", "right"),
-                            ("dead-lettered", "right"), ("last error", "left")):
+    for column, justify in (
+        ("campaign", "left"),
+        ("messages", "right"),
+        ("recipients", "right"),
+        ("dead-lettered", "right"),
+        ("last error", "left"),
+    ):
         table.add_column(column, justify=justify)
     for group in summary.groups:
-        table.add_row(group.campaign_id or "(not a batch)", str(group.messages), str(group.recipients),
-                      str(group.dead_lettered), Text(group.last_error or "-"))
+        table.add_row(
+            group.campaign_id or "(not a batch)",
+            str(group.messages),
+            str(group.recipients),
+            str(group.dead_lettered),
+            Text(group.last_error or "-"),
+        )
     cli.out.print(table)
 
 
 @dlq.command("redrive")
-@click.option("--limit", type=click.IntRange(min=1), default=None,
-              help="Move at most N messages (moved by this command: SQS move tasks take no count).")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Move at most N messages (moved by this command: SQS move tasks take no count).",
+)
 @click.option("--rate", type=click.IntRange(1, 500), default=None, help="Messages per second for the SQS move task.")
 @json_option
 @pass_cli
@@ -752,8 +866,10 @@ def dlq_redrive(cli: Cli, limit: int | None, rate: int | None, as_json: bool) ->
         cli.json(result.as_dict())
         return
     if result.method == "move-task":
-        click.echo(f"SQS is moving the DLQ's messages back to the campaign queue (task {result.task_handle}); "
-                   "`sendonce dlq list` shows what is left")
+        click.echo(
+            f"SQS is moving the DLQ's messages back to the campaign queue (task {result.task_handle}); "
+            "`sendonce dlq list` shows what is left"
+        )
         return
     if result.fallback_reason:
         cli.warn(f"{result.fallback_reason}; moving the messages directly instead")
@@ -777,8 +893,11 @@ def ledger_show(cli: Cli, campaign_id: str, recipient_id: str, as_json: bool) ->
     """One delivery's record and history (the address appears only as a fingerprint)."""
     record = cli.service().delivery(campaign_id, recipient_id)
     if record is None:
-        _fail(ExitCode.BAD_INPUT, f"error: no ledger record for recipient {recipient_id!r} of campaign {campaign_id!r} "
-                                  "(not claimed by a consumer yet, or never published)")
+        _fail(
+            ExitCode.BAD_INPUT,
+            f"error: no ledger record for recipient {recipient_id!r} of campaign {campaign_id!r} "
+            "(not claimed by a consumer yet, or never published)",
+        )
     if as_json:
         cli.json(record.model_dump(mode="json"))
         return
@@ -786,8 +905,20 @@ def ledger_show(cli: Cli, campaign_id: str, recipient_id: str, as_json: bool) ->
     table = Table(show_header=False)
     table.add_column(style="bold")
     table.add_column()
-    for name in ("state", "reason", "error_class", "attempts", "provider", "provider_message_id", "batch_id", "owner",
-                 "lease_until_ms", "maybe_sent_at_ms", "email_fingerprint", "updated_at"):
+    for name in (
+        "state",
+        "reason",
+        "error_class",
+        "attempts",
+        "provider",
+        "provider_message_id",
+        "batch_id",
+        "owner",
+        "lease_until_ms",
+        "maybe_sent_at_ms",
+        "email_fingerprint",
+        "updated_at",
+    ):
         value = getattr(record, name)
         if value is not None:
             table.add_row(name, Text(str(value.value if hasattr(value, "value") else value)))

@@ -38,8 +38,10 @@ HOURS_PER_MONTH = 730  # CloudWatch prorates a metric by the hour
 class Prices:
     """US East (N. Virginia) list prices; sources and dates in PRICE_SOURCES."""
 
-    as_of: str = ("us-east-1 list prices as last known (2025) and not re-checked offline; SES plan prices unconfirmed;"
-                  " see docs/benchmarks.md, 'What a campaign costs'")
+    as_of: str = (
+        "us-east-1 list prices as last known (2025) and not re-checked offline; SES plan prices unconfirmed;"
+        " see docs/benchmarks.md, 'What a campaign costs'"
+    )
     lambda_gb_second_arm64: float = 0.0000133334
     lambda_request: float = 0.20 / 1_000_000
     dynamodb_write_request_unit: float = 0.625 / 1_000_000  # on-demand, after the Nov 2024 cut
@@ -66,29 +68,81 @@ class PriceSource:
 # One row per price: docs/benchmarks.md prints the same table (tests/unit/test_cost.py checks it).
 PRICE_SOURCES: tuple[PriceSource, ...] = (
     PriceSource("lambda_request", "$0.20 per 1M requests", "aws.amazon.com/lambda/pricing, us-east-1", "2025", False),
-    PriceSource("lambda_gb_second_arm64", "$0.0000133334 per GB-s (arm64)", "aws.amazon.com/lambda/pricing", "2025", False),
-    PriceSource("dynamodb_write_request_unit", "$0.625 per 1M WRU (on-demand)", "aws.amazon.com/dynamodb/pricing (Nov 2024 cut)",
-                "2024-11", False),
-    PriceSource("dynamodb_read_request_unit", "$0.125 per 1M RRU (on-demand)", "aws.amazon.com/dynamodb/pricing", "2024-11",
-                False),
-    PriceSource("dynamodb_storage_gb_month", "$0.25 per GB-month (Standard)", "aws.amazon.com/dynamodb/pricing", "2025", False),
-    PriceSource("sqs_request", "$0.40 per 1M requests (standard, per 64 KB)", "aws.amazon.com/sqs/pricing", "2025", False),
-    PriceSource("ses_email", "$0.10 per 1,000 emails (no pricing plan)", "aws.amazon.com/ses/pricing; "
-                "shared/reference/providers.md ('the old $0.10 per 1,000', 2026-12)", "2026-12", False),
-    PriceSource("ses_plan", "Essentials / Pro / Enterprise: per-email price and monthly fee", "plan names: botocore 1.44.8 "
-                "sesv2 model (PricingPlan NONE, ESSENTIALS, PRO, ENTERPRISE; GetAccount.PricingAttributes); a price-list "
-                "summary in providers.md (new accounts since 2026-07); figures not available offline", "2026-12", False),
-    PriceSource("api_gateway_http_request", "$1.00 per 1M HTTP API requests (first 300M/month)",
-                "aws.amazon.com/api-gateway/pricing", "2025", False),
-    PriceSource("eventbridge_event", "$1.00 per 1M events published", "aws.amazon.com/eventbridge/pricing; events AWS "
-                "services publish to the default bus may be free: SES's event destination may cost nothing here",
-                "2025", False),
-    PriceSource("cloudwatch_logs_ingested_gb", "$0.50 per GB ingested (Standard)", "aws.amazon.com/cloudwatch/pricing",
-                "2025", False),
-    PriceSource("cloudwatch_logs_stored_gb_month", "$0.03 per GB-month stored", "aws.amazon.com/cloudwatch/pricing", "2025",
-                False),
-    PriceSource("cloudwatch_metric_month", "$0.30 per metric-month, prorated by the hour (first 10,000)",
-                "aws.amazon.com/cloudwatch/pricing", "2025", False),
+    PriceSource(
+        "lambda_gb_second_arm64", "$0.0000133334 per GB-s (arm64)", "aws.amazon.com/lambda/pricing", "2025", False
+    ),
+    PriceSource(
+        "dynamodb_write_request_unit",
+        "$0.625 per 1M WRU (on-demand)",
+        "aws.amazon.com/dynamodb/pricing (Nov 2024 cut)",
+        "2024-11",
+        False,
+    ),
+    PriceSource(
+        "dynamodb_read_request_unit",
+        "$0.125 per 1M RRU (on-demand)",
+        "aws.amazon.com/dynamodb/pricing",
+        "2024-11",
+        False,
+    ),
+    PriceSource(
+        "dynamodb_storage_gb_month", "$0.25 per GB-month (Standard)", "aws.amazon.com/dynamodb/pricing", "2025", False
+    ),
+    PriceSource(
+        "sqs_request", "$0.40 per 1M requests (standard, per 64 KB)", "aws.amazon.com/sqs/pricing", "2025", False
+    ),
+    PriceSource(
+        "ses_email",
+        "$0.10 per 1,000 emails (no pricing plan)",
+        "aws.amazon.com/ses/pricing; shared/reference/providers.md ('the old $0.10 per 1,000', 2026-12)",
+        "2026-12",
+        False,
+    ),
+    PriceSource(
+        "ses_plan",
+        "Essentials / Pro / Enterprise: per-email price and monthly fee",
+        "plan names: botocore 1.44.8 "
+        "sesv2 model (PricingPlan NONE, ESSENTIALS, PRO, ENTERPRISE; GetAccount.PricingAttributes); a price-list "
+        "summary in providers.md (new accounts since 2026-07); figures not available offline",
+        "2026-12",
+        False,
+    ),
+    PriceSource(
+        "api_gateway_http_request",
+        "$1.00 per 1M HTTP API requests (first 300M/month)",
+        "aws.amazon.com/api-gateway/pricing",
+        "2025",
+        False,
+    ),
+    PriceSource(
+        "eventbridge_event",
+        "$1.00 per 1M events published",
+        "aws.amazon.com/eventbridge/pricing; events AWS "
+        "services publish to the default bus may be free: SES's event destination may cost nothing here",
+        "2025",
+        False,
+    ),
+    PriceSource(
+        "cloudwatch_logs_ingested_gb",
+        "$0.50 per GB ingested (Standard)",
+        "aws.amazon.com/cloudwatch/pricing",
+        "2025",
+        False,
+    ),
+    PriceSource(
+        "cloudwatch_logs_stored_gb_month",
+        "$0.03 per GB-month stored",
+        "aws.amazon.com/cloudwatch/pricing",
+        "2025",
+        False,
+    ),
+    PriceSource(
+        "cloudwatch_metric_month",
+        "$0.30 per metric-month, prorated by the hour (first 10,000)",
+        "aws.amazon.com/cloudwatch/pricing",
+        "2025",
+        False,
+    ),
 )
 
 
@@ -104,9 +158,16 @@ class SesPlan:
 
 SES_PLANS: dict[str, SesPlan] = {
     "none": SesPlan("none", 0.10, 0.0, "no pricing plan: $0.10 per 1,000 emails (the price before the plans)"),
-    **{name: SesPlan(name, None, None, f"the {name.title()} plan (since 2026-07 for new accounts): its prices could not"
-                     " be confirmed offline; give them with --ses-price-per-1000 and --ses-plan-monthly-fee")
-       for name in ("essentials", "pro", "enterprise")},
+    **{
+        name: SesPlan(
+            name,
+            None,
+            None,
+            f"the {name.title()} plan (since 2026-07 for new accounts): its prices could not"
+            " be confirmed offline; give them with --ses-price-per-1000 and --ses-plan-monthly-fee",
+        )
+        for name in ("essentials", "pro", "enterprise")
+    },
 }
 
 
@@ -220,9 +281,15 @@ class CampaignCost:
     @property
     def provider_note(self) -> str:
         if self.provider == "ses":
-            fee = f"; the plan's ${self.ses_plan.monthly_fee:,.2f} a month is not in the total" if self.ses_plan.monthly_fee else ""
-            return (f"SES is billed per email and included above: plan {self.ses_plan.name},"
-                    f" ${self.ses_plan.per_1000:g} per 1,000 ({self.ses_plan.note}){fee}.")
+            fee = (
+                f"; the plan's ${self.ses_plan.monthly_fee:,.2f} a month is not in the total"
+                if self.ses_plan.monthly_fee
+                else ""
+            )
+            return (
+                f"SES is billed per email and included above: plan {self.ses_plan.name},"
+                f" ${self.ses_plan.per_1000:g} per 1,000 ({self.ses_plan.note}){fee}."
+            )
         return "Resend bills by plan (monthly email quota), not through AWS: not included in the AWS total."
 
     def as_dict(self) -> dict[str, Any]:
@@ -271,8 +338,15 @@ def seconds_per_message(provider: str, mode: str, a: Assumptions, *, ledger: boo
     return max(path + a.overhead_s_per_message, paced)
 
 
-def campaign_cost(recipients: int, provider: str, mode: str = "single", *, assumptions: Assumptions | None = None,
-                  prices: Prices = PRICES, ses: SesPlan | None = None) -> CampaignCost:
+def campaign_cost(
+    recipients: int,
+    provider: str,
+    mode: str = "single",
+    *,
+    assumptions: Assumptions | None = None,
+    prices: Prices = PRICES,
+    ses: SesPlan | None = None,
+) -> CampaignCost:
     if recipients < 1:
         raise ValueError("recipients must be at least 1")
     if provider not in PROVIDERS:
@@ -299,10 +373,22 @@ def campaign_cost(recipients: int, provider: str, mode: str = "single", *, assum
 
     # Lambda: one invocation per message (BatchSize 1).
     add("Lambda", "invocations", messages, "requests", p.lambda_request, "pipeline")
-    add("Lambda", "duration", messages * (duration - extra_for_ledger) * memory_gb, "GB-s", p.lambda_gb_second_arm64,
-        "pipeline")
-    add("Lambda", "duration added by ledger requests", messages * extra_for_ledger * memory_gb, "GB-s",
-        p.lambda_gb_second_arm64, "ledger")
+    add(
+        "Lambda",
+        "duration",
+        messages * (duration - extra_for_ledger) * memory_gb,
+        "GB-s",
+        p.lambda_gb_second_arm64,
+        "pipeline",
+    )
+    add(
+        "Lambda",
+        "duration added by ledger requests",
+        messages * extra_for_ledger * memory_gb,
+        "GB-s",
+        p.lambda_gb_second_arm64,
+        "ledger",
+    )
 
     wru, rru = p.dynamodb_write_request_unit, p.dynamodb_read_request_unit
     item_units = _ceil_div(a.ledger_item_bytes, KB)
@@ -312,25 +398,51 @@ def campaign_cost(recipients: int, provider: str, mode: str = "single", *, assum
     add("DynamoDB", "batch records marked enqueued", messages * body_kb, "WRU", wru, "ledger")
     if mode == "single":
         writes = 3 if provider == "ses" else 2  # claim, (mark_in_flight,) mark_sent
-        add("DynamoDB", f"ledger: {writes} conditional writes per recipient", n * writes * item_units, "WRU", wru, "ledger")
+        add(
+            "DynamoDB",
+            f"ledger: {writes} conditional writes per recipient",
+            n * writes * item_units,
+            "WRU",
+            wru,
+            "ledger",
+        )
         add("DynamoDB", "limiter reservations", n * a.limiter_writes_per_send, "WRU", wru, "limiter")
     else:
-        add("DynamoDB", "ledger: claim + completion transactions (2 units per item)", n * 2 * 2 * item_units, "WRU", wru,
-            "ledger")
+        add(
+            "DynamoDB",
+            "ledger: claim + completion transactions (2 units per item)",
+            n * 2 * 2 * item_units,
+            "WRU",
+            wru,
+            "ledger",
+        )
         add("DynamoDB", "ledger: BatchGetItem before forming a send group", n, "RRU", rru, "ledger")
         add("DynamoDB", "send-group records (put)", messages * body_kb, "WRU", wru, "ledger")
         add("DynamoDB", "send-group lookup (query)", messages, "RRU", rru, "ledger")
         add("DynamoDB", "limiter reservations", messages * a.limiter_writes_per_batch_request, "WRU", wru, "limiter")
     sending_seconds = messages * duration / a.max_concurrency
     # Each environment re-reads the shared throttle factor every 2 s (eventually consistent).
-    add("DynamoDB", "limiter state reads", math.ceil(a.max_concurrency * sending_seconds / 2) * 0.5, "RRU", rru, "limiter")
+    add(
+        "DynamoDB",
+        "limiter state reads",
+        math.ceil(a.max_concurrency * sending_seconds / 2) * 0.5,
+        "RRU",
+        rru,
+        "limiter",
+    )
     add("DynamoDB", "campaign state read per message", messages, "RRU", rru, "pipeline")
 
     send_batches = [min(SQS_BATCH_ENTRIES, messages - start) for start in range(0, messages, SQS_BATCH_ENTRIES)]
     send_requests = sum(_ceil_div(k * body_bytes, SQS_CHUNK_BYTES) for k in send_batches)
     add("SQS", "SendMessageBatch (10 messages, billed per 64 KB)", send_requests, "requests", p.sqs_request, "pipeline")
-    add("SQS", "ReceiveMessage (one message per invocation)", messages * _ceil_div(body_bytes, SQS_CHUNK_BYTES), "requests",
-        p.sqs_request, "pipeline")
+    add(
+        "SQS",
+        "ReceiveMessage (one message per invocation)",
+        messages * _ceil_div(body_bytes, SQS_CHUNK_BYTES),
+        "requests",
+        p.sqs_request,
+        "pipeline",
+    )
     add("SQS", "DeleteMessageBatch", messages, "requests", p.sqs_request, "pipeline")
     plan = ses or SES_PLANS["none"]
     if provider == "ses":
@@ -341,34 +453,82 @@ def campaign_cost(recipients: int, provider: str, mode: str = "single", *, assum
     events = n * a.events_per_email()
     events_gb = a.events_lambda_memory_mb / 1024
     if provider == "ses":
-        add("EventBridge", "SES events (send, delivery/bounce, complaint, opens/clicks)", events, "events",
-            p.eventbridge_event, "events")
+        add(
+            "EventBridge",
+            "SES events (send, delivery/bounce, complaint, opens/clicks)",
+            events,
+            "events",
+            p.eventbridge_event,
+            "events",
+        )
     else:
-        add("API Gateway", "Resend webhook requests (HTTP API)", events, "requests", p.api_gateway_http_request, "events")
+        add(
+            "API Gateway",
+            "Resend webhook requests (HTTP API)",
+            events,
+            "requests",
+            p.api_gateway_http_request,
+            "events",
+        )
     add("Lambda", "events function: one invocation per event", events, "requests", p.lambda_request, "events")
-    add("Lambda", "events function: run time", events * a.events_invocation_s * events_gb, "GB-s",
-        p.lambda_gb_second_arm64, "events")
+    add(
+        "Lambda",
+        "events function: run time",
+        events * a.events_invocation_s * events_gb,
+        "GB-s",
+        p.lambda_gb_second_arm64,
+        "events",
+    )
     add("DynamoDB", "events: dedupe record + delivery update", events * a.event_write_units, "WRU", wru, "events")
 
     # CloudWatch: what the invocations log (EMF metrics are log lines too), and the custom
     # metrics EMF creates, prorated by the hours the campaign publishes them.
     log_gb = (messages * a.log_bytes_per_consumer_invocation + events * a.log_bytes_per_event_invocation) / GB
-    add("CloudWatch", "log ingestion (consumer + events function, incl. EMF)", log_gb, "GB", p.cloudwatch_logs_ingested_gb,
-        "observability")
-    add("CloudWatch", f"log storage, {a.log_retention_months:g} month(s)", log_gb * a.log_retention_months, "GB-month",
-        p.cloudwatch_logs_stored_gb_month, "observability")
+    add(
+        "CloudWatch",
+        "log ingestion (consumer + events function, incl. EMF)",
+        log_gb,
+        "GB",
+        p.cloudwatch_logs_ingested_gb,
+        "observability",
+    )
+    add(
+        "CloudWatch",
+        f"log storage, {a.log_retention_months:g} month(s)",
+        log_gb * a.log_retention_months,
+        "GB-month",
+        p.cloudwatch_logs_stored_gb_month,
+        "observability",
+    )
     sending_hours = max(1, math.ceil(sending_seconds / 3600))
-    add("CloudWatch", f"EMF custom metrics, {sending_hours} h", a.custom_metrics * sending_hours / HOURS_PER_MONTH,
-        "metric-months", p.cloudwatch_metric_month, "observability")
+    add(
+        "CloudWatch",
+        f"EMF custom metrics, {sending_hours} h",
+        a.custom_metrics * sending_hours / HOURS_PER_MONTH,
+        "metric-months",
+        p.cloudwatch_metric_month,
+        "observability",
+    )
 
-    stored = n * (a.ledger_item_bytes + DYNAMODB_ITEM_OVERHEAD_BYTES) + messages * (body_bytes + DYNAMODB_ITEM_OVERHEAD_BYTES)
+    stored = n * (a.ledger_item_bytes + DYNAMODB_ITEM_OVERHEAD_BYTES) + messages * (
+        body_bytes + DYNAMODB_ITEM_OVERHEAD_BYTES
+    )
     if mode == "batch":
         stored += messages * (body_bytes + DYNAMODB_ITEM_OVERHEAD_BYTES)
     storage_gb = stored / GB
     return CampaignCost(
-        recipients=n, provider=provider, mode=mode, messages=messages, seconds_per_message=duration, items=items,
-        storage_gb=storage_gb, storage_per_month=storage_gb * p.dynamodb_storage_gb_month, assumptions=a, prices=p,
-        ses_plan=plan, sending_hours=sending_seconds / 3600,
+        recipients=n,
+        provider=provider,
+        mode=mode,
+        messages=messages,
+        seconds_per_message=duration,
+        items=items,
+        storage_gb=storage_gb,
+        storage_per_month=storage_gb * p.dynamodb_storage_gb_month,
+        assumptions=a,
+        prices=p,
+        ses_plan=plan,
+        sending_hours=sending_seconds / 3600,
     )
 
 
@@ -388,8 +548,10 @@ def render_text(result: CampaignCost) -> str:
         f"{'service':<9} {'item':<58} {'quantity':>14} {'unit':<9} {'cost':>10}  share",
     ]
     for item in result.items:
-        lines.append(f"{item.service:<9} {item.item:<58} {item.quantity:>14,.1f} {item.unit:<9} {_money(item.cost):>10}"
-                     f"  {item.share}")
+        lines.append(
+            f"{item.service:<9} {item.item:<58} {item.quantity:>14,.1f} {item.unit:<9} {_money(item.cost):>10}"
+            f"  {item.share}"
+        )
     lines += [
         "",
         f"AWS total          {_money(data['aws_total'])}  ({_money(data['per_1000_recipients'])} per 1,000 recipients)",
@@ -409,24 +571,60 @@ def render_text(result: CampaignCost) -> str:
 @click.command("cost")
 @click.option("--recipients", type=click.IntRange(min=1), required=True, help="Recipients in the campaign.")
 @click.option("--provider", type=click.Choice(PROVIDERS), required=True, help="Email provider.")
-@click.option("--mode", type=click.Choice(MODES), default="single", show_default=True,
-              help="single: one provider call per recipient; batch: one Resend /emails/batch per message.")
-@click.option("--send-rate", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Shared send rate: emails/s (single) or requests/s (batch). Default: SES 14, Resend 4 (the"
-              " default team's 5 less the reserve).")
-@click.option("--ses-plan", type=click.Choice(tuple(SES_PLANS)), default="none", show_default=True,
-              help="The account's SES pricing plan (GetAccount: PricingAttributes.CurrentPlan).")
-@click.option("--ses-price-per-1000", type=click.FloatRange(min=0), default=None,
-              help="USD per 1,000 emails on the plan (required for essentials/pro/enterprise: unconfirmed here).")
-@click.option("--ses-plan-monthly-fee", type=click.FloatRange(min=0), default=None,
-              help="The plan's monthly fee in USD, if any (reported, not in the campaign's total).")
+@click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default="single",
+    show_default=True,
+    help="single: one provider call per recipient; batch: one Resend /emails/batch per message.",
+)
+@click.option(
+    "--send-rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Shared send rate: emails/s (single) or requests/s (batch). Default: SES 14, Resend 4 (the"
+    " default team's 5 less the reserve).",
+)
+@click.option(
+    "--ses-plan",
+    type=click.Choice(tuple(SES_PLANS)),
+    default="none",
+    show_default=True,
+    help="The account's SES pricing plan (GetAccount: PricingAttributes.CurrentPlan).",
+)
+@click.option(
+    "--ses-price-per-1000",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="USD per 1,000 emails on the plan (required for essentials/pro/enterprise: unconfirmed here).",
+)
+@click.option(
+    "--ses-plan-monthly-fee",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="The plan's monthly fee in USD, if any (reported, not in the campaign's total).",
+)
 @click.option("--opens-clicks", is_flag=True, help="Open and click tracking on: 0.3 opens and 0.03 clicks per email.")
-@click.option("--max-concurrency", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Concurrent consumer invocations.")
+@click.option(
+    "--max-concurrency",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Concurrent consumer invocations.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text.")
-def cost(recipients: int, provider: str, mode: str, send_rate: float | None, ses_plan: str,
-         ses_price_per_1000: float | None, ses_plan_monthly_fee: float | None, opens_clicks: bool,
-         max_concurrency: int, as_json: bool) -> None:
+def cost(
+    recipients: int,
+    provider: str,
+    mode: str,
+    send_rate: float | None,
+    ses_plan: str,
+    ses_price_per_1000: float | None,
+    ses_plan_monthly_fee: float | None,
+    opens_clicks: bool,
+    max_concurrency: int,
+    as_json: bool,
+) -> None:
     """Estimate a campaign's AWS cost and the ledger's share of it (list prices; no AWS call)."""
     try:
         plan = SES_PLANS["none"]
@@ -434,7 +632,10 @@ def cost(recipients: int, provider: str, mode: str, send_rate: float | None, ses
             plan = resolve_ses_plan(ses_plan, per_1000=ses_price_per_1000, monthly_fee=ses_plan_monthly_fee)
         tracking = {"open_rate": 0.3, "click_rate": 0.03} if opens_clicks else {}
         result = campaign_cost(
-            recipients, provider, mode, ses=plan,
+            recipients,
+            provider,
+            mode,
+            ses=plan,
             assumptions=Assumptions(send_rate=send_rate, max_concurrency=max_concurrency, **tracking),
         )
     except ValueError as exc:

@@ -63,7 +63,9 @@ def redrive(
     sqs = session.client("sqs")
     if limit is not None:
         moved = move_messages(sqs, dead_letter_queue_url, queue_url, limit=limit)
-        return RedriveResult("client-move", moved=moved, fallback_reason="--limit given: SQS move tasks move every message")
+        return RedriveResult(
+            "client-move", moved=moved, fallback_reason="--limit given: SQS move tasks move every message"
+        )
     # One attempt: a 500 from an SQS that lacks the API should not be retried four times.
     once = session.client("sqs", config=Config(retries={"max_attempts": 1, "mode": "standard"}))
     params = {"SourceArn": dead_letter_queue_arn, "DestinationArn": queue_arn}

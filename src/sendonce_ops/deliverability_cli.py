@@ -19,10 +19,11 @@ from typing import Any
 import boto3
 import click
 
+from sendonce.contract import Output, env_name
+from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S
+from sendonce.domain.deliverability.suppressions import ChangeReport, parse_reason
 from sendonce.domain.ports import SuppressionReason
 from sendonce.wiring import suppression_service, unknown_outcomes
-from sendonce.domain.deliverability.suppressions import ChangeReport, parse_reason
-from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S
 from sendonce_ops.endpoints import DEFAULT_STACK, EndpointsError, stack_outputs
 
 REASONS = [r.value for r in SuppressionReason]
@@ -44,12 +45,16 @@ def table_name(obj: Any, env: str, output: str) -> str:
 
 
 def _service(obj: Any):
-    return suppression_service(table_name(obj, "SENDONCE_SUPPRESSIONS_TABLE", "SuppressionsTableName"), _session(obj))
+    return suppression_service(
+        table_name(obj, env_name("suppressions_table"), Output.SUPPRESSIONS_TABLE_NAME), _session(obj)
+    )
 
 
 def _report(report: ChangeReport, verb: str, unchanged: str, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps({verb: report.changed, unchanged: report.unchanged, "invalid_lines": report.invalid_lines}))
+        click.echo(
+            json.dumps({verb: report.changed, unchanged: report.unchanged, "invalid_lines": report.invalid_lines})
+        )
         return
     click.echo(f"{verb} {report.changed}, {unchanged} {report.unchanged}")
     if report.invalid_lines:
@@ -80,7 +85,9 @@ def suppression() -> None:
 @click.pass_obj
 def suppression_add(obj: Any, emails: tuple[str, ...], reason: str, as_json: bool) -> None:
     """Suppress addresses; one already on the list keeps its first reason."""
-    report = _service(obj).add(emails, reason=_reason(reason), source=f"cli:{getattr(obj, 'operator_name', None) or 'operator'}")
+    report = _service(obj).add(
+        emails, reason=_reason(reason), source=f"cli:{getattr(obj, 'operator_name', None) or 'operator'}"
+    )
     _report(report, "added", "already suppressed", as_json)
     if report.invalid_lines:
         raise click.exceptions.Exit(2)
@@ -117,11 +124,22 @@ def suppression_list(obj: Any, as_json: bool) -> None:
     """Every entry: fingerprint, reason, source, campaign, since. One line each; streams."""
     for entry in _service(obj).list():
         if as_json:
-            click.echo(json.dumps({"fingerprint": entry.fingerprint, "reason": entry.reason.value, "source": entry.source,
-                                   "campaign_id": entry.campaign_id, "created_at": entry.created_at}))
+            click.echo(
+                json.dumps(
+                    {
+                        "fingerprint": entry.fingerprint,
+                        "reason": entry.reason.value,
+                        "source": entry.source,
+                        "campaign_id": entry.campaign_id,
+                        "created_at": entry.created_at,
+                    }
+                )
+            )
         else:
-            click.echo(f"{entry.fingerprint}  {entry.reason.value:<12}  {entry.source:<28}  "
-                       f"{entry.campaign_id or '-':<20}  {entry.created_at or ''}")
+            click.echo(
+                f"{entry.fingerprint}  {entry.reason.value:<12}  {entry.source:<28}  "
+                f"{entry.campaign_id or '-':<20}  {entry.created_at or ''}"
+            )
 
 
 @suppression.command("import")
@@ -146,19 +164,27 @@ def suppression_import(obj: Any, path: Path, reason: str, as_json: bool) -> None
 
 @click.command("unknowns")
 @click.argument("campaign_id")
-@click.option("--older-than", "older_than_s", type=click.IntRange(min=0), default=DEFAULT_UNKNOWN_WINDOW_S, show_default=True,
-              help="Seconds a delivery must have been unknown (no provider 'sent' event since).")
+@click.option(
+    "--older-than",
+    "older_than_s",
+    type=click.IntRange(min=0),
+    default=DEFAULT_UNKNOWN_WINDOW_S,
+    show_default=True,
+    help="Seconds a delivery must have been unknown (no provider 'sent' event since).",
+)
 @json_option
 @click.pass_obj
 def campaign_unknowns(obj: Any, campaign_id: str, older_than_s: int, as_json: bool) -> None:
     """Deliveries whose outcome is still unknown: `campaign resume --include-unknown` may send them again."""
     outcomes = unknown_outcomes(
-        table_name(obj, "SENDONCE_LEDGER_TABLE", "LedgerTableName"),
-        table_name(obj, "SENDONCE_CAMPAIGNS_TABLE", "CampaignsTableName"),
+        table_name(obj, env_name("ledger_table"), Output.LEDGER_TABLE_NAME),
+        table_name(obj, env_name("campaigns_table"), Output.CAMPAIGNS_TABLE_NAME),
         _session(obj),
     )
     for unknown in outcomes.older_than(campaign_id, older_than_s):
         if as_json:
             click.echo(json.dumps(unknown.__dict__))
         else:
-            click.echo(f"{unknown.recipient_id}  {unknown.provider or '-'}  {unknown.email_fingerprint or '-'}  {unknown.reason or ''}")
+            click.echo(
+                f"{unknown.recipient_id}  {unknown.provider or '-'}  {unknown.email_fingerprint or '-'}  {unknown.reason or ''}"
+            )

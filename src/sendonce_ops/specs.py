@@ -15,8 +15,8 @@ import yaml
 from pydantic import ValidationError
 
 from sendonce.domain import limits
-from sendonce.domain.errors import InvalidCampaignError
 from sendonce.domain.campaigns.operator_input import CampaignSpec, describe_validation_error
+from sendonce.domain.errors import InvalidCampaignError
 
 TEMPLATE_FILES = {"html_file": "html", "text_file": "text"}
 TEMPLATE_BYTES = {"html": limits.HTML_BYTES, "text": limits.TEXT_BYTES}
@@ -34,7 +34,9 @@ def load_spec(path: Path) -> CampaignSpec:
     name = str(path)
     try:
         if path.stat().st_size > limits.SPEC_FILE_BYTES:
-            raise SpecError([f"{name}: larger than {limits.SPEC_FILE_BYTES:,} bytes; templates belong in html_file / text_file"])
+            raise SpecError(
+                [f"{name}: larger than {limits.SPEC_FILE_BYTES:,} bytes; templates belong in html_file / text_file"]
+            )
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise SpecError([f"{name}: no such file"]) from None
@@ -85,7 +87,9 @@ def _read_template(spec: Path, ref: object, field: str) -> str:
     folder = spec.parent.resolve()
     template = (folder / ref).resolve()
     if not template.is_relative_to(folder):
-        raise ValueError(f"{ref}: outside the spec's folder {folder} (after resolving links); templates must be inside it")
+        raise ValueError(
+            f"{ref}: outside the spec's folder {folder} (after resolving links); templates must be inside it"
+        )
     if not template.exists():
         raise ValueError(f"{ref}: no such file")
     if not template.is_file():

@@ -15,7 +15,11 @@ from typing import Any
 def queue_depths(sqs: Any, queue_url: str) -> dict[str, int]:
     attributes = sqs.get_queue_attributes(
         QueueUrl=queue_url,
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed"],
+        AttributeNames=[
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ],
     )["Attributes"]
     return {
         "visible": int(attributes.get("ApproximateNumberOfMessages", 0)),
@@ -44,7 +48,9 @@ def peek_messages(sqs: Any, queue_url: str, *, limit: int = 1000) -> list[dict[s
         for message in messages:
             seen.setdefault(message["MessageId"], message)
         # Hold what we read until the sweep ends so the next receive returns other messages.
-    entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0} for i, m in enumerate(seen.values())]
+    entries = [
+        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0} for i, m in enumerate(seen.values())
+    ]
     for start in range(0, len(entries), 10):
         sqs.change_message_visibility_batch(QueueUrl=queue_url, Entries=entries[start : start + 10])
     return list(seen.values())
@@ -77,7 +83,8 @@ def move_messages(sqs: Any, source_url: str, destination_url: str, *, limit: int
         done = [m for i, m in enumerate(messages) if str(i) in sent_ids]
         if done:
             sqs.delete_message_batch(
-                QueueUrl=source_url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)]
+                QueueUrl=source_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)],
             )
         moved += len(done)
         if result.get("Failed"):

@@ -9,7 +9,7 @@ import time
 import boto3
 import pytest
 
-from sendonce.domain.models import DeliveryKey, DeliveryState
+from sendonce.domain.models import DeliveryState
 from sendonce_local.demo import baseline
 from sendonce_ops.sqs_tools import queue_depths
 
@@ -70,7 +70,9 @@ def test_two_consumers_on_the_same_message_at_once_send_each_recipient_once(syst
     system.campaign()
     system.operator.publish("c1", system.recipients(30))
     system.resend.set_latency(20, 60)
-    body = boto3.client("sqs").receive_message(QueueUrl=system.resources.queue_url, MaxNumberOfMessages=1)["Messages"][0]["Body"]
+    body = boto3.client("sqs").receive_message(QueueUrl=system.resources.queue_url, MaxNumberOfMessages=1)["Messages"][
+        0
+    ]["Body"]
     boto3.client("sqs").send_message(QueueUrl=system.resources.queue_url, MessageBody=body)  # a duplicate delivery
     system.resend.set_latency(20, 60)
 
@@ -88,7 +90,9 @@ def test_publishing_the_same_campaign_twice_does_not_double_send(system):
     system.operator.publish("c1", system.recipients(150))
     # A publisher retrying a batch: the same message body arrives twice.
     sqs = boto3.client("sqs")
-    body = sqs.receive_message(QueueUrl=system.resources.queue_url, MaxNumberOfMessages=1, VisibilityTimeout=0)["Messages"][0]["Body"]
+    body = sqs.receive_message(QueueUrl=system.resources.queue_url, MaxNumberOfMessages=1, VisibilityTimeout=0)[
+        "Messages"
+    ][0]["Body"]
     sqs.send_message(QueueUrl=system.resources.queue_url, MessageBody=body)
     again = system.operator.publish("c1", system.recipients(150))
 
@@ -106,8 +110,11 @@ def test_consumer_killed_after_the_provider_accepted_before_the_ledger_heard(sys
     system.operator.publish("c1", system.recipients(10))
 
     dead = system.consumer_process(
-        timeout_s=8, extra_env={"SENDONCE_FAULTS": json.dumps([{"at": "after_accept", "recipient_id": "r3"}]),
-                                "SENDONCE_FAULT_MARKERS": str(tmp_path)}
+        timeout_s=8,
+        extra_env={
+            "SENDONCE_FAULTS": json.dumps([{"at": "after_accept", "recipient_id": "r3"}]),
+            "SENDONCE_FAULT_MARKERS": str(tmp_path),
+        },
     )
     assert dead.wait(timeout=30) == -9  # SIGKILL: a real process died mid-batch
     assert states(system).get("r3") is DeliveryState.CLAIMED
@@ -124,8 +131,12 @@ def test_ses_consumer_killed_after_accept_leaves_the_recipient_unknown_never_twi
     system.operator.publish("c1", system.recipients(10))
 
     dead = system.consumer_process(
-        timeout_s=8, extra_env={"SENDONCE_FAULTS": json.dumps([{"at": "after_accept", "recipient_id": "r3"}]),
-                                "SENDONCE_FAULT_MARKERS": str(tmp_path), "SENDONCE_SEND_CONCURRENCY": "1"}
+        timeout_s=8,
+        extra_env={
+            "SENDONCE_FAULTS": json.dumps([{"at": "after_accept", "recipient_id": "r3"}]),
+            "SENDONCE_FAULT_MARKERS": str(tmp_path),
+            "SENDONCE_SEND_CONCURRENCY": "1",
+        },
     )
     assert dead.wait(timeout=30) == -9
     system.poller().run_until_idle(idle_seconds=2, max_seconds=40)
@@ -145,8 +156,12 @@ def test_ses_consumer_killed_after_the_claim_before_the_send_is_sent_once_later(
     # One send at a time, so no other delivery is mid-call when the process dies (with
     # SES such a delivery would rightly end unknown; the next test covers that).
     dead = system.consumer_process(
-        timeout_s=8, extra_env={"SENDONCE_FAULTS": json.dumps([{"at": "after_claim", "recipient_id": "r5"}]),
-                                "SENDONCE_FAULT_MARKERS": str(tmp_path), "SENDONCE_SEND_CONCURRENCY": "1"}
+        timeout_s=8,
+        extra_env={
+            "SENDONCE_FAULTS": json.dumps([{"at": "after_claim", "recipient_id": "r5"}]),
+            "SENDONCE_FAULT_MARKERS": str(tmp_path),
+            "SENDONCE_SEND_CONCURRENCY": "1",
+        },
     )
     assert dead.wait(timeout=30) == -9
     system.poller().run_until_idle(idle_seconds=2, max_seconds=40)
@@ -174,8 +189,12 @@ def test_ledger_write_failing_after_a_send_does_not_duplicate(system, tmp_path, 
 def test_poison_messages_are_kept_in_the_dlq_with_their_reason_and_not_retried(system):
     system.campaign()
     sqs = boto3.client("sqs")
-    too_many = {"schema_version": 1, "campaign_id": "c1", "batch_id": "b1",
-                "recipients": [{"recipient_id": f"r{i}", "email": f"u{i}@x.example.com"} for i in range(101)]}
+    too_many = {
+        "schema_version": 1,
+        "campaign_id": "c1",
+        "batch_id": "b1",
+        "recipients": [{"recipient_id": f"r{i}", "email": f"u{i}@x.example.com"} for i in range(101)],
+    }
     for body in ("{not json", json.dumps({"schema_version": 1, "campaign_id": "c1"}), json.dumps(too_many)):
         sqs.send_message(QueueUrl=system.resources.queue_url, MessageBody=body)
 

@@ -10,7 +10,6 @@ import boto3
 import pytest
 
 from sendonce.domain.models import DeliveryState
-
 from tests.chaos.injection import FailingCalls, consumer_on
 
 pytestmark = pytest.mark.chaos

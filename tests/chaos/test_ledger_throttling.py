@@ -8,7 +8,6 @@ import boto3
 import pytest
 
 from sendonce.domain.models import DeliveryState
-
 from tests.chaos.injection import consumer_on, ledger_throttle
 
 pytestmark = pytest.mark.chaos

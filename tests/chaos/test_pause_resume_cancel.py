@@ -11,7 +11,6 @@ import pytest
 
 from sendonce.domain.models import DeliveryState
 from sendonce_ops.sqs_tools import queue_depths
-
 from tests.integration.operator_helpers import as_json, json_lines, sendonce, wait_for
 
 pytestmark = pytest.mark.chaos

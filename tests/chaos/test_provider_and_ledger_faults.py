@@ -12,8 +12,8 @@ import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
 
-from sendonce.handlers import consumer
 from sendonce.domain.models import DeliveryState
+from sendonce.handlers import consumer
 from sendonce.settings import ConsumerSettings
 from sendonce.wiring import assemble_consumer, consumer_parts
 
@@ -38,8 +38,15 @@ class _Raw:
         yield self._body
 
 
-def inject(session: boto3.session.Session, service: str, operations: set[str], count: int, status: int, body: dict,
-           headers: dict | None = None):
+def inject(
+    session: boto3.session.Session,
+    service: str,
+    operations: set[str],
+    count: int,
+    status: int,
+    body: dict,
+    headers: dict | None = None,
+):
     """Answer the first `count` calls of `operations` with an error response, before they reach
     the server: botocore parses it as a real one (and retries it as it would a real one)."""
     left = {"n": count}
@@ -51,7 +58,9 @@ def inject(session: boto3.session.Session, service: str, operations: set[str], c
                 return None
             left["n"] -= 1
         payload = json.dumps(body).encode()
-        return AWSResponse(request.url, status, {"Content-Type": "application/x-amz-json-1.0", **(headers or {})}, _Raw(payload))
+        return AWSResponse(
+            request.url, status, {"Content-Type": "application/x-amz-json-1.0", **(headers or {})}, _Raw(payload)
+        )
 
     for operation in operations:
         session.events.register(f"before-send.{service}.{operation}", handler)
@@ -112,9 +121,15 @@ def test_ledger_throttling_neither_duplicates_nor_loses(system):
     system.operator.publish("c1", system.recipients(20))
     session = boto3.session.Session()
     throttled = inject(
-        session, "dynamodb", {"UpdateItem", "GetItem"}, 12, 400,
-        {"__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
-         "message": "The level of configured provisioned throughput for the table was exceeded."},
+        session,
+        "dynamodb",
+        {"UpdateItem", "GetItem"},
+        12,
+        400,
+        {
+            "__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
+            "message": "The level of configured provisioned throughput for the table was exceeded.",
+        },
     )
 
     system.poller(handler=handler_with(system, session), timeout_s=30).run_until_idle(idle_seconds=3, max_seconds=120)
@@ -146,8 +161,11 @@ def test_batch_killed_after_accept_is_replayed_with_the_same_key_and_members(sys
     system.operator.publish("c1", system.recipients(40))
 
     dead = system.consumer_process(
-        timeout_s=8, extra_env={"SENDONCE_FAULTS": json.dumps([{"at": "after_accept", "recipient_id": "r3"}]),
-                                "SENDONCE_FAULT_MARKERS": str(tmp_path)}
+        timeout_s=8,
+        extra_env={
+            "SENDONCE_FAULTS": json.dumps([{"at": "after_accept", "recipient_id": "r3"}]),
+            "SENDONCE_FAULT_MARKERS": str(tmp_path),
+        },
     )
     assert dead.wait(timeout=30) == -9
     assert set(states(system).values()) == {DeliveryState.CLAIMED}
@@ -156,4 +174,3 @@ def test_batch_killed_after_accept_is_replayed_with_the_same_key_and_members(sys
     assert_once_each(system.deliveries(), 40)
     assert system.resend.stats()["replays"] == 1  # the same request, answered from Resend's key store
     assert set(states(system).values()) == {DeliveryState.SENT}
-

@@ -60,4 +60,3 @@ def test_a_consumer_killed_after_accept_without_the_ledger_sends_the_batch_again
     deliveries = system.deliveries()
     assert len(deliveries) == 10
     assert sum(deliveries.values()) >= 13  # what was accepted before the kill went out again
-

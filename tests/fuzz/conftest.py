@@ -42,6 +42,8 @@ def operator_api(system):  # noqa: F811
 
     statuses: collections.Counter = collections.Counter()
     handler = counting(functools.partial(api.lambda_handler, service=system.operator), "operator API", statuses)
-    with LocalHttpApi(handler, caller_arn="arn:aws:iam::123456789012:user/fuzz", function_name="sendonce-api") as server:
+    with LocalHttpApi(
+        handler, caller_arn="arn:aws:iam::123456789012:user/fuzz", function_name="sendonce-api"
+    ) as server:
         server.statuses = statuses  # type: ignore[attr-defined]
         yield server

@@ -24,7 +24,9 @@ EXISTING = "fuzz-campaign"
 
 # The document the server serves at /openapi.json, built from the handler's models (a test
 # checks the two are the same); loaded at collection so that pytest can parametrize by route.
-schema = schemathesis.openapi.from_dict(json.loads(api.app.get_openapi_json_schema(title=api.TITLE, version=api.VERSION)))
+schema = schemathesis.openapi.from_dict(
+    json.loads(api.app.get_openapi_json_schema(title=api.TITLE, version=api.VERSION))
+)
 
 
 @pytest.fixture
@@ -50,8 +52,9 @@ POSITIVE = [*CHECKS, openapi_checks.positive_data_acceptance]
 
 
 @schema.parametrize()
-@hypothesis.settings(max_examples=MAX_EXAMPLES, derandomize=True, deadline=None,
-                     suppress_health_check=list(hypothesis.HealthCheck))
+@hypothesis.settings(
+    max_examples=MAX_EXAMPLES, derandomize=True, deadline=None, suppress_health_check=list(hypothesis.HealthCheck)
+)
 def test_the_operator_api_answers_every_generated_request_as_documented(case, operator_api, existing_campaign):
     if case.path_parameters and case.path_parameters.get("campaign_id") and len(str(case.body)) % 2:
         case.path_parameters["campaign_id"] = EXISTING

@@ -6,8 +6,6 @@ too. Every answer must be a documented status, never a 5xx."""
 
 from __future__ import annotations
 
-import collections
-import functools
 import json
 
 import hypothesis
@@ -24,8 +22,9 @@ from tests.fuzz.conftest import TALLY
 pytestmark = pytest.mark.integration
 
 MAX_EXAMPLES = 40
-SETTINGS = dict(max_examples=MAX_EXAMPLES, derandomize=True, deadline=None,
-                suppress_health_check=list(hypothesis.HealthCheck))
+SETTINGS = dict(
+    max_examples=MAX_EXAMPLES, derandomize=True, deadline=None, suppress_health_check=list(hypothesis.HealthCheck)
+)
 TOKEN = {"name": "token", "in": "path", "required": True, "schema": {"type": "string"}}
 PAGE = {"content": {"text/html": {"schema": {"type": "string"}}}}
 PUBLIC_API = {
@@ -33,25 +32,45 @@ PUBLIC_API = {
     "info": {"title": "sendonce public endpoints", "version": "1"},
     "paths": {
         "/u/{token}": {
-            "get": {"parameters": [TOKEN], "responses": {
-                "200": {"description": "confirmation page", **PAGE}, "403": {"description": "bad token", **PAGE},
-                "404": {"description": "no such route"}}},
-            "post": {"parameters": [TOKEN],
-                     "requestBody": {"required": False, "content": {
-                         "application/x-www-form-urlencoded": {"schema": {"type": "object", "properties": {
-                             "List-Unsubscribe": {"type": "string"}}}},
-                         "multipart/form-data": {"schema": {"type": "object"}}}},
-                     "responses": {"200": {"description": "unsubscribed", **PAGE},
-                                   "400": {"description": "not a one-click body", **PAGE},
-                                   "403": {"description": "bad token", **PAGE}, "404": {"description": "no such route"}}},
+            "get": {
+                "parameters": [TOKEN],
+                "responses": {
+                    "200": {"description": "confirmation page", **PAGE},
+                    "403": {"description": "bad token", **PAGE},
+                    "404": {"description": "no such route"},
+                },
+            },
+            "post": {
+                "parameters": [TOKEN],
+                "requestBody": {
+                    "required": False,
+                    "content": {
+                        "application/x-www-form-urlencoded": {
+                            "schema": {"type": "object", "properties": {"List-Unsubscribe": {"type": "string"}}}
+                        },
+                        "multipart/form-data": {"schema": {"type": "object"}},
+                    },
+                },
+                "responses": {
+                    "200": {"description": "unsubscribed", **PAGE},
+                    "400": {"description": "not a one-click body", **PAGE},
+                    "403": {"description": "bad token", **PAGE},
+                    "404": {"description": "no such route"},
+                },
+            },
         },
         "/webhooks/resend": {
-            "post": {"parameters": [{"name": n, "in": "header", "required": False, "schema": {"type": "string"}}
-                                    for n in ("svix-id", "svix-timestamp", "svix-signature")],
-                     "requestBody": {"required": True, "content": {"application/json": {"schema": {}}}},
-                     "responses": {"200": {"description": "applied, duplicate, unreadable or not ours"},
-                                   "401": {"description": "signature missing, wrong or stale, or the body is no "
-                                                          "JSON object"}}},
+            "post": {
+                "parameters": [
+                    {"name": n, "in": "header", "required": False, "schema": {"type": "string"}}
+                    for n in ("svix-id", "svix-timestamp", "svix-signature")
+                ],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {}}}},
+                "responses": {
+                    "200": {"description": "applied, duplicate, unreadable or not ours"},
+                    "401": {"description": "signature missing, wrong or stale, or the body is no JSON object"},
+                },
+            },
         },
     },
 }
@@ -91,9 +110,19 @@ def _valid_token(public, system, recipient: str) -> str:
 @hypothesis.settings(**SETTINGS)
 @hypothesis.given(
     recipient=st.from_regex(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,20}$", fullmatch=True),
-    body=st.one_of(st.binary(max_size=300), st.sampled_from([b"List-Unsubscribe=One-Click", b"List-Unsubscribe=one-click"])),
-    content_type=st.sampled_from(["application/x-www-form-urlencoded", "multipart/form-data", "multipart/form-data; boundary=x",
-                                  "text/plain", "application/octet-stream", ""]),
+    body=st.one_of(
+        st.binary(max_size=300), st.sampled_from([b"List-Unsubscribe=One-Click", b"List-Unsubscribe=one-click"])
+    ),
+    content_type=st.sampled_from(
+        [
+            "application/x-www-form-urlencoded",
+            "multipart/form-data",
+            "multipart/form-data; boundary=x",
+            "text/plain",
+            "application/octet-stream",
+            "",
+        ]
+    ),
     method=st.sampled_from(["GET", "POST"]),
 )
 def test_a_valid_token_with_any_body_gets_a_documented_answer(public, system, recipient, body, content_type, method):
@@ -105,22 +134,45 @@ def test_a_valid_token_with_any_body_gets_a_documented_answer(public, system, re
     assert status in DOCUMENTED[(method, "/u")] - {404} - {403}
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-                           max_leaves=20)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=20,
+)
 webhook_bodies = st.one_of(
     st.binary(max_size=300),
     json_values.map(lambda v: json.dumps(v).encode()),
-    st.fixed_dictionaries({
-        "type": st.sampled_from(["email.sent", "email.delivered", "email.bounced", "email.complained", "email.opened",
-                                 "email.failed", "email.suppressed", "contact.created"]) | st.text(max_size=10),
-        "created_at": st.text(max_size=30),
-        "data": st.fixed_dictionaries({}, optional={
-            "email_id": st.text(max_size=20), "to": st.lists(st.text(max_size=20), max_size=2),
-            "tags": st.dictionaries(st.sampled_from(["campaign_id", "recipient_id"]), st.text(max_size=20)) | json_values,
-            "bounce": st.fixed_dictionaries({}, optional={"type": st.sampled_from(["Permanent", "Temporary"]) | st.text()}),
-        }) | json_values,
-    }).map(lambda v: json.dumps(v).encode()),
+    st.fixed_dictionaries(
+        {
+            "type": st.sampled_from(
+                [
+                    "email.sent",
+                    "email.delivered",
+                    "email.bounced",
+                    "email.complained",
+                    "email.opened",
+                    "email.failed",
+                    "email.suppressed",
+                    "contact.created",
+                ]
+            )
+            | st.text(max_size=10),
+            "created_at": st.text(max_size=30),
+            "data": st.fixed_dictionaries(
+                {},
+                optional={
+                    "email_id": st.text(max_size=20),
+                    "to": st.lists(st.text(max_size=20), max_size=2),
+                    "tags": st.dictionaries(st.sampled_from(["campaign_id", "recipient_id"]), st.text(max_size=20))
+                    | json_values,
+                    "bounce": st.fixed_dictionaries(
+                        {}, optional={"type": st.sampled_from(["Permanent", "Temporary"]) | st.text()}
+                    ),
+                },
+            )
+            | json_values,
+        }
+    ).map(lambda v: json.dumps(v).encode()),
 )
 
 
@@ -130,7 +182,9 @@ def test_a_webhook_with_a_valid_svix_signature_and_any_body_gets_a_documented_an
     text = body.decode("utf-8", "replace")
     headers = {**svix_headers(public.resources.webhook_secret, svix_id, text), "content-type": "application/json"}
 
-    response = requests.post(f"{public.events_api.url}/webhooks/resend", data=text.encode(), headers=headers, timeout=10)
+    response = requests.post(
+        f"{public.events_api.url}/webhooks/resend", data=text.encode(), headers=headers, timeout=10
+    )
 
     try:
         is_object = isinstance(json.loads(text), dict)

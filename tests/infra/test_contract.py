@@ -70,8 +70,10 @@ def _widget_metrics(synth: Synthesized) -> Iterator[tuple[str, str, dict[str, An
         body = dashboard["Properties"]["DashboardBody"]
         # Tokens (region, queue and function names) sit inside JSON strings: any string
         # in their place leaves the body parseable.
-        text = body if isinstance(body, str) else "".join(
-            part if isinstance(part, str) else "<token>" for part in body["Fn::Join"][1]
+        text = (
+            body
+            if isinstance(body, str)
+            else "".join(part if isinstance(part, str) else "<token>" for part in body["Fn::Join"][1])
         )
         for widget in json.loads(text)["widgets"]:
             for row in widget.get("properties", {}).get("metrics", []):
@@ -79,7 +81,7 @@ def _widget_metrics(synth: Synthesized) -> Iterator[tuple[str, str, dict[str, An
                     continue  # a math expression; the metrics it uses are rows of their own
                 namespace, name, *rest = row
                 pairs = rest[:-1] if rest and isinstance(rest[-1], dict) else rest
-                yield namespace, name, dict(zip(pairs[::2], pairs[1::2]))
+                yield namespace, name, dict(zip(pairs[::2], pairs[1::2], strict=True))
 
 
 def _custom_metrics(synth: Synthesized) -> list[tuple[str, str, dict[str, Any]]]:

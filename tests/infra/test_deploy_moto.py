@@ -88,7 +88,9 @@ def cli_deployed(moto_endpoint: str, bootstrapped: float, tmp_path_factory: pyte
         project_dir=REPO_ROOT,
     )  # fmt: skip
     seconds = time.monotonic() - started
-    return Deployed(outputs=json.loads(outputs_file.read_text())[CLI_STACK], seconds=seconds, assembly=workdir / "cdk.out")
+    return Deployed(
+        outputs=json.loads(outputs_file.read_text())[CLI_STACK], seconds=seconds, assembly=workdir / "cdk.out"
+    )
 
 
 def _stack_outputs(aws: Any, stack_name: str) -> dict[str, str]:
@@ -208,7 +210,9 @@ def test_cli_deploy_reserves_concurrency_for_every_function(cli_deployed: Deploy
     functions = _functions_by_handler(aws, CLI_STACK)
 
     reserved = {
-        handler: aws("lambda").get_function_concurrency(FunctionName=f["FunctionName"]).get("ReservedConcurrentExecutions")
+        handler: aws("lambda")
+        .get_function_concurrency(FunctionName=f["FunctionName"])
+        .get("ReservedConcurrentExecutions")
         for handler, f in functions.items()
     }
 

@@ -27,7 +27,9 @@ def _ref(value: dict[str, Any]) -> str:
 
 def _function(synth: Synthesized, handler: str) -> dict[str, Any]:
     [properties] = [
-        r["Properties"] for r in synth.of_type("AWS::Lambda::Function").values() if r["Properties"]["Handler"] == handler
+        r["Properties"]
+        for r in synth.of_type("AWS::Lambda::Function").values()
+        if r["Properties"]["Handler"] == handler
     ]
     return properties
 
@@ -53,7 +55,9 @@ def _public_routes(synth: Synthesized) -> set[str]:
 def _public_stage(synth: Synthesized) -> tuple[str, dict[str, Any]]:
     api_id = _public_api_id(synth)
     [(stage_id, stage)] = [
-        (k, s) for k, s in synth.of_type("AWS::ApiGatewayV2::Stage").items() if s["Properties"]["ApiId"] == {"Ref": api_id}
+        (k, s)
+        for k, s in synth.of_type("AWS::ApiGatewayV2::Stage").items()
+        if s["Properties"]["ApiId"] == {"Ref": api_id}
     ]
     return stage_id, stage
 
@@ -96,7 +100,9 @@ def test_public_stage_waits_for_every_throttled_route(assembly: Synthesized) -> 
     stage_id, stage = _public_stage(assembly)
     api_id = _public_api_id(assembly)
     route_ids = {
-        k for k, r in assembly.of_type("AWS::ApiGatewayV2::Route").items() if r["Properties"]["ApiId"] == {"Ref": api_id}
+        k
+        for k, r in assembly.of_type("AWS::ApiGatewayV2::Route").items()
+        if r["Properties"]["ApiId"] == {"Ref": api_id}
     }
     assert route_ids <= set(stage.get("DependsOn", [])), stage_id
 

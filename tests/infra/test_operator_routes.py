@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import re
 
-from sendonce_cdk.operator_api import ROUTES
 from sendonce.handlers import api
+from sendonce_cdk.operator_api import ROUTES
 
 
 def _shape(path: str) -> str:

@@ -70,7 +70,9 @@ def _table_id(synth: Synthesized, partition_key: str) -> str:
 
 def _function(synth: Synthesized, handler: str) -> dict[str, Any]:
     [properties] = [
-        r["Properties"] for r in synth.of_type("AWS::Lambda::Function").values() if r["Properties"]["Handler"] == handler
+        r["Properties"]
+        for r in synth.of_type("AWS::Lambda::Function").values()
+        if r["Properties"]["Handler"] == handler
     ]
     return properties
 
@@ -163,8 +165,13 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
         expected |= {
             "ledger": {"dynamodb:Query"},
             # Scan: GET /campaigns (the campaigns table has no index by state).
-            "campaigns": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query",
-                          "dynamodb:Scan"},
+            "campaigns": {
+                "dynamodb:GetItem",
+                "dynamodb:PutItem",
+                "dynamodb:UpdateItem",
+                "dynamodb:Query",
+                "dynamodb:Scan",
+            },
             "queue": {"sqs:SendMessage"},
         }
         if config.recipients_bucket:

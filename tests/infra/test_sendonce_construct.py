@@ -46,12 +46,21 @@ def user_stack() -> dict[str, Any]:
         "mail": mail,
         "ids": {
             name: resolve(getattr(mail, name).node.default_child.logical_id)
-            for name in ("queue", "dead_letter_queue", "ledger_table", "campaigns_table", "suppressions_table",
-                         "consumer", "on_call_topic")
+            for name in (
+                "queue",
+                "dead_letter_queue",
+                "ledger_table",
+                "campaigns_table",
+                "suppressions_table",
+                "consumer",
+                "on_call_topic",
+            )
         },  # fmt: skip
         "api_id": resolve(mail.operator_api.api.node.default_child.logical_id),
-        "roles": {"publisher": resolve(publisher.node.default_child.logical_id),
-                  "operator": resolve(operator.node.default_child.logical_id)},  # fmt: skip
+        "roles": {
+            "publisher": resolve(publisher.node.default_child.logical_id),
+            "operator": resolve(operator.node.default_child.logical_id),
+        },  # fmt: skip
         "urls": (resolve(mail.operator_api_url), resolve(mail.public_api_url)),
     }
 
@@ -62,8 +71,12 @@ def _invoke_resources(template: dict[str, Any], role_id: str) -> list[str]:
         if policy["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in policy["Properties"]["Roles"]:
             for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
                 assert statement["Action"] == "execute-api:Invoke", statement
-                for resource in statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]:
-                    resources.append("".join(p if isinstance(p, str) else json.dumps(p) for p in resource["Fn::Join"][1]))
+                for resource in (
+                    statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+                ):
+                    resources.append(
+                        "".join(p if isinstance(p, str) else json.dumps(p) for p in resource["Fn::Join"][1])
+                    )
     return resources
 
 
@@ -80,7 +93,10 @@ def test_public_attributes_are_the_pipelines_resources(user_stack: dict[str, Any
         "on_call_topic": "AWS::SNS::Topic",
     }
     ids = user_stack["ids"]
-    assert resources[ids["ledger_table"]]["Properties"]["KeySchema"][0] == {"AttributeName": "campaign_id", "KeyType": "HASH"}
+    assert resources[ids["ledger_table"]]["Properties"]["KeySchema"][0] == {
+        "AttributeName": "campaign_id",
+        "KeyType": "HASH",
+    }
     assert resources[ids["queue"]]["Properties"]["RedrivePolicy"]["deadLetterTargetArn"] == {
         "Fn::GetAtt": [ids["dead_letter_queue"], "Arn"]
     }
@@ -125,8 +141,8 @@ def test_grant_operate_allows_every_operator_route(user_stack: dict[str, Any]) -
 def test_bad_props_are_refused_before_synthesis() -> None:
     import aws_cdk as cdk
 
-    from sendonce_cdk.config import ConfigError
     from sendonce_cdk import SendOnce
+    from sendonce_cdk.config import ConfigError
 
     stack = cdk.Stack(cdk.App(), "Bad")
     with pytest.raises(ConfigError, match="webhook_rate_limit"):

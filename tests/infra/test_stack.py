@@ -253,11 +253,7 @@ def test_queues_are_encrypted_and_refuse_plain_http(assembly: Synthesized) -> No
                 "Queues": [{"Ref": queue_id}],
                 "PolicyDocument": {
                     "Statement": Match.array_with(
-                        [
-                            Match.object_like(
-                                {"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
-                            )
-                        ]
+                        [Match.object_like({"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}})]
                     )
                 },
             },
@@ -402,8 +398,7 @@ def test_consumer_may_write_the_tables_and_the_dead_letter_queue(assembly: Synth
 
     def allowed(action: str, resource_id: str) -> bool:
         return any(
-            action in _as_list(s["Action"])
-            and {"Fn::GetAtt": [resource_id, "Arn"]} in _as_list(s["Resource"])
+            action in _as_list(s["Action"]) and {"Fn::GetAtt": [resource_id, "Arn"]} in _as_list(s["Resource"])
             for s in statements
         )
 
@@ -634,9 +629,7 @@ def test_ses_events_rule_targets_the_events_function(assembly: Synthesized) -> N
     assert pattern["source"] == ["aws.ses"]
     # Every detail-type the handler reads, and nothing it would ignore.
     assert set(pattern["detail-type"]) == set(SES_DETAIL_TYPES)
-    assert pattern["detail"] == {
-        "mail": {"tags": {"ses:configuration-set": [assembly.config.configuration_set_name]}}
-    }
+    assert pattern["detail"] == {"mail": {"tags": {"ses:configuration-set": [assembly.config.configuration_set_name]}}}
     [target] = properties["Targets"]
     assert target["Arn"] == {"Fn::GetAtt": [events_id, "Arn"]}
     assert target["RetryPolicy"]["MaximumEventAgeInSeconds"] == 24 * 3600
@@ -777,9 +770,7 @@ def test_provider_failure_rate_alarm_uses_metric_math(assembly: Synthesized) -> 
     alarm = _alarm(assembly, "ProviderFailureRate")
     queries = {query["Id"]: query for query in alarm["Metrics"]}
     expression = next(q for q in queries.values() if "Expression" in q)
-    names = {
-        q["MetricStat"]["Metric"]["MetricName"]: q["Id"] for q in queries.values() if "MetricStat" in q
-    }
+    names = {q["MetricStat"]["Metric"]["MetricName"]: q["Id"] for q in queries.values() if "MetricStat" in q}
     assert set(names) == {Metric.EMAILS_SENT, Metric.SEND_FAILURES_PERMANENT, Metric.SEND_FAILURES_RETRYABLE}
     for query in queries.values():
         if "MetricStat" in query:

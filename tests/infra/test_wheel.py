@@ -47,13 +47,13 @@ class Installed:
     timings: dict[str, float]
 
     def run(self, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            args, cwd=cwd, env=self.env, capture_output=True, text=True, timeout=timeout, check=False
-        )
+        return subprocess.run(args, cwd=cwd, env=self.env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def _checked(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
-    assert result.returncode == 0, f"{result.args} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    assert result.returncode == 0, (
+        f"{result.args} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    )
     return result
 
 
@@ -90,7 +90,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     _checked(
         subprocess.run(
             [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(dist), str(source)],
-            env=env, cwd=root, capture_output=True, text=True, timeout=300, check=False,
+            env=env,
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
         )  # fmt: skip
     )
     (wheel,) = dist.glob("sendonce-*.whl")
@@ -99,18 +104,30 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     # And a fresh venv holding that wheel and its declared dependencies only
     started = time.monotonic()
     venv = root / "venv"
-    _checked(subprocess.run([sys.executable, "-m", "venv", str(venv)], env=env, capture_output=True, text=True, check=False))
+    _checked(
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], env=env, capture_output=True, text=True, check=False)
+    )
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "-c", str(REPO_ROOT / "constraints.txt")]
-    _checked(subprocess.run([*pip, str(wheel)], env=env, cwd=root, capture_output=True, text=True, timeout=600, check=False))
+    _checked(
+        subprocess.run([*pip, str(wheel)], env=env, cwd=root, capture_output=True, text=True, timeout=600, check=False)
+    )
     timings["install"] = time.monotonic() - started
     help_result = subprocess.run(
-        [str(venv / "bin" / "sendonce"), "--help"], env=env, cwd=root, capture_output=True, text=True, timeout=60, check=False
+        [str(venv / "bin" / "sendonce"), "--help"],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
     started = time.monotonic()
     _checked(
-        subprocess.run([*pip, f"{wheel}[cdk]"], env=env, cwd=root, capture_output=True, text=True, timeout=600, check=False)
+        subprocess.run(
+            [*pip, f"{wheel}[cdk]"], env=env, cwd=root, capture_output=True, text=True, timeout=600, check=False
+        )
     )
     timings["install_cdk"] = time.monotonic() - started
     return Installed(root=root, venv=venv, env=env, help=help_result, timings=timings)
@@ -141,7 +158,9 @@ def test_the_demo_runs_from_the_wheel_outside_the_checkout(installed: Installed)
     seconds = time.monotonic() - started
 
     print(f"wheel demo: {seconds:.0f} s")
-    assert result.returncode == 0, f"sendonce demo exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    assert result.returncode == 0, (
+        f"sendonce demo exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    )
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     baseline, sendonce = summary["baseline"], summary["sendonce"]
     assert summary["ok"] and summary["recipients"] == 200
@@ -190,7 +209,9 @@ def test_cdk_nag_passes_with_the_constructs_own_acknowledgements(foreign_app: di
 def test_the_producer_may_invoke_the_publish_routes_only(foreign_app: dict[str, Any]) -> None:
     resources = foreign_app["template"]["Resources"]
     (producer_role,) = [
-        name for name, r in resources.items() if r["Type"] == "AWS::IAM::Role" and name.startswith("ProducerServiceRole")
+        name
+        for name, r in resources.items()
+        if r["Type"] == "AWS::IAM::Role" and name.startswith("ProducerServiceRole")
     ]
     statements = [
         statement

@@ -16,14 +16,20 @@ import boto3
 import pytest
 
 from sendonce.domain.campaigns.service import CampaignService
-from sendonce.handlers import consumer
 from sendonce.domain.models import Campaign, Content, Recipient
-from sendonce.settings import ApiSettings, ConsumerSettings
+from sendonce.handlers import consumer
+from sendonce.settings import ApiSettings, ConsumerSettings, EventsSettings
 from sendonce.wiring import assemble_consumer, campaign_service, consumer_parts
+from sendonce_local.http_api import LocalHttpApi
 from sendonce_local.moto_server import ses_deliveries
 from sendonce_local.poller import EventSourcePoller
 from sendonce_local.resend_server import LocalResendServer
-from sendonce_local.resources import LocalResources, create_local_resources, verify_ses_sender
+from sendonce_local.resources import (
+    DeliverabilityResources,
+    LocalResources,
+    create_local_resources,
+    verify_ses_sender,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,7 +91,9 @@ class LocalSystem:
         runtime = assemble_consumer(self.settings, consumer_parts(self.settings))
         return functools.partial(consumer.lambda_handler, runtime=runtime)
 
-    def poller(self, *, handler=None, timeout_s: float = 20.0, concurrency: int = 1, batch_size: int = 1) -> EventSourcePoller:
+    def poller(
+        self, *, handler=None, timeout_s: float = 20.0, concurrency: int = 1, batch_size: int = 1
+    ) -> EventSourcePoller:
         poller = EventSourcePoller(
             sqs_client=boto3.client("sqs"),
             queue_url=self.resources.queue_url,
@@ -97,12 +105,36 @@ class LocalSystem:
         self.pollers.append(poller)
         return poller
 
-    def consumer_process(self, handler: str = "sendonce_local.faults:lambda_handler", *, timeout_s: float = 20.0,
-                         extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-        env = {**os.environ, **(extra_env or {}), "PYTHONPATH": os.pathsep.join([str(ROOT / "lambdas"), str(ROOT / "src")])}
+    def consumer_process(
+        self,
+        handler: str = "sendonce_local.faults:lambda_handler",
+        *,
+        timeout_s: float = 20.0,
+        extra_env: dict[str, str] | None = None,
+    ) -> subprocess.Popen:
+        env = {
+            **os.environ,
+            **(extra_env or {}),
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "lambdas"), str(ROOT / "src")]),
+        }
         process = subprocess.Popen(
-            [sys.executable, "-m", "sendonce_local.poller", "--queue-url", self.resources.queue_url, "--handler",
-             handler, "--batch-size", "1", "--concurrency", "1", "--timeout", str(timeout_s), "--max-seconds", "60"],
+            [
+                sys.executable,
+                "-m",
+                "sendonce_local.poller",
+                "--queue-url",
+                self.resources.queue_url,
+                "--handler",
+                handler,
+                "--batch-size",
+                "1",
+                "--concurrency",
+                "1",
+                "--timeout",
+                str(timeout_s),
+                "--max-seconds",
+                "60",
+            ],
             env=env,
             stdout=subprocess.PIPE,
             stderr=open(os.devnull, "w") if not os.environ.get("SENDONCE_DEBUG_CONSUMERS") else None,
@@ -118,7 +150,9 @@ class LocalSystem:
     def dead_letters(self) -> list[dict]:
         sqs = boto3.client("sqs")
         response = sqs.receive_message(
-            QueueUrl=self.resources.dead_letter_queue_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"],
+            QueueUrl=self.resources.dead_letter_queue_url,
+            MaxNumberOfMessages=10,
+            MessageAttributeNames=["All"],
             VisibilityTimeout=0,
         )
         return response.get("Messages", [])
@@ -159,10 +193,10 @@ class LocalDeliverability:
     moto tables, with the local Resend server sending its webhooks to the events API."""
 
     system: LocalSystem
-    resources: "DeliverabilityResources"
-    events_settings: "EventsSettings"
-    events_api: "LocalHttpApi"
-    unsubscribe_api: "LocalHttpApi"
+    resources: DeliverabilityResources
+    events_settings: EventsSettings
+    events_api: LocalHttpApi
+    unsubscribe_api: LocalHttpApi
 
     @property
     def webhook_url(self) -> str:
@@ -192,21 +226,24 @@ class LocalDeliverability:
     def ledger_item(self, campaign_id: str, recipient_id: str) -> dict:
         from boto3.dynamodb.types import TypeDeserializer
 
-        item = boto3.client("dynamodb").get_item(
-            TableName=self.system.resources.ledger_table,
-            Key={"campaign_id": {"S": campaign_id}, "recipient_id": {"S": recipient_id}},
-            ConsistentRead=True,
-        ).get("Item", {})
+        item = (
+            boto3.client("dynamodb")
+            .get_item(
+                TableName=self.system.resources.ledger_table,
+                Key={"campaign_id": {"S": campaign_id}, "recipient_id": {"S": recipient_id}},
+                ConsistentRead=True,
+            )
+            .get("Item", {})
+        )
         return {k: TypeDeserializer().deserialize(v) for k, v in item.items()}
 
 
 @pytest.fixture
 def deliverability(system, monkeypatch) -> Iterator[LocalDeliverability]:
-    from sendonce.settings import EventsSettings, UnsubscribeSettings
-    from sendonce.wiring import assemble_events, assemble_unsubscribe
     from sendonce.handlers import events, unsubscribe
+    from sendonce.settings import UnsubscribeSettings
+    from sendonce.wiring import assemble_events, assemble_unsubscribe
     from sendonce_local.resources import create_deliverability_resources
-    from sendonce_local.http_api import LocalHttpApi
 
     resources = create_deliverability_resources(webhook_secret=system.resend.webhook_secret)
     for name, value in resources.env().items():
@@ -225,7 +262,8 @@ def deliverability(system, monkeypatch) -> Iterator[LocalDeliverability]:
         campaigns_table=system.resources.campaigns_table,
     )
     events_api = LocalHttpApi(
-        functools.partial(events.lambda_handler, service=assemble_events(events_settings)), function_name="sendonce-events"
+        functools.partial(events.lambda_handler, service=assemble_events(events_settings)),
+        function_name="sendonce-events",
     ).start()
     unsubscribe_api = LocalHttpApi(
         functools.partial(unsubscribe.lambda_handler, service=assemble_unsubscribe(unsubscribe_settings)),

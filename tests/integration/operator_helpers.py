@@ -12,9 +12,9 @@ from typing import Any
 
 from click.testing import CliRunner, Result
 
-from sendonce_ops.cli import cli
 from sendonce_local.http_api import http_api_event
 from sendonce_local.poller import LocalLambdaContext
+from sendonce_ops.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SENDONCE = ROOT / ".venv" / "bin" / "sendonce"
@@ -40,7 +40,9 @@ def sendonce(system, *args: str, env: dict[str, str | None] | None = None) -> Re
     return runner.invoke(cli, list(args), env={**cli_env(system), **(env or {})}, catch_exceptions=False)
 
 
-def sendonce_process(system, *args: str, env: dict[str, str] | None = None, **kwargs: Any) -> subprocess.CompletedProcess:
+def sendonce_process(
+    system, *args: str, env: dict[str, str] | None = None, **kwargs: Any
+) -> subprocess.CompletedProcess:
     env = {**os.environ, **cli_env(system), **(env or {})}
     return subprocess.run([str(SENDONCE), *args], env=env, capture_output=True, text=True, timeout=60, **kwargs)
 
@@ -64,14 +66,17 @@ def as_json(result: Result) -> Any:
 
 def api_event(method: str, path: str, body: Any = None, caller: str = OPERATOR_ARN) -> dict[str, Any]:
     raw = b"" if body is None else json.dumps(body).encode()
-    return http_api_event(method=method, target=path, headers={"content-type": "application/json"}, body=raw,
-                          caller_arn=caller)
+    return http_api_event(
+        method=method, target=path, headers={"content-type": "application/json"}, body=raw, caller_arn=caller
+    )
 
 
 def lambda_context() -> LocalLambdaContext:
-    return LocalLambdaContext(function_name="sendonce-api",
-                              invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:sendonce-api",
-                              timeout_s=29)
+    return LocalLambdaContext(
+        function_name="sendonce-api",
+        invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:sendonce-api",
+        timeout_s=29,
+    )
 
 
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05):

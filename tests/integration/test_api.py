@@ -13,10 +13,9 @@ import boto3
 import pytest
 import requests
 
-from sendonce.handlers import api
 from sendonce.domain.models import CampaignState
+from sendonce.handlers import api
 from sendonce_ops.sqs_tools import queue_depths
-
 from tests.integration.operator_helpers import OPERATOR_ARN, SENDONCE, api_event, cli_env, lambda_context, wait_for
 
 pytestmark = pytest.mark.integration
@@ -28,14 +27,23 @@ def call(system, method: str, path: str, body=None, caller: str = OPERATOR_ARN) 
 
 
 def campaign_body(system, campaign_id: str = "c1", **overrides) -> dict:
-    return {"id": campaign_id, "name": "Spring launch", "subject": "Hello {{ name }}", "from": f"News <news@{system.domain}>",
-            "html": "<p>Hi {{ name }}</p>", "provider": "resend", **overrides}
+    return {
+        "id": campaign_id,
+        "name": "Spring launch",
+        "subject": "Hello {{ name }}",
+        "from": f"News <news@{system.domain}>",
+        "html": "<p>Hi {{ name }}</p>",
+        "provider": "resend",
+        **overrides,
+    }
 
 
 def test_campaign_lifecycle_over_the_api_records_the_iam_caller(system):
     created = call(system, "POST", "/campaigns", campaign_body(system))
-    recipients = [{"recipient_id": f"r{i}", "email": f"user{i}@{system.domain}", "variables": {"name": f"U{i}"}}
-                  for i in range(12)]
+    recipients = [
+        {"recipient_id": f"r{i}", "email": f"user{i}@{system.domain}", "variables": {"name": f"U{i}"}}
+        for i in range(12)
+    ]
     published = call(system, "POST", "/campaigns/c1/publish", {"recipients": recipients + recipients[:2]})
     paused = call(system, "POST", "/campaigns/c1/pause", {"reason": "legal review"})
     status = call(system, "GET", "/campaigns/c1/delivery-status")
@@ -45,17 +53,48 @@ def test_campaign_lifecycle_over_the_api_records_the_iam_caller(system):
 
     assert created[0] == 201
     assert created[1]["state"] == "draft" and created[1]["from"] == f"News <news@{system.domain}>"
-    assert published == (200, {"campaign_id": "c1", "accepted": 12, "bad_rows": 0, "duplicates": 2,
-                               "duplicate_addresses": 0,
-                               "problems": ["recipients.12: recipient_id 'r0' repeats recipients.0; published once",
-                                            "recipients.13: recipient_id 'r1' repeats recipients.1; published once"],
-                               "batches_new": 1, "batches_already_enqueued": 0, "messages_sent": 1})
+    assert published == (
+        200,
+        {
+            "campaign_id": "c1",
+            "accepted": 12,
+            "bad_rows": 0,
+            "duplicates": 2,
+            "duplicate_addresses": 0,
+            "problems": [
+                "recipients.12: recipient_id 'r0' repeats recipients.0; published once",
+                "recipients.13: recipient_id 'r1' repeats recipients.1; published once",
+            ],
+            "batches_new": 1,
+            "batches_already_enqueued": 0,
+            "messages_sent": 1,
+        },
+    )
     assert paused[0] == 200
     assert (paused[1]["state"], paused[1]["state_reason"], paused[1]["state_changed_by"]) == (
-        "paused", "legal review", OPERATOR_ARN)
-    assert status == (200, {"campaign_id": "c1", "state": "paused", "state_reason": "legal review", "total": 12,
-                            "pending": 12, "in_progress": 0, "reserved": 0, "sent": 0, "failed": 0, "suppressed": 0,
-                            "unknown": 0, "cancelled": 0, "dead_lettered": 0, "remaining": 12})
+        "paused",
+        "legal review",
+        OPERATOR_ARN,
+    )
+    assert status == (
+        200,
+        {
+            "campaign_id": "c1",
+            "state": "paused",
+            "state_reason": "legal review",
+            "total": 12,
+            "pending": 12,
+            "in_progress": 0,
+            "reserved": 0,
+            "sent": 0,
+            "failed": 0,
+            "suppressed": 0,
+            "unknown": 0,
+            "cancelled": 0,
+            "dead_lettered": 0,
+            "remaining": 12,
+        },
+    )
     assert resumed[0] == 200 and resumed[1]["republished"] == 12
     assert resumed[1]["state_changed_by"] == "arn:aws:iam::123456789012:user/bob"
     assert done[1]["state"] == "completed" and (done[1]["sent"], done[1]["remaining"]) == (12, 0)
@@ -71,19 +110,29 @@ def test_errors_map_to_http_codes_with_a_body_naming_the_problem(system):
     exists = call(system, "POST", "/campaigns", campaign_body(system))
     unknown_provider = call(system, "POST", "/campaigns", campaign_body(system, "c2", provider="mailgun"))
     bad_sender = call(system, "POST", "/campaigns", campaign_body(system, "c3", **{"from": "nobody"}))
-    bad_recipient = call(system, "POST", "/campaigns/c1/publish",
-                         {"recipients": [{"recipient_id": "r1", "email": "not-an-address"}]})
-    too_many = call(system, "POST", "/campaigns/c1/publish",
-                    {"recipients": [{"recipient_id": f"r{i}", "email": f"u{i}@{system.domain}"} for i in range(1001)]})
+    bad_recipient = call(
+        system, "POST", "/campaigns/c1/publish", {"recipients": [{"recipient_id": "r1", "email": "not-an-address"}]}
+    )
+    too_many = call(
+        system,
+        "POST",
+        "/campaigns/c1/publish",
+        {"recipients": [{"recipient_id": f"r{i}", "email": f"u{i}@{system.domain}"} for i in range(1001)]},
+    )
     neither = call(system, "POST", "/campaigns/c1/publish", {"strict": False})
     null = call(system, "POST", "/campaigns/c1/publish", {"recipients": None})
     bad_id = call(system, "GET", "/campaigns/someone@example.com/delivery-status")
     no_route = call(system, "DELETE", "/campaigns/c1")
 
-    assert not_found == (404, {"statusCode": 404, "error": "CampaignNotFound", "message": "campaign 'nope' does not exist"})
+    assert not_found == (
+        404,
+        {"statusCode": 404, "error": "CampaignNotFound", "message": "campaign 'nope' does not exist"},
+    )
     assert illegal[0] == 409 and "is draft; cannot move to sending" in illegal[1]["message"]
     assert exists[0] == 409 and "already exists" in exists[1]["message"]
-    assert unknown_provider[0] == 400 and unknown_provider[1]["message"].startswith("provider: 'mailgun' is not registered")
+    assert unknown_provider[0] == 400 and unknown_provider[1]["message"].startswith(
+        "provider: 'mailgun' is not registered"
+    )
     assert bad_sender[0] == 422 and bad_sender[1]["message"].startswith("body.from: not a valid sender address")
     assert bad_recipient[0] == 422
     assert bad_recipient[1]["message"] == "body.recipients.0.email: not a valid email address"
@@ -103,20 +152,26 @@ def test_publish_from_s3_streams_the_object_and_strict_rejects_a_bad_file_whole(
     s3.create_bucket(Bucket=bucket)
     good = "".join(f"r{i},user{i}@{system.domain},U{i}\n" for i in range(150))
     s3.put_object(Bucket=bucket, Key="lists/good.csv", Body=f"recipient_id,email,name\n{good}".encode())
-    s3.put_object(Bucket=bucket, Key="lists/bad.csv",
-                  Body=f"recipient_id,email,name\nx1,nobody,X\n{good}x2,x2@{system.domain}\n".encode())
+    s3.put_object(
+        Bucket=bucket,
+        Key="lists/bad.csv",
+        Body=f"recipient_id,email,name\nx1,nobody,X\n{good}x2,x2@{system.domain}\n".encode(),
+    )
     call(system, "POST", "/campaigns", campaign_body(system))
 
     strict = call(system, "POST", "/campaigns/c1/publish", {"s3": {"bucket": bucket, "key": "lists/bad.csv"}})
     missing = call(system, "POST", "/campaigns/c1/publish", {"s3": {"bucket": bucket, "key": "lists/none.csv"}})
     assert system.operator.get("c1").state is CampaignState.DRAFT  # nothing was published
-    lenient = call(system, "POST", "/campaigns/c1/publish",
-                   {"s3": {"bucket": bucket, "key": "lists/bad.csv"}, "strict": False})
+    lenient = call(
+        system, "POST", "/campaigns/c1/publish", {"s3": {"bucket": bucket, "key": "lists/bad.csv"}, "strict": False}
+    )
     again = call(system, "POST", "/campaigns/c1/publish", {"s3": {"bucket": bucket, "key": "lists/good.csv"}})
 
     assert strict[0] == 400
-    assert strict[1]["message"] == (f"s3://{bucket}/lists/bad.csv: 2 bad row(s); nothing was published: "
-                                    "line 2: email: not a valid email address; line 153: expected 3 columns, found 2")
+    assert strict[1]["message"] == (
+        f"s3://{bucket}/lists/bad.csv: 2 bad row(s); nothing was published: "
+        "line 2: email: not a valid email address; line 153: expected 3 columns, found 2"
+    )
     assert missing[0] == 400 and "cannot be read (NoSuchKey)" in missing[1]["message"]
     assert lenient[0] == 200
     assert (lenient[1]["accepted"], lenient[1]["bad_rows"], lenient[1]["batches_new"]) == (150, 2, 2)
@@ -130,11 +185,18 @@ def test_the_openapi_document_describes_every_route(system):
 
     assert status == 200 and document["openapi"].startswith("3.1")
     assert set(document["paths"]) == {
-        "/campaigns", "/campaigns/{campaign_id}", "/campaigns/{campaign_id}/publish", "/campaigns/{campaign_id}/pause",
-        "/campaigns/{campaign_id}/resume", "/campaigns/{campaign_id}/cancel", "/campaigns/{campaign_id}/delivery-status",
+        "/campaigns",
+        "/campaigns/{campaign_id}",
+        "/campaigns/{campaign_id}/publish",
+        "/campaigns/{campaign_id}/pause",
+        "/campaigns/{campaign_id}/resume",
+        "/campaigns/{campaign_id}/cancel",
+        "/campaigns/{campaign_id}/delivery-status",
     }
     create = document["paths"]["/campaigns"]["post"]
-    assert create["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/CampaignSpec"}
+    assert create["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/CampaignSpec"
+    }
     assert {"201", "400", "409", "422"} <= set(create["responses"])
     listing = document["paths"]["/campaigns"]["get"]
     assert set(listing["responses"]) == {"200", "422", "500"}
@@ -153,9 +215,13 @@ def _free_port() -> int:
 @pytest.fixture
 def local_api(system):
     port = _free_port()
-    process = subprocess.Popen([str(SENDONCE), "local", "api", "--port", str(port)],
-                               env={**os.environ, **cli_env(system)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen(
+        [str(SENDONCE), "local", "api", "--port", str(port)],
+        env={**os.environ, **cli_env(system)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def answering():
@@ -174,8 +240,11 @@ def local_api(system):
 
 def test_sendonce_local_api_serves_the_same_handler_over_http(system, local_api):
     created = requests.post(f"{local_api}/campaigns", json=campaign_body(system), timeout=10)
-    published = requests.post(f"{local_api}/campaigns/c1/publish", timeout=10,
-                              json={"recipients": [{"recipient_id": "r1", "email": f"user1@{system.domain}"}]})
+    published = requests.post(
+        f"{local_api}/campaigns/c1/publish",
+        timeout=10,
+        json={"recipients": [{"recipient_id": "r1", "email": f"user1@{system.domain}"}]},
+    )
     paused = requests.post(f"{local_api}/campaigns/c1/pause", timeout=10)  # curl -X POST .../pause: no body
     again = requests.post(f"{local_api}/campaigns/c1/pause", timeout=10)
     status = requests.get(f"{local_api}/campaigns/c1/delivery-status", timeout=10)

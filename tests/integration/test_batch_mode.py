@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import boto3
 import pytest
 
@@ -47,10 +45,11 @@ def test_batch_mode_redelivery_and_partial_rejections(system):
 
 
 def test_dynamodb_requests_per_recipient_in_batch_mode(system, aws_env):
+    import functools
+
+    from sendonce.handlers import consumer
     from sendonce.settings import ConsumerSettings
     from sendonce.wiring import assemble_consumer, consumer_parts
-    from sendonce.handlers import consumer
-    import functools
 
     system.campaign(delivery_mode="batch")
     system.operator.publish("c1", system.recipients(100))
@@ -61,7 +60,8 @@ def test_dynamodb_requests_per_recipient_in_batch_mode(system, aws_env):
     counter.reset()
 
     system.poller(handler=functools.partial(consumer.lambda_handler, runtime=runtime)).run_until_idle(
-        idle_seconds=1, max_seconds=30)
+        idle_seconds=1, max_seconds=30
+    )
 
     per_recipient = counter.total("dynamodb") / 100
     print(f"\nbatch mode DynamoDB requests per recipient: {per_recipient} ({dict(counter.calls)})")

@@ -62,8 +62,12 @@ def result(moto):
 def test_the_report_is_one_json_object_with_every_figure(result):
     assert json.loads(json.dumps(result)) == result
     assert all(key in result for key in REPORTED), [key for key in REPORTED if key not in result]
-    assert set(result["goals"]) == {"rate_ratio", "ledger_overhead_ratio", "ledger_overhead_ratio_unthrottled",
-                                    "default_team_429s"}
+    assert set(result["goals"]) == {
+        "rate_ratio",
+        "ledger_overhead_ratio",
+        "ledger_overhead_ratio_unthrottled",
+        "default_team_429s",
+    }
 
 
 def test_dynamodb_requests_per_recipient_are_exact(result):
@@ -81,7 +85,8 @@ def test_dynamodb_requests_per_recipient_are_exact(result):
     assert result["ddb_requests_per_duplicate_batch_mode"] == pytest.approx(3 / MESSAGE_SIZE)
     # One consistent GetItem of the campaign per message, and one more in the completion check.
     assert result["ddb_requests_per_recipient_by_purpose"]["single_fresh"]["campaign_read"] == pytest.approx(
-        1 / MESSAGE_SIZE + 1 / TINY.recipients)
+        1 / MESSAGE_SIZE + 1 / TINY.recipients
+    )
 
 
 def test_write_units_follow_the_item_sizes(result):
@@ -93,7 +98,13 @@ def test_write_units_follow_the_item_sizes(result):
 
 
 def test_ratios_and_timings_are_reported(result):
-    for key in ("rate_ratio", "ledger_overhead_ratio", "ledger_overhead_ratio_unthrottled", "batch_vs_sequential_ratio",
-                "batch_vs_sequential_ratio_batch_mode", "cold_start_import_ms"):
+    for key in (
+        "rate_ratio",
+        "ledger_overhead_ratio",
+        "ledger_overhead_ratio_unthrottled",
+        "batch_vs_sequential_ratio",
+        "batch_vs_sequential_ratio_batch_mode",
+        "cold_start_import_ms",
+    ):
         assert isinstance(result[key], float) and result[key] > 0, key
     assert result["rate_configured_per_s"] >= TINY.min_rate_per_second

@@ -9,10 +9,9 @@ import boto3
 import pytest
 
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
-from sendonce.handlers import api
 from sendonce.domain.models import CampaignState
-
-from tests.integration.operator_helpers import OPERATOR_ARN, api_event, as_json, lambda_context, people, sendonce
+from sendonce.handlers import api
+from tests.integration.operator_helpers import OPERATOR_ARN, api_event, as_json, lambda_context, sendonce
 
 pytestmark = pytest.mark.integration
 
@@ -30,8 +29,9 @@ def test_the_store_lists_every_campaign_across_scan_pages_and_only_campaign_item
     system.operator.pause("c1")
     system.operator.publish("c3", system.recipients(250))
     # When the store scans two items per request (so the answer spans many pages)
-    store = DynamoDBCampaignStore(client=boto3.client("dynamodb"), table_name=system.resources.campaigns_table,
-                                  scan_page_size=2)
+    store = DynamoDBCampaignStore(
+        client=boto3.client("dynamodb"), table_name=system.resources.campaigns_table, scan_page_size=2
+    )
 
     every = [c.campaign_id for c in store.list()]
     paused = [c.campaign_id for c in store.list(CampaignState.PAUSED)]
@@ -57,7 +57,12 @@ def test_get_campaigns_filters_by_state_and_refuses_an_unknown_state_naming_it(s
     assert every[0] == 200 and [c["campaign_id"] for c in every[1]["campaigns"]] == ["c1", "c2"]
     assert drafts == (200, {"campaigns": [{**every[1]["campaigns"][0]}]})
     [item] = sending[1]["campaigns"]
-    assert (item["campaign_id"], item["state"], item["delivery_mode"], item["open_batches"]) == ("c2", "sending", "single", 1)
+    assert (item["campaign_id"], item["state"], item["delivery_mode"], item["open_batches"]) == (
+        "c2",
+        "sending",
+        "single",
+        1,
+    )
     assert item["from"] == f"news@{system.domain}" and item["updated_at"]
     assert bogus[0] == 422 and bogus[1]["detail"][0]["loc"] == ["query", "state"]
     assert bogus[1]["message"].startswith("query.state: ")

@@ -12,7 +12,6 @@ import pytest
 from sendonce.domain.errors import CampaignNotFoundError
 from sendonce.domain.models import CampaignState
 from sendonce_ops.sqs_tools import queue_depths
-
 from tests.integration.operator_helpers import as_json, people, sendonce, sendonce_process, spec_file, write_csv
 
 pytestmark = pytest.mark.integration
@@ -31,8 +30,16 @@ def test_create_publish_status_and_completion(system, tmp_path):
     after = as_json(sendonce(system, "campaign", "status", "c1", "--json"))
 
     # Then every count adds up, and a campaign whose recipients all ended is completed
-    assert published == {"campaign_id": "c1", "accepted": 25, "bad_rows": 0, "duplicates": 0, "duplicate_addresses": 0,
-                         "batches_new": 1, "batches_already_enqueued": 0, "messages_sent": 1}
+    assert published == {
+        "campaign_id": "c1",
+        "accepted": 25,
+        "bad_rows": 0,
+        "duplicates": 0,
+        "duplicate_addresses": 0,
+        "batches_new": 1,
+        "batches_already_enqueued": 0,
+        "messages_sent": 1,
+    }
     assert (before["state"], before["total"], before["pending"], before["remaining"]) == ("sending", 25, 25, 25)
     counts = ("pending", "in_progress", "sent", "failed", "suppressed", "unknown", "cancelled", "dead_lettered")
     assert sum(after[k] for k in counts) == after["total"] == 25
@@ -57,8 +64,9 @@ def test_publishing_a_file_twice_sends_nobody_twice_and_reports_repeated_ids(sys
     recipients = write_csv(tmp_path / "people.csv", people(system, 12) + people(system, 2))  # r0, r1 repeated
 
     first = sendonce(system, "campaign", "publish", "c1", "--recipients", str(recipients), "--batch-size", "5")
-    again = as_json(sendonce(system, "campaign", "publish", "c1", "--recipients", str(recipients), "--batch-size", "5",
-                             "--json"))
+    again = as_json(
+        sendonce(system, "campaign", "publish", "c1", "--recipients", str(recipients), "--batch-size", "5", "--json")
+    )
 
     assert first.exit_code == 0
     assert f"{recipients}:14: recipient_id 'r0' repeats line 2; published once" in first.stderr
@@ -99,9 +107,12 @@ def test_without_strict_bad_rows_are_skipped_the_rest_published_and_the_exit_cod
     system.campaign()
     recipients = tmp_path / "people.jsonl"
     recipients.write_text(
-        json.dumps({"recipient_id": "r1", "email": f"user1@{system.domain}", "variables": {"name": "Ann"}}) + "\n"
-        + json.dumps({"recipient_id": "r2", "email": "nobody"}) + "\n"
-        + json.dumps({"recipient_id": "r3", "email": f"user3@{system.domain}", "variables": {"name": "Cy"}}) + "\n"
+        json.dumps({"recipient_id": "r1", "email": f"user1@{system.domain}", "variables": {"name": "Ann"}})
+        + "\n"
+        + json.dumps({"recipient_id": "r2", "email": "nobody"})
+        + "\n"
+        + json.dumps({"recipient_id": "r3", "email": f"user3@{system.domain}", "variables": {"name": "Cy"}})
+        + "\n"
     )
 
     result = sendonce(system, "campaign", "publish", "c1", "--recipients", str(recipients), "--json")
@@ -115,7 +126,9 @@ def test_without_strict_bad_rows_are_skipped_the_rest_published_and_the_exit_cod
 
 def test_a_malformed_spec_names_file_field_and_line_and_creates_nothing(system, tmp_path):
     spec = spec_file(tmp_path / "c.yaml", system)
-    spec.write_text(spec.read_text().replace("provider: resend", "provider: mailgun").replace("name: Spring launch\n", ""))
+    spec.write_text(
+        spec.read_text().replace("provider: resend", "provider: mailgun").replace("name: Spring launch\n", "")
+    )
 
     missing_name = sendonce(system, "campaign", "create", "--spec", str(spec))
     spec.write_text(spec.read_text() + "name: Spring\n")
@@ -161,8 +174,15 @@ def test_unknown_campaign_and_illegal_transitions_exit_with_their_codes(system, 
 
 
 def test_a_missing_stack_is_a_clear_error(system):
-    unset = {name: None for name in ("SENDONCE_QUEUE_URL", "SENDONCE_DEAD_LETTER_QUEUE_URL", "SENDONCE_LEDGER_TABLE",
-                                     "SENDONCE_CAMPAIGNS_TABLE")}
+    unset = {
+        name: None
+        for name in (
+            "SENDONCE_QUEUE_URL",
+            "SENDONCE_DEAD_LETTER_QUEUE_URL",
+            "SENDONCE_LEDGER_TABLE",
+            "SENDONCE_CAMPAIGNS_TABLE",
+        )
+    }
 
     result = sendonce(system, "--stack", "NoSuchStack", "campaign", "status", "c1", env=unset)
 
@@ -175,14 +195,27 @@ def test_a_missing_stack_is_a_clear_error(system):
 
 def test_endpoints_are_read_from_the_stack_outputs(system, tmp_path):
     resources = system.resources
-    outputs = {"QueueUrl": resources.queue_url, "DeadLetterQueueUrl": resources.dead_letter_queue_url,
-               "LedgerTableName": resources.ledger_table, "CampaignsTableName": resources.campaigns_table}
-    template = {"Resources": {"Nothing": {"Type": "AWS::SQS::Queue"}},
-                "Outputs": {k: {"Value": v} for k, v in outputs.items()}}
+    outputs = {
+        "QueueUrl": resources.queue_url,
+        "DeadLetterQueueUrl": resources.dead_letter_queue_url,
+        "LedgerTableName": resources.ledger_table,
+        "CampaignsTableName": resources.campaigns_table,
+    }
+    template = {
+        "Resources": {"Nothing": {"Type": "AWS::SQS::Queue"}},
+        "Outputs": {k: {"Value": v} for k, v in outputs.items()},
+    }
     stack = f"Sendonce{system.domain.split('.')[0]}"
     boto3.client("cloudformation").create_stack(StackName=stack, TemplateBody=json.dumps(template))
-    unset = {name: None for name in ("SENDONCE_QUEUE_URL", "SENDONCE_DEAD_LETTER_QUEUE_URL", "SENDONCE_LEDGER_TABLE",
-                                     "SENDONCE_CAMPAIGNS_TABLE")}
+    unset = {
+        name: None
+        for name in (
+            "SENDONCE_QUEUE_URL",
+            "SENDONCE_DEAD_LETTER_QUEUE_URL",
+            "SENDONCE_LEDGER_TABLE",
+            "SENDONCE_CAMPAIGNS_TABLE",
+        )
+    }
     system.campaign()
 
     result = sendonce(system, "--stack", stack, "campaign", "status", "c1", "--json", env=unset)
@@ -228,8 +261,9 @@ def test_publish_is_quiet_on_stderr_when_it_is_not_a_terminal_or_with_json(syste
     recipients = _file_with_multibyte_rows(tmp_path / "people.csv", system, 150)
 
     piped = sendonce(system, "campaign", "publish", "c1", "--recipients", str(recipients))
-    as_json_on_a_terminal = sendonce(system, "campaign", "publish", "c2", "--recipients", str(recipients), "--json",
-                                     env={"TTY_COMPATIBLE": "1"})
+    as_json_on_a_terminal = sendonce(
+        system, "campaign", "publish", "c2", "--recipients", str(recipients), "--json", env={"TTY_COMPATIBLE": "1"}
+    )
 
     assert piped.exit_code == 0 and piped.stderr == ""
     assert "published to c1" in piped.stdout
@@ -246,8 +280,16 @@ def test_publish_on_a_terminal_shows_bytes_read_with_rate_and_eta_for_each_pass(
     assert size > len(recipients.read_text(encoding="utf-8"))
 
     # TTY_COMPATIBLE=1 is rich's own switch for "this stream is a terminal"
-    shown = sendonce(system, "campaign", "publish", "c1", "--recipients", str(recipients), "--strict",
-                     env={"TTY_COMPATIBLE": "1", "COLUMNS": "150"})
+    shown = sendonce(
+        system,
+        "campaign",
+        "publish",
+        "c1",
+        "--recipients",
+        str(recipients),
+        "--strict",
+        env={"TTY_COMPATIBLE": "1", "COLUMNS": "150"},
+    )
 
     assert shown.exit_code == 0, shown.stderr
     frames = [ANSI.sub("", frame).strip() for frame in shown.stderr.split("\r")]
@@ -273,10 +315,17 @@ def test_the_installed_command_produces_its_bash_completion_script(system):
 
 
 def test_completion_offers_the_subcommands_and_the_states(system):
-    words = sendonce_process(system, env={"_SENDONCE_COMPLETE": "bash_complete", "COMP_WORDS": "sendonce campaign li",
-                                          "COMP_CWORD": "2"})
-    states = sendonce_process(system, env={"_SENDONCE_COMPLETE": "bash_complete",
-                                           "COMP_WORDS": "sendonce campaign list --state p", "COMP_CWORD": "4"})
+    words = sendonce_process(
+        system, env={"_SENDONCE_COMPLETE": "bash_complete", "COMP_WORDS": "sendonce campaign li", "COMP_CWORD": "2"}
+    )
+    states = sendonce_process(
+        system,
+        env={
+            "_SENDONCE_COMPLETE": "bash_complete",
+            "COMP_WORDS": "sendonce campaign list --state p",
+            "COMP_CWORD": "4",
+        },
+    )
 
     assert words.returncode == 0 and words.stdout.split() == ["plain,list"]
     assert states.returncode == 0 and states.stdout.split() == ["plain,paused"]

@@ -18,7 +18,6 @@ from botocore.credentials import Credentials
 from sendonce.handlers import api
 from sendonce_client import Client, Conflict, ConnectionFailed, InvalidRequest, NotFound, PublishFailed
 from sendonce_local.http_api import LocalHttpApi
-
 from tests.integration.operator_helpers import OPERATOR_ARN
 
 pytestmark = pytest.mark.integration
@@ -44,8 +43,11 @@ class RecordingApi:
         with self.lock:
             if event["rawPath"] in self.lose_first_answers and request not in self.seen:
                 self.seen.add(request)
-                return {"statusCode": 503, "headers": {"content-type": "application/json"},
-                        "body": json.dumps({"message": "Service Unavailable"})}
+                return {
+                    "statusCode": 503,
+                    "headers": {"content-type": "application/json"},
+                    "body": json.dumps({"message": "Service Unavailable"}),
+                }
         return response
 
     def paths(self, method: str = "POST") -> list[str]:
@@ -68,13 +70,22 @@ def client(recording_api) -> Iterator[Client]:
 
 
 def spec(system, campaign_id: str = "c1", **overrides) -> dict:
-    return {"id": campaign_id, "name": "Spring launch", "subject": "Hello {{ name }}", "from": f"News <news@{system.domain}>",
-            "html": "<p>Hi {{ name }}</p>", "provider": "resend", **overrides}
+    return {
+        "id": campaign_id,
+        "name": "Spring launch",
+        "subject": "Hello {{ name }}",
+        "from": f"News <news@{system.domain}>",
+        "html": "<p>Hi {{ name }}</p>",
+        "provider": "resend",
+        **overrides,
+    }
 
 
 def people(system, n: int, start: int = 0) -> list[dict]:
-    return [{"recipient_id": f"r{i}", "email": f"user{i}@{system.domain}", "variables": {"name": f"U{i}"}}
-            for i in range(start, start + n)]
+    return [
+        {"recipient_id": f"r{i}", "email": f"user{i}@{system.domain}", "variables": {"name": f"U{i}"}}
+        for i in range(start, start + n)
+    ]
 
 
 def verify_sigv4(event: dict, credentials: Credentials, region: str) -> str:
@@ -84,7 +95,8 @@ def verify_sigv4(event: dict, credentials: Credentials, region: str) -> str:
     signed = authorization.split("SignedHeaders=")[1].split(",")[0].split(";")
     request = AWSRequest(
         method=event["requestContext"]["http"]["method"],
-        url=f"http://{headers['host']}{event['rawPath']}" + (f"?{event['rawQueryString']}" if event["rawQueryString"] else ""),
+        url=f"http://{headers['host']}{event['rawPath']}"
+        + (f"?{event['rawQueryString']}" if event["rawQueryString"] else ""),
         data=(event.get("body") or "").encode() or None,
         headers={name: headers[name] for name in signed},
     )
@@ -240,7 +252,9 @@ def test_list_campaigns_by_state(system, recording_api, client):
     drafts = client.list_campaigns(state="draft")
     every = client.list_campaigns()
 
-    listings = [e for e in handler.events if e["rawPath"] == "/campaigns" and e["requestContext"]["http"]["method"] == "GET"]
+    listings = [
+        e for e in handler.events if e["rawPath"] == "/campaigns" and e["requestContext"]["http"]["method"] == "GET"
+    ]
     assert [e["rawQueryString"] for e in listings] == ["state=draft", ""]
     assert [c["campaign_id"] for c in drafts] == ["c1"]
     assert [(c["campaign_id"], c["state"]) for c in every] == [("c1", "draft"), ("c2", "sending")]

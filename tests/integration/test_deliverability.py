@@ -16,22 +16,36 @@ import pytest
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
 from sendonce.adapters.dynamodb.suppressions import DynamoDBSuppressions
-from sendonce.domain.ports import AnnotationStatus, EventKind, FeedbackCounter, ProviderEvent, SuppressionReason
-from sendonce.wiring import assemble_events
+from sendonce.domain.models import (
+    CampaignState,
+    DeliveryKey,
+    DeliveryRequest,
+    DeliveryState,
+    Receipt,
+    email_fingerprint,
+)
+from sendonce.domain.ports import (
+    AnnotationStatus,
+    ClaimStatus,
+    EventKind,
+    FeedbackCounter,
+    ProviderEvent,
+    SuppressionReason,
+)
 from sendonce.handlers import events as events_handler
-from sendonce.domain.models import CampaignState, DeliveryKey, DeliveryRequest, DeliveryState, Receipt, email_fingerprint
-from sendonce.domain.ports import ClaimStatus
+from sendonce.wiring import assemble_events
 from sendonce_local.poller import LocalLambdaContext
 from sendonce_local.resend_server import svix_headers
 from sendonce_local.resources import create_suppressions_table, create_tables
-
 from tests.fakes import ses_event
 
 pytestmark = pytest.mark.integration
 
 
 def http(method: str, url: str, body: str | None = None, headers: dict[str, str] | None = None) -> tuple[int, str]:
-    request = urllib.request.Request(url, data=body.encode() if body is not None else None, headers=headers or {}, method=method)
+    request = urllib.request.Request(
+        url, data=body.encode() if body is not None else None, headers=headers or {}, method=method
+    )
     try:
         with urllib.request.urlopen(request, timeout=15) as response:
             return response.status, response.read().decode()
@@ -54,7 +68,9 @@ def wait_for(predicate, timeout: float = 15.0):
 
 
 def context() -> LocalLambdaContext:
-    return LocalLambdaContext(function_name="sendonce-events", invoked_function_arn="arn:aws:lambda:::function:e", timeout_s=30)
+    return LocalLambdaContext(
+        function_name="sendonce-events", invoked_function_arn="arn:aws:lambda:::function:e", timeout_s=30
+    )
 
 
 def kinds(item: dict) -> list[str]:
@@ -91,22 +107,36 @@ def test_the_suppression_list_keeps_fingerprints_and_the_first_reason(tables):
 
     assert suppressions.add("Ann@Example.com", SuppressionReason.COMPLAINED, "ses:complained", "c1") is True
     assert suppressions.add("ann@example.com", SuppressionReason.MANUAL, "operator") is False
-    report = suppressions.import_(["ann@example.com", "bob@example.com", "bob@example.com"],
-                                  reason=SuppressionReason.MANUAL, source="import")
+    report = suppressions.import_(
+        ["ann@example.com", "bob@example.com", "bob@example.com"], reason=SuppressionReason.MANUAL, source="import"
+    )
 
     assert (report.added, report.already_suppressed) == (1, 1)
     assert suppressions.is_suppressed("ANN@example.com").reason is SuppressionReason.COMPLAINED
     raw = json.dumps(boto3.client("dynamodb").scan(TableName=table)["Items"])
     assert "@" not in raw  # addresses are never stored
-    assert {s.fingerprint for s in suppressions.list()} == {email_fingerprint("ann@example.com"), email_fingerprint("bob@example.com")}
+    assert {s.fingerprint for s in suppressions.list()} == {
+        email_fingerprint("ann@example.com"),
+        email_fingerprint("bob@example.com"),
+    }
     assert suppressions.remove("bob@example.com") is True and suppressions.remove("bob@example.com") is False
 
 
 def claim(ledger: DynamoDBLedger, rid: str, owner: str = "A", provider: str = "ses") -> DeliveryRequest:
-    request = DeliveryRequest(campaign_id="c1", recipient_id=rid, batch_id="b1", email=f"{rid}@example.com", variables={},
-                              provider=provider, provider_idempotent=provider == "resend", owner=owner)
+    request = DeliveryRequest(
+        campaign_id="c1",
+        recipient_id=rid,
+        batch_id="b1",
+        email=f"{rid}@example.com",
+        variables={},
+        provider=provider,
+        provider_idempotent=provider == "resend",
+        owner=owner,
+    )
     now = int(time.time() * 1000)
-    assert ledger.claim(request, payload_hash="h", lease_until_ms=now + 60_000, now_ms=now).status is ClaimStatus.CLAIMED
+    assert (
+        ledger.claim(request, payload_hash="h", lease_until_ms=now + 60_000, now_ms=now).status is ClaimStatus.CLAIMED
+    )
     return request
 
 
@@ -114,13 +144,22 @@ def make_unknown(ledger: DynamoDBLedger, rid: str) -> DeliveryRequest:
     request = claim(ledger, rid)
     now = int(time.time() * 1000)
     ledger.mark_in_flight(request.key, owner="A", now_ms=now)
-    ledger.settle(request.key, owner="A", state=DeliveryState.UNKNOWN, reason="read timeout", error_class="ambiguous",
-                  maybe_sent=True, now_ms=now)
+    ledger.settle(
+        request.key,
+        owner="A",
+        state=DeliveryState.UNKNOWN,
+        reason="read timeout",
+        error_class="ambiguous",
+        maybe_sent=True,
+        now_ms=now,
+    )
     return request
 
 
 def event(kind: EventKind, rid: str = "r1", event_id: str = "e1", message_id: str | None = None) -> ProviderEvent:
-    return ProviderEvent(event_id=event_id, provider="ses", kind=kind, campaign_id="c1", recipient_id=rid, message_id=message_id)
+    return ProviderEvent(
+        event_id=event_id, provider="ses", kind=kind, campaign_id="c1", recipient_id=rid, message_id=message_id
+    )
 
 
 def test_annotations_are_deduplicated_and_leave_the_state_alone(tables):
@@ -133,7 +172,11 @@ def test_annotations_are_deduplicated_and_leave_the_state_alone(tables):
     stranger = events.annotate(event(EventKind.DELIVERED, rid="nobody"))
 
     assert (first.status, first.state, again.status, stranger.status) == (
-        AnnotationStatus.APPLIED, DeliveryState.SENT, AnnotationStatus.DUPLICATE, AnnotationStatus.NO_DELIVERY)
+        AnnotationStatus.APPLIED,
+        DeliveryState.SENT,
+        AnnotationStatus.DUPLICATE,
+        AnnotationStatus.NO_DELIVERY,
+    )
     record = ledger.get(request.key)
     assert record.state is DeliveryState.SENT and record.provider_message_id == "m1"
 
@@ -142,10 +185,15 @@ def test_counted_annotations_count_once_in_one_transaction(tables):
     ledger, events, _, _ = tables
     claim(ledger, "r1")
 
-    results = [events.annotate(event(EventKind.COMPLAINED, event_id="c-1"), counter=FeedbackCounter.COMPLAINTS) for _ in range(3)]
+    results = [
+        events.annotate(event(EventKind.COMPLAINED, event_id="c-1"), counter=FeedbackCounter.COMPLAINTS)
+        for _ in range(3)
+    ]
     events.count_sent("c1")
     events.count_sent("c1")
-    orphan = events.annotate(event(EventKind.COMPLAINED, rid="nobody", event_id="c-2"), counter=FeedbackCounter.COMPLAINTS)
+    orphan = events.annotate(
+        event(EventKind.COMPLAINED, rid="nobody", event_id="c-2"), counter=FeedbackCounter.COMPLAINTS
+    )
 
     assert [r.status for r in results] == [AnnotationStatus.APPLIED] + [AnnotationStatus.DUPLICATE] * 2
     assert orphan.status is AnnotationStatus.NO_DELIVERY
@@ -251,16 +299,31 @@ def test_a_webhook_answered_non_2xx_is_retried_with_the_same_svix_id_and_applied
 
 
 def test_forged_and_stale_webhooks_are_refused_and_change_nothing(system, deliverability):
-    body = json.dumps({"type": "email.complained", "created_at": "2025-05-06T10:00:00Z",
-                       "data": {"email_id": "x", "to": ["victim@example.com"], "tags": {"campaign_id": "c1", "recipient_id": "r1"}}})
+    body = json.dumps(
+        {
+            "type": "email.complained",
+            "created_at": "2025-05-06T10:00:00Z",
+            "data": {
+                "email_id": "x",
+                "to": ["victim@example.com"],
+                "tags": {"campaign_id": "c1", "recipient_id": "r1"},
+            },
+        }
+    )
     forged = svix_headers("whsec_" + "QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFB", "msg_forged", body)
     stale = svix_headers(deliverability.resources.webhook_secret, "msg_stale", body, int(time.time()) - 400)
     fresh = svix_headers(deliverability.resources.webhook_secret, "msg_fresh", body)
 
-    answers = [http("POST", deliverability.webhook_url, body, {"content-type": "application/json", **h})[0]
-               for h in (forged, stale, {})]
-    tampered = http("POST", deliverability.webhook_url, body.replace("victim", "other"),
-                    {"content-type": "application/json", **fresh})[0]
+    answers = [
+        http("POST", deliverability.webhook_url, body, {"content-type": "application/json", **h})[0]
+        for h in (forged, stale, {})
+    ]
+    tampered = http(
+        "POST",
+        deliverability.webhook_url,
+        body.replace("victim", "other"),
+        {"content-type": "application/json", **fresh},
+    )[0]
 
     assert answers + [tampered] == [401, 401, 401, 401]
     assert list(deliverability.suppressions.list()) == []
@@ -281,8 +344,9 @@ def test_ses_events_resolve_an_unknown_and_suppress_bounces_and_complaints(syste
     service = assemble_events(deliverability.events_settings)
 
     def deliver(name: str, rid: str, **kw) -> dict:
-        return events_handler.lambda_handler(ses_event(name, recipient_id=rid, email=f"{rid}@example.com", **kw), context(),
-                                             service=service)
+        return events_handler.lambda_handler(
+            ses_event(name, recipient_id=rid, email=f"{rid}@example.com", **kw), context(), service=service
+        )
 
     assert deliver("send", "r1", message_id="ses-recovered") == {"status": "applied"}
     assert deliver("send", "r1", message_id="ses-recovered") == {"status": "duplicate"}
@@ -320,8 +384,11 @@ def test_a_tampered_unsubscribe_token_is_403_and_changes_nothing(system, deliver
     version, campaign, recipient, fp, mac = token.split(".")
     other_fp = email_fingerprint(f"user2@{system.domain}")
 
-    for altered in (f"{version}.{campaign}.{recipient}.{other_fp}.{mac}", f"{version}.{campaign}.r2.{fp}.{mac}",
-                    f"{version}.{campaign}.{recipient}.{fp}.{mac[::-1]}"):
+    for altered in (
+        f"{version}.{campaign}.{recipient}.{other_fp}.{mac}",
+        f"{version}.{campaign}.r2.{fp}.{mac}",
+        f"{version}.{campaign}.{recipient}.{fp}.{mac[::-1]}",
+    ):
         url = f"{deliverability.unsubscribe_api.url}/u/{altered}"
         assert one_click(url) == 403 and http("GET", url)[0] == 403
 
@@ -388,7 +455,10 @@ def test_suppression_commands(tables, tmp_path, monkeypatch):
 
     assert (added.exit_code, added.output.strip()) == (0, "added 1, already suppressed 0")
     assert imported.exit_code == 3 and json.loads(imported.output.splitlines()[0]) == {
-        "added": 2, "already suppressed": 0, "invalid_lines": [3]}
+        "added": 2,
+        "already suppressed": 0,
+        "invalid_lines": [3],
+    }
     assert again.output.strip() == "added 0, already suppressed 1"
     entries = [json.loads(line) for line in listed.output.splitlines()]
     assert {e["reason"] for e in entries} == {"unsubscribed", "complained", "manual"} and "@" not in listed.output
@@ -418,7 +488,6 @@ def test_batch_mode_leaves_suppressed_addresses_out_of_the_group_and_adds_the_he
 
 def test_an_operator_lists_unknowns_and_resumes_with_them(system, deliverability):
     from sendonce.adapters.idempotency import PowertoolsDeliveryGuard
-
     from tests.integration.operator_helpers import as_json, json_lines, sendonce
 
     system.campaign(provider="ses")
@@ -426,25 +495,51 @@ def test_an_operator_lists_unknowns_and_resumes_with_them(system, deliverability
     system.operator.publish("c1", people)
     # r1's first attempt may have reached SES: its outcome is unknown.
     ledger = DynamoDBLedger(client=boto3.client("dynamodb"), table_name=system.resources.ledger_table)
-    request = DeliveryRequest(campaign_id="c1", recipient_id="r1", batch_id="b0", email=people[1].email,
-                              variables=people[1].variables, provider="ses", provider_idempotent=False, owner="lost")
+    request = DeliveryRequest(
+        campaign_id="c1",
+        recipient_id="r1",
+        batch_id="b0",
+        email=people[1].email,
+        variables=people[1].variables,
+        provider="ses",
+        provider_idempotent=False,
+        owner="lost",
+    )
     now = int(time.time() * 1000)
-    ledger.claim(request, payload_hash=PowertoolsDeliveryGuard(ledger).payload_hash(people[1].email, people[1].variables),
-                 lease_until_ms=now + 60_000, now_ms=now)
+    ledger.claim(
+        request,
+        payload_hash=PowertoolsDeliveryGuard(ledger).payload_hash(people[1].email, people[1].variables),
+        lease_until_ms=now + 60_000,
+        now_ms=now,
+    )
     ledger.mark_in_flight(request.key, owner="lost", now_ms=now)
-    ledger.settle(request.key, owner="lost", state=DeliveryState.UNKNOWN, reason="read timeout", error_class="ambiguous",
-                  maybe_sent=True, now_ms=now)
+    ledger.settle(
+        request.key,
+        owner="lost",
+        state=DeliveryState.UNKNOWN,
+        reason="read timeout",
+        error_class="ambiguous",
+        maybe_sent=True,
+        now_ms=now,
+    )
     system.poller().run_until_idle(idle_seconds=1, max_seconds=30)
     assert system.operator.status("c1").state is CampaignState.COMPLETED  # "1 outcome(s) unknown"
 
     listed = json_lines(sendonce(system, "campaign", "unknowns", "c1", "--older-than", "0", "--json"))
-    resumed = as_json(sendonce(system, "campaign", "resume", "c1", "--include-unknown", "--unknown-older-than", "0", "--json"))
+    resumed = as_json(
+        sendonce(system, "campaign", "resume", "c1", "--include-unknown", "--unknown-older-than", "0", "--json")
+    )
     system.poller().run_until_idle(idle_seconds=1, max_seconds=30)
 
     assert [u["recipient_id"] for u in listed] == ["r1"]
     assert (resumed["state"], resumed["republished"], resumed["reopened"]) == ("sending", 1, ["r1"])
     assert system.deliveries("ses") == {p.email.lower(): 1 for p in people}
     assert {r.recipient_id: r.state for r in system.operator.records("c1")}["r1"] is DeliveryState.SENT
-    added = sendonce(system, "suppression", "add", "ann@example.com",
-                     env={"SENDONCE_SUPPRESSIONS_TABLE": deliverability.resources.suppressions_table})
+    added = sendonce(
+        system,
+        "suppression",
+        "add",
+        "ann@example.com",
+        env={"SENDONCE_SUPPRESSIONS_TABLE": deliverability.resources.suppressions_table},
+    )
     assert added.exit_code == 0 and deliverability.suppressions.is_suppressed("ann@example.com") is not None

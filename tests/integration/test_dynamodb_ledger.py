@@ -33,8 +33,16 @@ def ledger(aws_env):
 
 
 def request(owner: str, idempotent: bool = True, email: str = "a@example.com", rid: str = "r1") -> DeliveryRequest:
-    return DeliveryRequest(campaign_id="c1", recipient_id=rid, batch_id="b1", email=email, variables={},
-                           provider="resend" if idempotent else "ses", provider_idempotent=idempotent, owner=owner)
+    return DeliveryRequest(
+        campaign_id="c1",
+        recipient_id=rid,
+        batch_id="b1",
+        email=email,
+        variables={},
+        provider="resend" if idempotent else "ses",
+        provider_idempotent=idempotent,
+        owner=owner,
+    )
 
 
 def now_ms() -> int:
@@ -50,18 +58,32 @@ def test_only_one_of_two_claims_wins(ledger):
 
 
 def test_a_stale_owner_cannot_overwrite_or_release_the_new_owners_record(ledger):
-    ledger.claim(request("A"), payload_hash="h", lease_until_ms=now_ms() - 1, now_ms=now_ms() - 1000)  # A's lease ran out
+    ledger.claim(
+        request("A"), payload_hash="h", lease_until_ms=now_ms() - 1, now_ms=now_ms() - 1000
+    )  # A's lease ran out
     taken = ledger.claim(request("B"), payload_hash="h", lease_until_ms=now_ms() + 60_000, now_ms=now_ms())
     assert taken.status is ClaimStatus.CLAIMED
 
     with pytest.raises(LeaseLostError):
         ledger.mark_sent(request("A").key, owner="A", receipt=Receipt(provider_message_id="from-A"))
     with pytest.raises(LeaseLostError):
-        ledger.settle(request("A").key, owner="A", state=DeliveryState.PENDING, reason="x", error_class="retryable", now_ms=now_ms())
+        ledger.settle(
+            request("A").key,
+            owner="A",
+            state=DeliveryState.PENDING,
+            reason="x",
+            error_class="retryable",
+            now_ms=now_ms(),
+        )
 
     ledger.mark_sent(request("B").key, owner="B", receipt=Receipt(provider_message_id="from-B"))
     record = ledger.get(request("B").key)
-    assert (record.state, record.owner, record.provider_message_id, record.attempts) == (DeliveryState.SENT, "B", "from-B", 2)
+    assert (record.state, record.owner, record.provider_message_id, record.attempts) == (
+        DeliveryState.SENT,
+        "B",
+        "from-B",
+        2,
+    )
     assert [h["event"] for h in record.history] == ["claimed", "claimed", "sent"]
 
 
@@ -70,7 +92,9 @@ def test_a_stale_in_flight_ses_claim_is_closed_as_unknown_and_its_owner_can_stil
     ledger.mark_in_flight(request("A").key, owner="A", now_ms=now_ms())
     time.sleep(0.1)
 
-    result = ledger.claim(request("B", idempotent=False), payload_hash="h", lease_until_ms=now_ms() + 60_000, now_ms=now_ms())
+    result = ledger.claim(
+        request("B", idempotent=False), payload_hash="h", lease_until_ms=now_ms() + 60_000, now_ms=now_ms()
+    )
 
     assert result.status is ClaimStatus.FINAL and result.closed_as_unknown
     assert ledger.get(request("A").key).state is DeliveryState.UNKNOWN
@@ -89,8 +113,14 @@ def test_the_same_recipient_with_a_different_payload_is_a_conflict(ledger):
 
 def test_failure_keeps_the_record_and_its_history_instead_of_deleting_it(ledger):
     ledger.claim(request("A"), payload_hash="h", lease_until_ms=now_ms() + 60_000, now_ms=now_ms())
-    ledger.settle(request("A").key, owner="A", state=DeliveryState.FAILED, reason="422 validation_error",
-                  error_class="permanent", now_ms=now_ms())
+    ledger.settle(
+        request("A").key,
+        owner="A",
+        state=DeliveryState.FAILED,
+        reason="422 validation_error",
+        error_class="permanent",
+        now_ms=now_ms(),
+    )
 
     record = ledger.get(request("A").key)
     assert record.state is DeliveryState.FAILED and record.reason == "422 validation_error"

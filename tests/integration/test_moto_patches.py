@@ -91,19 +91,34 @@ CLAIM = {
     " OR (#state = :claimed AND lease_until_ms < :now)",
     "ExpressionAttributeNames": {"#state": "state", "#owner": "owner"},
     "ExpressionAttributeValues": {
-        ":claimed": _s("claimed"), ":me": _s("worker-1"), ":lease": _n(2000), ":now": _n(1000), ":one": _n(1),
-        ":queued": _s("queued"), ":empty": {"L": []}, ":entry": {"L": [{"M": {"to": _s("claimed")}}]},
+        ":claimed": _s("claimed"),
+        ":me": _s("worker-1"),
+        ":lease": _n(2000),
+        ":now": _n(1000),
+        ":one": _n(1),
+        ":queued": _s("queued"),
+        ":empty": {"L": []},
+        ":entry": {"L": [{"M": {"to": _s("claimed")}}]},
     },
 }
-TAKEOVER = {**CLAIM, "ExpressionAttributeValues": {
-    **CLAIM["ExpressionAttributeValues"], ":me": _s("worker-2"), ":lease": _n(5000), ":now": _n(3000)
-}}
+TAKEOVER = {
+    **CLAIM,
+    "ExpressionAttributeValues": {
+        **CLAIM["ExpressionAttributeValues"],
+        ":me": _s("worker-2"),
+        ":lease": _n(5000),
+        ":now": _n(3000),
+    },
+}
 MARK_SENT = {
     "UpdateExpression": "SET #state = :sent, provider_message_id = :mid REMOVE lease_until_ms",
     "ConditionExpression": "#owner = :me AND #state IN (:claimed, :in_flight)",
     "ExpressionAttributeNames": {"#state": "state", "#owner": "owner"},
     "ExpressionAttributeValues": {
-        ":sent": _s("sent"), ":mid": _s("msg-1"), ":me": _s("worker-1"), ":claimed": _s("claimed"),
+        ":sent": _s("sent"),
+        ":mid": _s("msg-1"),
+        ":me": _s("worker-1"),
+        ":claimed": _s("claimed"),
         ":in_flight": _s("in_flight"),
     },
 }
@@ -127,7 +142,8 @@ def _ledger_tables(ddb: Any) -> None:
         TableName="ledger",
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
         AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
         ],
         BillingMode="PAY_PER_REQUEST",
     )
@@ -155,10 +171,15 @@ def ledger_transcript(ddb: Any) -> list[Any]:
             item["body"] = {"B": b"\x00binary\xff"}
         new = "attribute_not_exists(sk)"
         out.append(_outcome(ddb.put_item, TableName="ledger", Item=item, ConditionExpression=new))
-    out.append(_outcome(
-        ddb.put_item, TableName="ledger", Item={**_key("c1", "r00"), "state": _s("queued")},
-        ConditionExpression="attribute_not_exists(sk)", ReturnValuesOnConditionCheckFailure="ALL_OLD",
-    ))
+    out.append(
+        _outcome(
+            ddb.put_item,
+            TableName="ledger",
+            Item={**_key("c1", "r00"), "state": _s("queued")},
+            ConditionExpression="attribute_not_exists(sk)",
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+    )
     out.append(_outcome(ddb.put_item, TableName="tokens", Item={"fp": _s("f1"), "n": _n(1)}))
 
     # Claims: on an existing delivery, on a missing one (creates it), refused with ALL_OLD.
@@ -170,18 +191,28 @@ def ledger_transcript(ddb: Any) -> list[Any]:
     out.append(update("r00", ReturnValues="UPDATED_OLD", **MARK_SENT))
     out.append(update("r50", ReturnValues="UPDATED_OLD", **MARK_SENT))
     out.append(update("r01", **MARK_SENT))
-    out.append(update(
-        "counter", pk="c9", UpdateExpression="ADD sent :one", ExpressionAttributeValues={":one": _n(1)},
-        ReturnValues="UPDATED_NEW",
-    ))
+    out.append(
+        update(
+            "counter",
+            pk="c9",
+            UpdateExpression="ADD sent :one",
+            ExpressionAttributeValues={":one": _n(1)},
+            ReturnValues="UPDATED_NEW",
+        )
+    )
 
     # The shared rate limiter's reservations in one slot of capacity 5: 3, 2, then refused.
     for n in (3, 2, 1):
-        out.append(update(
-            "slot#100", pk="limiter#resend", UpdateExpression="ADD used :n SET expires_at = :exp",
-            ConditionExpression="attribute_not_exists(used) OR used <= :room",
-            ExpressionAttributeValues={":n": _n(n), ":room": _n(5 - n), ":exp": _n(160)}, ReturnValues="UPDATED_NEW",
-        ))
+        out.append(
+            update(
+                "slot#100",
+                pk="limiter#resend",
+                UpdateExpression="ADD used :n SET expires_at = :exp",
+                ConditionExpression="attribute_not_exists(used) OR used <= :room",
+                ExpressionAttributeValues={":n": _n(n), ":room": _n(5 - n), ":exp": _n(160)},
+                ReturnValues="UPDATED_NEW",
+            )
+        )
 
     # Invalid updates of an existing item: the same refusal, the item untouched.
     for expression, values in (
@@ -196,34 +227,70 @@ def ledger_transcript(ddb: Any) -> list[Any]:
         out.append(update("r02", UpdateExpression=expression, ExpressionAttributeValues=values, **names))
 
     # A group claim: one transaction of updates, a condition check and a put.
-    out.append(_outcome(ddb.transact_write_items, TransactItems=[
-        *({"Update": {"TableName": "ledger", "Key": _key("c1", f"r{i:02}"), **CLAIM}} for i in range(4, 8)),
-        {"ConditionCheck": {
-            "TableName": "tokens", "Key": {"fp": _s("f1")}, "ConditionExpression": "attribute_exists(fp)"
-        }},
-        {"Put": {"TableName": "tokens", "Item": {"fp": _s("f2"), "n": _n(2)}}},
-    ]))
+    out.append(
+        _outcome(
+            ddb.transact_write_items,
+            TransactItems=[
+                *({"Update": {"TableName": "ledger", "Key": _key("c1", f"r{i:02}"), **CLAIM}} for i in range(4, 8)),
+                {
+                    "ConditionCheck": {
+                        "TableName": "tokens",
+                        "Key": {"fp": _s("f1")},
+                        "ConditionExpression": "attribute_exists(fp)",
+                    }
+                },
+                {"Put": {"TableName": "tokens", "Item": {"fp": _s("f2"), "n": _n(2)}}},
+            ],
+        )
+    )
     # Cancelled: a claim that loses, with a put into a new partition, a delete and a new
     # item: nothing of it stays, and the reasons name the loser with its old item.
-    out.append(_outcome(ddb.transact_write_items, TransactItems=[
-        {"Update": {"TableName": "ledger", "Key": _key("c1", "r08"), **CLAIM}},
-        {"Update": {"TableName": "ledger", "Key": _key("c1", "r04"), "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                    **CLAIM}},
-        {"Put": {"TableName": "ledger", "Item": {**_key("c2", "r00"), "state": _s("queued")}}},
-        {"Update": {"TableName": "ledger", "Key": _key("c1", "r60"), **CLAIM}},
-        {"Delete": {"TableName": "tokens", "Key": {"fp": _s("f1")}}},
-        {"Put": {"TableName": "tokens", "Item": {"fp": _s("f3")}}},
-    ]))
+    out.append(
+        _outcome(
+            ddb.transact_write_items,
+            TransactItems=[
+                {"Update": {"TableName": "ledger", "Key": _key("c1", "r08"), **CLAIM}},
+                {
+                    "Update": {
+                        "TableName": "ledger",
+                        "Key": _key("c1", "r04"),
+                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        **CLAIM,
+                    }
+                },
+                {"Put": {"TableName": "ledger", "Item": {**_key("c2", "r00"), "state": _s("queued")}}},
+                {"Update": {"TableName": "ledger", "Key": _key("c1", "r60"), **CLAIM}},
+                {"Delete": {"TableName": "tokens", "Key": {"fp": _s("f1")}}},
+                {"Put": {"TableName": "tokens", "Item": {"fp": _s("f3")}}},
+            ],
+        )
+    )
     # Refused as a whole: one item twice; an invalid update expression.
-    out.append(_outcome(ddb.transact_write_items, TransactItems=[
-        {"Update": {"TableName": "ledger", "Key": _key("c1", "r09"), **CLAIM}},
-        {"Update": {"TableName": "ledger", "Key": _key("c1", "r09"), **CLAIM}},
-    ]))
-    out.append(_outcome(ddb.transact_write_items, TransactItems=[
-        {"Update": {"TableName": "ledger", "Key": _key("c1", "r10"), **CLAIM}},
-        {"Update": {"TableName": "ledger", "Key": _key("c1", "r11"), "UpdateExpression": "SET a = :v, a = :v",
-                    "ExpressionAttributeValues": {":v": _n(1)}}},
-    ]))
+    out.append(
+        _outcome(
+            ddb.transact_write_items,
+            TransactItems=[
+                {"Update": {"TableName": "ledger", "Key": _key("c1", "r09"), **CLAIM}},
+                {"Update": {"TableName": "ledger", "Key": _key("c1", "r09"), **CLAIM}},
+            ],
+        )
+    )
+    out.append(
+        _outcome(
+            ddb.transact_write_items,
+            TransactItems=[
+                {"Update": {"TableName": "ledger", "Key": _key("c1", "r10"), **CLAIM}},
+                {
+                    "Update": {
+                        "TableName": "ledger",
+                        "Key": _key("c1", "r11"),
+                        "UpdateExpression": "SET a = :v, a = :v",
+                        "ExpressionAttributeValues": {":v": _n(1)},
+                    }
+                },
+            ],
+        )
+    )
 
     # Reads: the ledger's pages both ways, from a start key, projected, filtered, counted,
     # by prefix (the campaign store's groups), of a missing partition; items one by one and
@@ -236,25 +303,58 @@ def ledger_transcript(ddb: Any) -> list[Any]:
         )
         out.append([_without_metadata(page) for page in pages])
     out.append(_outcome(ddb.query, ExpressionAttributeValues=c1, ExclusiveStartKey=_key("c1", "r05"), Limit=3, **query))
-    out.append(_outcome(
-        ddb.query, ExpressionAttributeValues=c1, ExclusiveStartKey=_key("c1", "r05"), ScanIndexForward=False, **query
-    ))
-    out.append(_outcome(ddb.query, ExpressionAttributeValues=c1, ProjectionExpression="sk, #state, tags",
-                        ExpressionAttributeNames={"#state": "state"}, **query))
-    out.append(_outcome(ddb.query, ExpressionAttributeValues={**c1, ":q": _s("queued")}, FilterExpression="#state = :q",
-                        ExpressionAttributeNames={"#state": "state"}, Limit=6, **query))
+    out.append(
+        _outcome(
+            ddb.query,
+            ExpressionAttributeValues=c1,
+            ExclusiveStartKey=_key("c1", "r05"),
+            ScanIndexForward=False,
+            **query,
+        )
+    )
+    out.append(
+        _outcome(
+            ddb.query,
+            ExpressionAttributeValues=c1,
+            ProjectionExpression="sk, #state, tags",
+            ExpressionAttributeNames={"#state": "state"},
+            **query,
+        )
+    )
+    out.append(
+        _outcome(
+            ddb.query,
+            ExpressionAttributeValues={**c1, ":q": _s("queued")},
+            FilterExpression="#state = :q",
+            ExpressionAttributeNames={"#state": "state"},
+            Limit=6,
+            **query,
+        )
+    )
     out.append(_outcome(ddb.query, ExpressionAttributeValues=c1, Select="COUNT", **query))
-    out.append(_outcome(ddb.query, TableName="ledger", KeyConditionExpression="pk = :c AND begins_with(sk, :p)",
-                        ExpressionAttributeValues={**c1, ":p": _s("r0")}))
+    out.append(
+        _outcome(
+            ddb.query,
+            TableName="ledger",
+            KeyConditionExpression="pk = :c AND begins_with(sk, :p)",
+            ExpressionAttributeValues={**c1, ":p": _s("r0")},
+        )
+    )
     out.append(_outcome(ddb.query, ExpressionAttributeValues={":c": _s("nobody")}, **query))
-    out.append(_outcome(ddb.query, TableName="tokens", KeyConditionExpression="fp = :f",
-                        ExpressionAttributeValues={":f": _s("f2")}))
+    out.append(
+        _outcome(
+            ddb.query, TableName="tokens", KeyConditionExpression="fp = :f", ExpressionAttributeValues={":f": _s("f2")}
+        )
+    )
     out.append(_outcome(ddb.get_item, TableName="ledger", Key=_key("c1", "r03"), ConsistentRead=True))
     out.append(_outcome(ddb.get_item, TableName="ledger", Key=_key("c1", "r04"), ProjectionExpression="attempts"))
     out.append(_outcome(ddb.get_item, TableName="ledger", Key=_key("c1", "nobody")))
-    batch = _outcome(ddb.batch_get_item, RequestItems={
-        "ledger": {"Keys": [_key("c1", "r00"), _key("c1", "r07"), _key("c1", "nobody")], "ConsistentRead": True},
-    })
+    batch = _outcome(
+        ddb.batch_get_item,
+        RequestItems={
+            "ledger": {"Keys": [_key("c1", "r00"), _key("c1", "r07"), _key("c1", "nobody")], "ConsistentRead": True},
+        },
+    )
     batch["Responses"]["ledger"].sort(key=lambda item: item["sk"]["S"])
     out.append(batch)
     for table in ("ledger", "tokens"):
@@ -285,7 +385,9 @@ def test_patched_moto_answers_the_ledger_s_calls_as_stock_moto_does(profile: str
     # some of them: the transcript must hold refusals too)
     refusals = [entry for entry in stock_transcript if isinstance(entry, dict) and "error" in entry]
     assert {r["error"] for r in refusals} >= {
-        "ConditionalCheckFailedException", "TransactionCanceledException", "ValidationException"
+        "ConditionalCheckFailedException",
+        "TransactionCanceledException",
+        "ValidationException",
     }
 
     # When the same calls run against patched moto
@@ -306,9 +408,10 @@ def _filled_ledger(ddb: Any, items: int) -> None:
 
 
 def _group_claim(ddb: Any, recipients: Iterable[int]) -> dict[str, Any]:
-    return _outcome(ddb.transact_write_items, TransactItems=[
-        {"Update": {"TableName": "ledger", "Key": _key("c1", f"r{i:03}"), **CLAIM}} for i in recipients
-    ])
+    return _outcome(
+        ddb.transact_write_items,
+        TransactItems=[{"Update": {"TableName": "ledger", "Key": _key("c1", f"r{i:03}"), **CLAIM}} for i in recipients],
+    )
 
 
 @pytest.mark.parametrize(("profile", "copies"), [("stock", 10), ("defects", 1), ("speed", 0)])
@@ -416,7 +519,7 @@ def test_stock_moto_data_json_fails_once_a_lambda_function_exists_without_docker
 
         # Then its docker_client raises DockerException only, and data.json fails with it
         with pytest.raises(docker.errors.DockerException) as raised:
-            function.docker_client
+            _ = function.docker_client
         assert not isinstance(raised.value, AttributeError)
         with pytest.raises(docker.errors.DockerException):
             requests.get("http://motoapi.amazonaws.com/moto-api/data.json", timeout=30)
@@ -430,7 +533,7 @@ def test_patched_moto_data_json_skips_the_docker_probe(profile: str, no_docker: 
 
         # Then its docker_client raises a DockerException that is an AttributeError too
         with pytest.raises(docker.errors.DockerException) as raised:
-            function.docker_client
+            _ = function.docker_client
         assert isinstance(raised.value, AttributeError)
         assert "Error while fetching server API version" in str(raised.value)
 
@@ -458,7 +561,7 @@ def _calls(action: Callable[[], Any]) -> Counter[str]:
     calls: Counter[str] = Counter()
     for (filename, _line, function), (_primitive, total, *_rest) in pstats.Stats(profiler).stats.items():
         if filename.startswith(moto_root):
-            filename = filename[len(moto_root):]
+            filename = filename[len(moto_root) :]
         elif filename == copy_module.__file__:
             filename = "copy"
         calls[f"{filename}:{function}"] += total
@@ -536,7 +639,10 @@ def test_an_invalid_update_of_a_missing_item_leaves_a_key_only_item_with_the_spe
 
         # When an update with overlapping paths names a missing item
         refusal = _outcome(
-            ddb.update_item, TableName="ledger", Key=_key("c1", "missing"), UpdateExpression="SET a = :v, a = :v",
+            ddb.update_item,
+            TableName="ledger",
+            Key=_key("c1", "missing"),
+            UpdateExpression="SET a = :v, a = :v",
             ExpressionAttributeValues={":v": _n(1)},
         )
 
@@ -553,10 +659,14 @@ def test_the_speed_patches_read_a_partition_without_listing_the_table(profile: s
         _filled_ledger(ddb, 20)
 
         def pages(condition: str = "", **values: Any) -> list[dict[str, Any]]:
-            return list(ddb.get_paginator("query").paginate(
-                TableName="ledger", KeyConditionExpression="pk = :c" + condition,
-                ExpressionAttributeValues={":c": _s("c1"), **values}, PaginationConfig={"PageSize": 5},
-            ))
+            return list(
+                ddb.get_paginator("query").paginate(
+                    TableName="ledger",
+                    KeyConditionExpression="pk = :c" + condition,
+                    ExpressionAttributeValues={":c": _s("c1"), **values},
+                    PaginationConfig={"PageSize": 5},
+                )
+            )
 
         # A ledger's pages: stock moto lists the whole table for each of the 4
         assert _calls(pages)["moto/dynamodb/models/table.py:all_items"] == listings
@@ -613,9 +723,17 @@ def _moto_attributes() -> dict[tuple[str, str], int]:
     from moto.utilities.docker_utilities import DockerModel
 
     owners = (
-        models, models.DynamoDBBackend, Table, DockerModel, responses, responses.DynamoHandler,
-        comparisons.ConditionExpressionParser, validators, validators.OverlappingPathsValidator,
-        validators.ActionCountValidator, ast_nodes.DepthFirstTraverser,
+        models,
+        models.DynamoDBBackend,
+        Table,
+        DockerModel,
+        responses,
+        responses.DynamoHandler,
+        comparisons.ConditionExpressionParser,
+        validators,
+        validators.OverlappingPathsValidator,
+        validators.ActionCountValidator,
+        ast_nodes.DepthFirstTraverser,
     )
     return {
         (repr(owner), name): id(value)

@@ -94,7 +94,10 @@ def test_sent_email_stays_readable_once_a_lambda_function_exists(sesv2: Any, mot
     with zipfile.ZipFile(code, "w") as archive:
         archive.writestr("index.py", "def handler(event, context):\n    return {}\n")
     boto3.client("lambda").create_function(
-        FunctionName=f"fn-{domain[:10]}", Runtime="python3.11", Role=role, Handler="index.handler",
+        FunctionName=f"fn-{domain[:10]}",
+        Runtime="python3.11",
+        Role=role,
+        Handler="index.handler",
         Code={"ZipFile": code.getvalue()},
     )
     sender = f"campaigns@{domain}"
@@ -177,19 +180,29 @@ def test_the_server_runs_with_the_defect_fixes(aws_env: dict[str, str], moto: Mo
     ddb = boto3.client("dynamodb")
     table = f"ledger-{domain[:10]}"
     ddb.create_table(
-        TableName=table, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST",
+        TableName=table,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
     )
     for i in range(3):
         ddb.put_item(TableName=table, Item={"pk": {"S": f"r{i}"}})
     before = _tables_named(moto.endpoint, table)
 
     # When one transaction updates all three
-    ddb.transact_write_items(TransactItems=[
-        {"Update": {"TableName": table, "Key": {"pk": {"S": f"r{i}"}}, "UpdateExpression": "SET sent = :t",
-                    "ExpressionAttributeValues": {":t": {"BOOL": True}}}}
-        for i in range(3)
-    ])
+    ddb.transact_write_items(
+        TransactItems=[
+            {
+                "Update": {
+                    "TableName": table,
+                    "Key": {"pk": {"S": f"r{i}"}},
+                    "UpdateExpression": "SET sent = :t",
+                    "ExpressionAttributeValues": {":t": {"BOOL": True}},
+                }
+            }
+            for i in range(3)
+        ]
+    )
 
     # Then the server copied the table once (stock moto: once per item), and says what it runs
     assert _tables_named(moto.endpoint, table) - before == 1
@@ -212,16 +225,23 @@ def test_the_demo_server_runs_with_the_speed_patches_in_a_process_of_its_own(
         # And it answers with the speed patches' one documented difference: an invalid update
         # of a missing item leaves the item's key behind
         ddb = boto3.client(
-            "dynamodb", endpoint_url=demo.endpoint, region_name="us-east-1",
-            aws_access_key_id="testing", aws_secret_access_key="testing",
+            "dynamodb",
+            endpoint_url=demo.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
         )
         ddb.create_table(
-            TableName="ledger", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST",
+            TableName="ledger",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
         )
         with pytest.raises(ddb.exceptions.ClientError, match="overlap"):
             ddb.update_item(
-                TableName="ledger", Key={"pk": {"S": "missing"}}, UpdateExpression="SET a = :v, a = :v",
+                TableName="ledger",
+                Key={"pk": {"S": "missing"}},
+                UpdateExpression="SET a = :v, a = :v",
                 ExpressionAttributeValues={":v": {"N": "1"}},
             )
         assert ddb.scan(TableName="ledger")["Items"] == [{"pk": {"S": "missing"}}]

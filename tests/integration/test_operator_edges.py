@@ -9,14 +9,13 @@ import json
 import boto3
 import pytest
 
-from sendonce.domain import limits
 from sendonce.adapters.sqs_queue import SqsQueue
-from sendonce.handlers import api
-from sendonce.domain.models import CampaignState
+from sendonce.domain import limits
 from sendonce.domain.campaigns.operator_input import InlineRecipient
+from sendonce.domain.models import CampaignState
+from sendonce.handlers import api
 from sendonce_local.http_api import http_api_event
 from sendonce_ops.sqs_tools import queue_depths
-
 from tests.integration.operator_helpers import OPERATOR_ARN, lambda_context
 
 pytestmark = pytest.mark.integration
@@ -27,7 +26,9 @@ def largest_recipients(n: int, domain: str) -> list[InlineRecipient]:
     for i in range(n):
         base = InlineRecipient(recipient_id=f"r{i:04d}", email=f"user{i}@{domain}", variables={"note": ""})
         room = limits.RECIPIENT_JSON_BYTES - len(base.model_dump_json().encode())
-        people.append(InlineRecipient(recipient_id=f"r{i:04d}", email=f"user{i}@{domain}", variables={"note": "x" * room}))
+        people.append(
+            InlineRecipient(recipient_id=f"r{i:04d}", email=f"user{i}@{domain}", variables={"note": "x" * room})
+        )
     return people
 
 
@@ -36,7 +37,9 @@ def test_the_queue_splits_send_message_batch_by_bytes_as_well_as_by_count(system
     queue = SqsQueue(client=sqs, queue_url=system.resources.queue_url)
     bodies = [json.dumps({"n": i, "pad": "x" * 200_000}) for i in range(10)]  # 2 MB: over any request limit
     sent = []
-    sqs.meta.events.register("provide-client-params.sqs.SendMessageBatch", lambda params, **_: sent.append(len(params["Entries"])))
+    sqs.meta.events.register(
+        "provide-client-params.sqs.SendMessageBatch", lambda params, **_: sent.append(len(params["Entries"]))
+    )
 
     queue.publish(bodies)
 
@@ -70,21 +73,25 @@ def test_the_largest_recipients_are_published_and_resumed_with_nobody_left_pendi
 
 
 def raw_call(system, method: str, path: str, body: bytes, content_type: str = "application/json") -> tuple[int, dict]:
-    event = http_api_event(method=method, target=path, headers={"content-type": content_type}, body=body,
-                           caller_arn=OPERATOR_ARN)
+    event = http_api_event(
+        method=method, target=path, headers={"content-type": content_type}, body=body, caller_arn=OPERATOR_ARN
+    )
     response = api.lambda_handler(event, lambda_context(), service=system.operator)
     return response["statusCode"], json.loads(response["body"])
 
 
 @pytest.mark.parametrize("path", ["/campaigns", "/campaigns/c1/pause", "/campaigns/c1/publish"])
-@pytest.mark.parametrize("body, content_type, message", [
-    (b"\xff\xfe{", "application/json", "body: not UTF-8 text"),
-    (b"{not json", "application/json", "body: not valid JSON: Expecting property name enclosed in double quotes"),
-    (b'{"reason": NaN}', "application/json", "body: not valid JSON: NaN is not JSON"),
-    (b"[" * 10_000 + b"]" * 10_000, "application/json", "body: not valid JSON: nested deeper than 32 levels"),
-    (b'{"reason": "\\ud800"}', "application/json", "body: not valid JSON: a string holds a lone surrogate"),
-    (b"{}", "text/plain", "body: send JSON with content-type application/json"),
-])
+@pytest.mark.parametrize(
+    "body, content_type, message",
+    [
+        (b"\xff\xfe{", "application/json", "body: not UTF-8 text"),
+        (b"{not json", "application/json", "body: not valid JSON: Expecting property name enclosed in double quotes"),
+        (b'{"reason": NaN}', "application/json", "body: not valid JSON: NaN is not JSON"),
+        (b"[" * 10_000 + b"]" * 10_000, "application/json", "body: not valid JSON: nested deeper than 32 levels"),
+        (b'{"reason": "\\ud800"}', "application/json", "body: not valid JSON: a string holds a lone surrogate"),
+        (b"{}", "text/plain", "body: send JSON with content-type application/json"),
+    ],
+)
 def test_a_body_that_is_not_utf8_json_is_a_400_naming_the_body_never_a_500(system, path, body, content_type, message):
     system.campaign()
 
@@ -95,14 +102,25 @@ def test_a_body_that_is_not_utf8_json_is_a_400_naming_the_body_never_a_500(syste
 
 
 def test_an_oversized_template_or_an_injected_header_is_a_422_naming_the_field(system):
-    base = {"id": "c9", "name": "n", "subject": "s", "from": f"news@{system.domain}", "html": "<p>x</p>",
-            "provider": "resend"}
+    base = {
+        "id": "c9",
+        "name": "n",
+        "subject": "s",
+        "from": f"news@{system.domain}",
+        "html": "<p>x</p>",
+        "provider": "resend",
+    }
 
     large = raw_call(system, "POST", "/campaigns", json.dumps({**base, "html": "x" * 500_000}).encode())
-    injected = raw_call(system, "POST", "/campaigns", json.dumps(
-        {**base, "from": f"News\r\nBcc: x@evil.example <news@{system.domain}>"}).encode())
-    batch_on_ses = raw_call(system, "POST", "/campaigns", json.dumps(
-        {**base, "provider": "ses", "delivery_mode": "batch"}).encode())
+    injected = raw_call(
+        system,
+        "POST",
+        "/campaigns",
+        json.dumps({**base, "from": f"News\r\nBcc: x@evil.example <news@{system.domain}>"}).encode(),
+    )
+    batch_on_ses = raw_call(
+        system, "POST", "/campaigns", json.dumps({**base, "provider": "ses", "delivery_mode": "batch"}).encode()
+    )
 
     assert large[0] == 422 and large[1]["detail"][0]["loc"] == ["body", "html"]
     assert injected[0] == 422 and injected[1]["message"].startswith("body.from: not a valid sender address")
@@ -112,8 +130,15 @@ def test_an_oversized_template_or_an_injected_header_is_a_422_naming_the_field(s
 
 
 def test_delivery_mode_batch_is_created_and_shown_by_the_api(system):
-    body = {"id": "c8", "name": "n", "subject": "s", "from": f"news@{system.domain}", "html": "<p>x</p>",
-            "provider": "resend", "delivery_mode": "batch"}
+    body = {
+        "id": "c8",
+        "name": "n",
+        "subject": "s",
+        "from": f"news@{system.domain}",
+        "html": "<p>x</p>",
+        "provider": "resend",
+        "delivery_mode": "batch",
+    }
 
     created = raw_call(system, "POST", "/campaigns", json.dumps(body).encode())
     shown = raw_call(system, "GET", "/campaigns/c8", b"")
@@ -125,19 +150,24 @@ def test_delivery_mode_batch_is_created_and_shown_by_the_api(system):
 
 def test_inline_publish_reports_and_optionally_dedupes_a_repeated_address(system):
     system.campaign()
-    people = [{"recipient_id": "r1", "email": f"ann@{system.domain}"},
-              {"recipient_id": "r2", "email": f"ANN@{system.domain.upper()}"},
-              {"recipient_id": "r3", "email": f"ann+news@{system.domain}"}]
+    people = [
+        {"recipient_id": "r1", "email": f"ann@{system.domain}"},
+        {"recipient_id": "r2", "email": f"ANN@{system.domain.upper()}"},
+        {"recipient_id": "r3", "email": f"ann+news@{system.domain}"},
+    ]
 
     reported = raw_call(system, "POST", "/campaigns/c1/publish", json.dumps({"recipients": people}).encode())
     system.campaign("c2")
-    deduped = raw_call(system, "POST", "/campaigns/c2/publish",
-                       json.dumps({"recipients": people, "dedupe_addresses": True}).encode())
+    deduped = raw_call(
+        system, "POST", "/campaigns/c2/publish", json.dumps({"recipients": people, "dedupe_addresses": True}).encode()
+    )
 
     assert reported[0] == 200
     assert (reported[1]["accepted"], reported[1]["duplicate_addresses"]) == (3, 1)
-    assert reported[1]["problems"] == ["recipients.1: same address as recipients.0, under another recipient_id; "
-                                       "published (it gets the email twice; dedupe addresses to send it once)"]
+    assert reported[1]["problems"] == [
+        "recipients.1: same address as recipients.0, under another recipient_id; "
+        "published (it gets the email twice; dedupe addresses to send it once)"
+    ]
     assert (deduped[1]["accepted"], deduped[1]["duplicate_addresses"]) == (2, 1)
     assert "ann" not in json.dumps(reported[1]).lower()
 
@@ -146,7 +176,9 @@ def test_the_cli_reports_a_repeated_address_with_both_lines_and_dedupes_it_on_re
     from tests.integration.operator_helpers import as_json, sendonce
 
     people = tmp_path / "people.csv"
-    people.write_text(f"recipient_id,email\nr1,ann@{system.domain}\nr2,bob@{system.domain}\nr3, Ann@{system.domain.upper()}\n")
+    people.write_text(
+        f"recipient_id,email\nr1,ann@{system.domain}\nr2,bob@{system.domain}\nr3, Ann@{system.domain.upper()}\n"
+    )
     system.campaign("c1", delivery_mode="batch")
     system.campaign("c2")
 
@@ -154,7 +186,9 @@ def test_the_cli_reports_a_repeated_address_with_both_lines_and_dedupes_it_on_re
     deduped = sendonce(system, "campaign", "publish", "c2", "--recipients", str(people), "--dedupe-addresses", "--json")
     status = as_json(sendonce(system, "campaign", "status", "c1", "--json"))
 
-    assert reported.exit_code == 0 and f"{people}:4: same address as line 2, under another recipient_id" in reported.stderr
+    assert (
+        reported.exit_code == 0 and f"{people}:4: same address as line 2, under another recipient_id" in reported.stderr
+    )
     assert as_json(reported)["duplicate_addresses"] == 1 and as_json(reported)["accepted"] == 3
     assert f"{people}:4: same address as line 2; not published (dedupe addresses)" in deduped.stderr
     assert as_json(deduped)["accepted"] == 2

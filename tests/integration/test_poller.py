@@ -127,9 +127,7 @@ def make_queue(sqs: Any, *, visibility_timeout_s: int = 1, max_receive_count: in
     if max_receive_count is not None:
         dlq_url = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
         dlq_arn = queue_arn(sqs, dlq_url)
-        attributes["RedrivePolicy"] = json.dumps(
-            {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
-        )
+        attributes["RedrivePolicy"] = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count})
     url = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
     return Queue(url=url, arn=queue_arn(sqs, url), dlq_url=dlq_url)
 

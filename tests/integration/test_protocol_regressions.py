@@ -10,7 +10,6 @@ import pytest
 
 from sendonce.domain.models import CampaignState
 from sendonce.domain.ports import SuppressionReason
-
 from tests.model.world import Clock, Rig
 
 pytestmark = pytest.mark.integration

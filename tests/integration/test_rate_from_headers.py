@@ -31,9 +31,15 @@ class FakeClock:
 
 
 def limiter(system, clock: FakeClock, *, rate: float = 10.0, reserve: float = 1.0) -> DynamoDBRateLimiter:
-    return DynamoDBRateLimiter(client=boto3.client("dynamodb"), table_name=system.resources.campaigns_table,
-                               rates={"resend": rate}, reserve={"resend": reserve}, chunk=4, clock=clock,
-                               sleep=clock.sleep)
+    return DynamoDBRateLimiter(
+        client=boto3.client("dynamodb"),
+        table_name=system.resources.campaigns_table,
+        rates={"resend": rate},
+        reserve={"resend": reserve},
+        chunk=4,
+        clock=clock,
+        sleep=clock.sleep,
+    )
 
 
 def send_times(limiter: DynamoDBRateLimiter, clock: FakeClock, n: int) -> list[float]:
@@ -53,15 +59,23 @@ def per_second(times: list[float]) -> list[int]:
 
 
 def email(system, i: int) -> OutboundEmail:
-    return OutboundEmail(idempotency_key=f"sendonce:c1:r{i}", sender=f"news@{system.domain}", to=f"user{i}@{system.domain}",
-                         subject="Hello", text="Hi", tags={"campaign_id": "c1", "recipient_id": f"r{i}"})
+    return OutboundEmail(
+        idempotency_key=f"sendonce:c1:r{i}",
+        sender=f"news@{system.domain}",
+        to=f"user{i}@{system.domain}",
+        subject="Hello",
+        text="Hi",
+        tags={"campaign_id": "c1", "recipient_id": f"r{i}"},
+    )
 
 
 def test_the_headers_are_read_from_successes_and_errors_alike():
     assert RateLimitHeaders.parse({"ratelimit-limit": "5", "ratelimit-remaining": "4", "ratelimit-reset": "1"}) == (
-        RateLimitHeaders(limit_per_s=5.0, remaining=4, reset_s=1.0))
-    assert RateLimitHeaders.parse({"RateLimit-Limit": "100", "RateLimit-Policy": "100;w=60"}).limit_per_s == pytest.approx(
-        100 / 60)
+        RateLimitHeaders(limit_per_s=5.0, remaining=4, reset_s=1.0)
+    )
+    assert RateLimitHeaders.parse(
+        {"RateLimit-Limit": "100", "RateLimit-Policy": "100;w=60"}
+    ).limit_per_s == pytest.approx(100 / 60)
     assert RateLimitHeaders.parse({"content-type": "application/json"}) == RateLimitHeaders(None, None, None)
     assert RateLimitHeaders.parse(None).limit_per_s is None
 
@@ -85,8 +99,9 @@ def test_a_limit_learned_from_resend_headers_changes_every_consumers_pacing(syst
     assert (here.limit("resend"), here.rate("resend")) == (3.0, 2.0)
     assert (elsewhere.limit("resend"), elsewhere.rate("resend")) == (3.0, 2.0)
     assert max(per_second(after_here)) == 2 and max(per_second(after_elsewhere)) == 2
-    state = boto3.client("dynamodb").get_item(TableName=system.resources.campaigns_table,
-                                              Key={"pk": {"S": "limiter#resend"}, "sk": {"S": "state"}})["Item"]
+    state = boto3.client("dynamodb").get_item(
+        TableName=system.resources.campaigns_table, Key={"pk": {"S": "limiter#resend"}, "sk": {"S": "state"}}
+    )["Item"]
     assert state["limit"]["N"] == "3"
 
 

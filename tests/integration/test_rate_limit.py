@@ -7,8 +7,6 @@ from collections import Counter
 
 import pytest
 
-from sendonce.domain.models import DeliveryState
-
 pytestmark = pytest.mark.integration
 
 

@@ -16,9 +16,14 @@ from typing import Any
 import pytest
 import requests
 import resend
-from resend.exceptions import (ApplicationError, InvalidApiKeyError,
-                               MissingRequiredFieldsError, RateLimitError,
-                               ResendError, ValidationError)
+from resend.exceptions import (
+    ApplicationError,
+    InvalidApiKeyError,
+    MissingRequiredFieldsError,
+    RateLimitError,
+    ResendError,
+    ValidationError,
+)
 
 from sendonce_local.resend_server import LocalResendServer
 
@@ -188,7 +193,10 @@ def test_an_idempotency_key_must_be_1_to_256_chars(server, sdk):
     with pytest.raises(ResendError) as raised:
         sdk.Emails.send(email(), {"idempotency_key": "k" * 257})
     status, _, body = raw_post(
-        server, "/emails", json.dumps(email()), {"Authorization": "Bearer re_x", "User-Agent": "t", "Idempotency-Key": ""}
+        server,
+        "/emails",
+        json.dumps(email()),
+        {"Authorization": "Bearer re_x", "User-Agent": "t", "Idempotency-Key": ""},
     )
 
     assert (raised.value.code, raised.value.error_type) == (400, "invalid_idempotency_key")
@@ -336,7 +344,11 @@ def test_a_503_is_a_plain_resend_error_with_service_unavailable(server, sdk):
     for _ in range(2):
         with pytest.raises(ResendError) as raised:
             sdk.Emails.send(email())
-        assert (type(raised.value), raised.value.code, raised.value.error_type) == (ResendError, 503, "service_unavailable")
+        assert (type(raised.value), raised.value.code, raised.value.error_type) == (
+            ResendError,
+            503,
+            "service_unavailable",
+        )
     sdk.Emails.send(email())
 
     assert server.deliveries() == {"ann@example.com": 1}
@@ -460,7 +472,11 @@ def test_control_endpoints_steer_and_report(server, sdk):
 
     state = requests.post(
         f"{base}/faults",
-        json={"fail_next": {"count": 1, "status": 503}, "reject": {"addresses": ["bounce@example.com"]}, "rate_limit": 50},
+        json={
+            "fail_next": {"count": 1, "status": 503},
+            "reject": {"addresses": ["bounce@example.com"]},
+            "rate_limit": 50,
+        },
         timeout=5,
     ).json()
     assert state["fail_next"] == [503]
@@ -517,7 +533,17 @@ def test_unknown_paths_and_methods_answer_resend_json(server):
 def test_the_module_runs_as_a_process_and_prints_its_url(monkeypatch):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen(
-        [sys.executable, "-m", "sendonce_local.resend_server", "--port", "0", "--rate-limit", "5", "--latency-ms", "0:5"],
+        [
+            sys.executable,
+            "-m",
+            "sendonce_local.resend_server",
+            "--port",
+            "0",
+            "--rate-limit",
+            "5",
+            "--latency-ms",
+            "0:5",
+        ],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
@@ -540,7 +566,8 @@ def test_the_module_runs_as_a_process_and_prints_its_url(monkeypatch):
 def test_the_team_limit_defaults_to_resends_documented_five_per_second():
     with LocalResendServer() as srv:
         assert srv.faults()["rate_limit"] == 5
-        response = requests.post(f"{srv.url}/emails", json=email(), timeout=5,
-                                 headers={"Authorization": "Bearer re_x", "User-Agent": "t"})
+        response = requests.post(
+            f"{srv.url}/emails", json=email(), timeout=5, headers={"Authorization": "Bearer re_x", "User-Agent": "t"}
+        )
     assert response.status_code == 200
     assert (response.headers["ratelimit-limit"], response.headers["ratelimit-remaining"]) == ("5", "4")

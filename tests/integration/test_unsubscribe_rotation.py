@@ -11,11 +11,10 @@ import boto3
 import pytest
 import requests
 
-from sendonce.settings import UnsubscribeSettings
-from sendonce.wiring import assemble_unsubscribe
-from sendonce.handlers import unsubscribe
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeTokens
-from sendonce.wiring import consumer_parts
+from sendonce.handlers import unsubscribe
+from sendonce.settings import UnsubscribeSettings
+from sendonce.wiring import assemble_unsubscribe, consumer_parts
 from sendonce_local.http_api import LocalHttpApi
 
 pytestmark = pytest.mark.integration
@@ -25,8 +24,10 @@ NEW_KEY = "n" * 48
 
 def test_a_warm_unsubscribe_function_accepts_a_link_signed_with_a_key_added_after_it_started(system, deliverability):
     now = [1_800_000_000.0]
-    settings = UnsubscribeSettings(suppressions_table=deliverability.resources.suppressions_table,
-                                   unsubscribe_key_secret=deliverability.resources.unsubscribe_key_secret)
+    settings = UnsubscribeSettings(
+        suppressions_table=deliverability.resources.suppressions_table,
+        unsubscribe_key_secret=deliverability.resources.unsubscribe_key_secret,
+    )
     service = assemble_unsubscribe(settings, keys_ttl_s=300, clock=lambda: now[0])
     api = LocalHttpApi(functools.partial(unsubscribe.lambda_handler, service=service), function_name="unsub").start()
     try:
@@ -65,7 +66,9 @@ def test_consumers_holding_different_key_sets_put_the_same_link_in_an_email(syst
 
     assert new_campaign[0] == new_campaign[1]
     assert new_campaign[0]["List-Unsubscribe"].endswith(
-        UnsubscribeTokens([NEW_KEY.encode()]).sign("c1", "r1", f"ann@{system.domain}") + ">")
+        UnsubscribeTokens([NEW_KEY.encode()]).sign("c1", "r1", f"ann@{system.domain}") + ">"
+    )
     assert old_campaign[0] == old_campaign[1]
     assert old_campaign[0]["List-Unsubscribe"].endswith(
-        UnsubscribeTokens([old_key.encode()]).sign("c0", "r1", f"ann@{system.domain}") + ">")
+        UnsubscribeTokens([old_key.encode()]).sign("c0", "r1", f"ann@{system.domain}") + ">"
+    )

@@ -3,9 +3,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sendonce.adapters.idempotency import PowertoolsDeliveryGuard
-from sendonce.domain.sending.delivery import DeliveryService
 from sendonce.domain.models import SCHEMA_VERSION, BatchMessage, Campaign, CampaignState, Content, Recipient
-
+from sendonce.domain.sending.delivery import DeliveryService
 from tests.fakes import FakeCampaignStore, FakeClock, FakeLedger, FakeProvider, FakeQueue
 
 
@@ -28,7 +27,10 @@ class World:
     ctx: Ctx = field(default_factory=Ctx)
 
     def __post_init__(self):
-        self.providers = {"resend": FakeProvider("resend", idempotent=True), "ses": FakeProvider("ses", idempotent=False)}
+        self.providers = {
+            "resend": FakeProvider("resend", idempotent=True),
+            "ses": FakeProvider("ses", idempotent=False),
+        }
         self.sleeps: list[float] = []
 
     @property
@@ -73,12 +75,17 @@ class World:
     def process(self, body: str, *, receive_count: int = 1, remaining_ms: int | None = None, service=None):
         service = service or self.service()
         return service.process(
-            body, receive_count=receive_count, remaining_ms=lambda: remaining_ms if remaining_ms is not None else self.ctx.remaining_ms
+            body,
+            receive_count=receive_count,
+            remaining_ms=lambda: remaining_ms if remaining_ms is not None else self.ctx.remaining_ms,
         )
 
 
 def recipients(n: int, start: int = 0) -> list[Recipient]:
-    return [Recipient(recipient_id=f"r{i}", email=f"user{i}@example.com", variables={"name": f"User {i}"}) for i in range(start, start + n)]
+    return [
+        Recipient(recipient_id=f"r{i}", email=f"user{i}@example.com", variables={"name": f"User {i}"})
+        for i in range(start, start + n)
+    ]
 
 
 def batch(campaign_id: str = "c1", n: int = 5, batch_id: str = "b1", people: list[Recipient] | None = None) -> str:

@@ -7,7 +7,6 @@ import pytest
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError, UnknownProviderError
 from sendonce.domain.models import BatchMessage, Campaign, CampaignState, Content, DeliveryState
-
 from tests.unit.helpers import World, recipients
 
 
@@ -17,7 +16,9 @@ def world() -> World:
 
 
 def service(world: World) -> CampaignService:
-    return CampaignService(campaigns=world.campaigns, ledger=world.ledger, queue=world.queue, provider_names=["ses", "resend"])
+    return CampaignService(
+        campaigns=world.campaigns, ledger=world.ledger, queue=world.queue, provider_names=["ses", "resend"]
+    )
 
 
 def draft(provider: str = "resend", **content) -> Campaign:
@@ -100,7 +101,9 @@ def test_status_counts_add_up_and_reading_it_never_completes_the_campaign(world)
     assert (status.total, status.pending, status.dead_lettered, status.remaining) == (4, 3, 1, 4)
     assert status.state is CampaignState.SENDING
 
-    world.ledger.close_unclaimed("c1", ["r0", "r1", "r2", "r3"], state=DeliveryState.SUPPRESSED, reason="x", batch_id="b")
+    world.ledger.close_unclaimed(
+        "c1", ["r0", "r1", "r2", "r3"], state=DeliveryState.SUPPRESSED, reason="x", batch_id="b"
+    )
     done = svc.status("c1")
     assert done.remaining == 0 and done.suppressed == 4 and done.done
     assert done.state is CampaignState.SENDING  # a read changes nothing

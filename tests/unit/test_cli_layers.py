@@ -28,7 +28,9 @@ def loaded_after(code: str) -> dict:
         "print(json.dumps({'modules': heavy, 'stdout': out.getvalue()}))\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in (ROOT / "lambdas", ROOT / "src", ROOT))}
-    result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
     return json.loads(result.stdout)
 
 
@@ -65,5 +67,8 @@ def test_without_the_local_tooling_its_commands_say_so_instead_of_a_traceback(mo
     assert listing.exit_code == 0 and "(unavailable:" in listing.stdout
     for result, name in ((demo, "demo"), (api, "local")):
         assert result.exit_code == 1, result.output
-        assert f"error: `sendonce {name}` is unavailable: the local tooling (sendonce_local) cannot be imported" in result.stderr
+        assert (
+            f"error: `sendonce {name}` is unavailable: the local tooling (sendonce_local) cannot be imported"
+            in result.stderr
+        )
         assert "Traceback" not in result.output

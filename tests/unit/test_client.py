@@ -53,9 +53,15 @@ class Row:
 
 
 def test_recipients_may_be_mappings_models_dataclasses_or_plain_objects():
-    assert recipient_dict({"recipient_id": "r0", "email": "a@example.com"}) == {"recipient_id": "r0", "email": "a@example.com"}
+    assert recipient_dict({"recipient_id": "r0", "email": "a@example.com"}) == {
+        "recipient_id": "r0",
+        "email": "a@example.com",
+    }
     assert recipient_dict(Recipient(recipient_id="r1", email="b@example.com", variables={"n": 1})) == {
-        "recipient_id": "r1", "email": "b@example.com", "variables": {"n": 1}}
+        "recipient_id": "r1",
+        "email": "b@example.com",
+        "variables": {"n": 1},
+    }
     assert recipient_dict(User("r2", "c@example.com", {"name": "C"}))["variables"] == {"name": "C"}
     assert recipient_dict(Row()) == {"recipient_id": "r3", "email": "d@example.com"}
     with pytest.raises(TypeError, match="recipient_id and email"):
@@ -64,8 +70,15 @@ def test_recipients_may_be_mappings_models_dataclasses_or_plain_objects():
 
 @pytest.mark.parametrize(
     ("status", "kind"),
-    [(400, InvalidRequest), (422, InvalidRequest), (404, NotFound), (409, Conflict), (429, Throttled), (502, ServerError),
-     (403, SendonceAPIError)],
+    [
+        (400, InvalidRequest),
+        (422, InvalidRequest),
+        (404, NotFound),
+        (409, Conflict),
+        (429, Throttled),
+        (502, ServerError),
+        (403, SendonceAPIError),
+    ],
 )
 def test_each_status_has_its_error_type(status, kind):
     error = error_for(status, {"statusCode": status, "error": "Name", "message": "what and where"})
@@ -74,8 +87,15 @@ def test_each_status_has_its_error_type(status, kind):
 
 
 def test_a_422_carries_its_field_errors_and_api_gateways_own_bodies_are_understood():
-    error = error_for(422, {"statusCode": 422, "error": "ValidationError", "message": "body.recipients.3.email: bad",
-                            "detail": [{"loc": ["body", "recipients", 3, "email"], "msg": "bad", "type": "value_error"}]})
+    error = error_for(
+        422,
+        {
+            "statusCode": 422,
+            "error": "ValidationError",
+            "message": "body.recipients.3.email: bad",
+            "detail": [{"loc": ["body", "recipients", 3, "email"], "msg": "bad", "type": "value_error"}],
+        },
+    )
     gateway = error_for(403, {"message": "Forbidden"})
 
     assert [(f.path, f.msg, f.type) for f in error.fields] == [("body.recipients.3.email", "bad", "value_error")]

@@ -12,10 +12,9 @@ import jsonschema
 import pytest
 
 from sendonce.domain.campaigns.service import CampaignService, batch_id_for
-from sendonce.handlers import api
 from sendonce.domain.models import Recipient
+from sendonce.handlers import api
 from sendonce_local import contracts
-
 from tests.fakes import FakeCampaignStore, FakeLedger, FakeQueue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,17 +50,29 @@ def test_check_names_a_drifted_or_missing_file_and_write_repairs_it(tmp_path, ca
 def test_each_schema_is_draft_2020_12_with_a_stable_id(path):
     schema = committed(path)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-    assert schema["$id"] == {contracts.BATCH_MESSAGE_PATH: "urn:sendonce:schema:batch-message:v1",
-                             contracts.CAMPAIGN_SPEC_PATH: "urn:sendonce:schema:campaign-spec:v1"}[path]
+    assert (
+        schema["$id"]
+        == {
+            contracts.BATCH_MESSAGE_PATH: "urn:sendonce:schema:batch-message:v1",
+            contracts.CAMPAIGN_SPEC_PATH: "urn:sendonce:schema:campaign-spec:v1",
+        }[path]
+    )
     jsonschema.Draft202012Validator.check_schema(schema)
 
 
 def test_the_committed_openapi_document_is_the_one_the_api_serves():
-    service = CampaignService(campaigns=FakeCampaignStore(), ledger=FakeLedger(), queue=FakeQueue(),
-                              provider_names=["ses", "resend"])
-    event = {"version": "2.0", "routeKey": "$default", "rawPath": "/openapi.json", "rawQueryString": "",
-             "headers": {}, "requestContext": {"http": {"method": "GET", "path": "/openapi.json"}, "requestId": "r",
-                                               "stage": "$default"}, "isBase64Encoded": False}
+    service = CampaignService(
+        campaigns=FakeCampaignStore(), ledger=FakeLedger(), queue=FakeQueue(), provider_names=["ses", "resend"]
+    )
+    event = {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": "/openapi.json",
+        "rawQueryString": "",
+        "headers": {},
+        "requestContext": {"http": {"method": "GET", "path": "/openapi.json"}, "requestId": "r", "stage": "$default"},
+        "isBase64Encoded": False,
+    }
 
     answer = api.lambda_handler(event, _Context(), service=service)
 
@@ -84,13 +95,26 @@ def _published_bodies() -> list[dict]:
     from sendonce.domain.models import Campaign, Content
 
     queue = FakeQueue()
-    service = CampaignService(campaigns=FakeCampaignStore(), ledger=FakeLedger(), queue=queue,
-                              provider_names=["ses", "resend"])
-    service.create(Campaign(campaign_id="spring-launch", name="Spring", provider="ses", sender="news@example.com",
-                            content=Content(subject="Hi {{ name }}", text="Hi {{ name }}")))
-    recipients = [Recipient(recipient_id=f"r{i}", email=f"user{i}@example.com",
-                            variables={"name": f"Zoë {i}", "visits": i, "score": i / 2, "vip": i % 2 == 0, "team": None})
-                  for i in range(150)]
+    service = CampaignService(
+        campaigns=FakeCampaignStore(), ledger=FakeLedger(), queue=queue, provider_names=["ses", "resend"]
+    )
+    service.create(
+        Campaign(
+            campaign_id="spring-launch",
+            name="Spring",
+            provider="ses",
+            sender="news@example.com",
+            content=Content(subject="Hi {{ name }}", text="Hi {{ name }}"),
+        )
+    )
+    recipients = [
+        Recipient(
+            recipient_id=f"r{i}",
+            email=f"user{i}@example.com",
+            variables={"name": f"Zoë {i}", "visits": i, "score": i / 2, "vip": i % 2 == 0, "team": None},
+        )
+        for i in range(150)
+    ]
     service.publish("spring-launch", recipients)
     return [json.loads(body) for body in queue.published]
 
@@ -105,7 +129,9 @@ def test_a_published_message_body_validates_against_the_committed_schema():
         assert body["batch_id"] == batch_id_for(body["campaign_id"], [Recipient(**r) for r in body["recipients"]])
 
 
-@pytest.mark.parametrize("breaks", ["101 recipients", "extra field", "schema_version 2", "address as id", "nested value"])
+@pytest.mark.parametrize(
+    "breaks", ["101 recipients", "extra field", "schema_version 2", "address as id", "nested value"]
+)
 def test_the_schema_refuses_what_the_consumer_treats_as_poison(breaks):
     validator = jsonschema.Draft202012Validator(committed(contracts.BATCH_MESSAGE_PATH))
     body = _published_bodies()[0]
@@ -125,9 +151,16 @@ def test_the_schema_refuses_what_the_consumer_treats_as_poison(breaks):
 
 def test_the_campaign_spec_schema_accepts_the_documented_spec_and_states_batch_needs_resend():
     validator = jsonschema.Draft202012Validator(committed(contracts.CAMPAIGN_SPEC_PATH))
-    spec = {"id": "spring-2026", "name": "Spring launch", "subject": "Hello {{ name }}",
-            "from": "News <news@example.com>", "reply_to": "help@example.com",
-            "html": "<p>Hi {{ name }}</p>", "text": "Hi {{ name }}", "provider": "ses"}
+    spec = {
+        "id": "spring-2026",
+        "name": "Spring launch",
+        "subject": "Hello {{ name }}",
+        "from": "News <news@example.com>",
+        "reply_to": "help@example.com",
+        "html": "<p>Hi {{ name }}</p>",
+        "text": "Hi {{ name }}",
+        "provider": "ses",
+    }
 
     assert validator.is_valid(spec)
     assert validator.is_valid({**spec, "provider": "resend", "delivery_mode": "batch"})
@@ -149,7 +182,7 @@ def _between(marker: str) -> str:
 def test_the_documented_batch_id_recipe_and_example_match_batch_id_for():
     # Given the example block of docs/messages.md, run as a foreign producer would run it
     namespace: dict = {}
-    exec(_between("batch-id-example"), namespace)  # noqa: S102 - our own document
+    exec(_between("batch-id-example"), namespace)
     recipients = [Recipient(**r) for r in namespace["recipients"]]
 
     # Then it computes batch_id_for's id, the one the document prints, from the bytes it shows

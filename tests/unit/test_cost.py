@@ -56,8 +56,9 @@ def test_the_seed_campaign_on_resend_single_mode():
     ledger_wru = 24_960 + 125 * 22 + 125 * 10
     assert result.share("ledger") == pytest.approx(ledger_wru * 0.625e-6)
     assert result.aws_total == pytest.approx(sum(i.quantity * i.unit_price for i in result.items))
-    assert result.aws_total == pytest.approx(sum(result.share(s) for s in ("ledger", "limiter", "pipeline", "events",
-                                                                           "observability")))
+    assert result.aws_total == pytest.approx(
+        sum(result.share(s) for s in ("ledger", "limiter", "pipeline", "events", "observability"))
+    )
 
 
 def test_ses_pays_per_email_and_one_more_ledger_write():
@@ -101,8 +102,12 @@ def test_storage_is_kept_every_month():
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [((0, "ses"), "at least 1"), ((10, "smtp"), "provider"), ((10, "ses", "batch"), "needs Resend"),
-     ((10, "resend", "bulk"), "mode")],
+    [
+        ((0, "ses"), "at least 1"),
+        ((10, "smtp"), "provider"),
+        ((10, "ses", "batch"), "needs Resend"),
+        ((10, "resend", "bulk"), "mode"),
+    ],
 )
 def test_bad_inputs_are_refused(args, message):
     with pytest.raises(ValueError, match=message):
@@ -181,8 +186,20 @@ def test_the_ses_plan_sets_the_price_and_an_unconfirmed_plan_needs_its_figures()
 
 def test_the_command_takes_the_ses_plan_and_refuses_an_unpriced_one():
     refused = CliRunner().invoke(cost, ["--recipients", "10", "--provider", "ses", "--ses-plan", "essentials"])
-    priced = CliRunner().invoke(cost, ["--recipients", "1000", "--provider", "ses", "--ses-plan", "essentials",
-                                       "--ses-price-per-1000", "0.08", "--json"])
+    priced = CliRunner().invoke(
+        cost,
+        [
+            "--recipients",
+            "1000",
+            "--provider",
+            "ses",
+            "--ses-plan",
+            "essentials",
+            "--ses-price-per-1000",
+            "0.08",
+            "--json",
+        ],
+    )
 
     assert refused.exit_code == 2 and "--ses-price-per-1000" in refused.output
     assert priced.exit_code == 0, priced.output

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from sendonce.domain.ports import SuppressionReason
+from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks, UnsubscribeTokens
 from sendonce.domain.errors import SettingsError
 from sendonce.domain.models import DeliveryState, email_fingerprint
+from sendonce.domain.ports import SuppressionReason
 from sendonce.settings import ConsumerSettings
-from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks, UnsubscribeTokens
-
 from tests.fakes import FakeSuppressions
 from tests.unit.helpers import World, batch
-
 
 KEY = b"0123456789abcdef0123456789abcdef"
 
@@ -53,19 +51,31 @@ def test_every_email_carries_one_click_headers_that_name_its_delivery():
         assert claims.fingerprint == email_fingerprint(email.to)
 
 
-CONSUMER = {"SENDONCE_LEDGER_TABLE": "ledger", "SENDONCE_CAMPAIGNS_TABLE": "campaigns",
-            "SENDONCE_DEAD_LETTER_QUEUE_URL": "https://sqs.example.com/dlq"}
+CONSUMER = {
+    "SENDONCE_LEDGER_TABLE": "ledger",
+    "SENDONCE_CAMPAIGNS_TABLE": "campaigns",
+    "SENDONCE_DEAD_LETTER_QUEUE_URL": "https://sqs.example.com/dlq",
+}
 
 
 def test_consumer_settings_take_the_suppressions_table_and_the_unsubscribe_key_and_url():
-    settings = ConsumerSettings.from_env({
-        **CONSUMER, "SENDONCE_SUPPRESSIONS_TABLE": "supp", "SENDONCE_UNSUBSCRIBE_KEY_SECRET": "sendonce/unsubscribe-key",
-        "SENDONCE_UNSUBSCRIBE_BASE_URL": "https://unsubscribe.example.com",
-    })
+    settings = ConsumerSettings.from_env(
+        {
+            **CONSUMER,
+            "SENDONCE_SUPPRESSIONS_TABLE": "supp",
+            "SENDONCE_UNSUBSCRIBE_KEY_SECRET": "sendonce/unsubscribe-key",
+            "SENDONCE_UNSUBSCRIBE_BASE_URL": "https://unsubscribe.example.com",
+        }
+    )
 
     assert (settings.suppressions_table, settings.unsubscribe_base_url) == ("supp", "https://unsubscribe.example.com")
     with pytest.raises(SettingsError):  # a key without a URL (or the reverse) is a mistake
         ConsumerSettings.from_env({**CONSUMER, "SENDONCE_UNSUBSCRIBE_KEY_SECRET": "k"})
     with pytest.raises(SettingsError):  # RFC 8058 wants https
-        ConsumerSettings.from_env({**CONSUMER, "SENDONCE_UNSUBSCRIBE_KEY_SECRET": "k",
-                                   "SENDONCE_UNSUBSCRIBE_BASE_URL": "http://unsubscribe.example.com"})
+        ConsumerSettings.from_env(
+            {
+                **CONSUMER,
+                "SENDONCE_UNSUBSCRIBE_KEY_SECRET": "k",
+                "SENDONCE_UNSUBSCRIBE_BASE_URL": "http://unsubscribe.example.com",
+            }
+        )

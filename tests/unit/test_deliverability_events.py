@@ -11,21 +11,19 @@ from dataclasses import dataclass, field
 import pytest
 
 from sendonce.adapters.svix_webhooks import SvixWebhookVerifier
-from sendonce.domain.ports import EventKind, SuppressionReason
-from sendonce.domain.errors import WebhookSignatureError
-from sendonce.handlers import events as events_handler
-from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryRecord, DeliveryState, email_fingerprint
 from sendonce.domain.deliverability.provider_events import (
     BrakeSettings,
     ProviderEventService,
     parse_resend_event,
     parse_ses_event,
 )
+from sendonce.domain.errors import WebhookSignatureError
+from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryRecord, DeliveryState, email_fingerprint
+from sendonce.domain.ports import EventKind, SuppressionReason
+from sendonce.handlers import events as events_handler
 from sendonce_local.poller import LocalLambdaContext
 from sendonce_local.resend_server import svix_headers
-
-from tests.fakes import FakeLedgerEvents, FakeSuppressions, ses_event
-from tests.fakes import FakeCampaignStore, FakeLedger
+from tests.fakes import FakeCampaignStore, FakeLedger, FakeLedgerEvents, FakeSuppressions, ses_event
 
 SECRET = "whsec_" + base64.b64encode(b"k" * 24).decode()
 
@@ -40,20 +38,33 @@ class Env:
     def __post_init__(self):
         self.events = FakeLedgerEvents(self.ledger)
         self.campaigns.campaigns["c1"] = Campaign(
-            campaign_id="c1", name="Launch", provider="ses", sender="news@example.com",
-            content=Content(subject="Hi", text="Hi"), state=CampaignState.SENDING,
+            campaign_id="c1",
+            name="Launch",
+            provider="ses",
+            sender="news@example.com",
+            content=Content(subject="Hi", text="Hi"),
+            state=CampaignState.SENDING,
         )
 
     @property
     def service(self) -> ProviderEventService:
         return ProviderEventService(
-            ledger_events=self.events, suppressions=self.suppressions, campaigns=self.campaigns, brakes=self.brakes,
+            ledger_events=self.events,
+            suppressions=self.suppressions,
+            campaigns=self.campaigns,
+            brakes=self.brakes,
             verifier=SvixWebhookVerifier(secret=SECRET),
         )
 
-    def delivery(self, rid: str = "r1", state: DeliveryState = DeliveryState.SENT, provider: str = "ses", mid: str | None = "m-1"):
+    def delivery(
+        self, rid: str = "r1", state: DeliveryState = DeliveryState.SENT, provider: str = "ses", mid: str | None = "m-1"
+    ):
         self.ledger.items[("c1", rid)] = DeliveryRecord(
-            campaign_id="c1", recipient_id=rid, state=state, provider=provider, provider_message_id=mid,
+            campaign_id="c1",
+            recipient_id=rid,
+            state=state,
+            provider=provider,
+            provider_message_id=mid,
         )
 
     def state(self, rid: str = "r1") -> DeliveryState:
@@ -66,8 +77,14 @@ def env() -> Env:
 
 
 def resend_payload(kind: str, *, rid: str = "r1", to: str = "user1@example.com", bounce_type: str = "Permanent") -> str:
-    data = {"created_at": "2025-05-06T10:15:00.000Z", "email_id": "4ef9a417-02e9-4d39-ad75-9611e0fcc33c",
-            "from": "news@example.com", "to": [to], "subject": "Hi", "tags": {"campaign_id": "c1", "recipient_id": rid}}
+    data = {
+        "created_at": "2025-05-06T10:15:00.000Z",
+        "email_id": "4ef9a417-02e9-4d39-ad75-9611e0fcc33c",
+        "from": "news@example.com",
+        "to": [to],
+        "subject": "Hi",
+        "tags": {"campaign_id": "c1", "recipient_id": rid},
+    }
     if kind == "email.bounced":
         data["bounce"] = {"message": "rejected", "subType": "General", "type": bounce_type}
     return json.dumps({"type": kind, "created_at": "2025-05-06T10:15:01.000Z", "data": data})
@@ -110,7 +127,10 @@ def test_ses_event_ids_are_stable_per_event_and_differ_between_events():
 
 def test_opens_clicks_and_other_ses_events_are_not_recorded():
     assert parse_ses_event(ses_event("open")) is None
-    assert parse_ses_event({"source": "aws.ses", "detail-type": "Advisor Recommendation Status Open", "detail": {}}) is None
+    assert (
+        parse_ses_event({"source": "aws.ses", "detail-type": "Advisor Recommendation Status Open", "detail": {}})
+        is None
+    )
 
 
 def test_resend_payloads_parse_with_tags_as_an_object_or_a_list():
@@ -269,8 +289,10 @@ def test_no_brake_below_the_minimum_sample(env):
 def test_the_bounce_brake_uses_its_own_threshold(env):
     env.brakes = BrakeSettings(hard_bounce_rate=0.05, min_sent=20)
     sent(env, 20)
-    reports = [env.service.handle_ses(ses_event("bounce_permanent", recipient_id=f"r{i}", email=f"x{i}@example.com"))
-               for i in range(2)]
+    reports = [
+        env.service.handle_ses(ses_event("bounce_permanent", recipient_id=f"r{i}", email=f"x{i}@example.com"))
+        for i in range(2)
+    ]
 
     assert [r.brake for r in reports] == [None, "bounce"]  # 1/20 = 5 % is not above 5 %; 2/20 is
     assert env.campaigns.get("c1").state_changed_by == "sendonce (bounce brake)"
@@ -339,16 +361,31 @@ def test_a_webhook_without_svix_headers_is_refused(env):
 
 
 def context() -> LocalLambdaContext:
-    return LocalLambdaContext(function_name="sendonce-events", invoked_function_arn="arn:aws:lambda:::function:x", timeout_s=30)
+    return LocalLambdaContext(
+        function_name="sendonce-events", invoked_function_arn="arn:aws:lambda:::function:x", timeout_s=30
+    )
 
 
 def http_event(body: str, headers: dict[str, str], path: str = "/webhooks/resend") -> dict:
     return {
-        "version": "2.0", "routeKey": "$default", "rawPath": path, "rawQueryString": "",
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": path,
+        "rawQueryString": "",
         "headers": {"content-type": "application/json", **{k.lower(): v for k, v in headers.items()}},
-        "requestContext": {"http": {"method": "POST", "path": path, "sourceIp": "127.0.0.1", "protocol": "HTTP/1.1",
-                                    "userAgent": "Svix-Webhooks/1.0"}, "stage": "$default", "requestId": "1"},
-        "body": body, "isBase64Encoded": False,
+        "requestContext": {
+            "http": {
+                "method": "POST",
+                "path": path,
+                "sourceIp": "127.0.0.1",
+                "protocol": "HTTP/1.1",
+                "userAgent": "Svix-Webhooks/1.0",
+            },
+            "stage": "$default",
+            "requestId": "1",
+        },
+        "body": body,
+        "isBase64Encoded": False,
     }
 
 
@@ -356,7 +393,9 @@ def test_the_handler_applies_a_signed_webhook_and_refuses_a_forged_one_with_401(
     env.delivery()
     body = resend_payload("email.bounced")
 
-    bad = events_handler.lambda_handler(http_event(body, {**signed(body), "svix-signature": "v1,AAAA"}), context(), service=env.service)
+    bad = events_handler.lambda_handler(
+        http_event(body, {**signed(body), "svix-signature": "v1,AAAA"}), context(), service=env.service
+    )
     good = events_handler.lambda_handler(http_event(body, signed(body)), context(), service=env.service)
 
     assert bad["statusCode"] == 401

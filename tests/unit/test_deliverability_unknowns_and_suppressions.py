@@ -6,18 +6,15 @@ from __future__ import annotations
 import pytest
 
 from sendonce.domain.campaigns.service import CampaignService
-from sendonce.domain.ports import EventKind, ProviderEvent, SuppressionReason
-from sendonce.settings import EventsSettings, UnsubscribeSettings
-from sendonce.domain.errors import InvalidCampaignError, SettingsError, SuppressedError
-from sendonce.domain.sending.protocol import Verdict, classify
-from sendonce.domain.models import BatchMessage, CampaignState, DeliveryRecord, DeliveryState, email_fingerprint
-from sendonce.domain.sending.outcomes import settlement_for
-from sendonce.domain.ports import ClaimStatus
-from sendonce.domain.deliverability.suppressions import SuppressionService, parse_import_lines
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes, unknowns_older_than
-
-from tests.fakes import FakeLedgerEvents, FakeSuppressions
-from tests.fakes import FakeClock
+from sendonce.domain.deliverability.suppressions import SuppressionService, parse_import_lines
+from sendonce.domain.errors import InvalidCampaignError, SettingsError, SuppressedError
+from sendonce.domain.models import BatchMessage, CampaignState, DeliveryRecord, DeliveryState, email_fingerprint
+from sendonce.domain.ports import EventKind, ProviderEvent, SuppressionReason
+from sendonce.domain.sending.outcomes import settlement_for
+from sendonce.domain.sending.protocol import Verdict, classify
+from sendonce.settings import EventsSettings, UnsubscribeSettings
+from tests.fakes import FakeClock, FakeLedgerEvents, FakeSuppressions
 from tests.unit.helpers import World, recipients
 
 NOW = 1_800_000_000_000
@@ -52,8 +49,11 @@ def test_an_unknown_with_an_earlier_sent_event_is_resolved_not_listed(world):
     events = FakeLedgerEvents(world.ledger)
     # The Send event arrived while the consumer still held the delivery (in flight) ...
     record(world, "r1", DeliveryState.IN_FLIGHT)
-    events.annotate(ProviderEvent(event_id="e1", provider="ses", kind=EventKind.SENT, campaign_id="c1",
-                                  recipient_id="r1", message_id="ses-1"))
+    events.annotate(
+        ProviderEvent(
+            event_id="e1", provider="ses", kind=EventKind.SENT, campaign_id="c1", recipient_id="r1", message_id="ses-1"
+        )
+    )
     # ... and the consumer's successor then closed it as unknown.
     record(world, "r1", DeliveryState.UNKNOWN)
 
@@ -148,8 +148,16 @@ def test_remove_reports_what_was_there():
 def test_import_reads_plain_lists_and_csv_with_reasons_and_reports_bad_lines_by_number():
     fake = FakeSuppressions()
     fake.add("old@example.com", SuppressionReason.BOUNCED, "ses:bounced")
-    lines = ["email,reason", "ann@example.com,unsubscribed", "# a comment", "", "bob@example.com",
-             "nonsense", "old@example.com,manual", "eve@example.com,whatever"]
+    lines = [
+        "email,reason",
+        "ann@example.com,unsubscribed",
+        "# a comment",
+        "",
+        "bob@example.com",
+        "nonsense",
+        "old@example.com,manual",
+        "eve@example.com,whatever",
+    ]
 
     report = SuppressionService(fake).import_lines(lines, reason=SuppressionReason.MANUAL)
 
@@ -168,16 +176,28 @@ def test_parse_import_lines_never_yields_an_invalid_address():
 # --- settings ---------------------------------------------------------------------------
 
 
-BASE = {"SENDONCE_LEDGER_TABLE": "ledger", "SENDONCE_CAMPAIGNS_TABLE": "campaigns", "SENDONCE_SUPPRESSIONS_TABLE": "supp"}
+BASE = {
+    "SENDONCE_LEDGER_TABLE": "ledger",
+    "SENDONCE_CAMPAIGNS_TABLE": "campaigns",
+    "SENDONCE_SUPPRESSIONS_TABLE": "supp",
+}
 
 
 def test_events_settings_defaults_and_refusals():
     settings = EventsSettings.from_env({**BASE, "SENDONCE_RESEND_WEBHOOK_SECRET": "sendonce/resend-webhook"})
 
-    assert (settings.complaint_rate_threshold, settings.hard_bounce_rate_threshold, settings.brake_min_sent) == (0.001, 0.05, 100)
+    assert (settings.complaint_rate_threshold, settings.hard_bounce_rate_threshold, settings.brake_min_sent) == (
+        0.001,
+        0.05,
+        100,
+    )
     without_table = {k: v for k, v in BASE.items() if k != "SENDONCE_SUPPRESSIONS_TABLE"}
-    for bad in ({**BASE, "SENDONCE_COMPLAINT_RATE_THRESHOLD": "0"}, {**BASE, "SENDONCE_HARD_BOUNCE_RATE_THRESHOLD": "1.5"},
-                {**BASE, "SENDONCE_BRAKE_MIN_SENT": "0"}, without_table):
+    for bad in (
+        {**BASE, "SENDONCE_COMPLAINT_RATE_THRESHOLD": "0"},
+        {**BASE, "SENDONCE_HARD_BOUNCE_RATE_THRESHOLD": "1.5"},
+        {**BASE, "SENDONCE_BRAKE_MIN_SENT": "0"},
+        without_table,
+    ):
         with pytest.raises(SettingsError):
             EventsSettings.from_env(bad)
 

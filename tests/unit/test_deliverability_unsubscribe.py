@@ -6,10 +6,6 @@ import json
 
 import pytest
 
-from sendonce.domain.ports import SuppressionReason
-from sendonce.domain.errors import InvalidTokenError
-from sendonce.handlers import unsubscribe as handler
-from sendonce.domain.models import DeliveryRecord, DeliveryState, email_fingerprint
 from sendonce.domain.deliverability.unsubscribe import (
     UnsubscribeLinks,
     UnsubscribeService,
@@ -17,10 +13,12 @@ from sendonce.domain.deliverability.unsubscribe import (
     is_one_click,
     keys_from_secret,
 )
+from sendonce.domain.errors import InvalidTokenError
+from sendonce.domain.models import DeliveryRecord, DeliveryState, email_fingerprint
+from sendonce.domain.ports import SuppressionReason
+from sendonce.handlers import unsubscribe as handler
 from sendonce_local.poller import LocalLambdaContext
-
-from tests.fakes import FakeLedgerEvents, FakeSuppressions
-from tests.fakes import FakeLedger
+from tests.fakes import FakeLedger, FakeLedgerEvents, FakeSuppressions
 
 KEY = b"0123456789abcdef0123456789abcdef"
 OTHER = b"fedcba9876543210fedcba9876543210"
@@ -106,10 +104,16 @@ def test_links_must_be_https(tokens):
         ("List-Unsubscribe=One-Click\r\n", None, True),
         ("", "application/x-www-form-urlencoded", False),
         ("List-Unsubscribe=Nope", "application/x-www-form-urlencoded", False),
-        ('--b\r\nContent-Disposition: form-data; name="List-Unsubscribe"\r\n\r\nOne-Click\r\n--b--\r\n',
-         "multipart/form-data; boundary=b", True),
-        ('--b\r\nContent-Disposition: form-data; name="other"\r\n\r\nOne-Click\r\n--b--\r\n',
-         "multipart/form-data; boundary=b", False),
+        (
+            '--b\r\nContent-Disposition: form-data; name="List-Unsubscribe"\r\n\r\nOne-Click\r\n--b--\r\n',
+            "multipart/form-data; boundary=b",
+            True,
+        ),
+        (
+            '--b\r\nContent-Disposition: form-data; name="other"\r\n\r\nOne-Click\r\n--b--\r\n',
+            "multipart/form-data; boundary=b",
+            False,
+        ),
     ],
 )
 def test_one_click_bodies(body, content_type, expected):
@@ -141,19 +145,36 @@ def test_unsubscribing_twice_suppresses_once(parts):
     assert events.kinds("c1", "r1") == ["unsubscribed"]
 
 
-def request(method: str, token: str, body: str | None = None, content_type: str = "application/x-www-form-urlencoded") -> dict:
+def request(
+    method: str, token: str, body: str | None = None, content_type: str = "application/x-www-form-urlencoded"
+) -> dict:
     path = f"/u/{token}"
     return {
-        "version": "2.0", "routeKey": "$default", "rawPath": path, "rawQueryString": "",
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": path,
+        "rawQueryString": "",
         "headers": {"content-type": content_type, "host": "unsubscribe.example.com"},
-        "requestContext": {"http": {"method": method, "path": path, "sourceIp": "192.0.2.1", "protocol": "HTTP/1.1",
-                                    "userAgent": "Mozilla/5.0"}, "stage": "$default", "requestId": "1"},
-        "body": body, "isBase64Encoded": False,
+        "requestContext": {
+            "http": {
+                "method": method,
+                "path": path,
+                "sourceIp": "192.0.2.1",
+                "protocol": "HTTP/1.1",
+                "userAgent": "Mozilla/5.0",
+            },
+            "stage": "$default",
+            "requestId": "1",
+        },
+        "body": body,
+        "isBase64Encoded": False,
     }
 
 
 def call(service, event) -> dict:
-    ctx = LocalLambdaContext(function_name="sendonce-unsubscribe", invoked_function_arn="arn:aws:lambda:::function:u", timeout_s=10)
+    ctx = LocalLambdaContext(
+        function_name="sendonce-unsubscribe", invoked_function_arn="arn:aws:lambda:::function:u", timeout_s=10
+    )
     return handler.lambda_handler(event, ctx, service=service)
 
 

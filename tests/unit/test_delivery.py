@@ -13,7 +13,6 @@ from sendonce.domain.errors import (
     RetryableProviderError,
 )
 from sendonce.domain.models import CampaignState, DeliveryKey, DeliveryState, Recipient
-
 from tests.unit.helpers import World, batch, recipients
 
 
@@ -56,8 +55,14 @@ def test_the_provider_gets_the_delivery_key_and_rendered_escaped_content(world):
         ("[1, 2]", "not a JSON object"),
         (json.dumps({"schema_version": 1, "campaign_id": "c1", "batch_id": "b1"}), "recipients: Field required"),
         (
-            json.dumps({"schema_version": 1, "campaign_id": "c1", "batch_id": "b1",
-                        "recipients": [{"recipient_id": f"r{i}", "email": "x@example.com"} for i in range(101)]}),
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "campaign_id": "c1",
+                    "batch_id": "b1",
+                    "recipients": [{"recipient_id": f"r{i}", "email": "x@example.com"} for i in range(101)],
+                }
+            ),
             "at most 100",
         ),
         (json.dumps({"schema_version": 2, "campaign_id": "c1", "batch_id": "b1", "recipients": []}), "schema_version"),
@@ -204,9 +209,19 @@ def test_ses_consumer_lost_after_in_flight_leaves_the_delivery_unknown_not_resen
     world.campaign()
     from sendonce.domain.models import DeliveryRequest
 
-    request = DeliveryRequest(campaign_id="c1", recipient_id="r0", batch_id="b1", email="user0@example.com",
-                              variables={"name": "User 0"}, provider="ses", provider_idempotent=False, owner="dead")
-    world.ledger.claim(request, payload_hash=_hash(world, request), lease_until_ms=world.clock() + 1000, now_ms=world.clock())
+    request = DeliveryRequest(
+        campaign_id="c1",
+        recipient_id="r0",
+        batch_id="b1",
+        email="user0@example.com",
+        variables={"name": "User 0"},
+        provider="ses",
+        provider_idempotent=False,
+        owner="dead",
+    )
+    world.ledger.claim(
+        request, payload_hash=_hash(world, request), lease_until_ms=world.clock() + 1000, now_ms=world.clock()
+    )
     world.ledger.mark_in_flight(request.key, owner="dead", now_ms=world.clock())
     world.clock.advance(5_000)
 
@@ -221,9 +236,19 @@ def test_ses_consumer_lost_after_claim_before_send_is_sent_by_the_next_consumer(
     world.campaign()
     from sendonce.domain.models import DeliveryRequest
 
-    request = DeliveryRequest(campaign_id="c1", recipient_id="r0", batch_id="b1", email="user0@example.com",
-                              variables={"name": "User 0"}, provider="ses", provider_idempotent=False, owner="dead")
-    world.ledger.claim(request, payload_hash=_hash(world, request), lease_until_ms=world.clock() + 1000, now_ms=world.clock())
+    request = DeliveryRequest(
+        campaign_id="c1",
+        recipient_id="r0",
+        batch_id="b1",
+        email="user0@example.com",
+        variables={"name": "User 0"},
+        provider="ses",
+        provider_idempotent=False,
+        owner="dead",
+    )
+    world.ledger.claim(
+        request, payload_hash=_hash(world, request), lease_until_ms=world.clock() + 1000, now_ms=world.clock()
+    )
     world.clock.advance(5_000)
 
     report = world.process(batch(n=1))
@@ -235,9 +260,19 @@ def test_ses_consumer_lost_after_claim_before_send_is_sent_by_the_next_consumer(
 def test_a_live_claim_held_elsewhere_returns_the_message(world):
     from sendonce.domain.models import DeliveryRequest
 
-    request = DeliveryRequest(campaign_id="c1", recipient_id="r0", batch_id="b1", email="user0@example.com",
-                              variables={"name": "User 0"}, provider="resend", provider_idempotent=True, owner="other")
-    world.ledger.claim(request, payload_hash=_hash(world, request), lease_until_ms=world.clock() + 60_000, now_ms=world.clock())
+    request = DeliveryRequest(
+        campaign_id="c1",
+        recipient_id="r0",
+        batch_id="b1",
+        email="user0@example.com",
+        variables={"name": "User 0"},
+        provider="resend",
+        provider_idempotent=True,
+        owner="other",
+    )
+    world.ledger.claim(
+        request, payload_hash=_hash(world, request), lease_until_ms=world.clock() + 60_000, now_ms=world.clock()
+    )
 
     report = world.process(batch(n=2))
 

@@ -8,10 +8,18 @@ from pathlib import Path
 import pytest
 
 from sendonce.domain.campaigns import lifecycle as campaign_lifecycle
-
-from sendonce.domain.sending import protocol
-from sendonce.domain.sending.protocol import IDEMPOTENCY_WINDOW_MS, Event, Facts, Group, Lease, MaybeSent, Verdict, classify
 from sendonce.domain.models import DeliveryRecord, DeliveryState
+from sendonce.domain.sending import protocol
+from sendonce.domain.sending.protocol import (
+    IDEMPOTENCY_WINDOW_MS,
+    Event,
+    Facts,
+    Group,
+    Lease,
+    MaybeSent,
+    Verdict,
+    classify,
+)
 
 NOW = 1_800_000_000_000
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -27,7 +35,9 @@ def every_facts():
     for state, same, lease, maybe, group, keyed in itertools.product(
         states, (True, False), Lease, MaybeSent, Group, (True, False)
     ):
-        if state is None and (not same or lease is not Lease.NONE or maybe is not MaybeSent.NO or group is not Group.NONE):
+        if state is None and (
+            not same or lease is not Lease.NONE or maybe is not MaybeSent.NO or group is not Group.NONE
+        ):
             continue
         if (state in protocol.HELD) != (lease is not Lease.NONE):
             continue
@@ -134,5 +144,7 @@ def test_the_campaign_lifecycle_never_leaves_a_final_state_but_by_its_rows():
     from sendonce.domain.models import CampaignState as C
 
     leaving = {(t.source, t.event) for t in campaign_lifecycle.TRANSITIONS if t.source in (C.COMPLETED, C.CANCELLED)}
-    assert leaving == {(C.COMPLETED, campaign_lifecycle.CampaignEvent.PUBLISH),
-                       (C.COMPLETED, campaign_lifecycle.CampaignEvent.REOPEN_UNKNOWN)}
+    assert leaving == {
+        (C.COMPLETED, campaign_lifecycle.CampaignEvent.PUBLISH),
+        (C.COMPLETED, campaign_lifecycle.CampaignEvent.REOPEN_UNKNOWN),
+    }

@@ -20,7 +20,11 @@ def test_a_request_becomes_a_v2_event_with_the_iam_caller():
         caller_arn="arn:aws:iam::123456789012:user/ann",
     )
 
-    assert (event["version"], event["rawPath"], event["rawQueryString"]) == ("2.0", "/campaigns/c1/pause", "dry=1&tag=a&tag=b")
+    assert (event["version"], event["rawPath"], event["rawQueryString"]) == (
+        "2.0",
+        "/campaigns/c1/pause",
+        "dry=1&tag=a&tag=b",
+    )
     assert event["queryStringParameters"] == {"dry": "1", "tag": "a,b"}  # repeated names joined, as API Gateway does
     assert event["headers"]["content-type"] == "application/json" and "cookie" not in event["headers"]
     assert event["cookies"] == ["a=1", "b=2"]
@@ -30,8 +34,13 @@ def test_a_request_becomes_a_v2_event_with_the_iam_caller():
 
 
 def test_a_binary_body_is_base64_and_no_body_is_absent():
-    binary = http_api_event(method="PUT", target="/x", headers={"content-type": "application/octet-stream"},
-                            body=b"\xff\x00", caller_arn="arn")
+    binary = http_api_event(
+        method="PUT",
+        target="/x",
+        headers={"content-type": "application/octet-stream"},
+        body=b"\xff\x00",
+        caller_arn="arn",
+    )
     empty = http_api_event(method="POST", target="/x", headers={}, body=b"", caller_arn="arn")
 
     assert binary["isBase64Encoded"] and base64.b64decode(binary["body"]) == b"\xff\x00"
@@ -63,15 +72,17 @@ def test_only_text_media_types_arrive_as_text(content_type, as_text):
 
 
 def test_text_that_is_not_utf8_arrives_as_the_bytes_sent():
-    event = http_api_event(method="POST", target="/campaigns", headers={"content-type": "application/json"},
-                           body=b"\xff\xfe{")
+    event = http_api_event(
+        method="POST", target="/campaigns", headers={"content-type": "application/json"}, body=b"\xff\xfe{"
+    )
 
     assert event["isBase64Encoded"] and base64.b64decode(event["body"]) == b"\xff\xfe{"
 
 
 def test_a_public_route_has_no_authorizer_and_repeated_headers_are_joined():
-    event = http_api_event(method="GET", target="/prod/u/t", headers=[("Accept", "text/html"), ("accept", "*/*")],
-                           body=b"", stage="prod")
+    event = http_api_event(
+        method="GET", target="/prod/u/t", headers=[("Accept", "text/html"), ("accept", "*/*")], body=b"", stage="prod"
+    )
 
     assert "authorizer" not in event["requestContext"]
     assert event["headers"]["accept"] == "text/html,*/*"

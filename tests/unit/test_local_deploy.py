@@ -12,8 +12,14 @@ def test_context_reaches_the_app_as_the_cdk_cli_passes_it():
     context = {"provider": ["ses", "resend"], "send_rate": 200, "stack_name": "Local"}
 
     assert cli_context(context) == {"provider": "ses,resend", "send_rate": "200", "stack_name": "Local"}
-    assert context_args(context) == ["--context", "provider=ses,resend", "--context", "send_rate=200",
-                                     "--context", "stack_name=Local"]
+    assert context_args(context) == [
+        "--context",
+        "provider=ses,resend",
+        "--context",
+        "send_rate=200",
+        "--context",
+        "stack_name=Local",
+    ]
 
 
 @pytest.mark.parametrize("argument, message", [

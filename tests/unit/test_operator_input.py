@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from sendonce.domain.campaigns.service import CampaignService
-from sendonce.domain.models import Campaign, CampaignState, Content
 from sendonce.domain.campaigns.operator_input import (
     CampaignSpec,
     RecipientFileError,
@@ -16,8 +14,9 @@ from sendonce.domain.campaigns.operator_input import (
     format_for,
     publish_file,
 )
+from sendonce.domain.campaigns.service import CampaignService
+from sendonce.domain.models import Campaign, CampaignState, Content
 from sendonce_ops.specs import SpecError, load_spec, locate
-
 from tests.fakes import FakeCampaignStore, FakeLedger, FakeQueue
 
 
@@ -62,7 +61,9 @@ def test_each_bad_csv_row_is_reported_with_its_line_and_reason():
 def test_a_repeated_recipient_id_is_published_once_and_names_its_first_line():
     tally = RowTally()
 
-    published = list(tally.recipients(rows("recipient_id,email\nr1,a@example.com\nr2,b@example.com\nr1,a@example.com\n")))
+    published = list(
+        tally.recipients(rows("recipient_id,email\nr1,a@example.com\nr2,b@example.com\nr1,a@example.com\n"))
+    )
 
     assert [r.recipient_id for r in published] == ["r1", "r2"]
     assert tally.duplicates == 1 and tally.bad == 0
@@ -151,15 +152,21 @@ def test_a_spec_reads_templates_relative_to_itself(tmp_path):
 
 def test_a_bad_field_is_named_with_its_file_and_line(tmp_path):
     spec_path = tmp_path / "campaign.yaml"
-    spec_path.write_text(SPEC.replace("from: News <news@example.com>", "from: newsroom").replace("html_file: templates/spring.html\n", "subjcet: typo\n"))
+    spec_path.write_text(
+        SPEC.replace("from: News <news@example.com>", "from: newsroom").replace(
+            "html_file: templates/spring.html\n", "subjcet: typo\n"
+        )
+    )
 
     with pytest.raises(SpecError) as raised:
         load_spec(spec_path)
 
-    assert sorted(raised.value.problems) == sorted([
-        f"{spec_path}:4: from: not a valid sender address (use a@example.com or Name <a@example.com>)",
-        f"{spec_path}:7: subjcet: unexpected field",
-    ])
+    assert sorted(raised.value.problems) == sorted(
+        [
+            f"{spec_path}:4: from: not a valid sender address (use a@example.com or Name <a@example.com>)",
+            f"{spec_path}:7: subjcet: unexpected field",
+        ]
+    )
 
 
 def test_a_yaml_syntax_error_gives_its_line(tmp_path):
@@ -172,8 +179,10 @@ def test_a_yaml_syntax_error_gives_its_line(tmp_path):
 
 def test_a_json_spec_is_accepted_and_its_errors_located(tmp_path):
     spec_path = tmp_path / "campaign.json"
-    spec_path.write_text('{\n  "id": "c1",\n  "name": "",\n  "subject": "s",\n  "from": "a@example.com",\n'
-                         '  "text": "t",\n  "provider": "resend"\n}\n')
+    spec_path.write_text(
+        '{\n  "id": "c1",\n  "name": "",\n  "subject": "s",\n  "from": "a@example.com",\n'
+        '  "text": "t",\n  "provider": "resend"\n}\n'
+    )
 
     with pytest.raises(SpecError) as raised:
         load_spec(spec_path)
@@ -196,7 +205,10 @@ def test_service_errors_are_located_at_their_field(tmp_path):
     spec_path = tmp_path / "campaign.yaml"
     spec_path.write_text(SPEC)
 
-    assert locate(spec_path, "provider: 'mailgun' is not registered") == f"{spec_path}:6: provider: 'mailgun' is not registered"
+    assert (
+        locate(spec_path, "provider: 'mailgun' is not registered")
+        == f"{spec_path}:6: provider: 'mailgun' is not registered"
+    )
 
 
 def test_the_api_body_uses_the_same_model_with_from_as_the_sender():
@@ -212,8 +224,11 @@ def test_the_api_body_uses_the_same_model_with_from_as_the_sender():
 def file_service():
     queue = FakeQueue()
     service = CampaignService(campaigns=FakeCampaignStore(), ledger=FakeLedger(), queue=queue, provider_names=["ses"])
-    service.create(Campaign(campaign_id="c1", name="n", provider="ses", sender="a@example.com",
-                            content=Content(subject="s", text="t")))
+    service.create(
+        Campaign(
+            campaign_id="c1", name="n", provider="ses", sender="a@example.com", content=Content(subject="s", text="t")
+        )
+    )
     return service, queue
 
 

@@ -9,8 +9,6 @@ import pytest
 from pydantic import ValidationError
 
 from sendonce.domain import limits
-from sendonce.domain.campaigns.service import CampaignService
-from sendonce.domain.models import BatchMessage, Campaign, Content
 from sendonce.domain.campaigns.operator_input import (
     CampaignSpec,
     InlineRecipient,
@@ -23,11 +21,18 @@ from sendonce.domain.campaigns.operator_input import (
     publish_file,
     strict_json_loads,
 )
-
+from sendonce.domain.campaigns.service import CampaignService
+from sendonce.domain.models import BatchMessage, Campaign, Content
 from tests.fakes import FakeCampaignStore, FakeLedger, FakeQueue
 
-SPEC = {"id": "c1", "name": "Spring", "subject": "Hi {{ name }}", "from": "News <news@example.com>",
-        "html": "<p>Hi</p>", "provider": "resend"}
+SPEC = {
+    "id": "c1",
+    "name": "Spring",
+    "subject": "Hi {{ name }}",
+    "from": "News <news@example.com>",
+    "html": "<p>Hi</p>",
+    "provider": "resend",
+}
 
 
 def problems(**overrides) -> list[tuple[str, str]]:
@@ -40,28 +45,37 @@ def rows(text: str, fmt: str = "csv", name: str = "people.csv"):
     return list(RecipientReader(text.splitlines(keepends=True), fmt, name=name))
 
 
-@pytest.mark.parametrize("field, value", [
-    ("from", "News\r\nBcc: x@evil.example <news@example.com>"),
-    ("from", "News <news@example.com>\nBcc: x@evil.example"),
-    ("from", "news@example.com\r\n"),
-    ("reply_to", "Help\u2028Bcc: x@evil.example <help@example.com>"),
-    ("reply_to", "help\x00@example.com"),
-    ("from", "Doe, Jane <jane@example.com>"),  # unquoted comma: a second address to a parser
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("from", "News\r\nBcc: x@evil.example <news@example.com>"),
+        ("from", "News <news@example.com>\nBcc: x@evil.example"),
+        ("from", "news@example.com\r\n"),
+        ("reply_to", "Help\u2028Bcc: x@evil.example <help@example.com>"),
+        ("reply_to", "help\x00@example.com"),
+        ("from", "Doe, Jane <jane@example.com>"),  # unquoted comma: a second address to a parser
+    ],
+)
 def test_a_header_bound_address_with_a_line_break_or_control_character_is_refused(field, value):
     assert [f for f, _ in problems(**{field: value})] == [field]
 
 
-@pytest.mark.parametrize("field, value", [("subject", "Hello\r\nBcc: x@evil.example"), ("subject", "Hi\x1b[31m"),
-                                          ("name", "Spring\nlaunch")])
+@pytest.mark.parametrize(
+    "field, value", [("subject", "Hello\r\nBcc: x@evil.example"), ("subject", "Hi\x1b[31m"), ("name", "Spring\nlaunch")]
+)
 def test_subject_and_name_are_one_line_without_control_characters(field, value):
-    assert problems(**{field: value}) == [(field, "must be one line without control characters"
-                                           + (" (a tab is allowed)" if field == "subject" else ""))]
+    assert problems(**{field: value}) == [
+        (field, "must be one line without control characters" + (" (a tab is allowed)" if field == "subject" else ""))
+    ]
 
 
 def test_ordinary_senders_and_a_tab_in_the_subject_are_accepted():
-    for sender in ("news@example.com", "News <news@example.com>", '"Doe, Jane" <jane@example.com>',
-                   "Café Crème <hello@example.co.uk>"):
+    for sender in (
+        "news@example.com",
+        "News <news@example.com>",
+        '"Doe, Jane" <jane@example.com>',
+        "Café Crème <hello@example.co.uk>",
+    ):
         assert CampaignSpec.model_validate({**SPEC, "from": sender, "subject": "a\tb"}).sender == sender
 
 
@@ -71,14 +85,22 @@ def test_templates_are_limited_in_utf8_bytes_not_characters():
     over = euro * (limits.HTML_BYTES // 3 + 1)  # fewer characters than HTML_BYTES, more bytes
 
     assert CampaignSpec.model_validate({**SPEC, "html": under}).html == under
-    assert problems(html=over) == [("html", f"html is longer than {limits.HTML_BYTES:,} bytes (UTF-8); see docs/limits.md")]
+    assert problems(html=over) == [
+        ("html", f"html is longer than {limits.HTML_BYTES:,} bytes (UTF-8); see docs/limits.md")
+    ]
     assert [f for f, _ in problems(html="x" * 500_000)] == ["html"]
     assert [f for f, _ in problems(text="x" * (limits.TEXT_BYTES + 1))] == ["text"]
 
 
 def test_the_largest_campaign_the_spec_accepts_fits_one_dynamodb_item():
-    spec = CampaignSpec.model_validate({**SPEC, "subject": "\u20ac" * limits.SUBJECT_CHARS,
-                                        "html": "x" * limits.HTML_BYTES, "text": "y" * limits.TEXT_BYTES})
+    spec = CampaignSpec.model_validate(
+        {
+            **SPEC,
+            "subject": "\u20ac" * limits.SUBJECT_CHARS,
+            "html": "x" * limits.HTML_BYTES,
+            "text": "y" * limits.TEXT_BYTES,
+        }
+    )
     size = len(spec.to_campaign().model_dump_json().encode())
 
     assert size < limits.DYNAMODB_ITEM_BYTES - 50_000
@@ -115,23 +137,38 @@ def test_a_recipient_too_large_for_its_share_of_a_batch_is_a_bad_row_naming_its_
 
 def test_too_many_variables_or_a_control_character_in_one_is_a_bad_row():
     columns = ",".join(f"v{i}" for i in range(limits.VARIABLES_PER_RECIPIENT + 1))
-    wide = rows(f"recipient_id,email,{columns}\nr1,a@example.com,{','.join('1' * (limits.VARIABLES_PER_RECIPIENT + 1))}\n")
+    wide = rows(
+        f"recipient_id,email,{columns}\nr1,a@example.com,{','.join('1' * (limits.VARIABLES_PER_RECIPIENT + 1))}\n"
+    )
     escape = rows('{"recipient_id": "r1", "email": "a@example.com", "variables": {"name": "\\u001b[2J"}}\n', "jsonl")
     multiline = rows('recipient_id,email,address\nr1,a@example.com,"1 Main St\n Springfield"\n')
 
     assert wide[0].problem.startswith("variables: Dictionary should have at most 50 items")
-    assert escape[0].problem == "variables: variable 'name' holds a control character (only tab and line breaks are allowed)"
+    assert (
+        escape[0].problem
+        == "variables: variable 'name' holds a control character (only tab and line breaks are allowed)"
+    )
     assert multiline[0].recipient.variables == {"address": "1 Main St\n Springfield"}
 
 
-@pytest.mark.parametrize("line, reason", [
-    ('{"recipient_id": "r1", "email": "a@example.com", "variables": {"n": NaN}}', "not valid JSON: NaN is not JSON"),
-    ('{"recipient_id": "r1", "email": "a@example.com", "variables": {"n": 1' + "0" * 5000 + "}}",
-     "not valid JSON: a value cannot be read"),
-    ("[" * 5000 + "]" * 5000, "not valid JSON: nested deeper than 32 levels"),
-    ('{"recipient_id": "r1", "email": "a@example.com", "variables": {"n": "\\ud800"}}',
-     "not valid JSON: a string holds a lone surrogate"),
-])
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        (
+            '{"recipient_id": "r1", "email": "a@example.com", "variables": {"n": NaN}}',
+            "not valid JSON: NaN is not JSON",
+        ),
+        (
+            '{"recipient_id": "r1", "email": "a@example.com", "variables": {"n": 1' + "0" * 5000 + "}}",
+            "not valid JSON: a value cannot be read",
+        ),
+        ("[" * 5000 + "]" * 5000, "not valid JSON: nested deeper than 32 levels"),
+        (
+            '{"recipient_id": "r1", "email": "a@example.com", "variables": {"n": "\\ud800"}}',
+            "not valid JSON: a string holds a lone surrogate",
+        ),
+    ],
+)
 def test_hostile_json_lines_are_bad_rows_with_a_reason_never_a_traceback(line, reason):
     [row] = rows(line + "\n", "jsonl", name="people.jsonl")
 
@@ -139,11 +176,16 @@ def test_hostile_json_lines_are_bad_rows_with_a_reason_never_a_traceback(line, r
     assert row.problem.startswith(reason)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("recipient_id,email\nr1,a@example.com\nr2,b@exa\x00mple.com\n", "people.csv:3: holds a NUL byte"),
-    ("recipient_id,email\nr1,a@example.com\n" + "x" * (limits.RECIPIENT_LINE_BYTES + 1) + "\n",
-     f"people.csv:3: line longer than {limits.RECIPIENT_LINE_BYTES:,} characters"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("recipient_id,email\nr1,a@example.com\nr2,b@exa\x00mple.com\n", "people.csv:3: holds a NUL byte"),
+        (
+            "recipient_id,email\nr1,a@example.com\n" + "x" * (limits.RECIPIENT_LINE_BYTES + 1) + "\n",
+            f"people.csv:3: line longer than {limits.RECIPIENT_LINE_BYTES:,} characters",
+        ),
+    ],
+)
 def test_a_binary_or_runaway_line_stops_the_file_with_its_line(text, message):
     with pytest.raises(RecipientFileError, match=message):
         rows(text)
@@ -155,19 +197,29 @@ def test_strict_json_loads_accepts_ordinary_json():
 
 # --- the same address under two recipient ids ------------------------------------------
 
-PEOPLE = ("recipient_id,email\n"
-          "r1,ann@example.com\n"
-          "r2,ANN@Example.COM \n"      # the same mailbox, written otherwise
-          "r3,ann+news@example.com\n"  # plus-addressing: another address
-          "r4,bob@example.com\n")
+PEOPLE = (
+    "recipient_id,email\n"
+    "r1,ann@example.com\n"
+    "r2,ANN@Example.COM \n"  # the same mailbox, written otherwise
+    "r3,ann+news@example.com\n"  # plus-addressing: another address
+    "r4,bob@example.com\n"
+)
 
 
 def file_service():
     queue = FakeQueue()
-    service = CampaignService(campaigns=FakeCampaignStore(), ledger=FakeLedger(), queue=queue,
-                              provider_names=["ses", "resend"])
-    service.create(Campaign(campaign_id="c1", name="n", provider="resend", sender="a@example.com",
-                            content=Content(subject="s", text="t")))
+    service = CampaignService(
+        campaigns=FakeCampaignStore(), ledger=FakeLedger(), queue=queue, provider_names=["ses", "resend"]
+    )
+    service.create(
+        Campaign(
+            campaign_id="c1",
+            name="n",
+            provider="resend",
+            sender="a@example.com",
+            content=Content(subject="s", text="t"),
+        )
+    )
     return service, queue
 
 
@@ -179,8 +231,14 @@ def test_an_address_repeated_under_another_id_is_reported_with_both_lines_and_se
     service, queue = file_service()
     reported = []
 
-    report, tally = publish_file(service, "c1", lambda: RecipientReader(PEOPLE.splitlines(True), "csv", name="p.csv"),
-                                 name="p.csv", strict=False, on_report=reported.append)
+    report, tally = publish_file(
+        service,
+        "c1",
+        lambda: RecipientReader(PEOPLE.splitlines(True), "csv", name="p.csv"),
+        name="p.csv",
+        strict=False,
+        on_report=reported.append,
+    )
 
     assert [(r.line, r.same_address_as) for r in reported] == [(3, 2)]
     assert describe_row(reported[0]).startswith("same address as line 2, under another recipient_id; published")
@@ -192,12 +250,21 @@ def test_dedupe_addresses_sends_such_an_address_once_and_never_merges_plus_addre
     service, queue = file_service()
     reported = []
 
-    report, tally = publish_file(service, "c1", lambda: RecipientReader(PEOPLE.splitlines(True), "csv", name="p.csv"),
-                                 name="p.csv", strict=True, dedupe_addresses=True, on_report=reported.append)
+    report, tally = publish_file(
+        service,
+        "c1",
+        lambda: RecipientReader(PEOPLE.splitlines(True), "csv", name="p.csv"),
+        name="p.csv",
+        strict=True,
+        dedupe_addresses=True,
+        on_report=reported.append,
+    )
 
     assert report.accepted == 3 and tally.duplicate_addresses == 1
     assert sorted(published_ids(queue)) == ["r1", "r3", "r4"]
-    assert describe_row(reported[0], dedupe_addresses=True) == "same address as line 2; not published (dedupe addresses)"
+    assert (
+        describe_row(reported[0], dedupe_addresses=True) == "same address as line 2; not published (dedupe addresses)"
+    )
 
 
 def test_reports_of_repeated_addresses_never_hold_the_address():
@@ -207,12 +274,16 @@ def test_reports_of_repeated_addresses_never_hold_the_address():
 
 
 def test_inline_recipients_are_checked_for_repeated_addresses_by_index():
-    people = [InlineRecipient(recipient_id="r1", email="ann@example.com"),
-              InlineRecipient(recipient_id="r2", email="Ann@EXAMPLE.com")]
+    people = [
+        InlineRecipient(recipient_id="r1", email="ann@example.com"),
+        InlineRecipient(recipient_id="r2", email="Ann@EXAMPLE.com"),
+    ]
     tally = RowTally(dedupe_addresses=True)
 
     assert [r.recipient_id for r in tally.recipients(inline_rows(people))] == ["r1"]
-    assert describe_row(tally.kept[0], dedupe_addresses=True, where="recipients.").startswith("same address as recipients.")
+    assert describe_row(tally.kept[0], dedupe_addresses=True, where="recipients.").startswith(
+        "same address as recipients."
+    )
 
 
 def test_an_inline_recipient_address_is_one_address_without_surrounding_space():
@@ -235,12 +306,15 @@ def spec_in(tmp_path, ref: str):
     return folder / "campaign.yaml"
 
 
-@pytest.mark.parametrize("ref, reason", [
-    ("/etc/passwd", "/etc/passwd: must be relative to the spec's folder, not absolute"),
-    ("../secret.html", "../secret.html: outside the spec's folder"),
-    ("sub/../../secret.html", "sub/../../secret.html: outside the spec's folder"),
-    ("link.html", "link.html: outside the spec's folder"),  # a symlink pointing out
-])
+@pytest.mark.parametrize(
+    "ref, reason",
+    [
+        ("/etc/passwd", "/etc/passwd: must be relative to the spec's folder, not absolute"),
+        ("../secret.html", "../secret.html: outside the spec's folder"),
+        ("sub/../../secret.html", "sub/../../secret.html: outside the spec's folder"),
+        ("link.html", "link.html: outside the spec's folder"),  # a symlink pointing out
+    ],
+)
 def test_a_template_outside_the_specs_folder_is_refused_with_the_field_named(tmp_path, ref, reason):
     from sendonce_ops.specs import SpecError, load_spec
 

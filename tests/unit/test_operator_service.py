@@ -10,7 +10,6 @@ import pytest
 from sendonce.domain.campaigns.service import CampaignService, DeadLetter
 from sendonce.domain.errors import CampaignNotFoundError
 from sendonce.domain.models import BatchMessage, Campaign, Content, DeliveryState
-
 from tests.fakes import FakeCampaignStore, FakeLedger, FakeQueue
 from tests.unit.helpers import recipients
 
@@ -27,10 +26,18 @@ def queue() -> FakeQueue:
 
 @pytest.fixture
 def service(ledger, queue) -> CampaignService:
-    svc = CampaignService(campaigns=FakeCampaignStore(), ledger=ledger, queue=queue, provider_names=["ses", "resend"],
-                          operator="cli")
-    svc.create(Campaign(campaign_id="c1", name="n", provider="resend", sender="a@example.com",
-                        content=Content(subject="s", text="t")))
+    svc = CampaignService(
+        campaigns=FakeCampaignStore(), ledger=ledger, queue=queue, provider_names=["ses", "resend"], operator="cli"
+    )
+    svc.create(
+        Campaign(
+            campaign_id="c1",
+            name="n",
+            provider="resend",
+            sender="a@example.com",
+            content=Content(subject="s", text="t"),
+        )
+    )
     return svc
 
 
@@ -58,22 +65,41 @@ def test_delivery_returns_one_record_or_none_and_refuses_an_unknown_campaign(ser
 def test_dead_letter_summary_groups_by_campaign_with_the_last_error(service, ledger, queue):
     service.publish("c1", recipients(4))
     batch = BatchMessage.model_validate_json(queue.published[0])
-    ledger.close_unclaimed("c1", ["r2", "r3"], state=DeliveryState.DEAD_LETTERED,
-                           reason="resend 429 rate_limit_exceeded", batch_id=batch.batch_id)
+    ledger.close_unclaimed(
+        "c1",
+        ["r2", "r3"],
+        state=DeliveryState.DEAD_LETTERED,
+        reason="resend 429 rate_limit_exceeded",
+        batch_id=batch.batch_id,
+    )
     letters = [
         DeadLetter(message_id="m1", body=batch.to_body(), sent_at_ms=1),
         DeadLetter(message_id="m2", body="{not json", poison_reason="body is not JSON", sent_at_ms=2),
-        DeadLetter(message_id="m3", body=json.dumps({**json.loads(batch.to_body()), "campaign_id": "gone"}),
-                   poison_reason="campaign 'gone' does not exist", sent_at_ms=3),
+        DeadLetter(
+            message_id="m3",
+            body=json.dumps({**json.loads(batch.to_body()), "campaign_id": "gone"}),
+            poison_reason="campaign 'gone' does not exist",
+            sent_at_ms=3,
+        ),
     ]
 
     summary = service.dead_letter_summary(letters)
 
     assert [g.as_dict() for g in summary.groups] == [
-        {"campaign_id": "c1", "messages": 1, "recipients": 4, "dead_lettered": 2,
-         "last_error": "resend 429 rate_limit_exceeded"},
-        {"campaign_id": "gone", "messages": 1, "recipients": 4, "dead_lettered": 0,
-         "last_error": "campaign 'gone' does not exist"},
+        {
+            "campaign_id": "c1",
+            "messages": 1,
+            "recipients": 4,
+            "dead_lettered": 2,
+            "last_error": "resend 429 rate_limit_exceeded",
+        },
+        {
+            "campaign_id": "gone",
+            "messages": 1,
+            "recipients": 4,
+            "dead_lettered": 0,
+            "last_error": "campaign 'gone' does not exist",
+        },
         {"campaign_id": None, "messages": 1, "recipients": 0, "dead_lettered": 0, "last_error": "body is not JSON"},
     ]
     assert summary.as_dict()["messages"] == 3
@@ -82,8 +108,11 @@ def test_dead_letter_summary_groups_by_campaign_with_the_last_error(service, led
 def test_list_campaigns_reads_the_store_by_id_and_state_and_sends_nothing(service, queue):
     from sendonce.domain.models import CampaignState
 
-    service.create(Campaign(campaign_id="a0", name="n", provider="ses", sender="a@example.com",
-                            content=Content(subject="s", text="t")))
+    service.create(
+        Campaign(
+            campaign_id="a0", name="n", provider="ses", sender="a@example.com", content=Content(subject="s", text="t")
+        )
+    )
     service.publish("c1", recipients(2))
     sent_before = list(queue.published)
 

@@ -15,6 +15,7 @@ from sendonce.domain.errors import (
 )
 from sendonce.settings import ConsumerSettings
 
+
 def resend_error(code, kind, headers=None):
     return ResendError(code=code, error_type=kind, message="m", suggested_action="", headers=headers)
 
@@ -45,7 +46,9 @@ def test_resend_rate_limit_carries_retry_after_and_a_key_reuse_is_not_repeatable
 
 
 def ses_error(code, status=400, message="m"):
-    return ClientError({"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}, "SendEmail")
+    return ClientError(
+        {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}, "SendEmail"
+    )
 
 
 @pytest.mark.parametrize(
@@ -104,6 +107,9 @@ def test_resend_defaults_to_its_documented_team_limit_learned_from_headers_with_
     settings = ConsumerSettings.from_env(GOOD)
 
     assert (settings.resend_requests_per_second, settings.resend_rate_from_headers, settings.resend_rate_reserve) == (
-        5.0, True, 1.0)
+        5.0,
+        True,
+        1.0,
+    )
     with pytest.raises(SettingsError, match="RESEND_RATE_RESERVE"):
         ConsumerSettings.from_env({**GOOD, "SENDONCE_RESEND_RATE_RESERVE": "-1"})

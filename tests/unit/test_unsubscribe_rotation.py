@@ -8,9 +8,8 @@ import json
 
 import pytest
 
-from sendonce.domain.errors import InvalidTokenError
 from sendonce.domain.deliverability.unsubscribe import KeySet, UnsubscribeLinks, UnsubscribeTokens, keys_from_secret
-
+from sendonce.domain.errors import InvalidTokenError
 from tests.fakes import FakeClock
 
 OLD = "o" * 32
@@ -70,13 +69,17 @@ def test_consumers_holding_different_key_sets_sign_a_delivery_identically(clock)
     created_after, created_before = "2026-01-01T00:02:00.000+00:00", "2025-12-31T23:59:00.000+00:00"
 
     # Then both sign the new campaign with NEW (the warm one read its keys again first) ...
-    assert warm.sign("c1", "r1", "a@example.com", created_at=created_after) == \
-        cold.sign("c1", "r1", "a@example.com", created_at=created_after) == \
-        UnsubscribeTokens([NEW.encode()]).sign("c1", "r1", "a@example.com")
+    assert (
+        warm.sign("c1", "r1", "a@example.com", created_at=created_after)
+        == cold.sign("c1", "r1", "a@example.com", created_at=created_after)
+        == UnsubscribeTokens([NEW.encode()]).sign("c1", "r1", "a@example.com")
+    )
     # ... and a campaign created before NEW's not_before keeps OLD, for every consumer
-    assert warm.sign("c2", "r1", "a@example.com", created_at=created_before) == \
-        cold.sign("c2", "r1", "a@example.com", created_at=created_before) == \
-        UnsubscribeTokens([OLD.encode()]).sign("c2", "r1", "a@example.com")
+    assert (
+        warm.sign("c2", "r1", "a@example.com", created_at=created_before)
+        == cold.sign("c2", "r1", "a@example.com", created_at=created_before)
+        == UnsubscribeTokens([OLD.encode()]).sign("c2", "r1", "a@example.com")
+    )
     # and both verify links of either key
     for tokens in (warm, cold):
         tokens.verify(UnsubscribeTokens([OLD.encode()]).sign("c3", "r1", "a@example.com"))
@@ -88,10 +91,12 @@ def test_a_campaign_older_than_every_key_is_signed_with_the_oldest_and_undated_k
     tokens = UnsubscribeTokens.from_secret(keys)
     undated = UnsubscribeTokens.from_secret(json.dumps({"keys": [NEW, OLD]}))
 
-    assert tokens.sign("c1", "r1", "a@example.com", created_at="2025-06-01T00:00:00Z") == \
-        UnsubscribeTokens([OLD.encode()]).sign("c1", "r1", "a@example.com")
-    assert undated.sign("c1", "r1", "a@example.com", created_at="2026-06-01T00:00:00Z") == \
-        UnsubscribeTokens([NEW.encode()]).sign("c1", "r1", "a@example.com")
+    assert tokens.sign("c1", "r1", "a@example.com", created_at="2025-06-01T00:00:00Z") == UnsubscribeTokens(
+        [OLD.encode()]
+    ).sign("c1", "r1", "a@example.com")
+    assert undated.sign("c1", "r1", "a@example.com", created_at="2026-06-01T00:00:00Z") == UnsubscribeTokens(
+        [NEW.encode()]
+    ).sign("c1", "r1", "a@example.com")
 
 
 def test_a_key_set_read_before_a_campaign_is_read_again_once_for_it_not_once_per_email(clock):
@@ -116,8 +121,9 @@ def test_a_malformed_dated_key_is_refused(secret):
 def test_links_ask_a_campaigns_creation_time_once():
     asked = []
     tokens = UnsubscribeTokens.from_secret(dated((OLD, None), (NEW, "2026-01-01T00:00:00Z")))
-    links = UnsubscribeLinks(tokens, "https://u.example.com",
-                             created_at_of=lambda cid: asked.append(cid) or "2026-03-01T00:00:00Z")
+    links = UnsubscribeLinks(
+        tokens, "https://u.example.com", created_at_of=lambda cid: asked.append(cid) or "2026-03-01T00:00:00Z"
+    )
 
     first = links.headers("c1", "r1", "a@example.com")
     links.headers("c1", "r2", "b@example.com")

@@ -22,14 +22,21 @@ from sendonce.domain.sending.rendering import CompiledContent
 
 def _send_resend(campaign, recipient, rendered) -> None:
     resend.Emails.send(
-        {"from": campaign.sender, "to": [recipient.email], "subject": rendered.subject, "html": rendered.html or "",
-         "text": rendered.text or ""}
+        {
+            "from": campaign.sender,
+            "to": [recipient.email],
+            "subject": rendered.subject,
+            "html": rendered.html or "",
+            "text": rendered.text or "",
+        }
     )
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict:
     session = boto3.session.Session()
-    campaigns = DynamoDBCampaignStore(client=session.client("dynamodb"), table_name=os.environ["SENDONCE_CAMPAIGNS_TABLE"])
+    campaigns = DynamoDBCampaignStore(
+        client=session.client("dynamodb"), table_name=os.environ["SENDONCE_CAMPAIGNS_TABLE"]
+    )
     ses = session.client("sesv2", config=SEND_CLIENT_CONFIG)
     resend.api_key = os.environ.get("SENDONCE_BASELINE_RESEND_KEY", "re_local_test_key")
     if os.environ.get("RESEND_API_URL"):

@@ -29,7 +29,7 @@ _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encodin
 
 
 class _QuietServer(ThreadingHTTPServer):
-    def handle_error(self, request, client_address) -> None:  # noqa: ANN001
+    def handle_error(self, request, client_address) -> None:
         # A killed consumer, or one that gave up on a stalled answer, leaves a dead socket
         # behind: that is the fault working, not an error worth a traceback.
         if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
@@ -152,4 +152,3 @@ class FaultProxy:
         if stall:
             self._stopping.wait(stall)
         return False
-

@@ -49,19 +49,18 @@ from sendonce.domain.models import Campaign, CampaignState, Content, DeliverySta
 from sendonce.settings import ApiSettings
 from sendonce.wiring import campaign_service
 from sendonce_local.demo.consumer import COUNTS_ENV, HANDLER_ENV, read_counts
-from sendonce_local.moto_server import DemoMotoServer
 from sendonce_local.demo.proxy import RESEND_SEND_PATHS, SES_SEND_PATHS, FaultProxy
 from sendonce_local.demo.stack import (
     RESEND_DEMO_KEY,
     ConsumerProcess,
-    ResendServerProcess,
     DeployedConsumer,
+    ResendServerProcess,
     TimeScale,
     consumer_environment,
     deploy_stack,
     wait_for,
 )
-from sendonce_local.moto_server import aws_env, ses_deliveries
+from sendonce_local.moto_server import DemoMotoServer, aws_env, ses_deliveries
 from sendonce_ops.sqs_tools import queue_depths
 
 DEFAULT_RECIPIENTS = 12_480
@@ -332,7 +331,10 @@ class CampaignRun:
         self.stall_s = self.visibility_s + STALL_BEYOND_VISIBILITY_S
         self.addresses = {r.email.lower() for r in recipients}
         self.result = RunResult(
-            consumer=consumer, campaign_id=self.campaign_id, delivery_mode=self.delivery_mode, recipients=len(recipients)
+            consumer=consumer,
+            campaign_id=self.campaign_id,
+            delivery_mode=self.delivery_mode,
+            recipients=len(recipients),
         )
         self._accepted_before = 0
         self._deliveries_before: dict[str, int] = {}
@@ -396,7 +398,9 @@ class CampaignRun:
         dlq_before = queue_depths(self.system.client("sqs"), self.deployed.dead_letter_queue_url)["visible"]
         provider = self.system.provider
         self.operator.create(demo_campaign(self.campaign_id, provider, self.delivery_mode))
-        self.event(f"campaign {self.campaign_id}: {len(self.recipients):,} recipients, {provider}, {self.delivery_mode} mode")
+        self.event(
+            f"campaign {self.campaign_id}: {len(self.recipients):,} recipients, {provider}, {self.delivery_mode} mode"
+        )
         try:
             self._kill_a_consumer_after_accept()
             self._pause_and_resume()
@@ -462,7 +466,9 @@ class CampaignRun:
         self._wait(lambda: doomed.returncode() is not None, timeout_s=60, what="the doomed consumer's death")
         accepted = self._first_batch_accepted(first)
         if doomed.returncode() != -signal.SIGKILL:
-            raise RuntimeError(f"{doomed.name} exited with {doomed.returncode()}, not SIGKILL; see {doomed.stderr_path}")
+            raise RuntimeError(
+                f"{doomed.name} exited with {doomed.returncode()}, not SIGKILL; see {doomed.stderr_path}"
+            )
         self.result.consumers_killed += 1
         self.event(
             f"consumer pid {doomed.pid} killed (SIGKILL) after the provider accepted {accepted} of its batch's 100 "
@@ -479,12 +485,14 @@ class CampaignRun:
                 f"published the other {report.accepted:,} recipients in {report.messages_sent} batches "
                 f"({time.monotonic() - started:.1f} s)"
             )
-        except BaseException as exc:  # reported by the main thread
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             self._publish_error = exc
 
     def _first_batch_accepted(self, first: list[Recipient]) -> int:
         counts = self.system.deliveries()
-        return sum(max(0, counts.get(r.email.lower(), 0) - self._deliveries_before.get(r.email.lower(), 0)) for r in first)
+        return sum(
+            max(0, counts.get(r.email.lower(), 0) - self._deliveries_before.get(r.email.lower(), 0)) for r in first
+        )
 
     def _pause_and_resume(self) -> None:
         total = len(self.recipients)
@@ -542,7 +550,7 @@ class CampaignRun:
         for i in range(stalls):
             milestone = start + (end - start) * (i + 1) // (stalls + 1)
             self._wait(
-                lambda: self.accepted() >= milestone or self._queue_empty(),
+                lambda milestone=milestone: self.accepted() >= milestone or self._queue_empty(),
                 timeout_s=RUN_LIMIT_S, interval_s=0.05, what="a stall milestone",
             )  # fmt: skip
             staller.stall_next(1, self.stall_s)
@@ -662,7 +670,11 @@ def summary_table(baseline: RunResult, sendonce: RunResult, provider: str) -> Ta
         ("wall time", f"{baseline.seconds:.1f} s", f"{sendonce.seconds:.1f} s"),
         ("DynamoDB requests per recipient", per_recipient(baseline), per_recipient(sendonce)),
         ("consumers killed after accept", str(baseline.consumers_killed), str(sendonce.consumers_killed)),
-        ("requests stalled past the visibility timeout", str(baseline.stalled_requests), str(sendonce.stalled_requests)),
+        (
+            "requests stalled past the visibility timeout",
+            str(baseline.stalled_requests),
+            str(sendonce.stalled_requests),
+        ),
     ]
     for label, left, right in rows:
         style = "bold" if label.startswith(("duplicates", "missing")) else None
@@ -716,7 +728,9 @@ def run_demo(options: DemoOptions, console: Console) -> tuple[dict[str, Any], bo
             for kind in ("baseline", "sendonce"):
                 if options.provider == "resend":
                     system.resend.reset()  # counts per run: the same addresses get both campaigns
-                results[kind] = CampaignRun(system, consumer=kind, recipients=people, seed=options.seed, state=state).run()
+                results[kind] = CampaignRun(
+                    system, consumer=kind, recipients=people, seed=options.seed, state=state
+                ).run()
         finally:
             if live:
                 live.stop()
@@ -784,9 +798,7 @@ def configuration_table(system: DemoSystem, options: DemoOptions) -> Table:
     table.add_column("in the demo", justify="right")
     table.add_row("handler", deployed.handler, deployed.handler)
     table.add_row("event source batch size", str(deployed.batch_size), str(deployed.batch_size))
-    table.add_row(
-        "MaximumConcurrency", str(deployed.max_concurrency), f"{deployed.max_concurrency} consumer processes"
-    )
+    table.add_row("MaximumConcurrency", str(deployed.max_concurrency), f"{deployed.max_concurrency} consumer processes")
     table.add_row("function timeout", f"{deployed.timeout_s} s", f"{scale.function_timeout_s(deployed):g} s")
     table.add_row(
         "queue visibility timeout", f"{deployed.visibility_timeout_s} s", f"{scale.visibility_timeout_s(deployed)} s"
@@ -810,7 +822,9 @@ def verdict(baseline: RunResult, sendonce: RunResult, seconds: float) -> Text:
         f"{sendonce.unknown or 0:,} unknown. Total {seconds:.0f} s.\n",
     )
     text.append("PASS" if good else "FAIL", style="bold green" if good else "bold red")
-    text.append(": sendonce sent every recipient exactly once." if good else ": sendonce did not send each recipient once.")
+    text.append(
+        ": sendonce sent every recipient exactly once." if good else ": sendonce did not send each recipient once."
+    )
     return text
 
 
@@ -819,7 +833,9 @@ def keep_running(system: DemoSystem, options: DemoOptions, console: Console, *, 
     assert deployed is not None
     for n in range(deployed.max_concurrency):
         system.start_consumer(
-            f"kept-{n}", COUNTING_HANDLER, {HANDLER_ENV: deployed.handler, COUNTS_ENV: str(system.log_dir / f"kept-{n}.counts")}
+            f"kept-{n}",
+            COUNTING_HANDLER,
+            {HANDLER_ENV: deployed.handler, COUNTS_ENV: str(system.log_dir / f"kept-{n}.counts")},
         )
     endpoint = system.moto.endpoint
     campaign = f"incident-{options.seed}-sendonce"
@@ -855,19 +871,37 @@ Point the CLI at it:
 
 
 @click.command("demo")
-@click.option("--recipients", type=click.IntRange(200, 100_000), default=DEFAULT_RECIPIENTS, show_default=True,
-              help="Recipients in the campaign (generated from --seed).")
-@click.option("--provider", type=click.Choice(["resend", "ses"]), default="resend", show_default=True,
-              help="resend: the local Resend server, sendonce in batch mode (about 4 min for 12,480 "
-                   "recipients on 2 cores). ses: moto's SES behind a stalling proxy, single mode, 3 ledger "
-                   "writes per recipient: --recipients 2000 takes about 3.5 min, 12,480 about 10.")
+@click.option(
+    "--recipients",
+    type=click.IntRange(200, 100_000),
+    default=DEFAULT_RECIPIENTS,
+    show_default=True,
+    help="Recipients in the campaign (generated from --seed).",
+)
+@click.option(
+    "--provider",
+    type=click.Choice(["resend", "ses"]),
+    default="resend",
+    show_default=True,
+    help="resend: the local Resend server, sendonce in batch mode (about 4 min for 12,480 "
+    "recipients on 2 cores). ses: moto's SES behind a stalling proxy, single mode, 3 ledger "
+    "writes per recipient: --recipients 2000 takes about 3.5 min, 12,480 about 10.",
+)
 @click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help="Seed for the recipients.")
-@click.option("--time-scale", type=click.IntRange(10, 600), default=None,
-              help="Divide the deployed function timeout and visibility timeout (and provider timeout and "
-                   "safety margin, not below 1 s) by this. Default: 45 with resend (180 s -> 4 s, "
-                   "1080 s -> 24 s), 18 with ses (10 s, 60 s).")
-@click.option("--keep-running", is_flag=True, help="Leave moto, the Resend server and consumers up; print how "
-              "to use the CLI and the HTTP API against them. Ctrl-C stops.")
+@click.option(
+    "--time-scale",
+    type=click.IntRange(10, 600),
+    default=None,
+    help="Divide the deployed function timeout and visibility timeout (and provider timeout and "
+    "safety margin, not below 1 s) by this. Default: 45 with resend (180 s -> 4 s, "
+    "1080 s -> 24 s), 18 with ses (10 s, 60 s).",
+)
+@click.option(
+    "--keep-running",
+    is_flag=True,
+    help="Leave moto, the Resend server and consumers up; print how "
+    "to use the CLI and the HTTP API against them. Ctrl-C stops.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 def demo(recipients: int, provider: str, seed: int, time_scale: int | None, keep_running: bool, as_json: bool) -> None:
     """Replay the incident locally: the same campaign and faults through the generic consumer and

@@ -266,7 +266,7 @@ class ResendServerProcess:
         request = urllib.request.Request(
             self.url + path, data=data, method=method, headers={"content-type": "application/json"}
         )
-        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - loopback only
+        with urllib.request.urlopen(request, timeout=60) as response:
             return json.loads(response.read())
 
     def stats(self) -> dict[str, Any]:
