@@ -4,6 +4,8 @@ needs to talk to sendonce without reading its Python.
     schemas/batch-message.v1.json   the SQS message body (sendonce.domain.models.BatchMessage)
     schemas/campaign-spec.v1.json   a campaign spec (sendonce.domain.campaigns.operator_input.CampaignSpec)
     docs/openapi.json               the operator API, as it serves it at GET /openapi.json
+    docs/ledger.md, docs/operations-campaigns.md   their generated blocks: the delivery protocol's
+                                    and the campaign lifecycle's diagrams and tables
 
 `python -m sendonce_local.contracts --write` (or `make contracts`) regenerates them;
 `--check` exits 1 naming each file that differs from the code (tests/unit/test_contracts.py
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -85,6 +88,48 @@ def generated() -> dict[str, str]:
     return {path: render(build()) for path, build in CONTRACTS.items()}
 
 
+# The state machines' tables and diagrams in the docs, between `<!-- generated: NAME -->` and
+# `<!-- end: NAME -->` (tests/unit/test_delivery_protocol.py holds them to the code too).
+def _doc_blocks() -> dict[str, dict[str, str]]:
+    from sendonce.domain.campaigns import lifecycle
+    from sendonce.domain.sending import protocol
+
+    return {
+        "docs/ledger.md": {
+            "delivery diagram": f"```mermaid\n{protocol.mermaid()}\n```",
+            "claim rules": protocol.claim_table(),
+            "transitions": protocol.transition_table(),
+        },
+        "docs/operations-campaigns.md": {
+            "campaign diagram": f"```mermaid\n{lifecycle.mermaid()}\n```",
+            "campaign transitions": lifecycle.table(),
+        },
+    }
+
+
+def with_doc_blocks(path: str, text: str) -> str:
+    """`text` (the page at `path`) with its generated blocks as the code states them."""
+    for name, body in _doc_blocks().get(path, {}).items():
+        pattern = re.compile(rf"(<!-- generated: {re.escape(name)} -->).*?(<!-- end: {re.escape(name)} -->)", re.S)
+        text, found = pattern.subn(lambda m, body=body: f"{m.group(1)}\n{body}\n{m.group(2)}", text)
+        if found != 1:
+            raise ValueError(f"{path}: expected one block named {name!r}, found {found}")
+    return text
+
+
+def write_doc_blocks(root: Path) -> list[str]:
+    """Regenerate the docs' state-machine blocks under `root`; returns the pages that changed."""
+    changed = []
+    for path in _doc_blocks():
+        file = root / path
+        text = file.read_text(encoding="utf-8")
+        new = with_doc_blocks(path, text)
+        if new != text:
+            file.write_text(new, encoding="utf-8")
+            changed.append(path)
+    return changed
+
+
 def drifted(root: Path) -> list[str]:
     """The contracts under `root` that are missing or differ from what the code generates."""
     stale = []
@@ -119,10 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = args.root or _default_root()
     if args.write:
-        changed = write(root)
+        changed = write(root) + write_doc_blocks(root)
         print(f"regenerated {', '.join(changed)}" if changed else "contracts already up to date")
         return 0
-    stale = drifted(root)
+    stale = drifted(root) + [
+        path
+        for path in _doc_blocks()
+        if with_doc_blocks(path, (root / path).read_text(encoding="utf-8")) != (root / path).read_text(encoding="utf-8")
+    ]
     for path in stale:
         print(f"{path}: differs from the code; run `make contracts` and commit it", file=sys.stderr)
     return 1 if stale else 0
