@@ -122,6 +122,8 @@ def write_doc_blocks(root: Path) -> list[str]:
     changed = []
     for path in _doc_blocks():
         file = root / path
+        if not file.is_file():
+            continue  # not a checkout with the docs (the pages are written by hand around the blocks)
         text = file.read_text(encoding="utf-8")
         new = with_doc_blocks(path, text)
         if new != text:
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     stale = drifted(root) + [
         path
         for path in _doc_blocks()
-        if with_doc_blocks(path, (root / path).read_text(encoding="utf-8")) != (root / path).read_text(encoding="utf-8")
+        if (root / path).is_file() and with_doc_blocks(path, text := (root / path).read_text(encoding="utf-8")) != text
     ]
     for path in stale:
         print(f"{path}: differs from the code; run `make contracts` and commit it", file=sys.stderr)
