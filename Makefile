@@ -24,7 +24,8 @@ $(NPM_STAMP): package.json package-lock.json
 venv: $(STAMP)
 npm: $(NPM_STAMP)
 
-# The published contracts (schemas/*.json, docs/openapi.json), regenerated from the models;
+# The published contracts (schemas/*.json, docs/openapi.json) and the docs' state-machine tables,
+# regenerated from the code;
 # tests/unit/test_contracts.py fails when the committed files differ from the code.
 contracts: $(STAMP)
 	$(BIN)/python -m sendonce_local.contracts --write
