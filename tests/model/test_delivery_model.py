@@ -49,7 +49,7 @@ settings.register_profile(
 )
 settings.register_profile(
     "deep",
-    max_examples=300,
+    max_examples=320,
     stateful_step_count=25,
     deadline=None,
     database=None,
