@@ -2,8 +2,9 @@
 real Powertools guards, DeliveryService and CampaignService, driven by Hypothesis through
 crashes at every step, two consumers on one message, time jumps (a lease, 23 h, 25 h),
 operator actions and provider refusals, with the invariants checked after every step.
-Two rules bundle what the faults that meet time are made of — a takeover after a lease ran
-out, an operator acting the next day — so that sequences of them are common, not rare.
+Three rules bundle what the faults that meet time are made of — a takeover after a lease
+ran out, an operator acting the next day, a message's last receive — so that sequences of
+them are common, not rare.
 
 Profiles: `make test` runs the bounded one (derandomized, a few minutes at most);
 `make verify` runs the deep one (SENDONCE_MODEL_PROFILE=deep, at least 20,000 steps) and
@@ -239,6 +240,16 @@ class DeliveryModel(RuleBasedStateMachine):
         self.clock.advance(LEASE_MS + 1)
         message = self.queue.receive(index)
         if message is not None:
+            self._process(message, crash_at=crash_at, after=after)
+
+    @rule(index=st.integers(0, 5), crash_at=st.none() | st.integers(1, 14), after=st.booleans())
+    def last_receive(self, index, crash_at, after):
+        """A message that kept coming back (earlier receives that died before writing
+        anything) reaches its last receive: SQS moves it to the DLQ unless this attempt ends it."""
+        self._step("last_receive")
+        message = self.queue.receive(index)
+        if message is not None:
+            message.receive_count = self.queue.max_receive_count
             self._process(message, crash_at=crash_at, after=after)
 
     @rule(ms=st.sampled_from([1_000, LEASE_MS + 1, 6 * 60_000, 12 * HOUR, 23 * HOUR, 25 * HOUR]))
