@@ -7,8 +7,6 @@ have not ended and publishes exactly those.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from collections import Counter
@@ -19,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sendonce.domain.campaigns import lifecycle
+from sendonce.domain.campaigns.batches import OversizedRecipientError, batch_id_for, pack
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
 from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S, UnknownOutcomes
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError, UnknownProviderError
@@ -43,14 +42,6 @@ MESSAGES_PER_SEND = 10  # SQS SendMessageBatch takes ten entries
 # A publish holds a lease on the campaign, renewed before every request to the queue; a
 # publisher that dies lets the campaign complete this long after its last request.
 PUBLISH_LEASE_MS = 5 * 60 * 1000
-
-
-def batch_id_for(campaign_id: str, recipients: list[Recipient]) -> str:
-    """Content-addressed: publishing the same recipients again yields the same batch id."""
-    digest = hashlib.sha256(campaign_id.encode())
-    for recipient in recipients:
-        digest.update(json.dumps(recipient.model_dump(mode="json"), sort_keys=True).encode())
-    return "b" + digest.hexdigest()[:24]
 
 
 @dataclass
@@ -268,21 +259,33 @@ class CampaignService:
         try:
             report = PublishReport(campaign_id=campaign_id)
             seen: set[str] = set()
-            chunks: list[list[Recipient]] = [[]]
-            for recipient in recipients:
-                if recipient.recipient_id in seen:
-                    report.duplicates_in_input.append(recipient.recipient_id)
-                    continue
-                seen.add(recipient.recipient_id)
-                chunks[-1].append(recipient)
-                if len(chunks[-1]) == batch_size:
+
+            def unique() -> Iterator[Recipient]:
+                for recipient in recipients:
+                    if recipient.recipient_id in seen:
+                        report.duplicates_in_input.append(recipient.recipient_id)
+                        continue
+                    seen.add(recipient.recipient_id)
+                    yield recipient
+
+            chunks: list[list[Recipient]] = []
+            try:
+                for chunk in pack(campaign_id, unique(), batch_size=batch_size):
+                    chunks.append(chunk)
                     if len(chunks) == MESSAGES_PER_SEND:
                         self._enqueue(chunks, campaign_id, report)
                         chunks = []
                         if on_batch:
                             on_batch(report)
-                    chunks.append([])
-            chunks = [c for c in chunks if c]
+            except OversizedRecipientError as exc:
+                # Everything before it is published (nothing recorded is left unqueued); the
+                # offending recipient and everything after it are not.
+                if chunks:
+                    self._enqueue(chunks, campaign_id, report)
+                raise OversizedRecipientError(
+                    f"{exc}; the {report.accepted:,} recipient(s) before it were published, none after it"
+                    " (publishing again is safe)"
+                ) from exc
             if chunks:
                 self._enqueue(chunks, campaign_id, report)
                 if on_batch:
@@ -394,9 +397,9 @@ class CampaignService:
 
     @staticmethod
     def _bodies(campaign_id: str, recipients: list[Recipient], *, prefix: str) -> list[str]:
+        # Packed by bytes as publish packs them: regrouped recipients may not fit by count.
         bodies = []
-        for start in range(0, len(recipients), MAX_RECIPIENTS_PER_BATCH):
-            chunk = recipients[start : start + MAX_RECIPIENTS_PER_BATCH]
+        for chunk in pack(campaign_id, recipients):
             # Not recorded as new batches: the originals already hold these recipients.
             batch = BatchMessage(
                 schema_version=SCHEMA_VERSION,
