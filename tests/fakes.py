@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from pathlib import Path
 
+from sendonce.domain.deliverability import event_order
 from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, LeaseLostError
 from sendonce.domain.models import (
     BatchMessage,
@@ -403,6 +404,7 @@ class FakeLedgerEvents:
         self.annotations: dict[tuple[str, str], list[ProviderEvent]] = {}
         self.applied_ids: dict[tuple[str, str], set[str]] = {}
         self.sent_evidence: dict[tuple[str, str], str] = {}
+        self.last_events: dict[tuple[str, str], ProviderEvent] = {}  # moved only forward (event_order)
         self.counters: dict[str, Counter] = {}
         self.unknown_since_ms: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
@@ -419,6 +421,9 @@ class FakeLedgerEvents:
                 return Annotation(AnnotationStatus.DUPLICATE, state=record.state, provider=record.provider)
             ids.add(event.event_id)
             self.annotations.setdefault(slot, []).append(event)
+            last = self.last_events.get(slot)
+            if last is None or event_order.order_key(event) > event_order.order_key(last):
+                self.last_events[slot] = event
             if event.kind is EventKind.SENT and event.message_id:
                 self.sent_evidence.setdefault(slot, event.message_id)
             if counter is not None:

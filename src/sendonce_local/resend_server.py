@@ -9,7 +9,7 @@ With a webhook URL set it also sends Resend's webhooks for accepted emails, sign
 the way Svix signs them (``email.sent``, then ``email.delivered``, or
 ``email.bounced`` for addresses set to bounce, and ``email.complained`` after the
 delivery for addresses set to complain), retrying non-2xx answers with the same
-``svix-id``.
+``svix-id``; optionally out of order and more than once, as Svix may.
 
 Run as a process with ``python -m sendonce_local.resend_server --port N``;
 steer a running server over ``/_local/*`` (see docs/local-resend.md).
@@ -71,6 +71,10 @@ WEBHOOK_EVENT_TYPES = frozenset(
 )
 
 
+def _iso(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def new_webhook_secret() -> str:
     """A signing secret in Resend's (Svix's) form: ``whsec_`` + base64 of random bytes."""
     return "whsec_" + base64.b64encode(os.urandom(24)).decode()
@@ -106,6 +110,8 @@ class WebhookDelivery:
     attempts: list[int] = field(default_factory=list)  # HTTP status per attempt (0: no answer)
     state: str = "pending"  # pending | delivered | failed
     next_at: float = 0.0
+    held_for: str | None = None  # out of order: not sent before this svix_id was attempted
+    copies_left: int = 0  # sent again this many times after a 2xx
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -247,6 +253,8 @@ class LocalResendServer:
         verbose: bool = False,
         webhook_url: str | None = None,
         webhook_secret: str | None = None,
+        webhook_out_of_order: bool = False,
+        webhook_copies: int = 1,
     ):
         self.host = host
         self.requested_port = port
@@ -259,12 +267,16 @@ class LocalResendServer:
             "daily_quota": daily_quota,
             "webhook_url": webhook_url,
             "webhook_secret": webhook_secret,
+            "webhook_out_of_order": webhook_out_of_order,
+            "webhook_copies": webhook_copies,
         }
         self._webhook_cv = threading.Condition()
         self._webhook_threads: list[threading.Thread] = []
         self.webhook_url: str | None = None
         self.webhook_secret: str = webhook_secret or new_webhook_secret()
         self._webhook_retry_delays: tuple[float, ...] = WEBHOOK_RETRY_DELAYS_SECONDS
+        self._webhook_out_of_order = False
+        self._webhook_copies = 1
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -275,6 +287,7 @@ class LocalResendServer:
         self.set_latency(*(latency_ms or (0, 0)))
         self.set_daily_quota(daily_quota)
         self.set_webhook(webhook_url, webhook_secret)
+        self.set_webhook_disorder(out_of_order=webhook_out_of_order, copies=webhook_copies)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -431,6 +444,9 @@ class LocalResendServer:
         self.set_latency(*(self._initial["latency_ms"] or (0, 0)))
         self.set_daily_quota(self._initial["daily_quota"])
         self.set_webhook(self._initial["webhook_url"], self._initial["webhook_secret"] or self.webhook_secret)
+        self.set_webhook_disorder(
+            out_of_order=self._initial["webhook_out_of_order"], copies=self._initial["webhook_copies"]
+        )
 
     def faults(self) -> dict[str, Any]:
         with self._lock:
@@ -448,6 +464,8 @@ class LocalResendServer:
                 "bounce": sorted(self._bounce),
                 "complain": sorted(self._complain),
                 "webhook_retry_delays": list(self._webhook_retry_delays),
+                "webhook_out_of_order": self._webhook_out_of_order,
+                "webhook_copies": self._webhook_copies,
             }
 
     def apply_faults(self, spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -467,6 +485,8 @@ class LocalResendServer:
             "complain",
             "clear_feedback",
             "webhook_retry_delays",
+            "webhook_out_of_order",
+            "webhook_copies",
         }
         unknown = set(spec) - known
         if unknown:
@@ -514,6 +534,8 @@ class LocalResendServer:
             self.complain(spec["complain"])
         if "webhook_retry_delays" in spec:
             self.set_webhook_retry_delays(spec["webhook_retry_delays"])
+        if "webhook_out_of_order" in spec or "webhook_copies" in spec:
+            self.set_webhook_disorder(out_of_order=spec.get("webhook_out_of_order"), copies=spec.get("webhook_copies"))
         return self.faults()
 
     # -- webhooks --------------------------------------------------------------------
@@ -536,6 +558,20 @@ class LocalResendServer:
             raise ValueError("webhook retry delays must be >= 0")
         with self._lock:
             self._webhook_retry_delays = delays
+
+    def set_webhook_disorder(self, *, out_of_order: bool | None = None, copies: int | None = None) -> None:
+        """Deliver each email's webhooks newest first (each held back until the one after it
+        was attempted) and/or each ``copies`` times with its svix-id: Svix guarantees
+        neither order nor a single delivery. Applies to emails accepted from now on."""
+        if out_of_order is not None and not isinstance(out_of_order, bool):
+            raise ValueError("webhook_out_of_order must be true or false")
+        if copies is not None and (isinstance(copies, bool) or not isinstance(copies, int) or not 1 <= copies <= 5):
+            raise ValueError("webhook_copies must be an integer from 1 to 5")
+        with self._lock:
+            if out_of_order is not None:
+                self._webhook_out_of_order = out_of_order
+            if copies is not None:
+                self._webhook_copies = copies
 
     def bounce(self, addresses: Iterable[str]) -> None:
         """Emails reaching these addresses are accepted, then answered by ``email.bounced`` (Permanent)."""
@@ -597,7 +633,7 @@ class LocalResendServer:
                 raise ValueError("no webhook_url is set")
             records = [r for r in self._accepted if wanted in r.recipients]
             for record in records:
-                self._queue_webhooks(record, [(event_type, 0.0)])
+                self._queue_webhooks(record, [(event_type, 0.0)], at=self.now())
         return len(records)
 
     def _enqueue_webhooks(self, record: AcceptedEmail) -> None:
@@ -615,13 +651,13 @@ class LocalResendServer:
                 events.append(("email.complained", 0.3))
         self._queue_webhooks(record, events)
 
-    def _queue_webhooks(self, record: AcceptedEmail, events: list[tuple[str, float]]) -> None:
+    def _queue_webhooks(
+        self, record: AcceptedEmail, events: list[tuple[str, float]], *, at: float | None = None
+    ) -> None:
+        """``events``: (type, seconds after ``at``, default the email's acceptance), which is
+        also each event's own ``created_at``. Called under ``_lock``."""
         url = self.webhook_url
-        created = (
-            dt.datetime.fromtimestamp(record.accepted_at, dt.UTC)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z")
-        )
+        created = _iso(record.accepted_at)
         base = {
             "created_at": created,
             "email_id": record.id,
@@ -639,7 +675,8 @@ class LocalResendServer:
                     "subType": "General",
                     "type": "Permanent",
                 }
-            body = json.dumps({"type": kind, "created_at": created, "data": data}, separators=(",", ":"))
+            occurred = _iso((record.accepted_at if at is None else at) + delay)
+            body = json.dumps({"type": kind, "created_at": occurred, "data": data}, separators=(",", ":"))
             hooks.append(
                 WebhookDelivery(
                     svix_id=f"msg_{uuid.uuid4().hex}",
@@ -650,8 +687,12 @@ class LocalResendServer:
                     url=url,
                     secret=self.webhook_secret,
                     next_at=time.monotonic() + delay,
+                    copies_left=self._webhook_copies - 1,
                 )
             )
+        if self._webhook_out_of_order:
+            for hook, after in zip(hooks, hooks[1:], strict=False):
+                hook.held_for = after.svix_id
         with self._webhook_cv:
             for hook in hooks:
                 self._webhooks[hook.svix_id] = hook
@@ -662,7 +703,7 @@ class LocalResendServer:
         while not self._stopping.is_set():
             with self._webhook_cv:
                 now = time.monotonic()
-                due = [hook for hook in self._webhook_pending if hook.next_at <= now]
+                due = [hook for hook in self._webhook_pending if hook.next_at <= now and self._released(hook)]
                 if not due:
                     upcoming = min((hook.next_at for hook in self._webhook_pending), default=now + 0.1)
                     self._webhook_cv.wait(max(0.005, min(upcoming - now, 0.1)))
@@ -673,7 +714,11 @@ class LocalResendServer:
             status = self._post_webhook(hook)
             with self._webhook_cv:
                 hook.attempts.append(status)
-                if 200 <= status < 300:
+                if 200 <= status < 300 and hook.copies_left > 0:
+                    hook.copies_left -= 1
+                    hook.next_at = time.monotonic() + 0.05
+                    self._webhook_pending.append(hook)
+                elif 200 <= status < 300:
                     hook.state = "delivered"
                 elif len(hook.attempts) > len(self._webhook_retry_delays):
                     hook.state = "failed"
@@ -682,6 +727,11 @@ class LocalResendServer:
                     self._webhook_pending.append(hook)
                 self._webhook_busy -= 1
                 self._webhook_cv.notify_all()
+
+    def _released(self, hook: WebhookDelivery) -> bool:
+        """Under ``_webhook_cv``: whether a held-back webhook may go (the one after it was attempted)."""
+        after = self._webhooks.get(hook.held_for) if hook.held_for else None
+        return after is None or bool(after.attempts)
 
     def _post_webhook(self, hook: WebhookDelivery) -> int:
         # Signed per attempt (a fresh timestamp each time), the svix-id never changes.
@@ -1210,6 +1260,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="log each request to stderr")
     parser.add_argument("--webhook-url", default=None, help="send Svix-signed webhooks for accepted emails here")
     parser.add_argument("--webhook-secret", default=None, help="whsec_... signing secret (default: a new one, printed)")
+    parser.add_argument(
+        "--webhook-out-of-order", action="store_true", help="deliver each email's webhooks newest first"
+    )
+    parser.add_argument("--webhook-copies", type=int, default=1, metavar="N", help="deliver every webhook N times")
     args = parser.parse_args(argv)
 
     server = LocalResendServer(
@@ -1222,6 +1276,8 @@ def main(argv: list[str] | None = None) -> int:
         verbose=args.verbose,
         webhook_url=args.webhook_url,
         webhook_secret=args.webhook_secret,
+        webhook_out_of_order=args.webhook_out_of_order,
+        webhook_copies=args.webhook_copies,
     ).start()
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

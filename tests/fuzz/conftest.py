@@ -47,3 +47,17 @@ def operator_api(system):  # noqa: F811
     ) as server:
         server.statuses = statuses  # type: ignore[attr-defined]
         yield server
+
+
+@pytest.fixture
+def public(system, deliverability):  # noqa: F811
+    """The two public local APIs (unsubscribe, webhooks), each request counted per target."""
+    for api, target in ((deliverability.unsubscribe_api, "unsubscribe"), (deliverability.events_api, "webhooks")):
+        inner = api.handler
+
+        def counted(event, context, inner=inner, target=target):
+            TALLY[target] += 1
+            return inner(event, context)
+
+        api.handler = counted
+    return deliverability

@@ -17,7 +17,6 @@ from schemathesis import checks
 from schemathesis.specs.openapi import checks as openapi_checks
 
 from sendonce_local.resend_server import svix_headers
-from tests.fuzz.conftest import TALLY
 
 pytestmark = pytest.mark.integration
 
@@ -77,20 +76,6 @@ PUBLIC_API = {
 DOCUMENTED = {("GET", "/u"): {200, 403, 404}, ("POST", "/u"): {200, 400, 403, 404}, ("POST", "/webhooks"): {200, 401}}
 schema = schemathesis.openapi.from_dict(PUBLIC_API)
 CHECKS = [checks.not_a_server_error, openapi_checks.status_code_conformance]
-
-
-@pytest.fixture
-def public(system, deliverability):
-    """The two local APIs, each request counted per target."""
-    for api, target in ((deliverability.unsubscribe_api, "unsubscribe"), (deliverability.events_api, "webhooks")):
-        inner = api.handler
-
-        def counted(event, context, inner=inner, target=target):
-            TALLY[target] += 1
-            return inner(event, context)
-
-        api.handler = counted
-    return deliverability
 
 
 def base_url(public, path: str) -> str:

@@ -571,3 +571,62 @@ def test_the_team_limit_defaults_to_resends_documented_five_per_second():
         )
     assert response.status_code == 200
     assert (response.headers["ratelimit-limit"], response.headers["ratelimit-remaining"]) == ("5", "4")
+
+
+# -- webhooks out of order and repeated (issue 18) ------------------------------------
+
+
+class _Receiver:
+    """A webhook endpoint on loopback that answers 200 and records (svix-id, type) in order."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        received = self.received = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                received.append((self.headers["svix-id"], body["type"], body["created_at"]))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hook"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_webhooks_can_be_delivered_newest_first_and_twice(server, sdk):
+    receiver = _Receiver()
+    try:
+        base = f"{server.url}/_local"
+        server.set_webhook(receiver.url)
+        server.complain(["ann@example.com"])
+        state = requests.post(f"{base}/faults", json={"webhook_out_of_order": True, "webhook_copies": 2}, timeout=5)
+        assert (state.json()["webhook_out_of_order"], state.json()["webhook_copies"]) == (True, 2)
+
+        sdk.Emails.send(email())
+        assert server.wait_for_webhooks(10)
+
+        firsts = list(dict.fromkeys((svix_id, kind) for svix_id, kind, _ in receiver.received))
+        assert [kind for _, kind in firsts] == ["email.complained", "email.delivered", "email.sent"]
+        assert len(receiver.received) == 6  # each twice, with its svix-id
+        assert all(h.attempts == [200, 200] for h in server.webhook_deliveries())
+        # Each carries its own time: the complaint (sent first) is the newest.
+        times = {kind: created for _, kind, created in receiver.received}
+        assert times["email.sent"] < times["email.delivered"] < times["email.complained"]
+
+        bad = requests.post(f"{base}/faults", json={"webhook_copies": 0}, timeout=5)
+        assert (bad.status_code, bad.json()["name"]) == (400, "validation_error")
+        requests.post(f"{base}/reset", timeout=5)
+        faults = requests.get(f"{base}/faults", timeout=5).json()
+        assert (faults["webhook_out_of_order"], faults["webhook_copies"]) == (False, 1)
+    finally:
+        receiver.close()

@@ -352,6 +352,22 @@ def test_a_stale_or_future_signature_is_refused(env, age_s):
         env.service.handle_resend_webhook(body, signed(body, timestamp=int(time.time()) - age_s))
 
 
+@pytest.mark.parametrize("label", ["v2,", "V1,", "v1a,", ",", "x,"])
+def test_a_valid_signature_under_another_label_than_v1_is_refused(env, label):
+    # The SDK ignores the label; Svix's HMAC signature is `v1` only (found by tests/fuzz).
+    env.delivery()
+    body = resend_payload("email.delivered")
+    headers = signed(body)
+    relabelled = {**headers, "svix-signature": headers["svix-signature"].replace("v1,", label, 1)}
+
+    with pytest.raises(WebhookSignatureError, match="no v1 signature"):
+        env.service.handle_resend_webhook(body, relabelled)
+    assert env.events.annotations == {}
+    assert env.service.handle_resend_webhook(
+        body, {**headers, "svix-signature": f"{label}x {headers['svix-signature']}"}
+    )
+
+
 def test_a_webhook_without_svix_headers_is_refused(env):
     with pytest.raises(WebhookSignatureError):
         env.service.handle_resend_webhook(resend_payload("email.delivered"), {"content-type": "application/json"})

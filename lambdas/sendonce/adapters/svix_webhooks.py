@@ -4,6 +4,10 @@
 "{svix-id}.{svix-timestamp}.{body}" with the base64-decoded `whsec_` secret, and compares
 it in constant time with each "v1,<base64>" entry of svix-signature. It raises ValueError
 on any failure, which becomes the domain's WebhookSignatureError here.
+
+The SDK (2.52) strips any label before the comma, so "v2,<the v1 value>" would pass; Svix
+defines only `v1` as this HMAC (`v1a` is an asymmetric scheme), so only entries labelled
+`v1` are handed to it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import resend
 
 from sendonce.domain.errors import WebhookSignatureError
 
+_LABEL = "v1,"
+
 
 class SvixWebhookVerifier:
     def __init__(self, *, secret: str):
@@ -24,6 +30,9 @@ class SvixWebhookVerifier:
 
     def verify(self, body: str, headers: Mapping[str, str]) -> dict[str, Any]:
         lowered = {k.lower(): v for k, v in headers.items()}
+        signatures = " ".join(e for e in lowered.get("svix-signature", "").split(" ") if e.startswith(_LABEL))
+        if not signatures:
+            raise WebhookSignatureError("webhook rejected: no v1 signature")
         try:
             payload = resend.Webhooks.verify(
                 {
@@ -31,7 +40,7 @@ class SvixWebhookVerifier:
                     "headers": {
                         "id": lowered.get("svix-id", ""),
                         "timestamp": lowered.get("svix-timestamp", ""),
-                        "signature": lowered.get("svix-signature", ""),
+                        "signature": signatures,
                     },
                     "webhook_secret": self._secret,
                 }

@@ -3,9 +3,11 @@
 Writes go to the same ledger item as DynamoDBLedger's, keyed (campaign_id, recipient_id),
 and touch only attributes the consumer never writes, except in two conditional moves:
 
-    provider_events      list of {at, event, provider, id, detail?, message_id?}
+    provider_events      list of {at, event, provider, id, detail?, message_id?, occurred_at?}
     provider_event_ids   string set: the ids applied; the dedup condition reads it
-    last_event, last_event_at
+    last_event, last_event_at, last_event_order
+                         the most advanced event recorded (domain/deliverability/event_order.py),
+                         its own time (else its arrival) and its order key; moved only forward
     provider_sent_id     the provider's message id from its first 'sent' event
     unknown -> sent      resolve_unknown (condition: state = unknown)
     unknown -> pending   reopen_unknown (condition: state = unknown, no provider_sent_id)
@@ -15,6 +17,11 @@ item (which carries the templates and is read by every batch):
 
     pk = campaign#<id>, sk = deliverability#sent       sent        (one ADD per 'sent' event)
     pk = campaign#<id>, sk = deliverability#feedback   complaints, hard_bounces
+
+An event is recorded with one conditional write that also moves `last_event` when the event
+is ahead of it; when only that second condition fails (an older event arriving late), the
+same write is made again without touching `last_event`. Either way it is recorded and
+counted once, whatever the order of arrival.
 
 A complaint or hard bounce is annotated and counted in one transaction, so a retried
 event can neither count twice nor be lost between the two writes. 'sent' is counted with
@@ -32,6 +39,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from sendonce.domain.deliverability import event_order
 from sendonce.domain.models import DeliveryKey, DeliveryState
 from sendonce.domain.ports import (
     Annotation,
@@ -55,6 +63,17 @@ FEEDBACK_COUNTER_SK = "deliverability#feedback"
 _APPEND_EVENT = "provider_events = list_append(if_not_exists(provider_events, :empty), :entry)"
 _APPEND_HISTORY = "history = list_append(if_not_exists(history, :empty), :hentry)"
 _NOT_APPLIED = "attribute_exists(#state) AND NOT contains(provider_event_ids, :eid)"
+# Ahead of the recorded last event; an item recorded before order keys existed compares by rank.
+_AHEAD = (
+    "(last_event_order < :order OR (attribute_not_exists(last_event_order)"
+    " AND (attribute_not_exists(last_event) OR last_event IN ({kinds}))))"
+)
+
+
+class _ConditionFailedError(Exception):
+    def __init__(self, item: dict[str, Any] | None):
+        super().__init__("condition failed")
+        self.item = item
 
 
 def _only_source(event: Event) -> str:
@@ -100,7 +119,9 @@ class DynamoDBLedgerEvents:
     def _counter_key(campaign_id: str, sk: str) -> dict[str, Any]:
         return {"pk": {"S": f"campaign#{campaign_id}"}, "sk": {"S": sk}}
 
-    def _annotation_update(self, event: ProviderEvent) -> dict[str, Any]:
+    def _annotation_update(self, event: ProviderEvent, *, advance: bool) -> dict[str, Any]:
+        """The conditional write recording `event` once; with `advance`, also as the
+        delivery's last event, on condition that it is ahead of the one recorded."""
         now = _now_iso()
         entry: dict[str, Any] = {"at": now, "event": event.kind.value, "provider": event.provider, "id": event.event_id}
         if event.detail:
@@ -109,15 +130,22 @@ class DynamoDBLedgerEvents:
             entry["message_id"] = event.message_id
         if event.occurred_at:
             entry["occurred_at"] = event.occurred_at
-        sets = [_APPEND_EVENT, "last_event = :kind", "last_event_at = :at"]
-        values = {
+        sets = [_APPEND_EVENT]
+        condition = _NOT_APPLIED
+        values: dict[str, Any] = {
             ":entry": {"L": [_ser.serialize(entry)]},
             ":empty": {"L": []},
-            ":kind": {"S": event.kind.value},
-            ":at": {"S": now},
             ":eid": {"S": event.event_id},
             ":eids": {"SS": [event.event_id]},
         }
+        if advance:
+            sets += ["last_event = :kind", "last_event_at = :at", "last_event_order = :order"]
+            kinds = event_order.kinds_not_above(event.kind)
+            condition += " AND " + _AHEAD.format(kinds=", ".join(f":k{i}" for i in range(len(kinds))))
+            values.update({f":k{i}": {"S": kind.value} for i, kind in enumerate(kinds)})
+            values[":kind"] = {"S": event.kind.value}
+            values[":at"] = {"S": event_order.occurred_iso(event) or now}
+            values[":order"] = {"S": event_order.order_key(event)}
         if event.kind is EventKind.SENT and event.message_id:
             sets.append("provider_sent_id = if_not_exists(provider_sent_id, :mid)")
             values[":mid"] = {"S": event.message_id}
@@ -125,7 +153,7 @@ class DynamoDBLedgerEvents:
             "TableName": self._ledger,
             "Key": self._key(event.key),
             "UpdateExpression": "SET " + ", ".join(sets) + " ADD provider_event_ids :eids",
-            "ConditionExpression": _NOT_APPLIED,
+            "ConditionExpression": condition,
             "ExpressionAttributeNames": {"#state": "state"},
             "ExpressionAttributeValues": values,
         }
@@ -133,16 +161,38 @@ class DynamoDBLedgerEvents:
     def _not_applied(self, key: DeliveryKey, old: dict[str, Any] | None) -> Annotation:
         if old is None:
             # Not every DynamoDB (or moto) returns the old item with the failure: read it.
-            old = self._client.get_item(TableName=self._ledger, Key=self._key(key), ConsistentRead=True).get("Item")
+            old = self._read(key)
         if not old or "state" not in old:
             return Annotation(AnnotationStatus.NO_DELIVERY)
         return Annotation(AnnotationStatus.DUPLICATE, state=_state(old), provider=_s(old, "provider"))
+
+    def _read(self, key: DeliveryKey) -> dict[str, Any] | None:
+        item: dict[str, Any] | None = self._client.get_item(
+            TableName=self._ledger, Key=self._key(key), ConsistentRead=True
+        ).get("Item")
+        return item
 
     def annotate(self, event: ProviderEvent, *, counter: FeedbackCounter | None = None) -> Annotation:
         key = event.key
         if key is None:
             return Annotation(AnnotationStatus.NO_DELIVERY)
-        update = self._annotation_update(event)
+        try:
+            return self._write(event, key, counter, advance=True)
+        except _ConditionFailedError as failed:
+            old = failed.item if failed.item is not None else self._read(key)
+        if not old or "state" not in old or event.event_id in old.get("provider_event_ids", {}).get("SS", []):
+            return self._not_applied(key, old)
+        # Not recorded yet, only behind the last event (it arrived late): record it alone.
+        try:
+            return self._write(event, key, counter, advance=False)
+        except _ConditionFailedError as failed:
+            return self._not_applied(key, failed.item)
+
+    def _write(
+        self, event: ProviderEvent, key: DeliveryKey, counter: FeedbackCounter | None, *, advance: bool
+    ) -> Annotation:
+        """One attempt; raises _ConditionFailedError (with the old item when the store returns it)."""
+        update = self._annotation_update(event, advance=advance)
         if counter is None:
             try:
                 response = self._client.update_item(
@@ -151,7 +201,7 @@ class DynamoDBLedgerEvents:
             except ClientError as exc:
                 if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
                     raise
-                return self._not_applied(key, exc.response.get("Item"))
+                raise _ConditionFailedError(exc.response.get("Item")) from None
             item = response["Attributes"]
             return Annotation(AnnotationStatus.APPLIED, state=_state(item), provider=_s(item, "provider"))
         try:
@@ -175,7 +225,7 @@ class DynamoDBLedgerEvents:
             reasons = exc.response.get("CancellationReasons", [])
             if not reasons or reasons[0].get("Code") != "ConditionalCheckFailed":
                 raise  # a conflict or throttle: the provider's retry applies it
-            return self._not_applied(key, reasons[0].get("Item"))
+            raise _ConditionFailedError(reasons[0].get("Item")) from None
         return Annotation(AnnotationStatus.APPLIED)
 
     def count_sent(self, campaign_id: str) -> None:

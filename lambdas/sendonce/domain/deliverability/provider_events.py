@@ -2,9 +2,9 @@
 
 Each event is normalised to a ProviderEvent and applied once:
 
-- recorded on its delivery as an annotation (`provider_events`, `last_event`), deduplicated
-  on the event's id (svix-id for Resend; messageId + type + feedback id for SES), never
-  moving the delivery's state; except a provider 'sent' event for a delivery whose outcome
+- recorded on its delivery as an annotation (`provider_events`, and `last_event` when it is
+  the most advanced yet: event_order.py), deduplicated on the event's id (svix-id for
+  Resend; messageId + type + feedback id for SES), never moving the delivery's state; except a provider 'sent' event for a delivery whose outcome
   is unknown, which resolves it to sent: the provider says it accepted the email.
 - hard bounces and complaints put the address on the suppression list.
 - complaints and hard bounces are counted per campaign, and a campaign whose complaint or
