@@ -524,7 +524,7 @@ def test_the_clock_endpoint_expires_keys_for_a_server_in_another_process(server,
 
 def test_unknown_paths_and_methods_answer_resend_json(server):
     missing = requests.get(f"{server.url}/domains", timeout=5)
-    wrong_method = requests.get(f"{server.url}/emails", timeout=5)
+    wrong_method = requests.delete(f"{server.url}/emails", timeout=5)
 
     assert (missing.status_code, missing.json()["name"]) == (404, "not_found")
     assert (wrong_method.status_code, wrong_method.json()["name"]) == (405, "method_not_allowed")
