@@ -36,10 +36,11 @@ times relative to now and capped past the last threshold (the 23 h window, the 2
 In every state: at most one email accepted per delivery; the ledger never contradicts the
 provider; exactly one visible state per recipient and the counts add up; a completed
 campaign has nothing left; nobody pending on a running campaign without a message to bring
-them. From every state, a fault-free drain (time past every lease, every message processed,
-the DLQ redriven): unless the campaign is paused, every recipient ended (or dead-lettered
-with its message in the DLQ), unknown only where an attempt may have been accepted unseen,
-and a campaign whose recipients all ended completed.
+them (a message past its last receive brings nobody: SQS moves it to the DLQ). From every
+state, a fault-free drain (time past every lease, every message processed, the DLQ
+redriven): unless the campaign is paused, every recipient ended (or dead-lettered with its
+message in the DLQ), unknown only where an attempt may have been accepted unseen, and a
+campaign whose recipients all ended completed.
 """
 
 from __future__ import annotations
@@ -149,7 +150,13 @@ def check(world: World) -> None:
     if status.state is CampaignState.COMPLETED and status.remaining:
         raise InvariantError(f"completed with {status.remaining} remaining")
     if status.state in (CampaignState.SENDING, CampaignState.COMPLETED, CampaignState.CANCELLED):
-        carried = {r["recipient_id"] for m in world.queue.messages for r in json.loads(m.body)["recipients"]}
+        # A message past its last receive brings nobody: SQS moves it to the DLQ when it returns.
+        carried = {
+            r["recipient_id"]
+            for m in world.queue.messages
+            if m.receive_count < MAX_RECEIVES
+            for r in json.loads(m.body)["recipients"]
+        }
         hidden = {
             p.recipient_id
             for p in world.people
@@ -340,8 +347,9 @@ def actions(world: World, snap: Snapshot, *, interleave: bool) -> Iterator[Actio
 
             yield f"SQS moves message {_label(body)} to the DLQ", to_dlq
             continue
-        name = f"message {_label(body)} (receive {count + 1})"
-        yield from _consumer_actions(world, snap, index, name, last=False, interleave=interleave)
+        last = count + 1 >= MAX_RECEIVES
+        name = f"message {_label(body)} (receive {count + 1}{', its last' if last else ''})"
+        yield from _consumer_actions(world, snap, index, name, last=last, interleave=interleave)
         if count + 1 < MAX_RECEIVES:
             name = f"message {_label(body)} (its last receive: earlier ones died before any write)"
             yield from _consumer_actions(world, snap, index, name, last=True, interleave=interleave)
