@@ -14,7 +14,16 @@ import pytest
 from boto3.dynamodb.types import TypeSerializer
 
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
-from sendonce.domain.models import DeliveryRecord, DeliveryRequest, DeliveryState, Recipient, SendGroup
+from sendonce.domain.errors import LeaseLostError
+from sendonce.domain.models import (
+    DeliveryKey,
+    DeliveryRecord,
+    DeliveryRequest,
+    DeliveryState,
+    Receipt,
+    Recipient,
+    SendGroup,
+)
 from sendonce.domain.ports import ClaimStatus
 from sendonce.domain.sending import protocol
 from sendonce.domain.sending.protocol import IDEMPOTENCY_WINDOW_MS, Group, Verdict, classify
@@ -193,3 +202,151 @@ def test_a_refused_claim_lifts_only_its_own_mark(ledger):
         key, owner="D", state=DeliveryState.PENDING, reason="429", error_class="retryable", refused=True, now_ms=NOW
     )
     assert adapter.get(key).maybe_sent_at_ms is None
+
+
+# --- every transition, from every state, through the DynamoDB adapter ----------------------
+
+ME = "me"
+
+
+def _settle(state: DeliveryState, **flags):
+    def write(adapter, key, record):
+        adapter.settle(key, owner=ME, state=state, reason="r", error_class="e", now_ms=NOW, **flags)
+
+    return write
+
+
+def _close_as_read(event: protocol.Event):
+    def write(adapter, key, record):
+        return adapter.close_as_read(record, event, reason="r", now_ms=NOW, key=key, batch_id="b1")
+
+    return write
+
+
+def _close_unclaimed(state: DeliveryState):
+    def write(adapter, key, record):
+        return adapter.close_unclaimed("c1", [key.recipient_id], state=state, reason="r", batch_id="b1")
+
+    return write
+
+
+E = protocol.Event
+# The adapter's write for each event of the table (the claim is the claim rules' test above;
+# provider_sent and reopen_unknown are the ledger events adapter's).
+WRITES = {
+    E.MARK_IN_FLIGHT: lambda adapter, key, record: adapter.mark_in_flight(key, owner=ME, now_ms=NOW),
+    E.MARK_SENT: lambda adapter, key, record: adapter.mark_sent(
+        key, owner=ME, receipt=Receipt(provider_message_id="m")
+    ),
+    E.SETTLE_REFUSED: _settle(DeliveryState.PENDING, refused=True),
+    E.SETTLE_REPEATABLE: _settle(DeliveryState.PENDING, maybe_sent=True),
+    E.SETTLE_REFUSED_LAST_RECEIVE: _settle(DeliveryState.DEAD_LETTERED, refused=True),
+    E.SETTLE_REPEATABLE_LAST_RECEIVE: _settle(DeliveryState.DEAD_LETTERED, maybe_sent=True),
+    E.SETTLE_FAILED: _settle(DeliveryState.FAILED),
+    E.SETTLE_SUPPRESSED: _settle(DeliveryState.SUPPRESSED),
+    E.SETTLE_UNKNOWN: _settle(DeliveryState.UNKNOWN, maybe_sent=True),
+    E.CLOSE_STALE: _close_as_read(E.CLOSE_STALE),
+    E.CLOSE_CANCELLED: _close_as_read(E.CLOSE_CANCELLED),
+    E.CLOSE_CANCELLED_MAYBE_SENT: _close_as_read(E.CLOSE_CANCELLED_MAYBE_SENT),
+    E.CLOSE_DEAD_LETTERED: _close_unclaimed(DeliveryState.DEAD_LETTERED),
+    E.CLOSE_SUPPRESSED: _close_unclaimed(DeliveryState.SUPPRESSED),
+}
+
+
+def _group(rid: str) -> SendGroup:
+    return SendGroup(
+        campaign_id="c1", group_id="b1-g1", recipients=[Recipient(recipient_id=rid, email="a@example.com")]
+    )
+
+
+def _release(state: DeliveryState, refused: bool):
+    def write(adapter, key, record):
+        adapter.release_group(
+            _group(key.recipient_id), owner=ME, state=state, reason="r", error_class="e", refused=refused
+        )
+
+    return write
+
+
+# Batch mode writes the same events for every member of a group in one transaction.
+GROUP_WRITES = {
+    E.MARK_SENT: lambda adapter, key, record: adapter.complete_group(
+        _group(key.recipient_id), owner=ME, outcomes={key.recipient_id: Receipt(provider_message_id="m")}
+    ),
+    E.SETTLE_FAILED: lambda adapter, key, record: adapter.complete_group(
+        _group(key.recipient_id), owner=ME, outcomes={key.recipient_id: "422"}
+    ),
+    **{
+        event: _release(state, refused)
+        for event, state, refused in (
+            (E.SETTLE_REFUSED, DeliveryState.PENDING, True),
+            (E.SETTLE_REPEATABLE, DeliveryState.PENDING, False),
+            (E.SETTLE_REFUSED_LAST_RECEIVE, DeliveryState.DEAD_LETTERED, True),
+            (E.SETTLE_REPEATABLE_LAST_RECEIVE, DeliveryState.DEAD_LETTERED, False),
+        )
+    },
+}
+
+
+def _name(state: DeliveryState | None) -> str:
+    return "absent" if state is None else state.value
+
+
+# The rows of the transition table this file holds the DynamoDB adapter to: (event, source).
+COVERED_TRANSITIONS = frozenset(
+    {(E.CLAIM.value, _name(s)) for s in protocol.transition(E.CLAIM).sources}
+    | {(event.value, _name(s)) for event in {**WRITES, **GROUP_WRITES} for s in protocol.transition(event).sources}
+)
+# And the claim rules, by (verdict, why): every row (the claim tests above).
+COVERED_RULES = frozenset((r.verdict.value, r.why) for r in protocol.CLAIM_RULES)
+
+
+def _seed(client, table: str, rid: str, state: DeliveryState | None, *, maybe_sent: bool) -> DeliveryRecord | None:
+    if state is None:
+        return None
+    record = DeliveryRecord(
+        campaign_id="c1",
+        recipient_id=rid,
+        state=state,
+        owner=ME,
+        lease_until_ms=NOW - 1 if state in protocol.HELD else None,  # expired: a closing write may take it
+        payload_hash="h",
+        maybe_sent_at_ms=NOW - 10 if maybe_sent else None,
+        maybe_sent_by=ME if maybe_sent else None,
+        group_key=_group(rid).idempotency_key,
+    )
+    put(client, table, record, rid)
+    return record
+
+
+@pytest.mark.parametrize("path", ["single", "group"])
+def test_every_transition_applies_from_exactly_its_source_states_on_dynamodb(ledger, path):
+    """For each event the adapter writes, from every state (absent included): the write
+    applies, to the table's target, exactly when the state is one of the event's sources.
+    The explorer (tests/model/explore) checks that every row it visits is in COVERED_TRANSITIONS."""
+    adapter, client, table = ledger
+    writes = WRITES if path == "single" else GROUP_WRITES
+    i = 0
+    for event, write in writes.items():
+        transition = protocol.transition(event)
+        for state in [None, *DeliveryState]:
+            i += 1
+            rid = f"t{i}"
+            maybe_sent = event is E.CLOSE_CANCELLED_MAYBE_SENT or event is E.SETTLE_REPEATABLE_LAST_RECEIVE
+            record = _seed(client, table, rid, state, maybe_sent=maybe_sent)
+            key = DeliveryKey(campaign_id="c1", recipient_id=rid)
+            applies = state in transition.sources
+            try:
+                write(adapter, key, record)
+                raised = None
+            except (LeaseLostError, ValueError) as exc:
+                raised = exc
+            after = adapter.get(key)
+            if applies:
+                assert raised is None, (event, state, raised)
+                assert after is not None and after.state is transition.target, (event, state, after)
+            elif event is E.SETTLE_SUPPRESSED and state in protocol.transition(E.SETTLE_UNKNOWN).sources:
+                # The documented fallback: suppressed since an attempt that may have been accepted.
+                assert after.state is DeliveryState.UNKNOWN, (event, state, after)
+            else:
+                assert (after.state if after else None) is state, (event, state, after)

@@ -309,6 +309,36 @@ def test_on_the_last_receive_unsent_recipients_are_marked_dead_lettered_with_the
     assert again.sent == 1 and world.provider.deliveries()["user0@example.com"] == 1
 
 
+def test_a_cancelled_campaigns_last_receive_dead_letters_first_so_a_crash_leaves_nobody_pending(world):
+    """Found by the explorer (tests/model/explore): a consumer that died on the last receive
+    of a cancelled campaign's message, after closing one recipient, left the other pending
+    behind a message SQS then moved to the DLQ."""
+    world.campaign(state=CampaignState.CANCELLED)
+
+    class Died(BaseException):
+        pass
+
+    closed = []
+    original = world.ledger.close_as_read
+
+    def close_as_read(*args, **kwargs):
+        if closed:
+            raise Died  # the Lambda ends here: nothing of ours catches it
+        closed.append(original(*args, **kwargs))
+        return closed[-1]
+
+    world.ledger.close_as_read = close_as_read
+    with pytest.raises(Died):
+        world.process(batch(n=2), receive_count=5)
+
+    assert world.ledger.state_of("c1", "r0") is DeliveryState.CANCELLED
+    assert world.ledger.state_of("c1", "r1") is DeliveryState.DEAD_LETTERED
+    # A redrive of the message closes it as cancelled.
+    world.ledger.close_as_read = original
+    world.process(batch(n=2), receive_count=1)
+    assert world.ledger.state_of("c1", "r1") is DeliveryState.CANCELLED
+
+
 def test_without_the_ledger_the_redelivered_batch_is_sent_twice(world):
     """The mechanism matters: the same two deliveries through a guard that does not claim."""
 

@@ -142,6 +142,10 @@ class DeliveryService:
         except CampaignNotFoundError:
             return self._poison(body, f"campaign {batch.campaign_id!r} does not exist", report)
         if campaign.state is CampaignState.CANCELLED:
+            if receive_count >= self._max_receive_count:
+                # As for a send: if this attempt dies before it has closed them all, SQS moves
+                # the message to the DLQ and the ledger already says so (found by the explorer).
+                self._dead_letter_first(batch)
             self._close_cancelled(batch, report)
             report.skipped_state = campaign.state
             return report
