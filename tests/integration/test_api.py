@@ -93,6 +93,7 @@ def test_campaign_lifecycle_over_the_api_records_the_iam_caller(system):
             "cancelled": 0,
             "dead_lettered": 0,
             "remaining": 12,
+            "test_sends": {"count": 0, "recent": []},
         },
     )
     assert resumed[0] == 200 and resumed[1]["republished"] == 12
