@@ -193,6 +193,8 @@ def test_the_openapi_document_describes_every_route(system):
         "/campaigns/{campaign_id}/resume",
         "/campaigns/{campaign_id}/cancel",
         "/campaigns/{campaign_id}/delivery-status",
+        "/campaigns/{campaign_id}/preview",
+        "/campaigns/{campaign_id}/test-sends",
     }
     create = document["paths"]["/campaigns"]["post"]
     assert create["requestBody"]["content"]["application/json"]["schema"] == {
