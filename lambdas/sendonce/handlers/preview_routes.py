@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sendonce import contract
 from sendonce.domain import limits
-from sendonce.domain.campaigns.operator_input import InlineRecipient, VariableName
+from sendonce.domain.campaigns.operator_input import ADDRESS_PATTERN, InlineRecipient, VariableName
 from sendonce.domain.campaigns.preview import Preview, recipient_of
 from sendonce.domain.errors import InvalidCampaignError
 from sendonce.domain.models import ID_PATTERN, TestSendRecord, VariableValue
@@ -74,7 +74,7 @@ class TestSendBody(BaseModel):
     __test__ = False
     model_config = ConfigDict(extra="forbid")
 
-    to: list[Annotated[str, Field(min_length=3, max_length=limits.ADDRESS_CHARS)]] = Field(
+    to: list[Annotated[str, Field(min_length=3, max_length=limits.ADDRESS_CHARS, pattern=ADDRESS_PATTERN)]] = Field(
         min_length=1, max_length=limits.TEST_SEND_ADDRESSES, description="The addresses to send the test to."
     )
     variables: Variables = Field(default_factory=dict)
