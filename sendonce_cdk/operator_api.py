@@ -25,6 +25,10 @@ ROUTES = (
     (POST, "/campaigns/{id}/resume"),
     (POST, "/campaigns/{id}/cancel"),
     (GET, "/campaigns/{id}/delivery-status"),
+    # Test sends need the consumer's sending settings on this function (docs/api.md); preview
+    # without the unsubscribe key shows no List-Unsubscribe header.
+    (POST, "/campaigns/{id}/preview"),
+    (POST, "/campaigns/{id}/test-sends"),
     (GET, "/openapi.json"),
 )
 # An HTTP API waits at most 30 s for its integration; a publish from S3 must finish inside it.

@@ -547,3 +547,17 @@ def ses_event(
     if "delivery" in detail:
         detail["delivery"]["recipients"] = [email]
     return event
+
+
+class FakeTestSendLog:
+    """Test sends as the campaigns table keeps them: one entry each, newest first on reading."""
+
+    def __init__(self):
+        self.entries: list = []
+
+    def record(self, entry) -> None:
+        self.entries.append(entry)
+
+    def recent(self, campaign_id: str, *, limit: int):
+        mine = sorted((e for e in self.entries if e.campaign_id == campaign_id), key=lambda e: e.at, reverse=True)
+        return mine[:limit], len(mine)

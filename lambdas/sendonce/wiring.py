@@ -18,11 +18,13 @@ from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
 from sendonce.adapters.dynamodb.rate_limiter import DynamoDBRateLimiter
 from sendonce.adapters.dynamodb.suppressions import DynamoDBSuppressions
+from sendonce.adapters.dynamodb.test_sends import DynamoDBTestSendLog
 from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
 from sendonce.adapters.providers.resend_provider import ResendProvider
 from sendonce.adapters.providers.ses_provider import SEND_CLIENT_CONFIG, SesProvider
 from sendonce.adapters.sqs_queue import SqsQueue
 from sendonce.adapters.svix_webhooks import SvixWebhookVerifier
+from sendonce.domain.campaigns.preview import PreviewService, TestSendService
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes
 from sendonce.domain.deliverability.provider_events import BrakeSettings, ProviderEventService
@@ -173,6 +175,44 @@ def campaign_service(settings: ApiSettings, operator: str = "operator") -> Campa
         provider_names=PROVIDER_NAMES,
         operator=operator,
     )
+
+
+@dataclass(frozen=True)
+class OperatorSending:
+    """Preview and test sends, built from the consumer's own parts (its settings: providers,
+    shared send rate, suppression list, unsubscribe links), so they show and send exactly
+    what the consumer would."""
+
+    preview: PreviewService
+    test_sends: TestSendService
+
+
+def operator_sending(settings: ConsumerSettings, session: boto3.session.Session | None = None) -> OperatorSending:
+    session = session or boto3.session.Session()
+    parts = consumer_parts(settings, session)
+    return OperatorSending(
+        preview=PreviewService(campaigns=parts.campaigns, unsubscribe=parts.unsubscribe),
+        test_sends=TestSendService(
+            campaigns=parts.campaigns,
+            providers=parts.providers,
+            log=DynamoDBTestSendLog(client=session.client("dynamodb"), table_name=settings.campaigns_table),
+            limiter=parts.limiter,
+            suppressions=parts.suppressions,
+            unsubscribe=parts.unsubscribe,
+        ),
+    )
+
+
+@lru_cache(maxsize=4)
+def operator_sending_for(settings: ConsumerSettings) -> OperatorSending:
+    """Built once per Lambda execution environment for these settings (the operator API)."""
+    return operator_sending(settings)
+
+
+def recorded_test_sends(campaigns_table: str, session: boto3.session.Session | None = None) -> DynamoDBTestSendLog:
+    """The record of test sends (`campaign status` reads it)."""
+    session = session or boto3.session.Session()
+    return DynamoDBTestSendLog(client=session.client("dynamodb"), table_name=campaigns_table)
 
 
 # --- deliverability -------------------------------------------------------------------

@@ -54,6 +54,13 @@ from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError
 from sendonce.domain.models import Campaign, CampaignState
 from sendonce.wiring import campaign_service, unknown_outcomes
 from sendonce_ops.endpoints import DEFAULT_STACK, Endpoints, EndpointsError, queue_arn, resolve_endpoints
+from sendonce_ops.preview_cli import (
+    campaign_preview,
+    campaign_test_send,
+    json_of_test_sends,
+    latest_test_sends,
+    print_test_sends,
+)
 from sendonce_ops.specs import SpecError, load_spec, locate
 
 
@@ -683,11 +690,13 @@ def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
     status = service.status(campaign_id)
     delivery_mode = service.get(campaign_id).delivery_mode
     dead = service.dead_lettered(campaign_id) if status.dead_lettered else []
+    tests, tests_count = latest_test_sends(cli, campaign_id)
     if as_json:
         cli.json(
             {
                 **status.as_dict(),
                 "delivery_mode": delivery_mode,
+                "test_sends": json_of_test_sends(tests, tests_count),
                 "dead_lettered_recipients": [
                     {"recipient_id": r.recipient_id, "reason": r.reason, "updated_at": r.updated_at} for r in dead[:100]
                 ],
@@ -695,6 +704,7 @@ def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
         )
         return
     _print_status(cli, status, delivery_mode)
+    print_test_sends(cli, tests, tests_count)
     if dead:
         by_reason: dict[str, list[str]] = {}
         for record in dead:
@@ -937,6 +947,8 @@ from sendonce_ops.deliverability_cli import campaign_unknowns, suppression  # no
 
 cli.add_command(suppression)
 campaign.add_command(campaign_unknowns)
+campaign.add_command(campaign_preview)
+campaign.add_command(campaign_test_send)
 
 # --- the cost model (docs/benchmarks.md) ---
 

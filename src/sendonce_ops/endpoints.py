@@ -14,8 +14,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
-from sendonce.contract import Output, env_name
-from sendonce.settings import ApiSettings
+from sendonce.contract import ENV_PREFIX, Output, env_name
+from sendonce.domain.errors import SettingsError
+from sendonce.settings import ApiSettings, ConsumerSettings
 
 DEFAULT_STACK = "Sendonce"
 
@@ -63,6 +64,31 @@ class Endpoints:
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
             raise EndpointsError(f"invalid sendonce endpoints: {problems}") from None
+
+
+def sending_settings(session: Any, endpoints: Endpoints, environ: Mapping[str, str]) -> ConsumerSettings:
+    """The consumer's settings, for what must send or render exactly as it does (preview,
+    test sends): the consumer function's environment when a stack was read (its provider
+    secrets' names, rates, suppression table, unsubscribe link), then SENDONCE_* variables
+    over it, then the endpoints. Only names of secrets are read here, never a secret."""
+    values: dict[str, str] = {}
+    if endpoints.stack is not None:
+        function = stack_outputs(session, endpoints.stack).get(Output.CONSUMER_FUNCTION_NAME)
+        if function:
+            configuration = session.client("lambda").get_function_configuration(FunctionName=function)
+            values.update((configuration.get("Environment") or {}).get("Variables") or {})
+    values.update({k: v for k, v in environ.items() if k.startswith(ENV_PREFIX) or k == "RESEND_API_URL"})
+    values.update(
+        {
+            env_name("ledger_table"): endpoints.ledger_table,
+            env_name("campaigns_table"): endpoints.campaigns_table,
+            env_name("dead_letter_queue_url"): endpoints.dead_letter_queue_url,
+        }
+    )
+    try:
+        return ConsumerSettings.from_env(values)
+    except SettingsError as exc:
+        raise EndpointsError(f"cannot send or render as the consumer does: {exc}") from None
 
 
 def resolve_endpoints(session: Any, stack: str, environ: Mapping[str, str]) -> Endpoints:

@@ -101,6 +101,8 @@ OPERATOR_ROUTES = {
     "POST /campaigns/{id}/resume",
     "POST /campaigns/{id}/cancel",
     "GET /campaigns/{id}/delivery-status",
+    "POST /campaigns/{id}/preview",
+    "POST /campaigns/{id}/test-sends",
     "GET /openapi.json",
 }
 UNSUBSCRIBE_ROUTES = {"GET /u/{token}", "POST /u/{token}"}

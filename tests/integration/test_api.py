@@ -93,6 +93,7 @@ def test_campaign_lifecycle_over_the_api_records_the_iam_caller(system):
             "cancelled": 0,
             "dead_lettered": 0,
             "remaining": 12,
+            "test_sends": {"count": 0, "recent": []},
         },
     )
     assert resumed[0] == 200 and resumed[1]["republished"] == 12
@@ -192,6 +193,8 @@ def test_the_openapi_document_describes_every_route(system):
         "/campaigns/{campaign_id}/resume",
         "/campaigns/{campaign_id}/cancel",
         "/campaigns/{campaign_id}/delivery-status",
+        "/campaigns/{campaign_id}/preview",
+        "/campaigns/{campaign_id}/test-sends",
     }
     create = document["paths"]["/campaigns"]["post"]
     assert create["requestBody"]["content"]["application/json"]["schema"] == {

@@ -47,3 +47,10 @@ VARIABLE_NAME_CHARS = 64
 # are held in memory whole.
 RECIPIENT_LINE_BYTES = 16_384
 INLINE_RECIPIENTS = 1_000
+
+# --- test sends (docs/operations-campaigns.md) ----------------------------------------
+# A test send goes to the operator's own addresses, not to an audience: a few per call keep
+# it from becoming a way round the ledger (every real recipient is sent once, through it).
+TEST_SEND_ADDRESSES = 5
+# What `campaign status` shows of a campaign's test sends (with the count of all of them).
+TEST_SENDS_SHOWN = 5

@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -262,3 +262,40 @@ class DeliveryRequest(BaseModel):
     def content_hash(self) -> str:
         body = json.dumps({"email": self.email, "variables": self.variables}, sort_keys=True, default=str)
         return hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
+class TestSendOutcome(BaseModel):
+    """What one address of a test send came to; the address only as its fingerprint."""
+
+    model_config = ConfigDict(frozen=True)
+    __test__: ClassVar[bool] = False  # a model, not a pytest class
+
+    email_fingerprint: str
+    provider_message_id: str | None = None
+    error: str | None = None
+    suppressed: str | None = None  # the suppression it was sent despite (include_suppressed)
+
+    @property
+    def sent(self) -> bool:
+        return self.provider_message_id is not None
+
+
+class TestSendRecord(BaseModel):
+    """One test send: the campaign's email to a few of the operator's own addresses, outside
+    the ledger (it never counts as, or stands in for, a delivery)."""
+
+    model_config = ConfigDict(frozen=True)
+    __test__: ClassVar[bool] = False
+
+    test_send_id: str
+    campaign_id: str
+    at: str  # ISO 8601, UTC
+    by: str
+    provider: str
+    subject: str
+    include_suppressed: bool = False
+    outcomes: list[TestSendOutcome]
+
+    @property
+    def sent(self) -> int:
+        return sum(1 for o in self.outcomes if o.sent)

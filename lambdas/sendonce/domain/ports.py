@@ -26,6 +26,7 @@ from sendonce.domain.models import (
     OutboundEmail,
     Receipt,
     SendGroup,
+    TestSendRecord,
 )
 from sendonce.domain.sending.protocol import Event
 
@@ -239,6 +240,16 @@ class CampaignStore(Protocol):
     def list(self, state: CampaignState | None = None) -> Iterator[Campaign]:
         """Every campaign (optionally only those in `state`), by id. An operator's read: the
         DynamoDB store scans the campaigns table (never the ledger) once per call."""
+        ...
+
+
+class TestSendLog(Protocol):
+    """Where test sends are recorded: beside the campaign, never in the ledger."""
+
+    def record(self, entry: TestSendRecord) -> None: ...
+
+    def recent(self, campaign_id: str, *, limit: int) -> tuple[list[TestSendRecord], int]:
+        """The newest `limit` test sends of a campaign, newest first, and how many there are."""
         ...
 
 

@@ -39,6 +39,7 @@ from sendonce.domain.campaigns.operator_input import (
 from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus, PublishReport
 from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError
 from sendonce.domain.models import ID_PATTERN, Campaign, CampaignState
+from sendonce.handlers import preview_routes
 from sendonce.handlers.observability import logger
 from sendonce.settings import ApiSettings
 from sendonce.wiring import campaign_service
@@ -197,10 +198,13 @@ class DeliveryStatusView(BaseModel):
     cancelled: int
     dead_lettered: int
     remaining: int
+    test_sends: preview_routes.TestSendsView | None = Field(
+        default=None, description="Test sends (never counted above)."
+    )
 
     @classmethod
-    def of(cls, status: DeliveryStatus) -> "DeliveryStatusView":
-        return cls(**status.as_dict(), reserved=status.in_progress)
+    def of(cls, status: DeliveryStatus, test_sends: preview_routes.TestSendsView | None = None) -> "DeliveryStatusView":
+        return cls(**status.as_dict(), reserved=status.in_progress, test_sends=test_sends)
 
 
 class ErrorBody(BaseModel):
@@ -336,7 +340,11 @@ def cancel(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body(
     responses=_responses(200, "Counts by outcome", DeliveryStatusView, 404),
 )
 def delivery_status(campaign_id: CampaignId) -> DeliveryStatusView:
-    return DeliveryStatusView.of(_service().status(campaign_id))
+    status = _service().status(campaign_id)
+    return DeliveryStatusView.of(status, preview_routes.view_of_test_sends(app.context["sending"], campaign_id))
+
+
+preview_routes.register(app, responses=_responses, caller=_caller)
 
 
 @app.get("/openapi.json", include_in_schema=False)
@@ -426,12 +434,14 @@ def lambda_handler(
     context: LambdaContext,
     service: CampaignService | None = None,
     objects: S3ObjectLines | None = None,
+    sending: Any = None,
 ) -> dict[str, Any]:
     refused = _refuse_non_json(event)
     if refused is not None:
         return refused
     service = service or campaign_service(ApiSettings.from_env(os.environ))
-    app.append_context(service=service, objects=objects or _S3OnDemand())
+    sending = sending or preview_routes.SendingOnDemand(os.environ)
+    app.append_context(service=service, objects=objects or _S3OnDemand(), sending=sending)
     return app.resolve(event, context)
 
 

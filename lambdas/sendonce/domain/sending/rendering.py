@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jinja2 import StrictUndefined, TemplateError, UndefinedError
+from jinja2 import StrictUndefined, TemplateError, UndefinedError, meta
 from jinja2.sandbox import SandboxedEnvironment
 
 from sendonce.domain.models import Content, VariableValue
@@ -34,6 +34,15 @@ class CompiledContent:
             self._subject = _PLAIN.from_string(content.subject)
             self._html = _HTML.from_string(content.html) if content.html else None
             self._text = _PLAIN.from_string(content.text) if content.text else None
+            sources = [(_PLAIN, content.subject), (_HTML, content.html), (_PLAIN, content.text)]
+            # The names the templates read from a recipient's variables (not Jinja's own globals).
+            self.variables: frozenset[str] = frozenset(
+                name
+                for env, source in sources
+                if source
+                for name in meta.find_undeclared_variables(env.parse(source))
+                if name not in env.globals
+            )
         except TemplateError as exc:
             raise RenderError(f"template does not compile: {exc}") from exc
 

@@ -11,12 +11,38 @@ from typing import TypeVar
 
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
 from sendonce.domain.errors import RetryableProviderError
-from sendonce.domain.models import OutboundEmail, Recipient
+from sendonce.domain.models import Campaign, OutboundEmail, Recipient
 from sendonce.domain.ports import RateLimiter, Suppressions
 from sendonce.domain.sending.batch_run import BatchRun
-from sendonce.domain.sending.rendering import RenderError
+from sendonce.domain.sending.rendering import CompiledContent, RenderError
 
 T = TypeVar("T")
+
+
+def compose(
+    campaign: Campaign,
+    content: CompiledContent,
+    recipient: Recipient,
+    idempotency_key: str,
+    unsubscribe: UnsubscribeLinks | None,
+) -> OutboundEmail:
+    """The email a recipient gets (raises RenderError). Deterministic for a recipient: batch
+    mode relies on it, and preview and test sends show exactly this."""
+    rendered = content.render(recipient.variables)
+    headers = {}
+    if unsubscribe is not None:
+        headers = unsubscribe.headers(campaign.campaign_id, recipient.recipient_id, recipient.email)
+    return OutboundEmail(
+        idempotency_key=idempotency_key,
+        sender=campaign.sender,
+        to=recipient.email,
+        reply_to=campaign.reply_to,
+        subject=rendered.subject,
+        html=rendered.html,
+        text=rendered.text,
+        headers=headers,
+        tags={"campaign_id": campaign.campaign_id, "recipient_id": recipient.recipient_id},
+    )
 
 
 class Sender:
@@ -53,22 +79,8 @@ class Sender:
             return False
 
     def email(self, run: BatchRun, recipient: Recipient, idempotency_key: str) -> OutboundEmail:
-        """The rendered email. Deterministic for a recipient: batch mode relies on it."""
-        rendered = run.content.render(recipient.variables)
-        headers = {}
-        if self._unsubscribe is not None:
-            headers = self._unsubscribe.headers(run.campaign.campaign_id, recipient.recipient_id, recipient.email)
-        return OutboundEmail(
-            idempotency_key=idempotency_key,
-            sender=run.campaign.sender,
-            to=recipient.email,
-            reply_to=run.campaign.reply_to,
-            subject=rendered.subject,
-            html=rendered.html,
-            text=rendered.text,
-            headers=headers,
-            tags={"campaign_id": run.campaign.campaign_id, "recipient_id": recipient.recipient_id},
-        )
+        """The rendered email (`compose`)."""
+        return compose(run.campaign, run.content, recipient, idempotency_key, self._unsubscribe)
 
     def call(self, run: BatchRun, call: Callable[[], T]) -> T:
         """`call` within the shared send rate, repeated while the provider says it did not

@@ -1,0 +1,184 @@
+"""The operator API's preview and test-send routes (docs/api.md), registered on the API's
+resolver by `register`. Thin: parse, call PreviewService / TestSendService, answer.
+
+The services are the consumer's own parts (wiring.operator_sending), built from the
+function's SENDONCE_* settings on the first request that needs them.
+"""
+
+# No `from __future__ import annotations`: Powertools reads these annotations at runtime.
+
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sendonce import contract
+from sendonce.domain import limits
+from sendonce.domain.campaigns.operator_input import ADDRESS_PATTERN, InlineRecipient, VariableName
+from sendonce.domain.campaigns.preview import Preview, recipient_of
+from sendonce.domain.errors import InvalidCampaignError
+from sendonce.domain.models import ID_PATTERN, TestSendRecord, VariableValue
+from sendonce.settings import ConsumerSettings
+from sendonce.wiring import OperatorSending, operator_sending_for, recorded_test_sends
+
+CampaignId = Annotated[str, Path(pattern=ID_PATTERN, description="The campaign id.")]
+Variables = Annotated[
+    dict[VariableName, VariableValue],
+    Field(max_length=limits.VARIABLES_PER_RECIPIENT, description="Template variables (scalars)."),
+]
+
+
+class PreviewBody(BaseModel):
+    """At most one of `variables` or `recipient`; neither previews with no variables."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"not": {"required": ["variables", "recipient"]}})
+
+    variables: Variables = Field(default=None)
+    recipient: InlineRecipient = Field(default=None, description="A recipient as publish takes it.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "PreviewBody":
+        if self.variables is not None and self.recipient is not None:
+            raise ValueError("give variables or recipient, not both")
+        return self
+
+
+class PreviewView(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    campaign_id: str
+    recipient_id: str
+    ok: bool = Field(description="False: the templates fail for these variables (`error` says why); nothing is sent.")
+    error: str | None = None
+    missing: list[str] = Field(description="Variables the templates use that were not given.")
+    unused: list[str] = Field(description="Variables given that no template uses.")
+    provider: str
+    sender: str = Field(alias="from")
+    reply_to: str | None = None
+    subject: str | None = None
+    headers: dict[str, str] = Field(
+        description="List-Unsubscribe and List-Unsubscribe-Post, as the consumer adds them."
+    )
+    unsubscribe_configured: bool
+    html: str | None = None
+    text: str | None = None
+
+    @classmethod
+    def of(cls, preview: Preview) -> "PreviewView":
+        return cls.model_validate(preview.as_dict())
+
+
+class TestSendBody(BaseModel):
+    __test__ = False
+    model_config = ConfigDict(extra="forbid")
+
+    to: list[Annotated[str, Field(min_length=3, max_length=limits.ADDRESS_CHARS, pattern=ADDRESS_PATTERN)]] = Field(
+        min_length=1, max_length=limits.TEST_SEND_ADDRESSES, description="The addresses to send the test to."
+    )
+    variables: Variables = Field(default_factory=dict)
+    include_suppressed: bool = Field(default=False, description="Send to suppressed addresses too; else refused (400).")
+
+
+class TestSendOutcomeView(BaseModel):
+    __test__ = False
+
+    email_fingerprint: str
+    provider_message_id: str | None = None
+    error: str | None = None
+    suppressed: str | None = None
+
+
+class TestSendView(BaseModel):
+    __test__ = False
+
+    test_send_id: str
+    campaign_id: str
+    at: str
+    by: str
+    provider: str
+    subject: str = Field(description="As sent, with its [TEST] prefix.")
+    include_suppressed: bool
+    sent: int
+    outcomes: list[TestSendOutcomeView] = Field(description="Per address, by fingerprint (never the address).")
+
+    @classmethod
+    def of(cls, record: TestSendRecord) -> "TestSendView":
+        return cls(**record.model_dump(), sent=record.sent)
+
+
+class TestSendsView(BaseModel):
+    __test__ = False
+
+    count: int = Field(description="Test sends of this campaign in all.")
+    recent: list[TestSendView] = Field(description=f"The latest {limits.TEST_SENDS_SHOWN}, newest first.")
+
+
+class TestSendsUnavailableError(InvalidCampaignError):
+    """This function was not given the consumer's sending settings."""
+
+    __test__ = False
+
+
+class SendingOnDemand:
+    """The preview and test-send services, and the record of test sends, built from the
+    function's environment (the consumer's settings, by field) when a request first needs them."""
+
+    def __init__(self, environ: Mapping[str, str]):
+        self._environ = environ
+
+    def _parts(self) -> OperatorSending:
+        return operator_sending_for(ConsumerSettings.from_env(self._environ))
+
+    @property
+    def preview(self) -> Any:
+        return self._parts().preview
+
+    @property
+    def test_sends(self) -> Any:
+        if not ConsumerSettings.from_env(self._environ).suppressions_table:
+            # Not the consumer's settings: sending from here would skip the suppression list.
+            raise TestSendsUnavailableError(
+                "test sends are not configured on this API function (it has no suppression list to check the "
+                "addresses against); `sendonce campaign test-send` sends them with the consumer's settings"
+            )
+        return self._parts().test_sends
+
+    def recent(self, campaign_id: str) -> tuple[list[TestSendRecord], int]:
+        table = self._environ.get(contract.env_name("campaigns_table"), "")
+        return recorded_test_sends(table).recent(campaign_id, limit=limits.TEST_SENDS_SHOWN)
+
+
+def view_of_test_sends(sending: Any, campaign_id: str) -> TestSendsView:
+    records, count = sending.recent(campaign_id)
+    return TestSendsView(count=count, recent=[TestSendView.of(r) for r in records])
+
+
+def register(
+    app: APIGatewayHttpResolver, *, responses: Callable[..., dict[int, Any]], caller: Callable[[], str]
+) -> None:
+    """Add the routes to `app`; `responses` documents them as the API's other routes are."""
+
+    @app.post(
+        "/campaigns/<campaign_id>/preview",
+        responses=responses(200, "The email as the consumer renders it; nothing is sent", PreviewView, 400, 404),
+    )
+    def preview(campaign_id: CampaignId, body: Annotated[PreviewBody | None, Body()] = None) -> PreviewView:
+        if body is not None and body.recipient is not None:
+            recipient = body.recipient
+        else:
+            recipient = recipient_of(body.variables if body is not None and body.variables else {})
+        return PreviewView.of(app.context["sending"].preview.preview(campaign_id, recipient))
+
+    @app.post(
+        "/campaigns/<campaign_id>/test-sends",
+        responses=responses(
+            200, "Sent as a test (per address: sent or why not); the campaign is unchanged", TestSendView, 400, 404
+        ),
+    )
+    def test_send(campaign_id: CampaignId, body: Annotated[TestSendBody, Body()]) -> TestSendView:
+        record = app.context["sending"].test_sends.send(
+            campaign_id, body.to, variables=body.variables, by=caller(), include_suppressed=body.include_suppressed
+        )
+        return TestSendView.of(record)
