@@ -10,7 +10,7 @@ _NODE_22 = Path(__file__).resolve().parent / "node_modules" / "node" / "bin" / "
 if "JSII_NODE" not in os.environ and _NODE_22.exists():
     os.environ["JSII_NODE"] = str(_NODE_22)
 
-from infra.app import build_app  # noqa: E402
+from sendonce_infra.app import build_app  # noqa: E402
 
 if __name__ == "__main__":
     app, _ = build_app()

@@ -9,7 +9,7 @@
 Props are the CDK context keys of docs/deploy.md, typed; they are checked together by
 `sendonce_cdk.config.SendonceConfig` (a bad combination raises `ConfigError` before synthesis).
 The grants between the parts and the cdk-nag acknowledgements come with it.
-`infra.stack.SendonceStack` is this construct with the stack outputs around it.
+`sendonce_infra.stack.SendonceStack` is this construct with the stack outputs around it.
 """
 
 from __future__ import annotations

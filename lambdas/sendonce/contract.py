@@ -73,7 +73,7 @@ FAILURE_METRICS = {
 
 
 class Output(StrEnum):
-    """The repository stack's outputs (infra/stack.py); the CLI and the local deploy read them."""
+    """The repository stack's outputs (sendonce_infra/stack.py); the CLI and the local deploy read them."""
 
     QUEUE_URL = "QueueUrl"
     QUEUE_ARN = "QueueArn"

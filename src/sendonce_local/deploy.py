@@ -1,6 +1,6 @@
 """Deploy the repository's CDK app (`infra`) into moto's server, for the demo and the tests.
 
-`deploy_to_moto` synthesizes in this process (`infra.app.build_app`, the app the CDK CLI
+`deploy_to_moto` synthesizes in this process (`sendonce_infra.app.build_app`, the app the CDK CLI
 runs, with the same feature flags and the same context rules as `cdk synth -c key=value`),
 publishes the file assets the way `cdk deploy` would (zips into the bootstrap bucket),
 and creates the stack with CloudFormation's `CreateStack`. No CDK CLI and no
@@ -121,7 +121,7 @@ def synthesize(outdir: Path, *, context: Mapping[str, Any] | None = None) -> Pat
     # Before aws_cdk is first imported: importing it starts jsii's Node runtime.
     _silence_node_end_of_life(os.environ)
     try:
-        from infra.app import build_app
+        from sendonce_infra.app import build_app
 
         app, _ = build_app(context=cli_context(context), outdir=str(outdir))
         app.synth()

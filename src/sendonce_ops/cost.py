@@ -189,7 +189,7 @@ PRICES = Prices()
 
 @dataclass(frozen=True)
 class Assumptions:
-    """Inputs other than the campaign's size. Defaults: the stack's defaults (infra/config.py,
+    """Inputs other than the campaign's size. Defaults: the stack's defaults (sendonce_cdk/config.py,
     sendonce/settings.py) and what the benchmark measured (docs/benchmarks.md)."""
 
     recipients_per_message: int = 100
@@ -217,7 +217,7 @@ class Assumptions:
     complaint_rate: float = 0.001
     open_rate: float = 0.0  # opens per email when open tracking is on (e.g. 0.3)
     click_rate: float = 0.0
-    events_lambda_memory_mb: int = 256  # infra/function.py's default, arm64
+    events_lambda_memory_mb: int = 256  # sendonce_cdk/function.py's default, arm64
     events_invocation_s: float = 0.03  # parse, dedupe record, ledger update: a few DynamoDB requests
     event_write_units: float = 2.0  # the event's dedupe record and the delivery's update (assumed)
     # CloudWatch Logs: what each invocation writes. Platform START/END/REPORT lines ~300 B;

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import functools
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,11 +26,18 @@ def _write_tally() -> Iterator[None]:
         TALLY_FILE.write_text(json.dumps(dict(sorted(TALLY.items())), indent=1) + "\n")
 
 
-def counting(handler, target: str, statuses: collections.Counter):
+def counting(handler, target: str, statuses: collections.Counter, answers: collections.Counter | None = None):
+    """`handler`, counting its requests (TALLY), its statuses and, in `answers`, each
+    (`METHOD /path` with a campaign id shown as `{id}`, status)."""
+
     def handle(event, context):
         TALLY[target] += 1
         response = handler(event, context)
-        statuses[response.get("statusCode", 200)] += 1
+        status = response.get("statusCode", 200)
+        statuses[status] += 1
+        if answers is not None:
+            method = event["requestContext"]["http"]["method"]
+            answers[(f"{method} {re.sub(r'^/campaigns/[^/]+', '/campaigns/{id}', event['rawPath'])}", status)] += 1
         return response
 
     return handle
@@ -41,11 +49,15 @@ def operator_api(system):  # noqa: F811
     from sendonce_local.http_api import LocalHttpApi
 
     statuses: collections.Counter = collections.Counter()
-    handler = counting(functools.partial(api.lambda_handler, service=system.operator), "operator API", statuses)
+    answers: collections.Counter = collections.Counter()
+    handler = counting(
+        functools.partial(api.lambda_handler, service=system.operator), "operator API", statuses, answers
+    )
     with LocalHttpApi(
         handler, caller_arn="arn:aws:iam::123456789012:user/fuzz", function_name="sendonce-api"
     ) as server:
         server.statuses = statuses  # type: ignore[attr-defined]
+        server.answers = answers  # type: ignore[attr-defined]
         yield server
 
 

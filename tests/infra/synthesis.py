@@ -70,13 +70,13 @@ class Synthesized:
 
 def feature_flags() -> dict[str, Any]:
     """The app's CDK feature flags, for an app of the tests' own."""
-    from infra.feature_flags import FEATURE_FLAGS
+    from sendonce_infra.feature_flags import FEATURE_FLAGS
 
     return dict(FEATURE_FLAGS)
 
 
 def synthesize(tmp_path_factory: pytest.TempPathFactory, name: str, overrides: dict[str, Any]) -> Synthesized:
-    from infra.app import build_app
+    from sendonce_infra.app import build_app
 
     context = {**feature_flags(), **overrides}
     outdir = tmp_path_factory.mktemp(name)

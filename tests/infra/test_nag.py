@@ -51,7 +51,7 @@ def test_a_new_finding_fails_synthesis(tmp_path: Path) -> None:
     """The app wires cdk-nag so that an unacknowledged finding stops `cdk synth`."""
     from aws_cdk import aws_sqs as sqs
 
-    from infra.app import build_app
+    from sendonce_infra.app import build_app
 
     app, stack = build_app(outdir=str(tmp_path))
     sqs.Queue(stack, "PlainQueue")  # no DLQ, no enforced SSL

@@ -6,7 +6,7 @@ checkout of this repository on the way.
   directory) synthesizes `SendOnce` next to its own producer function under cdk-nag,
   bundling the Lambda code from the installed `sendonce` package;
 - `sendonce demo`, run from a directory outside the repository, deploys the app the
-  wheel carries (`infra`) into moto, synthesized in process (no CDK CLI, no
+  wheel carries (`sendonce_infra`) into moto, synthesized in process (no CDK CLI, no
   node_modules), and replays the incident: the baseline duplicates, sendonce does not.
 
 Dependencies come from PyPI (or the warm pip cache) under constraints.txt: ~70 s of
@@ -28,12 +28,10 @@ from typing import Any
 
 import pytest
 
-from tests.infra.synthesis import REPO_ROOT
+from tests.wheel import REPO_ROOT, build_wheel
 
 pytestmark = [pytest.mark.infra, pytest.mark.wheel]
 
-# What the wheel is built from; nothing else of the checkout is copied.
-SOURCES = ("pyproject.toml", "README.md", "lambdas", "src", "sendonce_cdk", "infra")
 FOREIGN_APP = Path(__file__).with_name("foreign_app") / "app.py"
 PUBLISH_ROUTES = {"POST/campaigns", "POST/campaigns/*/publish", "GET/campaigns/*", "GET/campaigns/*/delivery-status"}
 
@@ -77,28 +75,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 
     # Given a wheel built from a copy of the sources (no stale build/ or egg-info)
     started = time.monotonic()
-    source = root / "source"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
-    for name in SOURCES:
-        path = REPO_ROOT / name
-        if path.is_dir():
-            shutil.copytree(path, source / name, ignore=ignore)
-        else:
-            source.mkdir(exist_ok=True)
-            shutil.copy2(path, source / name)
-    dist = root / "dist"
-    _checked(
-        subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(dist), str(source)],
-            env=env,
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )  # fmt: skip
-    )
-    (wheel,) = dist.glob("sendonce-*.whl")
+    wheel = build_wheel(root, env=env)
     timings["build"] = time.monotonic() - started
 
     # And a fresh venv holding that wheel and its declared dependencies only

@@ -142,9 +142,73 @@ def test_errors_map_to_http_codes_with_a_body_naming_the_problem(system):
     assert neither[0] == 422 and "exactly one of recipients or s3" in neither[1]["message"]
     assert null[0] == 422 and null[1]["detail"][0]["loc"] == ["body", "recipients"]
     assert bad_id[0] == 422 and bad_id[1]["detail"][0]["loc"] == ["path", "campaign_id"]
-    assert no_route[0] in (404, 405)
+    assert no_route == (
+        405,
+        {
+            "statusCode": 405,
+            "error": "MethodNotAllowed",
+            "message": "DELETE is not served on /campaigns/c1 (allowed: GET)",
+        },
+    )
     assert system.operator.get("c1").state is CampaignState.DRAFT
     assert queue_depths(boto3.client("sqs"), system.resources.queue_url)["visible"] == 0
+
+
+def test_a_valid_publish_the_campaigns_state_forbids_is_a_409_like_every_state_conflict(system):
+    # Given a cancelled campaign
+    call(system, "POST", "/campaigns", campaign_body(system))
+    call(system, "POST", "/campaigns/c1/cancel")
+
+    # When a valid publish and a resume reach it
+    publish = call(
+        system,
+        "POST",
+        "/campaigns/c1/publish",
+        {"recipients": [{"recipient_id": "r1", "email": f"u1@{system.domain}"}]},
+    )
+    resume = call(system, "POST", "/campaigns/c1/resume")
+
+    # Then both are conflicts with its state, not invalid input
+    assert publish == (
+        409,
+        {
+            "statusCode": 409,
+            "error": "IllegalTransition",
+            "message": "campaign 'c1' is cancelled; nothing can be published to it",
+        },
+    )
+    assert resume[0] == 409 and resume[1]["error"] == "IllegalTransition"
+    assert system.operator.status("c1").total == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("TRACE", "/campaigns", "GET, POST"),
+        ("PUT", "/campaigns", "GET, POST"),
+        ("OPTIONS", "/campaigns", "GET, POST"),
+        ("DELETE", "/campaigns/c1", "GET"),
+        ("GET", "/campaigns/c1/publish", "POST"),
+        ("HEAD", "/campaigns/c1/delivery-status", "GET"),
+        ("POST", "/openapi.json", "GET"),
+    ],
+)
+def test_a_method_a_served_path_does_not_take_is_a_405_naming_the_allowed_ones(system, method, path, allow):
+    response = api.lambda_handler(
+        api_event(method, path, None, OPERATOR_ARN), lambda_context(), service=system.operator
+    )
+
+    assert response["statusCode"] == 405
+    assert response["headers"]["Allow"] == allow
+    assert json.loads(response["body"])["error"] == "MethodNotAllowed"
+
+
+@pytest.mark.parametrize(("method", "path"), [("TRACE", "/nothing"), ("GET", "/campaigns/c1/archive"), ("GET", "/")])
+def test_a_path_the_api_does_not_serve_is_a_404(system, method, path):
+    status, body = call(system, method, path)
+
+    assert (status, body["error"]) == (404, "NotFound")
+    assert body["message"] == f"no route for {method} {path}"
 
 
 def test_publish_from_s3_streams_the_object_and_strict_rejects_a_bad_file_whole(system):
@@ -207,6 +271,39 @@ def test_the_openapi_document_describes_every_route(system):
     assert (state["name"], state["in"], state["required"]) == ("state", "query", False)
     assert document["components"]["schemas"]["CampaignState"]["enum"] == [s.value for s in CampaignState]
     assert "reserved" in document["components"]["schemas"]["DeliveryStatusView"]["properties"]
+    assert set(document["paths"]["/campaigns/{campaign_id}/publish"]["post"]["responses"]) >= {
+        "200",
+        "400",
+        "404",
+        "409",
+    }
+
+
+def test_a_created_campaign_links_to_every_operation_on_it(system):
+    _, document = call(system, "GET", "/openapi.json")
+    per_campaign = {
+        (method, path) for path, item in document["paths"].items() if "{campaign_id}" in path for method in item
+    }
+
+    links = document["paths"]["/campaigns"]["post"]["responses"]["201"]["links"]
+
+    targets = set()
+    for link in links.values():
+        pointer = link["operationRef"].removeprefix("#/paths/")
+        path, method = pointer.rsplit("/", 1)
+        targets.add((method, path.replace("~1", "/").replace("~0", "~")))
+        assert link["parameters"] == {"campaign_id": "$response.body#/campaign_id"}
+    assert targets == per_campaign
+    # Every other answer naming a campaign links on the same way (a sequence can go on from it).
+    for path, method, status in [
+        ("/campaigns/{campaign_id}", "get", "200"),
+        ("/campaigns/{campaign_id}/publish", "post", "200"),
+        ("/campaigns/{campaign_id}/pause", "post", "200"),
+        ("/campaigns/{campaign_id}/resume", "post", "200"),
+        ("/campaigns/{campaign_id}/cancel", "post", "200"),
+        ("/campaigns/{campaign_id}/delivery-status", "get", "200"),
+    ]:
+        assert document["paths"][path][method]["responses"][status]["links"] == links, path
 
 
 def _free_port() -> int:
@@ -252,6 +349,8 @@ def test_sendonce_local_api_serves_the_same_handler_over_http(system, local_api)
     again = requests.post(f"{local_api}/campaigns/c1/pause", timeout=10)
     status = requests.get(f"{local_api}/campaigns/c1/delivery-status", timeout=10)
     swagger = requests.get(f"{local_api}/swagger", timeout=10)
+    trace = requests.request("TRACE", f"{local_api}/campaigns", timeout=10)
+    unknown = requests.get(f"{local_api}/nothing", timeout=10)
 
     assert created.status_code == 201 and created.headers["content-type"].startswith("application/json")
     assert published.status_code == 200 and published.json()["accepted"] == 1
@@ -259,3 +358,6 @@ def test_sendonce_local_api_serves_the_same_handler_over_http(system, local_api)
     assert again.status_code == 409 and again.json()["error"] == "IllegalTransition"
     assert status.json()["state"] == "paused" and status.json()["pending"] == 1
     assert swagger.status_code == 200 and "swagger-ui" in swagger.text
+    assert trace.status_code == 405 and trace.headers["Allow"] == "GET, POST"
+    assert trace.json()["error"] == "MethodNotAllowed"
+    assert unknown.status_code == 404 and unknown.json()["error"] == "NotFound"

@@ -166,7 +166,7 @@ def test_unknown_campaign_and_illegal_transitions_exit_with_their_codes(system, 
     assert paused.exit_code == 0 and paused.stdout == "paused c1: now paused (checking copy), by ann\n"
     assert as_json(cancelled)["state_reason"] == "wrong list" and as_json(cancelled)["state_changed_by"] == "ann"
     assert resume_cancelled.exit_code == 4 and "is cancelled" in resume_cancelled.stderr
-    assert publish_cancelled.exit_code == 2 and "nothing can be published" in publish_cancelled.stderr
+    assert publish_cancelled.exit_code == 4 and "nothing can be published" in publish_cancelled.stderr
     system.poller().run_until_idle(idle_seconds=0.5, max_seconds=10)
     assert duplicate_create.exit_code == 4 and "already exists" in duplicate_create.stderr
     assert no_record.exit_code == 2 and "no ledger record" in no_record.stderr

@@ -217,6 +217,19 @@ def test_errors_are_typed_and_carry_the_apis_body(system, client):
     assert (unknown_provider.value.status, unknown_provider.value.error) == (400, "UnknownProvider")
 
 
+def test_publishing_to_a_cancelled_campaign_fails_with_a_conflict(system, client):
+    client.create_campaign(spec(system))
+    client.cancel("c1")
+
+    with pytest.raises(PublishFailed) as failed:
+        client.publish("c1", people(system, 2))
+
+    assert isinstance(failed.value.cause, Conflict)
+    assert (failed.value.status, failed.value.error) == (409, "IllegalTransition")
+    assert "is cancelled; nothing can be published" in failed.value.message
+    assert failed.value.published.requests == 0
+
+
 def test_state_changes_go_through_and_a_lost_answer_is_reconciled(system, recording_api, client):
     handler, _ = recording_api
     client.create_campaign(spec(system))

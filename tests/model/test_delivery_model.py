@@ -166,7 +166,7 @@ class DeliveryModel(RuleBasedStateMachine):
         chunk = self.people[start : start + size]
         try:
             self.operator.publish("c1", chunk, batch_size=BATCH_SIZE)
-        except InvalidCampaignError:
+        except IllegalTransitionError:
             assert self.store.get("c1").state is CampaignState.CANCELLED
             return
         self.published.update(r.recipient_id for r in chunk)
@@ -191,7 +191,7 @@ class DeliveryModel(RuleBasedStateMachine):
 
         try:
             self.operator.publish("c1", stream(), batch_size=2)
-        except InvalidCampaignError:
+        except IllegalTransitionError:
             return
         self.published.update(r.recipient_id for r in chunk)
 

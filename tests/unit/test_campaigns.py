@@ -71,7 +71,7 @@ def test_illegal_transitions_are_clear_errors(world):
     with pytest.raises(IllegalTransitionError):
         svc.pause("c1")  # a draft is not sending
     svc.cancel("c1")
-    with pytest.raises(InvalidCampaignError, match="cancelled"):
+    with pytest.raises(IllegalTransitionError, match="is cancelled; nothing can be published"):
         svc.publish("c1", recipients(1))
 
 

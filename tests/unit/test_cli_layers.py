@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from sendonce_ops.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("sendonce.handlers", "sendonce_local", "moto", "aws_cdk", "jsii", "infra")
+HEAVY = ("sendonce.handlers", "sendonce_local", "moto", "aws_cdk", "jsii", "sendonce_infra")
 
 
 def loaded_after(code: str) -> dict:

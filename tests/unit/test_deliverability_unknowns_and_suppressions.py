@@ -8,7 +8,7 @@ import pytest
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes, unknowns_older_than
 from sendonce.domain.deliverability.suppressions import SuppressionService, parse_import_lines
-from sendonce.domain.errors import InvalidCampaignError, SettingsError, SuppressedError
+from sendonce.domain.errors import IllegalTransitionError, SettingsError, SuppressedError
 from sendonce.domain.models import BatchMessage, CampaignState, DeliveryRecord, DeliveryState, email_fingerprint
 from sendonce.domain.ports import EventKind, ProviderEvent, SuppressionReason
 from sendonce.domain.sending.outcomes import settlement_for
@@ -103,7 +103,7 @@ def test_a_cancelled_campaign_cannot_be_resumed_with_its_unknowns(world):
     world.campaigns.transition("c1", to=CampaignState.CANCELLED, allowed_from=[CampaignState.PAUSED], by="operator")
     service = CampaignService(campaigns=world.campaigns, ledger=world.ledger, queue=world.queue, provider_names=["ses"])
 
-    with pytest.raises(InvalidCampaignError, match="cancelled"):
+    with pytest.raises(IllegalTransitionError, match="cancelled"):
         service.resume_including_unknown("c1", UnknownOutcomes(ledger_events=events))
     assert world.ledger.items[("c1", "r1")].state is DeliveryState.UNKNOWN
 

@@ -3,7 +3,7 @@ module level or inside a function; `if TYPE_CHECKING:` blocks excepted).
 
 - the domain imports no SDK (boto3, botocore, resend), no Powertools, no `os`, and nothing
   of sendonce outside the domain;
-- nothing in lambdas/ imports the CDK, infra/, sendonce_cdk or the operator and local tooling;
+- nothing in lambdas/ imports the CDK, sendonce_infra, sendonce_cdk or the operator and local tooling;
 - adapters never import handlers;
 - the CLI (sendonce_ops) never imports handlers or the local tooling;
 - no import cycles between modules.
@@ -29,7 +29,7 @@ PACKAGE_ROOTS = {
     "sendonce_local": ROOT / "src",
     "sendonce_client": ROOT / "src",
     "sendonce_cdk": ROOT,
-    "infra": ROOT,
+    "sendonce_infra": ROOT,
 }
 
 
@@ -121,7 +121,16 @@ RULES: list[tuple[str, str, tuple[str, ...]]] = [
     (
         "the Lambda code knows nothing of the CDK or the tooling",
         "sendonce",
-        ("aws_cdk", "constructs", "cdk_nag", "infra", "sendonce_cdk", "sendonce_ops", "sendonce_local", "moto"),
+        (
+            "aws_cdk",
+            "constructs",
+            "cdk_nag",
+            "sendonce_infra",
+            "sendonce_cdk",
+            "sendonce_ops",
+            "sendonce_local",
+            "moto",
+        ),
     ),
     ("adapters never import handlers", "sendonce.adapters", ("sendonce.handlers",)),
     (

@@ -6,6 +6,7 @@ from the models below is served at GET /openapi.json (Swagger UI at GET /swagger
 
 # No `from __future__ import annotations`: Powertools reads these annotations at runtime.
 
+import functools
 import json
 import os
 from collections.abc import Iterator
@@ -40,6 +41,7 @@ from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus, P
 from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError
 from sendonce.domain.models import ID_PATTERN, Campaign, CampaignState
 from sendonce.handlers import preview_routes
+from sendonce.handlers.api_routes import ServedPaths, campaign_links
 from sendonce.handlers.observability import logger
 from sendonce.settings import ApiSettings
 from sendonce.wiring import campaign_service
@@ -220,7 +222,7 @@ def _json(description: str, model: type[BaseModel]) -> dict[str, Any]:
 
 _ERROR_MEANINGS = {
     400: "Invalid input: a body that is not UTF-8 JSON, bad file rows, an unknown provider, a delivery mode the "
-    "provider cannot do, a campaign that takes no more recipients",
+    "provider cannot do",
     404: "No such campaign",
     409: "Not allowed in the campaign's current state, or the id exists already",
     422: "The request does not match the schema; `detail` names each field",
@@ -229,8 +231,11 @@ _ERROR_MEANINGS = {
 
 
 def _responses(ok: int, description: str, model: type[BaseModel], *errors: int) -> dict[int, Any]:
+    answer = _json(description, model)
+    if "campaign_id" in model.model_fields:
+        answer["links"] = campaign_links()
     return {
-        ok: _json(description, model),
+        ok: answer,
         **{code: _json(_ERROR_MEANINGS[code], ErrorBody) for code in sorted({*errors, 422, 500})},
     }
 
@@ -276,7 +281,7 @@ def get_campaign(campaign_id: CampaignId) -> CampaignView:
 
 @app.post(
     "/campaigns/<campaign_id>/publish",
-    responses=_responses(200, "Published (a draft starts sending)", PublishResult, 400, 404),
+    responses=_responses(200, "Published (a draft starts sending)", PublishResult, 400, 404, 409),
 )
 def publish(campaign_id: CampaignId, body: Annotated[PublishBody, Body()]) -> PublishResult:
     service = _service()
@@ -362,11 +367,17 @@ app.enable_swagger(path="/swagger", title=TITLE, version=VERSION)
 # --- errors --------------------------------------------------------------------------
 
 
-def _error(status: int, error: str, message: str, detail: list[dict[str, Any]] | None = None) -> Response:
+def _error(
+    status: int,
+    error: str,
+    message: str,
+    detail: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
     body = {"statusCode": status, "error": error, "message": message}
     if detail is not None:
         body["detail"] = detail
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body, headers=headers)
 
 
 @app.exception_handler(CampaignNotFoundError)
@@ -415,8 +426,30 @@ def _unprocessable(exc: RequestValidationError) -> Response:
 
 @app.not_found
 def _no_route(exc: NotFoundError) -> Response:
+    """A path the API serves with another method is a 405 naming the methods it takes (`Allow`,
+    RFC 9110); any other path is a 404."""
     event = app.current_event
+    allowed = _served().methods(event.path)
+    if allowed:
+        methods = ", ".join(allowed)
+        return _error(
+            405,
+            "MethodNotAllowed",
+            f"{event.http_method} is not served on {event.path} (allowed: {methods})",
+            headers={"Allow": methods},
+        )
     return _error(404, "NotFound", f"no route for {event.http_method} {event.path}")
+
+
+# Served but left out of the OpenAPI document.
+_UNDOCUMENTED_ROUTES = {"/openapi.json": ["GET"], "/swagger": ["GET"]}
+
+
+@functools.cache
+def _served() -> ServedPaths:
+    """Read from the OpenAPI document, which Powertools builds from the routes themselves."""
+    paths = json.loads(app.get_openapi_json_schema(title=TITLE, version=VERSION))["paths"]
+    return ServedPaths({**{path: list(item) for path, item in paths.items()}, **_UNDOCUMENTED_ROUTES})
 
 
 @app.exception_handler(Exception)

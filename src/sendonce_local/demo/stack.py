@@ -35,11 +35,11 @@ MIN_PROVIDER_TIMEOUT_S = 1
 MIN_SAFETY_MARGIN_MS = 1000
 # What the deploy and the consumer processes import: the Lambda code, the local tooling,
 # the construct and the repository's app.
-CODE_PACKAGES = ("sendonce", "sendonce_local", "sendonce_cdk", "infra")
+CODE_PACKAGES = ("sendonce", "sendonce_local", "sendonce_cdk", "sendonce_infra")
 
 
 def deploy_stack(endpoint: str, *, context: Mapping[str, Any]) -> dict[str, str]:
-    """The repository's CDK app (`infra`, installed with sendonce) deployed into moto; its outputs.
+    """The repository's CDK app (`sendonce_infra`, installed with sendonce) deployed into moto; its outputs.
 
     Synthesis runs in a process of its own (`python -m sendonce_local.deploy`): jsii's
     Node runtime and the CDK's memory go away with it instead of staying in the demo's

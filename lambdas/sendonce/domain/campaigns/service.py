@@ -310,8 +310,9 @@ class CampaignService:
                 publishing_until_ms=self._clock_ms() + PUBLISH_LEASE_MS,
             )
         except IllegalTransitionError as exc:
+            # A valid request the campaign's state refuses: a conflict (409), as for pause or resume.
             state = self._campaigns.get(campaign_id).state
-            raise InvalidCampaignError(
+            raise IllegalTransitionError(
                 f"campaign {campaign_id!r} is {state.value}; nothing can be published to it"
             ) from exc
 
@@ -429,7 +430,7 @@ class CampaignService:
             lifecycle.can(CampaignEvent.RESUME, campaign.state)
             or lifecycle.can(CampaignEvent.REOPEN_UNKNOWN, campaign.state)
         ):
-            raise InvalidCampaignError(f"campaign {campaign_id!r} is {campaign.state.value}; it cannot be resumed")
+            raise IllegalTransitionError(f"campaign {campaign_id!r} is {campaign.state.value}; it cannot be resumed")
         report = unknowns.reopen(campaign_id, recipient_ids=recipient_ids, older_than_s=older_than_s, by=by)
         if campaign.state is CampaignState.COMPLETED:
             if not report.reopened:

@@ -1,6 +1,6 @@
 """The CDK feature flags (and partition context) the app is built with, whoever builds it.
 
-They were cdk.json's `context`; here they travel with the `infra` package, so the CDK CLI
+They were cdk.json's `context`; here they travel with the `sendonce_infra` package, so the CDK CLI
 (app.py), the tests and `sendonce_local.deploy` in an installed wheel (no cdk.json) all
 synthesize the same template. `build_app` applies them as defaults: context from the CLI
 (`-c key=value`, cdk.json, cdk.context.json) or from the caller still wins.
