@@ -18,6 +18,8 @@ CAMPAIGN_OPERATIONS = {
     "Resume": ("post", "/campaigns/{campaign_id}/resume"),
     "Cancel": ("post", "/campaigns/{campaign_id}/cancel"),
     "DeliveryStatus": ("get", "/campaigns/{campaign_id}/delivery-status"),
+    "Preview": ("post", "/campaigns/{campaign_id}/preview"),
+    "TestSend": ("post", "/campaigns/{campaign_id}/test-sends"),
 }
 
 
