@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Iterator
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError
+from sendonce.domain.errors import CampaignBusyError, CampaignNotFoundError, IllegalTransitionError
 from sendonce.domain.models import BatchMessage, Campaign, CampaignState, SendGroup
 from sendonce.domain.ports import BatchStatus
 
@@ -42,12 +44,49 @@ def _campaign(item: dict[str, Any]) -> Campaign:
     return Campaign.model_validate(data)
 
 
+# A plain write to the campaign item is refused with TransactionConflictException while a
+# publisher's transaction (add_batch) holds the same item. Nothing was written, so it is
+# retried: full jitter, 20 ms doubling to 640 ms (about 1.3 s over six attempts, far longer
+# than a two-item transaction), then CampaignBusyError, which the caller must surface.
+CONFLICT_ATTEMPTS = 6
+CONFLICT_BASE_S = 0.02
+
+
 class DynamoDBCampaignStore:
-    def __init__(self, *, client: Any, table_name: str, scan_page_size: int | None = None):
+    def __init__(
+        self,
+        *,
+        client: Any,
+        table_name: str,
+        scan_page_size: int | None = None,
+        conflict_attempts: int = CONFLICT_ATTEMPTS,
+        sleep: Callable[[float], None] = time.sleep,
+        jitter: Callable[[], float] = random.random,
+    ):
         self._client = client
         self._table = table_name
         # Items read per Scan request (default: DynamoDB's 1 MB pages); tests set it small.
         self._scan_page_size = scan_page_size
+        self._conflict_attempts = conflict_attempts
+        self._sleep = sleep
+        self._jitter = jitter
+
+    def _update_campaign(self, **request: Any) -> dict[str, Any]:
+        """UpdateItem on a campaign item, retried while it meets a transaction on that item."""
+        for attempt in range(self._conflict_attempts):
+            try:
+                response: dict[str, Any] = self._client.update_item(TableName=self._table, **request)
+                return response
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "TransactionConflictException":
+                    raise
+                if attempt + 1 == self._conflict_attempts:
+                    key = request["Key"]["pk"]["S"]
+                    raise CampaignBusyError(
+                        f"{key}: write refused {self._conflict_attempts} times by a concurrent transaction"
+                    ) from exc
+                self._sleep(self._jitter() * CONFLICT_BASE_S * 2**attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _key(self, campaign_id: str, sk: str = "campaign") -> dict[str, Any]:
         return {"pk": _pk(campaign_id), "sk": {"S": sk}}
@@ -110,8 +149,7 @@ class DynamoDBCampaignStore:
         else:
             update += " REMOVE state_reason ADD version :one"
         try:
-            response = self._client.update_item(
-                TableName=self._table,
+            response = self._update_campaign(
                 Key=self._key(campaign_id),
                 UpdateExpression=update,
                 ConditionExpression=condition,
@@ -138,8 +176,7 @@ class DynamoDBCampaignStore:
         return _campaign(response["Attributes"])
 
     def end_publish(self, campaign_id: str) -> None:
-        self._client.update_item(
-            TableName=self._table,
+        self._update_campaign(
             Key=self._key(campaign_id),
             UpdateExpression="REMOVE publishing_until_ms",
             ConditionExpression="attribute_exists(pk)",
@@ -148,8 +185,7 @@ class DynamoDBCampaignStore:
     def batch_settled(self, campaign_id: str) -> int:
         """One batch's message was acknowledged with every recipient ended; returns the
         batches still open (a hint: at zero or below, check the ledger)."""
-        response = self._client.update_item(
-            TableName=self._table,
+        response = self._update_campaign(
             Key=self._key(campaign_id),
             UpdateExpression="ADD open_batches :minus",
             ConditionExpression="attribute_exists(pk)",
@@ -159,8 +195,7 @@ class DynamoDBCampaignStore:
         return int(response["Attributes"]["open_batches"]["N"])
 
     def reset_open_batches(self, campaign_id: str, count: int) -> None:
-        self._client.update_item(
-            TableName=self._table,
+        self._update_campaign(
             Key=self._key(campaign_id),
             UpdateExpression="SET open_batches = :n",
             ConditionExpression="attribute_exists(pk)",

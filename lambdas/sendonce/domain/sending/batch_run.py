@@ -46,21 +46,27 @@ class BatchReport:
     return_at_ms: int | None = None
     errors_by_class: Counter[str] = field(default_factory=Counter)
     last_error: str | None = None
+    # Every recipient ended but the batch's end could not be recorded on the campaign (or the
+    # completion check failed): the message comes back to record it, never forgotten.
+    unsettled: str | None = None
 
     @property
     def must_return(self) -> bool:
         """The SQS message must come back (reported as a batch item failure)."""
-        return self.returning > 0
+        return self.returning > 0 or self.unsettled is not None
 
 
 class BatchIncompleteError(Exception):
     """Raised by the record handler so that BatchProcessor reports the message as failed."""
 
     def __init__(self, report: BatchReport):
-        super().__init__(
-            f"{report.returning} recipient(s) of batch {report.batch_id} must be retried"
-            + (f" (last error: {report.last_error})" if report.last_error else "")
-        )
+        if report.returning or report.unsettled is None:
+            message = f"{report.returning} recipient(s) of batch {report.batch_id} must be retried" + (
+                f" (last error: {report.last_error})" if report.last_error else ""
+            )
+        else:
+            message = f"batch {report.batch_id} ended but could not be settled: {report.unsettled}"
+        super().__init__(message)
         self.report = report
 
 

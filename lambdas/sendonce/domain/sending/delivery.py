@@ -201,7 +201,7 @@ class DeliveryService:
             records = self._ledger.get_many(batch.campaign_id, run.returning_ids)
             report.dead_lettered = sum(1 for r in records.values() if r.state is DeliveryState.DEAD_LETTERED)
         if not report.must_return and not run.halt.is_set() and campaign.state is CampaignState.SENDING:
-            self._settle_batch(batch.campaign_id)
+            self._settle_batch(batch.campaign_id, report)
         return report
 
     def _dead_letter_first(self, batch: BatchMessage) -> None:
@@ -217,9 +217,11 @@ class DeliveryService:
             batch_id=batch.batch_id,
         )
 
-    def _settle_batch(self, campaign_id: str) -> None:
+    def _settle_batch(self, campaign_id: str, report: BatchReport) -> None:
         """Every recipient of this message ended: one batch fewer open. At zero (or below,
-        after a message was settled twice) the ledger decides whether the campaign is complete."""
+        after a message was settled twice) the ledger decides whether the campaign is complete.
+        A failure here is never swallowed: the message comes back and settles again (a second
+        decrement only brings the check earlier; the ledger decides)."""
         try:
             if self._campaigns.batch_settled(campaign_id) <= 0:
                 completed = complete_if_done(self._campaigns, self._ledger, campaign_id, now_ms=self._clock_ms())
@@ -227,8 +229,12 @@ class DeliveryService:
                     logger.info(
                         "campaign completed", extra={"campaign_id": campaign_id, "reason": completed.state_reason}
                     )
-        except Exception:
-            logger.exception("could not check whether the campaign completed")
+        except Exception as exc:  # noqa: BLE001 - reported: the message comes back to settle again
+            report.unsettled = f"{type(exc).__name__}: {exc}"[:500]
+            logger.error(
+                "batch ended but could not be settled; the message comes back",
+                extra={"campaign_id": campaign_id, "error": report.unsettled},
+            )
 
     def _close_cancelled(self, batch: BatchMessage, report: BatchReport) -> None:
         """The campaign was cancelled: close each delivery of the batch as the protocol says —
