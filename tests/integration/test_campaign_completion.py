@@ -79,3 +79,30 @@ def test_a_settle_that_stays_in_conflict_brings_the_message_back_and_it_settles_
     rig.drain()
     assert rig.states() == {"r0": "sent"} and rig.provider.accepted[("c1", "r0")] == 1
     assert rig.store.get("c1").state is CampaignState.COMPLETED
+
+
+def test_consumers_that_all_finish_during_the_publish_lease_leave_the_completion_to_the_publisher(rig_for):
+    rig, _ = rig_for(recipients=12)
+    settled_under_lease: list[bool] = []
+
+    def consumers_finish(_report) -> None:
+        # Every message is delivered while the publisher still holds its lease
+        while (message := rig.queue.receive(0)) is not None:
+            rig.process(message)
+        campaign = rig.store.get("c1")
+        settled_under_lease.append(campaign.publishing_until_ms is not None and campaign.open_batches <= 0)
+
+    # When the publish's last request to the queue is followed by every consumer finishing
+    rig.operator.publish("c1", rig.people, batch_size=1, on_batch=consumers_finish)
+    # Then the consumers could not complete it (the lease was live), and the publisher did
+    assert settled_under_lease[-1] is True
+    assert rig.states() == {f"r{i}": "sent" for i in range(12)}
+    assert rig.store.get("c1").state is CampaignState.COMPLETED
+
+
+def test_a_publisher_that_ends_before_its_consumers_leaves_the_completion_to_the_last_consumer(rig_for):
+    rig, _ = rig_for(recipients=12)
+    rig.operator.publish("c1", rig.people, batch_size=1)
+    assert rig.store.get("c1").state is CampaignState.SENDING  # open batches: the publisher reads no ledger
+    rig.drain()
+    assert rig.store.get("c1").state is CampaignState.COMPLETED

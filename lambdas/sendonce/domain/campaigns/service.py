@@ -289,9 +289,11 @@ class CampaignService:
                     on_batch(report)
         finally:
             self._campaigns.end_publish(campaign_id)
-        if not report.messages_sent:
-            # Nothing new reached the queue (all published before), so no consumer will settle
-            # a batch for this publish: it may have reopened a campaign that is already done.
+        # Read after the lease is gone: a consumer that settled the last open batch while it
+        # was live could not complete the campaign, so the publisher does; one that settles
+        # later sees no lease and completes it. Nothing sent: no consumer will settle a batch
+        # of this publish, and it may have reopened a campaign that is already done.
+        if not report.messages_sent or self._campaigns.get(campaign_id).open_batches <= 0:
             self.complete_if_done(campaign_id)
         return report
 
