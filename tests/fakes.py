@@ -350,9 +350,15 @@ class FakeSuppressions:
         self.items: dict[str, Suppression] = {}
         self.fail_next_add: list[Exception] = []
         self.reads = 0
+        self.batch_reads = 0
 
     def is_suppressed(self, email: str) -> Suppression | None:
         return self.get(email_fingerprint(email))
+
+    def suppressed_among(self, emails: Iterable[str]) -> dict[str, Suppression]:
+        self.batch_reads += 1
+        fingerprints = {email_fingerprint(e) for e in emails}
+        return {fp: s for fp, s in self.items.items() if fp in fingerprints}
 
     def get(self, fingerprint: str) -> Suppression | None:
         self.reads += 1

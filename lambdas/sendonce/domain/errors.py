@@ -36,6 +36,10 @@ class CampaignBusyError(SendonceError):
     records batches in transactions) after bounded retries; nothing was written, try again."""
 
 
+class SuppressionsUnavailableError(SendonceError):
+    """The suppression list could not be read in full: nobody of the message may be sent."""
+
+
 class LeaseLostError(SendonceError):
     """A ledger write fenced by owner failed: another consumer owns the delivery now."""
 

@@ -17,7 +17,7 @@ from sendonce.domain.errors import (
     RetryableProviderError,
 )
 from sendonce.domain.models import BatchMessage, Campaign, CampaignState
-from sendonce.domain.ports import EmailProvider
+from sendonce.domain.ports import EmailProvider, Suppression
 from sendonce.domain.sending.rendering import CompiledContent
 
 logger = logging.getLogger(__name__)
@@ -85,6 +85,10 @@ class BatchRun:
     halt: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     returning_ids: list[str] = field(default_factory=list)
+    # The suppressed addresses among the batch's, by fingerprint: read once, by the first
+    # send that needs them (a redelivered message of ended deliveries reads nothing).
+    suppressed: dict[str, Suppression] | None = None
+    suppressed_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def count(
         self, attr: str, recipient_id: str | None = None, error: str | None = None, error_class: str | None = None

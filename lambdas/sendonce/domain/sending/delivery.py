@@ -356,7 +356,7 @@ class DeliveryService:
         """Runs under the ledger's claim. Every exception here settles the claim."""
         if not is_valid_email(recipient.email):
             raise PermanentProviderError("invalid email address")
-        suppression = self._sender.suppression(recipient)
+        suppression = self._sender.suppression(run, recipient)
         if suppression:
             raise SuppressedError(suppression)
         try:
