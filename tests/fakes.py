@@ -18,6 +18,7 @@ from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError
 from sendonce.domain.models import (
     BatchMessage,
     Campaign,
+    Content,
     DeliveryKey,
     DeliveryRecord,
     DeliveryRequest,
@@ -247,6 +248,12 @@ class FakeCampaignStore:
             return self.campaigns[campaign_id]
         except KeyError:
             raise CampaignNotFoundError(campaign_id) from None
+
+    def content(self, campaign_id: str) -> Content:
+        content = self.get(campaign_id).content
+        if content is None:
+            raise CampaignNotFoundError(campaign_id)
+        return content
 
     def transition(
         self,

@@ -19,6 +19,7 @@ from sendonce.domain.models import (
     BatchMessage,
     Campaign,
     CampaignState,
+    Content,
     DeliveryKey,
     DeliveryRecord,
     DeliveryRequest,
@@ -186,7 +187,13 @@ class Ledger(Protocol):
 class CampaignStore(Protocol):
     def create(self, campaign: Campaign) -> Campaign: ...
 
-    def get(self, campaign_id: str) -> Campaign: ...
+    def get(self, campaign_id: str) -> Campaign:
+        """The campaign's state and settings, without its content (a small read)."""
+        ...
+
+    def content(self, campaign_id: str) -> Content:
+        """The campaign's content, written once at creation and never changed."""
+        ...
 
     def transition(
         self,

@@ -1,6 +1,7 @@
 """Campaigns and their published batches in one DynamoDB table (pk, sk).
 
-    pk = campaign#<id>, sk = campaign        the campaign (state, content, counts)
+    pk = campaign#<id>, sk = campaign        the campaign's state and settings (small: updated per message)
+    pk = campaign#<id>, sk = content         its content (templates, up to 300 KB), written once with it
     pk = campaign#<id>, sk = batch#<batch>   one published batch: its body and whether it reached SQS
     pk = campaign#<id>, sk = group#<group>   batch mode: one send group's frozen membership
 
@@ -20,7 +21,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from sendonce.domain.errors import CampaignBusyError, CampaignNotFoundError, IllegalTransitionError
-from sendonce.domain.models import BatchMessage, Campaign, CampaignState, SendGroup
+from sendonce.domain.models import BatchMessage, Campaign, CampaignState, Content, SendGroup
 from sendonce.domain.ports import BatchStatus
 
 _ser = TypeSerializer()
@@ -36,6 +37,7 @@ def _pk(campaign_id: str) -> dict[str, Any]:
 
 
 def _campaign(item: dict[str, Any]) -> Campaign:
+    # Campaigns created before the content had its own item carry it here (read as is).
     data = {k: _de.deserialize(v) for k, v in item.items() if k not in ("pk", "sk")}
     data.pop("total", None)  # stored by earlier versions; status counts recipients from the ledger
     for name in ("open_batches", "version", "publishing_until_ms"):
@@ -92,14 +94,27 @@ class DynamoDBCampaignStore:
         return {"pk": _pk(campaign_id), "sk": {"S": sk}}
 
     def create(self, campaign: Campaign) -> Campaign:
+        """The state item and the content item in one transaction: neither exists without the other."""
         now = _now()
         campaign = campaign.model_copy(update={"created_at": now, "updated_at": now, "state": CampaignState.DRAFT})
-        item = {k: _ser.serialize(v) for k, v in campaign.model_dump(mode="json", exclude_none=True).items()}
+        if campaign.content is None:
+            raise ValueError(f"campaign {campaign.campaign_id!r} has no content")
+        state = campaign.model_dump(mode="json", exclude_none=True, exclude={"content"})
+        item = {k: _ser.serialize(v) for k, v in state.items()}
         item.update(self._key(campaign.campaign_id))
+        content = {
+            **self._key(campaign.campaign_id, "content"),
+            "content": _ser.serialize(campaign.content.model_dump(mode="json", exclude_none=True)),
+        }
+        puts = [
+            {"Put": {"TableName": self._table, "Item": i, "ConditionExpression": "attribute_not_exists(pk)"}}
+            for i in (item, content)
+        ]
         try:
-            self._client.put_item(TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(pk)")
+            self._client.transact_write_items(TransactItems=puts)
         except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            if "ConditionalCheckFailed" in reasons:
                 raise IllegalTransitionError(f"campaign {campaign.campaign_id!r} already exists") from exc
             raise
         return campaign
@@ -109,6 +124,17 @@ class DynamoDBCampaignStore:
         if "Item" not in response:
             raise CampaignNotFoundError(f"campaign {campaign_id!r} does not exist")
         return _campaign(response["Item"])
+
+    def content(self, campaign_id: str) -> Content:
+        response = self._client.get_item(
+            TableName=self._table, Key=self._key(campaign_id, "content"), ConsistentRead=True
+        )
+        if "Item" in response:
+            return Content.model_validate(_de.deserialize(response["Item"]["content"]))
+        legacy = self.get(campaign_id).content  # created by a version that kept it on the state item
+        if legacy is None:
+            raise CampaignNotFoundError(f"campaign {campaign_id!r} has no content")
+        return legacy
 
     def transition(
         self,

@@ -240,6 +240,8 @@ class CampaignService:
                 f"delivery_mode: 'batch' needs a provider with batch sends ({', '.join(sorted(self._batch_provider_names))}),"
                 f" not {campaign.provider!r}"
             )
+        if campaign.content is None:
+            raise InvalidCampaignError("content: required")
         try:
             check_content(campaign.content)
         except RenderError as exc:

@@ -32,6 +32,7 @@ from sendonce.domain.errors import (
 from sendonce.domain.models import (
     FINAL_STATES,
     BatchMessage,
+    Campaign,
     CampaignState,
     DeliveryKey,
     DeliveryRequest,
@@ -58,6 +59,10 @@ from sendonce.domain.sending.rendering import CompiledContent, RenderError
 from sendonce.domain.sending.sender import Sender
 
 logger = logging.getLogger(__name__)
+
+# Compiled content kept per campaign in a process (it never changes after creation): read
+# from its own item once, not per message. Bounded: a process may serve many campaigns.
+CONTENT_CACHE_SIZE = 32
 
 
 def parse_batch(body: str) -> BatchMessage:
@@ -109,6 +114,7 @@ class DeliveryService:
         self._max_receive_count = max_receive_count
         self._instance_id = instance_id or uuid.uuid4().hex[:8]
         self._clock_ms = clock_ms
+        self._contents: dict[str, CompiledContent] = {}
         self._sender = Sender(
             limiter=limiter,
             suppressions=suppressions,
@@ -159,7 +165,7 @@ class DeliveryService:
                 body, f"campaign {campaign.campaign_id!r} names unknown provider {campaign.provider!r}", report
             )
         try:
-            content = CompiledContent(campaign.content)
+            content = self._content(campaign)
         except RenderError as exc:
             return self._poison(body, f"campaign {campaign.campaign_id!r}: {exc}", report)
 
@@ -203,6 +209,15 @@ class DeliveryService:
         if not report.must_return and not run.halt.is_set() and campaign.state is CampaignState.SENDING:
             self._settle_batch(batch.campaign_id, report)
         return report
+
+    def _content(self, campaign: Campaign) -> CompiledContent:
+        compiled = self._contents.get(campaign.campaign_id)
+        if compiled is None:
+            compiled = CompiledContent(campaign.content or self._campaigns.content(campaign.campaign_id))
+            if len(self._contents) >= CONTENT_CACHE_SIZE:
+                self._contents.pop(next(iter(self._contents)))
+            self._contents[campaign.campaign_id] = compiled
+        return compiled
 
     def _dead_letter_first(self, batch: BatchMessage) -> None:
         """SQS moves the message to the DLQ if this attempt does not end it, whether the
