@@ -439,7 +439,7 @@ class FakeLedgerEvents:
                 return Annotation(AnnotationStatus.APPLIED)
             return Annotation(AnnotationStatus.APPLIED, state=record.state, provider=record.provider)
 
-    def count_sent(self, campaign_id: str) -> None:
+    def count_sent(self, campaign_id: str, recipient_id: str) -> None:
         with self._lock:
             self.counters.setdefault(campaign_id, Counter())["sent"] += 1
 
