@@ -5,7 +5,9 @@
     pk = campaign#<id>, sk = batch#<batch>   one published batch: its body and whether it reached SQS
     pk = campaign#<id>, sk = group#<group>   batch mode: one send group's frozen membership
 
-There is no index by state: `list` scans the table (docs/api.md says what that costs).
+`list` queries the sparse, keys-only index CAMPAIGNS_BY_STATE_INDEX (state, campaign_id):
+only campaign state items carry `state`, so it never reads batches, groups, counters or
+limiter slots; and being keys-only, updates of a campaign's counts never write to it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX
 from sendonce.domain.errors import CampaignBusyError, CampaignNotFoundError, IllegalTransitionError
 from sendonce.domain.models import BatchMessage, Campaign, CampaignState, Content, SendGroup
 from sendonce.domain.ports import BatchStatus
@@ -60,15 +63,15 @@ class DynamoDBCampaignStore:
         *,
         client: Any,
         table_name: str,
-        scan_page_size: int | None = None,
+        page_size: int | None = None,
         conflict_attempts: int = CONFLICT_ATTEMPTS,
         sleep: Callable[[float], None] = time.sleep,
         jitter: Callable[[], float] = random.random,
     ):
         self._client = client
         self._table = table_name
-        # Items read per Scan request (default: DynamoDB's 1 MB pages); tests set it small.
-        self._scan_page_size = scan_page_size
+        # Keys read per index Query request (default: DynamoDB's 1 MB pages); tests set it small.
+        self._page_size = page_size
         self._conflict_attempts = conflict_attempts
         self._sleep = sleep
         self._jitter = jitter
@@ -324,28 +327,35 @@ class DynamoDBCampaignStore:
         return sorted(groups, key=lambda g: int(g.group_id.rsplit("-g", 1)[1]))
 
     def list(self, state: CampaignState | None = None) -> Iterator[Campaign]:
-        """A Scan of the campaigns table, filtered to the campaign items (sk = campaign) and
-        `state`, page by page. The table has no index by state: each call reads every item of
-        the table (campaigns, their batches and send groups) and pays for all of them, which
-        is fine for an operator's listing; a GSI on state is the upgrade path. Items are
-        sorted by id here, since a scan's order is the hash order of its keys."""
-        values: dict[str, Any] = {":campaign": {"S": "campaign"}}
-        names: dict[str, str] = {}
-        condition = "sk = :campaign"
-        if state is not None:
-            condition += " AND #state = :state"
-            values[":state"] = {"S": CampaignState(state).value}
-            names["#state"] = "state"
-        request: dict[str, Any] = {
-            "TableName": self._table,
-            "FilterExpression": condition,
-            "ExpressionAttributeValues": values,
-        }
-        if names:
-            request["ExpressionAttributeNames"] = names
-        if self._scan_page_size:
-            request["PaginationConfig"] = {"PageSize": self._scan_page_size}
-        campaigns = [
-            _campaign(item) for page in self._client.get_paginator("scan").paginate(**request) for item in page["Items"]
-        ]
-        return iter(sorted(campaigns, key=lambda c: c.campaign_id))
+        """The campaigns (in `state`), sorted by id: their keys from the index, one Query per
+        state, then their state items, 100 per BatchGetItem. Reads campaigns only."""
+        states = [CampaignState(state)] if state is not None else list(CampaignState)
+        keys: list[dict[str, Any]] = []
+        for wanted in states:
+            request: dict[str, Any] = {
+                "TableName": self._table,
+                "IndexName": CAMPAIGNS_BY_STATE_INDEX,
+                "KeyConditionExpression": "#state = :state",
+                "ExpressionAttributeNames": {"#state": "state"},
+                "ExpressionAttributeValues": {":state": {"S": wanted.value}},
+            }
+            if self._page_size:
+                request["PaginationConfig"] = {"PageSize": self._page_size}
+            for page in self._client.get_paginator("query").paginate(**request):
+                keys.extend({"pk": item["pk"], "sk": item["sk"]} for item in page["Items"])
+        campaigns = []
+        for start in range(0, len(keys), 100):
+            pending: dict[str, Any] = {self._table: {"Keys": keys[start : start + 100]}}
+            for attempt in range(self._conflict_attempts):
+                if attempt:
+                    self._sleep(self._jitter() * CONFLICT_BASE_S * 2**attempt)
+                response = self._client.batch_get_item(RequestItems=pending)
+                campaigns.extend(_campaign(item) for item in response.get("Responses", {}).get(self._table, []))
+                pending = response.get("UnprocessedKeys") or {}
+                if not pending:
+                    break
+            else:
+                raise CampaignBusyError("campaign list: some campaigns stayed unread (throttled)")
+        # An item moved between states while listed may be read twice.
+        unique = {c.campaign_id: c for c in campaigns if state is None or c.state is state}
+        return iter(sorted(unique.values(), key=lambda c: c.campaign_id))
