@@ -10,8 +10,7 @@ and touch only attributes the consumer never writes, except in two conditional m
     unknown -> sent      resolve_unknown (condition: state = unknown)
     unknown -> pending   reopen_unknown (condition: state = unknown, no provider_sent_id)
 
-Counters live in the campaigns table, in the campaign's partition but not on the campaign
-item (which carries the templates and is read by every batch):
+Counters live in the campaigns table, never on the campaign item (read by every batch):
 
     pk = campaign#<id>#sent#<k>, sk = deliverability#sent#<k>   sent   (one ADD per 'sent' event)
     pk = campaign#<id>, sk = deliverability#feedback   complaints, hard_bounces
