@@ -36,9 +36,10 @@ LEDGER = "ledger"
 CAMPAIGN_READ = "campaign_read"
 SEND_GROUP = "send_group"
 LIMITER = "limiter"
+SUPPRESSIONS = "suppressions"
 CAMPAIGNS_OTHER = "campaigns_other"
 OTHER = "other"
-CATEGORIES = (LEDGER, CAMPAIGN_READ, SEND_GROUP, LIMITER, CAMPAIGNS_OTHER, OTHER)
+CATEGORIES = (LEDGER, CAMPAIGN_READ, SEND_GROUP, LIMITER, SUPPRESSIONS, CAMPAIGNS_OTHER, OTHER)
 # What the ledger mechanism adds: the ledger table and batch mode's send-group records.
 # Reading the campaign's state once per message (pause is state) and the shared send
 # rate are kept apart: a no-ledger consumer reads the campaign too and needs a limiter too.
@@ -113,12 +114,16 @@ class Request:
 def _key(table: str, key: Mapping[str, Any], tables: Mapping[str, str]) -> Key:
     if tables.get(table) == LEDGER:
         return key["campaign_id"]["S"], key["recipient_id"]["S"]
+    if tables.get(table) == SUPPRESSIONS:
+        return key["fp"]["S"], ""
     return key["pk"]["S"], key["sk"]["S"]
 
 
 class DynamoDBRequestLog:
-    def __init__(self, session: Any, *, ledger_table: str, campaigns_table: str):
+    def __init__(self, session: Any, *, ledger_table: str, campaigns_table: str, suppressions_table: str | None = None):
         self._tables = {ledger_table: LEDGER, campaigns_table: "campaigns"}
+        if suppressions_table:
+            self._tables[suppressions_table] = SUPPRESSIONS
         self.ledger_table = ledger_table
         self.campaigns_table = campaigns_table
         self._lock = threading.Lock()
@@ -193,8 +198,8 @@ class DynamoDBRequestLog:
 
     def _category(self, table: str, key: Key | None, operation: str, params: Mapping[str, Any]) -> str:
         kind = self._tables.get(table)
-        if kind == LEDGER:
-            return LEDGER
+        if kind in (LEDGER, SUPPRESSIONS):
+            return kind
         if kind != "campaigns":
             return OTHER
         if key is not None:

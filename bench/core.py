@@ -43,6 +43,7 @@ from bench.capacity import (
     LEDGER_SHARE,
     LIMITER,
     SEND_GROUP,
+    SUPPRESSIONS,
     DynamoDBRequestLog,
     item_size,
 )
@@ -248,11 +249,17 @@ class LocalStack:
     def __exit__(self, *exc_info: object) -> None:
         self._exit.close()
 
+    @staticmethod
+    def suppressions_table(resources: Any) -> str:
+        """The phase's suppression list: checked before every send, as deployed."""
+        return f"{resources.ledger_table}-suppressions"
+
     def consumer_env(self, resources: Any, *, rate: float | None, **overrides: Any) -> dict[str, str]:
         """The consumer's settings; rate None switches the shared limiter off. The limiter
         paces at exactly `rate` (no reserve) unless `overrides` say otherwise."""
         return resources.consumer_env(
             **{
+                "SENDONCE_SUPPRESSIONS_TABLE": self.suppressions_table(resources),
                 "SENDONCE_SEND_CONCURRENCY": self.config.send_concurrency,
                 "SENDONCE_PROVIDER_TIMEOUT_SECONDS": 10,
                 "SENDONCE_SAFETY_MARGIN_MS": 15_000,
@@ -269,6 +276,7 @@ class LocalStack:
         """The consumer's own defaults for the send rate (settings.py), nothing overridden."""
         return resources.consumer_env(
             **{
+                "SENDONCE_SUPPRESSIONS_TABLE": self.suppressions_table(resources),
                 "SENDONCE_SEND_CONCURRENCY": self.config.send_concurrency,
                 "SENDONCE_PROVIDER_TIMEOUT_SECONDS": 10,
                 "SENDONCE_SAFETY_MARGIN_MS": 15_000,
@@ -278,13 +286,15 @@ class LocalStack:
         )
 
     def fresh_resources(self) -> Any:
-        from sendonce_local.resources import create_local_resources
+        from sendonce_local.resources import create_local_resources, create_suppressions_table
 
         # The visibility timeout outlasts any invocation: a message that comes back
         # means a failure, which the phase reports instead of waiting it out.
-        return create_local_resources(
+        resources = create_local_resources(
             visibility_timeout_s=int(self.config.function_timeout_s * 2), resend_api_key=LOCAL_RESEND_KEY
         )
+        create_suppressions_table(self.dynamodb, self.suppressions_table(resources))
+        return resources
 
     def publish(
         self, label: str, recipients: int, *, provider: str = "resend", mode: str = "single"
@@ -599,7 +609,10 @@ def run_sendonce(
 ) -> Phase:
     session = boto3.session.Session()
     log = DynamoDBRequestLog(
-        session, ledger_table=campaign.resources.ledger_table, campaigns_table=campaign.resources.campaigns_table
+        session,
+        ledger_table=campaign.resources.ledger_table,
+        campaigns_table=campaign.resources.campaigns_table,
+        suppressions_table=stack.suppressions_table(campaign.resources),
     )
     handlers = sendonce_handlers(
         stack, campaign.resources, rate=rate, count=pollers or stack.config.pollers, session=session, env=env
@@ -1002,10 +1015,10 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
         "read_units_per_recipient_batch_mode": units_per_recipient(batch, LEDGER_SHARE)["read"],
         "capacity_units_per_recipient_all_purposes": {
             "single_fresh_at_rate": units_per_recipient(
-                limited["sendonce"][0], (LEDGER, SEND_GROUP, CAMPAIGN_READ, LIMITER)
+                limited["sendonce"][0], (LEDGER, SEND_GROUP, CAMPAIGN_READ, LIMITER, SUPPRESSIONS)
             ),
-            "batch_mode_fresh": units_per_recipient(batch, (LEDGER, SEND_GROUP, CAMPAIGN_READ, LIMITER)),
-            "ses_fresh": units_per_recipient(ses, (LEDGER, SEND_GROUP, CAMPAIGN_READ, LIMITER)),
+            "batch_mode_fresh": units_per_recipient(batch, (LEDGER, SEND_GROUP, CAMPAIGN_READ, LIMITER, SUPPRESSIONS)),
+            "ses_fresh": units_per_recipient(ses, (LEDGER, SEND_GROUP, CAMPAIGN_READ, LIMITER, SUPPRESSIONS)),
         },
         "ledger_item_bytes": ledger_item_bytes(fresh, ledger_table),
         "ledger_item_bytes_ses": ledger_item_bytes(ses, ses.campaign.resources.ledger_table),

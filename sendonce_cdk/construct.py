@@ -25,6 +25,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX
 from sendonce_cdk.bundling import lambda_code
 from sendonce_cdk.config import DEFAULTS, MAX_RECEIVE_COUNT, SendonceConfig
 from sendonce_cdk.consumer import Consumer
@@ -287,6 +288,16 @@ class SendOnce(Construct):
     # (a TransactWriteItems of Updates is authorized per item by dynamodb:UpdateItem),
     # nothing may put over, delete or scan a delivery record.
 
+    def _grant_campaigns(self, function: lambda_.IFunction, *actions: str, query_index: str | None = None) -> None:
+        """`actions` on the campaigns table, and Query on one named index (Table.grant would
+        add `<table>/index/*` to every grant now that the table has an index)."""
+        arn = self.tables.campaigns.table_arn
+        function.add_to_role_policy(iam.PolicyStatement(actions=list(actions), resources=[arn]))
+        if query_index:
+            function.add_to_role_policy(
+                iam.PolicyStatement(actions=["dynamodb:Query"], resources=[f"{arn}/index/{query_index}"])
+            )
+
     def _grant_consumer(self) -> None:
         function = self.consumer_parts.function
         # Claims, fenced marks and settlements, close_unclaimed, group claims and
@@ -299,11 +310,9 @@ class SendOnce(Construct):
         # The campaign (GetItem) and its automatic moves (UpdateItem); batch mode's send
         # groups (conditional PutItem, GetItem, Query); the shared rate limiter's slots
         # (UpdateItem) and throttle state (PutItem, GetItem).
-        self.tables.campaigns.grant(
-            function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"
-        )
-        # A consistent GetItem per recipient before sending; the consumer never writes it.
-        self.tables.suppressions.grant(function, "dynamodb:GetItem")
+        self._grant_campaigns(function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
+        # One consistent BatchGetItem per message before sending; the consumer never writes it.
+        self.tables.suppressions.grant(function, "dynamodb:GetItem", "dynamodb:BatchGetItem")
         # Poison batches are moved to the DLQ by the consumer itself (SendMessage only; the
         # event source's grant covers receiving, deleting and returning source messages).
         self._allow_send(function, self.queues.dead_letter_queue)
@@ -344,10 +353,16 @@ class SendOnce(Construct):
         self.tables.ledger.grant(function, "dynamodb:Query")
         # Create (conditional PutItem), get, state moves and batch marks (UpdateItem), a
         # batch's record with its campaign's total (TransactWriteItems of a conditional Put
-        # and an Update), the batches of a campaign (Query), GET /campaigns (Scan: the campaigns
-        # table has no index by state; the ledger is never scanned).
-        self.tables.campaigns.grant(
-            function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:Scan"
+        # and an Update), the batches of a campaign (Query), GET /campaigns (Query of the
+        # campaigns-by-state index, then BatchGetItem of the campaign items; nothing is scanned).
+        self._grant_campaigns(
+            function,
+            "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:Query",
+            query_index=CAMPAIGNS_BY_STATE_INDEX,
         )
         # Publish enqueues batches (SendMessageBatch is authorized by SendMessage); the API
         # never consumes them.
@@ -366,9 +381,9 @@ class SendOnce(Construct):
         # Annotations and unknown -> sent on the ledger (conditional UpdateItem, or an Update
         # in a transaction with the campaign's counter), the record read after a duplicate.
         self.tables.ledger.grant(function, "dynamodb:GetItem", "dynamodb:UpdateItem")
-        # Feedback counters (UpdateItem, ADD), read back by the brakes (Query), which pause
-        # a campaign (UpdateItem).
-        self.tables.campaigns.grant(function, "dynamodb:UpdateItem", "dynamodb:Query")
+        # Feedback counters (UpdateItem, ADD), read back by the brakes (Query, and the 'sent'
+        # shards' BatchGetItem), which pause a campaign (UpdateItem).
+        self._grant_campaigns(function, "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:BatchGetItem")
         # Hard bounces and complaints: a conditional PutItem (the first reason stays).
         self.tables.suppressions.grant(function, "dynamodb:PutItem")
         if self.config.uses_resend:

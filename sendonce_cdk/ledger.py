@@ -6,6 +6,8 @@ import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
+from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX, CAMPAIGNS_TTL_ATTRIBUTE
+
 
 class LedgerTables(Construct):
     """Where every delivery's state and every campaign's state live, and who is never sent to.
@@ -13,7 +15,8 @@ class LedgerTables(Construct):
     Ledger records have no TTL: a delivery's record must outlive every replay of its
     batch (SQS retention, the DLQ's 14 days, and redrives weeks later), or a replay
     would send again. Suppressions have none either: an unsubscribe or a complaint is
-    for good (docs/deliverability.md).
+    for good (docs/deliverability.md). The campaigns table's TTL reads `expires_at`,
+    which only the shared limiter's one-second slots carry.
     """
 
     def __init__(self, scope: Construct, id: str, *, removal_policy: cdk.RemovalPolicy) -> None:
@@ -33,12 +36,22 @@ class LedgerTables(Construct):
             sort_key=dynamodb.Attribute(name="recipient_id", type=dynamodb.AttributeType.STRING),
             **common,
         )
+        # TTL and the index are in-place updates of a deployed table, never a replacement.
         self.campaigns = dynamodb.Table(
             self,
             "Campaigns",
             partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
             sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
+            time_to_live_attribute=CAMPAIGNS_TTL_ATTRIBUTE,
             **common,
+        )
+        # Sparse and keys-only: only campaign state items carry `state`, and a campaign's
+        # per-message updates (counts, leases) never write to it. `campaign list` queries it.
+        self.campaigns.add_global_secondary_index(
+            index_name=CAMPAIGNS_BY_STATE_INDEX,
+            partition_key=dynamodb.Attribute(name="state", type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name="campaign_id", type=dynamodb.AttributeType.STRING),
+            projection_type=dynamodb.ProjectionType.KEYS_ONLY,
         )
         # One item per address, keyed by its fingerprint (the address is never stored).
         self.suppressions = dynamodb.Table(

@@ -19,6 +19,7 @@ from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError
 from sendonce.domain.models import (
     BatchMessage,
     Campaign,
+    Content,
     DeliveryKey,
     DeliveryRecord,
     DeliveryRequest,
@@ -249,6 +250,12 @@ class FakeCampaignStore:
         except KeyError:
             raise CampaignNotFoundError(campaign_id) from None
 
+    def content(self, campaign_id: str) -> Content:
+        content = self.get(campaign_id).content
+        if content is None:
+            raise CampaignNotFoundError(campaign_id)
+        return content
+
     def transition(
         self,
         campaign_id,
@@ -351,9 +358,15 @@ class FakeSuppressions:
         self.items: dict[str, Suppression] = {}
         self.fail_next_add: list[Exception] = []
         self.reads = 0
+        self.batch_reads = 0
 
     def is_suppressed(self, email: str) -> Suppression | None:
         return self.get(email_fingerprint(email))
+
+    def suppressed_among(self, emails: Iterable[str]) -> dict[str, Suppression]:
+        self.batch_reads += 1
+        fingerprints = {email_fingerprint(e) for e in emails}
+        return {fp: s for fp, s in self.items.items() if fp in fingerprints}
 
     def get(self, fingerprint: str) -> Suppression | None:
         self.reads += 1
@@ -431,7 +444,7 @@ class FakeLedgerEvents:
                 return Annotation(AnnotationStatus.APPLIED)
             return Annotation(AnnotationStatus.APPLIED, state=record.state, provider=record.provider)
 
-    def count_sent(self, campaign_id: str) -> None:
+    def count_sent(self, campaign_id: str, recipient_id: str) -> None:
         with self._lock:
             self.counters.setdefault(campaign_id, Counter())["sent"] += 1
 

@@ -20,6 +20,11 @@ METRIC_SERVICE_DIMENSION = "service"
 # Set, it would make Powertools skip the ledger; the settings refuse to start instead.
 POWERTOOLS_IDEMPOTENCY_DISABLED = "POWERTOOLS_IDEMPOTENCY_DISABLED"
 
+# The campaigns table's sparse, keys-only index of campaign state items (only they carry
+# `state`), which `campaign list` queries; and the attribute its TTL reads (limiter slots).
+CAMPAIGNS_BY_STATE_INDEX = "campaigns-by-state"
+CAMPAIGNS_TTL_ATTRIBUTE = "expires_at"
+
 # Every setting field `name` is read from SENDONCE_<NAME> (sendonce.settings).
 ENV_PREFIX = "SENDONCE_"
 # Also read for the consumer's `resend_api_url` (the local Resend server sets it).

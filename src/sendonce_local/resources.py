@@ -18,6 +18,8 @@ from typing import Any
 
 import boto3
 
+from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX, CAMPAIGNS_TTL_ATTRIBUTE
+
 RESEND_SECRET_NAME = "sendonce/resend-api-key"
 UNSUBSCRIBE_SECRET_NAME = "sendonce/unsubscribe-key"
 WEBHOOK_SECRET_NAME = "sendonce/resend-webhook-secret"
@@ -65,8 +67,24 @@ def create_tables(dynamodb: Any, *, ledger_table: str, campaigns_table: str) -> 
         AttributeDefinitions=[
             {"AttributeName": "pk", "AttributeType": "S"},
             {"AttributeName": "sk", "AttributeType": "S"},
+            {"AttributeName": "state", "AttributeType": "S"},
+            {"AttributeName": "campaign_id", "AttributeType": "S"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": CAMPAIGNS_BY_STATE_INDEX,
+                "KeySchema": [
+                    {"AttributeName": "state", "KeyType": "HASH"},
+                    {"AttributeName": "campaign_id", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
         ],
         BillingMode="PAY_PER_REQUEST",
+    )
+    dynamodb.update_time_to_live(
+        TableName=campaigns_table,
+        TimeToLiveSpecification={"Enabled": True, "AttributeName": CAMPAIGNS_TTL_ATTRIBUTE},
     )
 
 

@@ -283,7 +283,7 @@ def campaign_summary(campaign: Campaign) -> dict[str, Any]:
         "name": campaign.name,
         "provider": campaign.provider,
         "from": campaign.sender,
-        "subject": campaign.content.subject,
+        "subject": campaign.subject,
         "delivery_mode": campaign.delivery_mode,
         "state": campaign.state.value,
         "state_reason": campaign.state_reason,

@@ -105,7 +105,11 @@ def _resource_label(resource: Any, labels: dict[str, str]) -> str | None:
             return None
         return labels.get(_ref(resource), json.dumps(resource))
     if isinstance(resource, dict) and "Fn::Join" in resource:
-        text = "".join(p if isinstance(p, str) else "" for p in resource["Fn::Join"][1])
+        parts = resource["Fn::Join"][1]
+        tables = [labels.get(_ref(p)) for p in parts if isinstance(p, dict) and "Fn::GetAtt" in p]
+        if len(tables) == 1 and tables[0] and isinstance(parts[-1], str) and parts[-1].startswith("/index/"):
+            return f"{tables[0]}{parts[-1]}"
+        text = "".join(p if isinstance(p, str) else "" for p in parts)
         for marker in (":secret:", ":ses:", ":s3:::"):
             if marker in text:
                 tail = text.split(marker, 1)[1]
@@ -149,7 +153,7 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
         expected |= {
             "ledger": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
             "campaigns": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
-            "suppressions": {"dynamodb:GetItem"},
+            "suppressions": {"dynamodb:GetItem", "dynamodb:BatchGetItem"},
             "queue": set(EVENT_SOURCE),
             "dead_letter_queue": {"sqs:SendMessage"},
         }
@@ -164,14 +168,15 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
     elif handler == API_HANDLER:
         expected |= {
             "ledger": {"dynamodb:Query"},
-            # Scan: GET /campaigns (the campaigns table has no index by state).
+            # GET /campaigns: the campaigns-by-state index (Query), then BatchGetItem; no Scan.
             "campaigns": {
                 "dynamodb:GetItem",
+                "dynamodb:BatchGetItem",
                 "dynamodb:PutItem",
                 "dynamodb:UpdateItem",
                 "dynamodb:Query",
-                "dynamodb:Scan",
             },
+            "campaigns/index/campaigns-by-state": {"dynamodb:Query"},
             "queue": {"sqs:SendMessage"},
         }
         if config.recipients_bucket:
@@ -179,7 +184,7 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
     elif handler == EVENTS_HANDLER:
         expected |= {
             "ledger": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
-            "campaigns": {"dynamodb:UpdateItem", "dynamodb:Query"},
+            "campaigns": {"dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:BatchGetItem"},
             "suppressions": {"dynamodb:PutItem"},
             "events_dead_letter_queue": {"sqs:SendMessage"},
         }

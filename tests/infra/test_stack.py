@@ -280,14 +280,37 @@ def test_ledger_and_campaigns_tables_keys(assembly: Synthesized) -> None:
         assert {a["AttributeType"] for a in table["Properties"]["AttributeDefinitions"]} == {"S"}
 
 
-def test_tables_on_demand_with_recovery_and_encryption_and_no_ttl(assembly: Synthesized) -> None:
-    for table in assembly.of_type("AWS::DynamoDB::Table").values():
+def test_tables_on_demand_with_recovery_and_encryption_and_only_the_campaigns_table_has_a_ttl(
+    assembly: Synthesized,
+) -> None:
+    campaigns_id, _ = _table(assembly, "pk")
+    for table_id, table in assembly.of_type("AWS::DynamoDB::Table").items():
         properties = table["Properties"]
         assert properties["BillingMode"] == "PAY_PER_REQUEST"
         assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
         assert properties["SSESpecification"]["SSEEnabled"] is True
-        # A ledger record that expires lets a late replay send again.
-        assert "TimeToLiveSpecification" not in properties
+        if table_id == campaigns_id:
+            # The limiter's one-second slots expire; nothing else there carries the attribute.
+            assert properties["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+        else:
+            # A ledger record that expires lets a late replay send again; a suppression is for good.
+            assert "TimeToLiveSpecification" not in properties, table_id
+    _, ledger = _table(assembly, "campaign_id")
+    assert "TimeToLiveSpecification" not in ledger["Properties"]
+
+
+def test_campaign_list_reads_a_sparse_keys_only_index_of_campaign_items(assembly: Synthesized) -> None:
+    _, campaigns = _table(assembly, "pk")
+    [index] = campaigns["Properties"]["GlobalSecondaryIndexes"]
+    assert index["IndexName"] == "campaigns-by-state"
+    assert index["KeySchema"] == [
+        {"AttributeName": "state", "KeyType": "HASH"},
+        {"AttributeName": "campaign_id", "KeyType": "RANGE"},
+    ]
+    # Keys only: a campaign's per-message updates (counts, leases) never write to the index.
+    assert index["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+    _, ledger = _table(assembly, "campaign_id")
+    assert "GlobalSecondaryIndexes" not in ledger["Properties"]
 
 
 def test_stateful_resources_are_retained_by_default(default_assembly: Synthesized) -> None:

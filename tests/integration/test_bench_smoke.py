@@ -83,6 +83,14 @@ def test_dynamodb_requests_per_recipient_are_exact(result):
     # refused claim transaction.
     assert result["ddb_requests_per_recipient_batch_mode"] == pytest.approx(5 / MESSAGE_SIZE + 1 / TINY.recipients)
     assert result["ddb_requests_per_duplicate_batch_mode"] == pytest.approx(3 / MESSAGE_SIZE)
+    # The suppression list (in the bench, as deployed): one consistent BatchGetItem per message
+    # on every path, read by its first send (was one GetItem per recipient); a message of
+    # ended deliveries reads none.
+    by_purpose = result["ddb_requests_per_recipient_by_purpose"]
+    for path in ("single_fresh", "batch_mode_fresh", "ses_fresh"):
+        assert by_purpose[path]["suppressions"] == pytest.approx(1 / MESSAGE_SIZE), path
+    for path in ("single_duplicate", "batch_mode_duplicate"):
+        assert "suppressions" not in by_purpose[path], path
     # One consistent GetItem of the campaign per message, and one more in the completion check.
     assert result["ddb_requests_per_recipient_by_purpose"]["single_fresh"]["campaign_read"] == pytest.approx(
         1 / MESSAGE_SIZE + 1 / TINY.recipients

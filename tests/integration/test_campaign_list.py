@@ -1,5 +1,5 @@
-"""Listing campaigns: the campaigns table's Scan (never the ledger's), over moto's server,
-through the store, the HTTP API and the CLI."""
+"""Listing campaigns: the campaigns table's sparse index of campaign items (never a Scan,
+never the ledger), over moto's server, through the store, the HTTP API and the CLI."""
 
 from __future__ import annotations
 
@@ -21,17 +21,24 @@ def call(system, path: str) -> tuple[int, dict]:
     return response["statusCode"], json.loads(response["body"])
 
 
-def test_the_store_lists_every_campaign_across_scan_pages_and_only_campaign_items(system):
+def test_the_store_lists_every_campaign_across_index_pages_and_only_campaign_items(system):
     # Given five campaigns, two with published batches (more items under the same pk)
     for i in (4, 0, 3, 1, 2):
         system.campaign(f"c{i}")
     system.operator.publish("c1", system.recipients(3))
     system.operator.pause("c1")
     system.operator.publish("c3", system.recipients(250))
-    # When the store scans two items per request (so the answer spans many pages)
-    store = DynamoDBCampaignStore(
-        client=boto3.client("dynamodb"), table_name=system.resources.campaigns_table, scan_page_size=2
-    )
+    # And the limiter's slots in the same table
+    client = boto3.client("dynamodb")
+    for second in range(3):
+        client.put_item(
+            TableName=system.resources.campaigns_table,
+            Item={"pk": {"S": "limiter#resend"}, "sk": {"S": f"slot#{second}"}, "used": {"N": "5"}},
+        )
+    operations: list[str] = []
+    client.meta.events.register("provide-client-params.dynamodb", lambda model, **_: operations.append(model.name))
+    # When the store reads two keys per index request (so the answer spans many pages)
+    store = DynamoDBCampaignStore(client=client, table_name=system.resources.campaigns_table, page_size=2)
 
     every = [c.campaign_id for c in store.list()]
     paused = [c.campaign_id for c in store.list(CampaignState.PAUSED)]
@@ -42,6 +49,8 @@ def test_the_store_lists_every_campaign_across_scan_pages_and_only_campaign_item
     assert paused == ["c1"]
     assert sending == [("c3", 3)]
     assert list(store.list(CampaignState.CANCELLED)) == []
+    # And nothing was scanned: the index holds campaign items only
+    assert "Scan" not in operations and set(operations) == {"Query", "BatchGetItem"}
 
 
 def test_get_campaigns_filters_by_state_and_refuses_an_unknown_state_naming_it(system):

@@ -189,8 +189,8 @@ def test_counted_annotations_count_once_in_one_transaction(tables):
         events.annotate(event(EventKind.COMPLAINED, event_id="c-1"), counter=FeedbackCounter.COMPLAINTS)
         for _ in range(3)
     ]
-    events.count_sent("c1")
-    events.count_sent("c1")
+    events.count_sent("c1", "r1")
+    events.count_sent("c1", "r2")
     orphan = events.annotate(
         event(EventKind.COMPLAINED, rid="nobody", event_id="c-2"), counter=FeedbackCounter.COMPLAINTS
     )
@@ -199,6 +199,34 @@ def test_counted_annotations_count_once_in_one_transaction(tables):
     assert orphan.status is AnnotationStatus.NO_DELIVERY
     feedback = events.feedback("c1")
     assert (feedback.sent, feedback.complaints, feedback.hard_bounces) == (2, 1, 0)
+
+
+def test_sent_is_counted_over_shards_each_its_own_partition_key_and_summed_with_the_old_counter(tables):
+    from collections import Counter
+
+    from sendonce.adapters.dynamodb.ledger_events import SENT_SHARDS, sent_shard
+
+    _, events, _, _ = tables
+    dynamodb = boto3.client("dynamodb")
+    campaigns_table = events._campaigns
+    # Given a campaign counted by the previous version (one item) and then by this one
+    dynamodb.put_item(
+        TableName=campaigns_table,
+        Item={"pk": {"S": "campaign#c1"}, "sk": {"S": "deliverability#sent"}, "sent": {"N": "5"}},
+    )
+    writes: Counter = Counter()
+    dynamodb.meta.events.register(
+        "provide-client-params.dynamodb.UpdateItem", lambda params, **_: writes.update([params["Key"]["pk"]["S"]])
+    )
+    events._client = dynamodb
+    for i in range(200):
+        events.count_sent("c1", f"r{i}")
+    # Then no partition-key value took more than a tenth of the writes, and the sum is exact
+    assert len(writes) == SENT_SHARDS and max(writes.values()) / 200 <= 0.1
+    assert events.feedback("c1").sent == 205
+    # And over many recipients the hash spreads them evenly: the hottest shard's share
+    shares = Counter(sent_shard(f"r{i}") for i in range(100_000))
+    assert max(shares.values()) / 100_000 <= 0.07  # 1/16 = 0.0625
 
 
 def test_resolve_and_reopen_are_conditional_on_unknown(tables):

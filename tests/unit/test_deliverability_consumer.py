@@ -32,6 +32,8 @@ def test_a_suppressed_recipient_ends_suppressed_and_is_not_sent(provider):
     record = world.ledger.items[("c1", "r2")]
     assert record.state is DeliveryState.SUPPRESSED and record.maybe_sent_at_ms is None
     assert again.sent == 0 and sum(world.provider.deliveries().values()) == 4
+    # One read of the list per message, none per recipient; a message of ended deliveries reads nothing
+    assert (suppressions.batch_reads, suppressions.reads) == (1, 0)
 
 
 def test_every_email_carries_one_click_headers_that_name_its_delivery():

@@ -31,6 +31,15 @@ class IllegalTransitionError(SendonceError):
     """A campaign state change that the state machine does not allow."""
 
 
+class CampaignBusyError(SendonceError):
+    """A write to the campaign item kept meeting a transaction on the same item (publishing
+    records batches in transactions) after bounded retries; nothing was written, try again."""
+
+
+class SuppressionsUnavailableError(SendonceError):
+    """The suppression list could not be read in full: nobody of the message may be sent."""
+
+
 class LeaseLostError(SendonceError):
     """A ledger write fenced by owner failed: another consumer owns the delivery now."""
 

@@ -111,7 +111,11 @@ class Campaign(BaseModel):
     provider: str
     sender: str = Field(min_length=3, max_length=320)
     reply_to: str | None = None
-    content: Content
+    # The templates (up to 300 KB) are stored apart from the campaign's small, often updated
+    # state: a campaign read from its state alone has no content (`CampaignStore.content`
+    # reads it; it never changes after creation). Its subject stays here, for listings.
+    content: Content | None = None
+    subject: str | None = None
     state: CampaignState = CampaignState.DRAFT
     state_reason: str | None = None
     state_changed_by: str | None = None
@@ -128,6 +132,15 @@ class Campaign(BaseModel):
     # complete while it is live, so a long streamed publish cannot end in a completed campaign.
     publishing_until_ms: int | None = None
     version: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _subject_of_content(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("content") is not None and not data.get("subject"):
+            content = data["content"]
+            subject = content.subject if isinstance(content, Content) else (content or {}).get("subject")
+            data = {**data, "subject": subject}
+        return data
 
     @property
     def accepts_sends(self) -> bool:

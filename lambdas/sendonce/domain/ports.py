@@ -19,6 +19,7 @@ from sendonce.domain.models import (
     BatchMessage,
     Campaign,
     CampaignState,
+    Content,
     DeliveryKey,
     DeliveryRecord,
     DeliveryRequest,
@@ -187,7 +188,13 @@ class Ledger(Protocol):
 class CampaignStore(Protocol):
     def create(self, campaign: Campaign) -> Campaign: ...
 
-    def get(self, campaign_id: str) -> Campaign: ...
+    def get(self, campaign_id: str) -> Campaign:
+        """The campaign's state and settings, without its content (a small read)."""
+        ...
+
+    def content(self, campaign_id: str) -> Content:
+        """The campaign's content, written once at creation and never changed."""
+        ...
 
     def transition(
         self,
@@ -343,6 +350,11 @@ class Suppressions(Protocol):
 
     def is_suppressed(self, email: str) -> Suppression | None: ...
 
+    def suppressed_among(self, emails: Iterable[str]) -> dict[str, Suppression]:
+        """The suppressed ones among `emails`, by fingerprint: one consistent read of them all
+        (the consumer asks once per message, before its sends)."""
+        ...
+
     def get(self, fingerprint: str) -> Suppression | None: ...
 
     def add(self, email: str, reason: SuppressionReason, source: str, campaign_id: str | None = None) -> bool: ...
@@ -455,7 +467,7 @@ class LedgerEvents(Protocol):
         add one to that campaign counter in the same atomic write."""
         ...
 
-    def count_sent(self, campaign_id: str) -> None: ...
+    def count_sent(self, campaign_id: str, recipient_id: str) -> None: ...
 
     def feedback(self, campaign_id: str) -> CampaignFeedback: ...
 

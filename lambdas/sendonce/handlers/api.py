@@ -84,7 +84,7 @@ class CampaignView(BaseModel):
             provider=campaign.provider,
             sender=campaign.sender,
             reply_to=campaign.reply_to,
-            subject=campaign.content.subject,
+            subject=campaign.subject or "",
             delivery_mode=campaign.delivery_mode,
             state=campaign.state.value,
             state_reason=campaign.state_reason,

@@ -47,7 +47,7 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict:
         try:
             batch = parse_batch(record["body"])
             campaign = campaigns.get(batch.campaign_id)
-            content = CompiledContent(campaign.content)
+            content = CompiledContent(campaign.content or campaigns.content(batch.campaign_id))
 
             def send(recipient, campaign=campaign, content=content):
                 rendered = content.render(recipient.variables)

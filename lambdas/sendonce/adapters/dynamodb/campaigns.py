@@ -1,24 +1,30 @@
 """Campaigns and their published batches in one DynamoDB table (pk, sk).
 
-    pk = campaign#<id>, sk = campaign        the campaign (state, content, counts)
+    pk = campaign#<id>, sk = campaign        the campaign's state and settings (small: updated per message)
+    pk = campaign#<id>, sk = content         its content (templates, up to 300 KB), written once with it
     pk = campaign#<id>, sk = batch#<batch>   one published batch: its body and whether it reached SQS
     pk = campaign#<id>, sk = group#<group>   batch mode: one send group's frozen membership
 
-There is no index by state: `list` scans the table (docs/api.md says what that costs).
+`list` queries the sparse, keys-only index CAMPAIGNS_BY_STATE_INDEX (state, campaign_id):
+only campaign state items carry `state`, so it never reads batches, groups, counters or
+limiter slots; and being keys-only, updates of a campaign's counts never write to it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Iterator
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError
-from sendonce.domain.models import BatchMessage, Campaign, CampaignState, SendGroup
+from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX
+from sendonce.domain.errors import CampaignBusyError, CampaignNotFoundError, IllegalTransitionError
+from sendonce.domain.models import BatchMessage, Campaign, CampaignState, Content, SendGroup
 from sendonce.domain.ports import BatchStatus
 
 _ser = TypeSerializer()
@@ -34,6 +40,7 @@ def _pk(campaign_id: str) -> dict[str, Any]:
 
 
 def _campaign(item: dict[str, Any]) -> Campaign:
+    # Campaigns created before the content had its own item carry it here (read as is).
     data = {k: _de.deserialize(v) for k, v in item.items() if k not in ("pk", "sk")}
     data.pop("total", None)  # stored by earlier versions; status counts recipients from the ledger
     for name in ("open_batches", "version", "publishing_until_ms"):
@@ -42,25 +49,75 @@ def _campaign(item: dict[str, Any]) -> Campaign:
     return Campaign.model_validate(data)
 
 
+# A plain write to the campaign item is refused with TransactionConflictException while a
+# publisher's transaction (add_batch) holds the same item. Nothing was written, so it is
+# retried: full jitter, 20 ms doubling to 640 ms (about 1.3 s over six attempts, far longer
+# than a two-item transaction), then CampaignBusyError, which the caller must surface.
+CONFLICT_ATTEMPTS = 6
+CONFLICT_BASE_S = 0.02
+
+
 class DynamoDBCampaignStore:
-    def __init__(self, *, client: Any, table_name: str, scan_page_size: int | None = None):
+    def __init__(
+        self,
+        *,
+        client: Any,
+        table_name: str,
+        page_size: int | None = None,
+        conflict_attempts: int = CONFLICT_ATTEMPTS,
+        sleep: Callable[[float], None] = time.sleep,
+        jitter: Callable[[], float] = random.random,
+    ):
         self._client = client
         self._table = table_name
-        # Items read per Scan request (default: DynamoDB's 1 MB pages); tests set it small.
-        self._scan_page_size = scan_page_size
+        # Keys read per index Query request (default: DynamoDB's 1 MB pages); tests set it small.
+        self._page_size = page_size
+        self._conflict_attempts = conflict_attempts
+        self._sleep = sleep
+        self._jitter = jitter
+
+    def _update_campaign(self, **request: Any) -> dict[str, Any]:
+        """UpdateItem on a campaign item, retried while it meets a transaction on that item."""
+        for attempt in range(self._conflict_attempts):
+            try:
+                response: dict[str, Any] = self._client.update_item(TableName=self._table, **request)
+                return response
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "TransactionConflictException":
+                    raise
+                if attempt + 1 == self._conflict_attempts:
+                    key = request["Key"]["pk"]["S"]
+                    raise CampaignBusyError(
+                        f"{key}: write refused {self._conflict_attempts} times by a concurrent transaction"
+                    ) from exc
+                self._sleep(self._jitter() * CONFLICT_BASE_S * 2**attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _key(self, campaign_id: str, sk: str = "campaign") -> dict[str, Any]:
         return {"pk": _pk(campaign_id), "sk": {"S": sk}}
 
     def create(self, campaign: Campaign) -> Campaign:
+        """The state item and the content item in one transaction: neither exists without the other."""
         now = _now()
         campaign = campaign.model_copy(update={"created_at": now, "updated_at": now, "state": CampaignState.DRAFT})
-        item = {k: _ser.serialize(v) for k, v in campaign.model_dump(mode="json", exclude_none=True).items()}
+        if campaign.content is None:
+            raise ValueError(f"campaign {campaign.campaign_id!r} has no content")
+        state = campaign.model_dump(mode="json", exclude_none=True, exclude={"content"})
+        item = {k: _ser.serialize(v) for k, v in state.items()}
         item.update(self._key(campaign.campaign_id))
+        content = {
+            **self._key(campaign.campaign_id, "content"),
+            "content": _ser.serialize(campaign.content.model_dump(mode="json", exclude_none=True)),
+        }
+        puts = [
+            {"Put": {"TableName": self._table, "Item": i, "ConditionExpression": "attribute_not_exists(pk)"}}
+            for i in (item, content)
+        ]
         try:
-            self._client.put_item(TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(pk)")
+            self._client.transact_write_items(TransactItems=puts)
         except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            if "ConditionalCheckFailed" in reasons:
                 raise IllegalTransitionError(f"campaign {campaign.campaign_id!r} already exists") from exc
             raise
         return campaign
@@ -70,6 +127,17 @@ class DynamoDBCampaignStore:
         if "Item" not in response:
             raise CampaignNotFoundError(f"campaign {campaign_id!r} does not exist")
         return _campaign(response["Item"])
+
+    def content(self, campaign_id: str) -> Content:
+        response = self._client.get_item(
+            TableName=self._table, Key=self._key(campaign_id, "content"), ConsistentRead=True
+        )
+        if "Item" in response:
+            return Content.model_validate(_de.deserialize(response["Item"]["content"]))
+        legacy = self.get(campaign_id).content  # created by a version that kept it on the state item
+        if legacy is None:
+            raise CampaignNotFoundError(f"campaign {campaign_id!r} has no content")
+        return legacy
 
     def transition(
         self,
@@ -110,8 +178,7 @@ class DynamoDBCampaignStore:
         else:
             update += " REMOVE state_reason ADD version :one"
         try:
-            response = self._client.update_item(
-                TableName=self._table,
+            response = self._update_campaign(
                 Key=self._key(campaign_id),
                 UpdateExpression=update,
                 ConditionExpression=condition,
@@ -138,8 +205,7 @@ class DynamoDBCampaignStore:
         return _campaign(response["Attributes"])
 
     def end_publish(self, campaign_id: str) -> None:
-        self._client.update_item(
-            TableName=self._table,
+        self._update_campaign(
             Key=self._key(campaign_id),
             UpdateExpression="REMOVE publishing_until_ms",
             ConditionExpression="attribute_exists(pk)",
@@ -148,8 +214,7 @@ class DynamoDBCampaignStore:
     def batch_settled(self, campaign_id: str) -> int:
         """One batch's message was acknowledged with every recipient ended; returns the
         batches still open (a hint: at zero or below, check the ledger)."""
-        response = self._client.update_item(
-            TableName=self._table,
+        response = self._update_campaign(
             Key=self._key(campaign_id),
             UpdateExpression="ADD open_batches :minus",
             ConditionExpression="attribute_exists(pk)",
@@ -159,8 +224,7 @@ class DynamoDBCampaignStore:
         return int(response["Attributes"]["open_batches"]["N"])
 
     def reset_open_batches(self, campaign_id: str, count: int) -> None:
-        self._client.update_item(
-            TableName=self._table,
+        self._update_campaign(
             Key=self._key(campaign_id),
             UpdateExpression="SET open_batches = :n",
             ConditionExpression="attribute_exists(pk)",
@@ -263,28 +327,35 @@ class DynamoDBCampaignStore:
         return sorted(groups, key=lambda g: int(g.group_id.rsplit("-g", 1)[1]))
 
     def list(self, state: CampaignState | None = None) -> Iterator[Campaign]:
-        """A Scan of the campaigns table, filtered to the campaign items (sk = campaign) and
-        `state`, page by page. The table has no index by state: each call reads every item of
-        the table (campaigns, their batches and send groups) and pays for all of them, which
-        is fine for an operator's listing; a GSI on state is the upgrade path. Items are
-        sorted by id here, since a scan's order is the hash order of its keys."""
-        values: dict[str, Any] = {":campaign": {"S": "campaign"}}
-        names: dict[str, str] = {}
-        condition = "sk = :campaign"
-        if state is not None:
-            condition += " AND #state = :state"
-            values[":state"] = {"S": CampaignState(state).value}
-            names["#state"] = "state"
-        request: dict[str, Any] = {
-            "TableName": self._table,
-            "FilterExpression": condition,
-            "ExpressionAttributeValues": values,
-        }
-        if names:
-            request["ExpressionAttributeNames"] = names
-        if self._scan_page_size:
-            request["PaginationConfig"] = {"PageSize": self._scan_page_size}
-        campaigns = [
-            _campaign(item) for page in self._client.get_paginator("scan").paginate(**request) for item in page["Items"]
-        ]
-        return iter(sorted(campaigns, key=lambda c: c.campaign_id))
+        """The campaigns (in `state`), sorted by id: their keys from the index, one Query per
+        state, then their state items, 100 per BatchGetItem. Reads campaigns only."""
+        states = [CampaignState(state)] if state is not None else list(CampaignState)
+        keys: list[dict[str, Any]] = []
+        for wanted in states:
+            request: dict[str, Any] = {
+                "TableName": self._table,
+                "IndexName": CAMPAIGNS_BY_STATE_INDEX,
+                "KeyConditionExpression": "#state = :state",
+                "ExpressionAttributeNames": {"#state": "state"},
+                "ExpressionAttributeValues": {":state": {"S": wanted.value}},
+            }
+            if self._page_size:
+                request["PaginationConfig"] = {"PageSize": self._page_size}
+            for page in self._client.get_paginator("query").paginate(**request):
+                keys.extend({"pk": item["pk"], "sk": item["sk"]} for item in page["Items"])
+        campaigns = []
+        for start in range(0, len(keys), 100):
+            pending: dict[str, Any] = {self._table: {"Keys": keys[start : start + 100]}}
+            for attempt in range(self._conflict_attempts):
+                if attempt:
+                    self._sleep(self._jitter() * CONFLICT_BASE_S * 2**attempt)
+                response = self._client.batch_get_item(RequestItems=pending)
+                campaigns.extend(_campaign(item) for item in response.get("Responses", {}).get(self._table, []))
+                pending = response.get("UnprocessedKeys") or {}
+                if not pending:
+                    break
+            else:
+                raise CampaignBusyError("campaign list: some campaigns stayed unread (throttled)")
+        # An item moved between states while listed may be read twice.
+        unique = {c.campaign_id: c for c in campaigns if state is None or c.state is state}
+        return iter(sorted(unique.values(), key=lambda c: c.campaign_id))

@@ -10,16 +10,24 @@ address stays and a repeated add is a no-op that says so.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from sendonce.domain.errors import SuppressionsUnavailableError
 from sendonce.domain.models import email_fingerprint
 from sendonce.domain.ports import ImportReport, Suppression, SuppressionReason
 
 IMPORT_WORKERS = 8
+BATCH_GET_KEYS = 100  # BatchGetItem's limit per request
+# Keys DynamoDB leaves unprocessed (throttling, 16 MB) are asked again: full jitter, 50 ms
+# doubling, five requests in all per chunk, then SuppressionsUnavailableError.
+UNPROCESSED_ATTEMPTS = 5
+UNPROCESSED_BASE_S = 0.05
 
 
 def _now() -> str:
@@ -37,12 +45,44 @@ def _suppression(item: dict[str, Any]) -> Suppression:
 
 
 class DynamoDBSuppressions:
-    def __init__(self, *, client: Any, table_name: str):
+    def __init__(
+        self,
+        *,
+        client: Any,
+        table_name: str,
+        sleep: Callable[[float], None] = time.sleep,
+        jitter: Callable[[], float] = random.random,
+    ):
         self._client = client
         self._table = table_name
+        self._sleep = sleep
+        self._jitter = jitter
 
     def is_suppressed(self, email: str) -> Suppression | None:
         return self.get(email_fingerprint(email))
+
+    def suppressed_among(self, emails: Iterable[str]) -> dict[str, Suppression]:
+        # Consistent, as `get`: an unsubscribe recorded a moment ago must stop the next send.
+        fingerprints = list(dict.fromkeys(email_fingerprint(e) for e in emails))
+        found: dict[str, Suppression] = {}
+        for start in range(0, len(fingerprints), BATCH_GET_KEYS):
+            keys = [{"fp": {"S": fp}} for fp in fingerprints[start : start + BATCH_GET_KEYS]]
+            request: dict[str, Any] = {self._table: {"Keys": keys, "ConsistentRead": True}}
+            for attempt in range(UNPROCESSED_ATTEMPTS):
+                if attempt:
+                    self._sleep(self._jitter() * UNPROCESSED_BASE_S * 2 ** (attempt - 1))
+                response = self._client.batch_get_item(RequestItems=request)
+                for item in response.get("Responses", {}).get(self._table, []):
+                    found[item["fp"]["S"]] = _suppression(item)
+                request = response.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+            else:
+                left = len(request.get(self._table, {}).get("Keys", []))
+                raise SuppressionsUnavailableError(
+                    f"{left} suppression key(s) still unprocessed after {UNPROCESSED_ATTEMPTS} requests"
+                )
+        return found
 
     def get(self, fingerprint: str) -> Suppression | None:
         # Consistent: an unsubscribe recorded a moment ago must stop the next send.

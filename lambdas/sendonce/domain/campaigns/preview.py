@@ -55,9 +55,11 @@ THROTTLE_RETRIES = 3
 CHECK_PROBLEMS_KEPT = 100
 
 
-def _compiled(campaign: Campaign) -> CompiledContent:
+def _compiled(campaign: Campaign, campaigns: CampaignStore) -> CompiledContent:
+    """The campaign's templates, compiled (read from its content item when the state item
+    does not carry them)."""
     try:
-        return CompiledContent(campaign.content)
+        return CompiledContent(campaign.content or campaigns.content(campaign.campaign_id))
     except RenderError as exc:
         raise InvalidCampaignError(f"campaign {campaign.campaign_id!r}: {exc}") from exc
 
@@ -161,7 +163,7 @@ class PreviewService:
     def preview(self, campaign_id: str, recipient: Recipient) -> Preview:
         """The email `recipient` would get; a template error is reported, not raised."""
         campaign = self._campaigns.get(campaign_id)
-        content = _compiled(campaign)
+        content = _compiled(campaign, self._campaigns)
         missing = _missing(content, recipient.variables)
         preview = Preview(
             campaign_id=campaign_id,
@@ -182,7 +184,7 @@ class PreviewService:
     def check(self, campaign_id: str, rows: Iterable[Row]) -> CheckReport:
         """Render every recipient of a file as the consumer would; report each that fails by line."""
         campaign = self._campaigns.get(campaign_id)
-        content = _compiled(campaign)
+        content = _compiled(campaign, self._campaigns)
         report = CheckReport(campaign_id=campaign_id)
 
         def fail(row: Row, problem: str) -> None:
@@ -256,7 +258,7 @@ class TestSendService:
                 f"campaign {campaign_id!r} sends with {campaign.provider!r}, which is not configured here "
                 f"(configured: {', '.join(sorted(self._providers)) or 'none'})"
             )
-        content = _compiled(campaign)
+        content = _compiled(campaign, self._campaigns)
         test_send_id = self._new_id()
         stand_in = recipient_of(variables or {}, recipient_id=f"test-{test_send_id[:12]}")
         try:

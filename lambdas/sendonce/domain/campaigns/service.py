@@ -231,6 +231,8 @@ class CampaignService:
                 f"delivery_mode: 'batch' needs a provider with batch sends ({', '.join(sorted(self._batch_provider_names))}),"
                 f" not {campaign.provider!r}"
             )
+        if campaign.content is None:
+            raise InvalidCampaignError("content: required")
         try:
             check_content(campaign.content)
         except RenderError as exc:
@@ -292,9 +294,11 @@ class CampaignService:
                     on_batch(report)
         finally:
             self._campaigns.end_publish(campaign_id)
-        if not report.messages_sent:
-            # Nothing new reached the queue (all published before), so no consumer will settle
-            # a batch for this publish: it may have reopened a campaign that is already done.
+        # Read after the lease is gone: a consumer that settled the last open batch while it
+        # was live could not complete the campaign, so the publisher does; one that settles
+        # later sees no lease and completes it. Nothing sent: no consumer will settle a batch
+        # of this publish, and it may have reopened a campaign that is already done.
+        if not report.messages_sent or self._campaigns.get(campaign_id).open_batches <= 0:
             self.complete_if_done(campaign_id)
         return report
 

@@ -303,7 +303,7 @@ class ProviderEventService:
             report.counted = counter.value
         if event.kind is EventKind.SENT:
             if annotation.status is AnnotationStatus.APPLIED:
-                self._ledger_events.count_sent(key.campaign_id)
+                self._ledger_events.count_sent(key.campaign_id, key.recipient_id)
             if (
                 annotation.state is DeliveryState.UNKNOWN
                 and event.message_id

@@ -17,7 +17,7 @@ from sendonce.domain.errors import (
     RetryableProviderError,
 )
 from sendonce.domain.models import BatchMessage, Campaign, CampaignState
-from sendonce.domain.ports import EmailProvider
+from sendonce.domain.ports import EmailProvider, Suppression
 from sendonce.domain.sending.rendering import CompiledContent
 
 logger = logging.getLogger(__name__)
@@ -46,21 +46,27 @@ class BatchReport:
     return_at_ms: int | None = None
     errors_by_class: Counter[str] = field(default_factory=Counter)
     last_error: str | None = None
+    # Every recipient ended but the batch's end could not be recorded on the campaign (or the
+    # completion check failed): the message comes back to record it, never forgotten.
+    unsettled: str | None = None
 
     @property
     def must_return(self) -> bool:
         """The SQS message must come back (reported as a batch item failure)."""
-        return self.returning > 0
+        return self.returning > 0 or self.unsettled is not None
 
 
 class BatchIncompleteError(Exception):
     """Raised by the record handler so that BatchProcessor reports the message as failed."""
 
     def __init__(self, report: BatchReport):
-        super().__init__(
-            f"{report.returning} recipient(s) of batch {report.batch_id} must be retried"
-            + (f" (last error: {report.last_error})" if report.last_error else "")
-        )
+        if report.returning or report.unsettled is None:
+            message = f"{report.returning} recipient(s) of batch {report.batch_id} must be retried" + (
+                f" (last error: {report.last_error})" if report.last_error else ""
+            )
+        else:
+            message = f"batch {report.batch_id} ended but could not be settled: {report.unsettled}"
+        super().__init__(message)
         self.report = report
 
 
@@ -79,6 +85,10 @@ class BatchRun:
     halt: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     returning_ids: list[str] = field(default_factory=list)
+    # The suppressed addresses among the batch's, by fingerprint: read once, by the first
+    # send that needs them (a redelivered message of ended deliveries reads nothing).
+    suppressed: dict[str, Suppression] | None = None
+    suppressed_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def count(
         self, attr: str, recipient_id: str | None = None, error: str | None = None, error_class: str | None = None

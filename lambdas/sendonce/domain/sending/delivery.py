@@ -32,6 +32,7 @@ from sendonce.domain.errors import (
 from sendonce.domain.models import (
     FINAL_STATES,
     BatchMessage,
+    Campaign,
     CampaignState,
     DeliveryKey,
     DeliveryRequest,
@@ -58,6 +59,10 @@ from sendonce.domain.sending.rendering import CompiledContent, RenderError
 from sendonce.domain.sending.sender import Sender
 
 logger = logging.getLogger(__name__)
+
+# Compiled content kept per campaign in a process (it never changes after creation): read
+# from its own item once, not per message. Bounded: a process may serve many campaigns.
+CONTENT_CACHE_SIZE = 32
 
 
 def parse_batch(body: str) -> BatchMessage:
@@ -109,6 +114,7 @@ class DeliveryService:
         self._max_receive_count = max_receive_count
         self._instance_id = instance_id or uuid.uuid4().hex[:8]
         self._clock_ms = clock_ms
+        self._contents: dict[str, CompiledContent] = {}
         self._sender = Sender(
             limiter=limiter,
             suppressions=suppressions,
@@ -163,7 +169,7 @@ class DeliveryService:
                 body, f"campaign {campaign.campaign_id!r} names unknown provider {campaign.provider!r}", report
             )
         try:
-            content = CompiledContent(campaign.content)
+            content = self._content(campaign)
         except RenderError as exc:
             return self._poison(body, f"campaign {campaign.campaign_id!r}: {exc}", report)
 
@@ -205,8 +211,17 @@ class DeliveryService:
             records = self._ledger.get_many(batch.campaign_id, run.returning_ids)
             report.dead_lettered = sum(1 for r in records.values() if r.state is DeliveryState.DEAD_LETTERED)
         if not report.must_return and not run.halt.is_set() and campaign.state is CampaignState.SENDING:
-            self._settle_batch(batch.campaign_id)
+            self._settle_batch(batch.campaign_id, report)
         return report
+
+    def _content(self, campaign: Campaign) -> CompiledContent:
+        compiled = self._contents.get(campaign.campaign_id)
+        if compiled is None:
+            compiled = CompiledContent(campaign.content or self._campaigns.content(campaign.campaign_id))
+            if len(self._contents) >= CONTENT_CACHE_SIZE:
+                self._contents.pop(next(iter(self._contents)))
+            self._contents[campaign.campaign_id] = compiled
+        return compiled
 
     def _dead_letter_first(self, batch: BatchMessage) -> None:
         """SQS moves the message to the DLQ if this attempt does not end it, whether the
@@ -221,9 +236,11 @@ class DeliveryService:
             batch_id=batch.batch_id,
         )
 
-    def _settle_batch(self, campaign_id: str) -> None:
+    def _settle_batch(self, campaign_id: str, report: BatchReport) -> None:
         """Every recipient of this message ended: one batch fewer open. At zero (or below,
-        after a message was settled twice) the ledger decides whether the campaign is complete."""
+        after a message was settled twice) the ledger decides whether the campaign is complete.
+        A failure here is never swallowed: the message comes back and settles again (a second
+        decrement only brings the check earlier; the ledger decides)."""
         try:
             if self._campaigns.batch_settled(campaign_id) <= 0:
                 completed = complete_if_done(self._campaigns, self._ledger, campaign_id, now_ms=self._clock_ms())
@@ -231,8 +248,12 @@ class DeliveryService:
                     logger.info(
                         "campaign completed", extra={"campaign_id": campaign_id, "reason": completed.state_reason}
                     )
-        except Exception:
-            logger.exception("could not check whether the campaign completed")
+        except Exception as exc:  # noqa: BLE001 - reported: the message comes back to settle again
+            report.unsettled = f"{type(exc).__name__}: {exc}"[:500]
+            logger.error(
+                "batch ended but could not be settled; the message comes back",
+                extra={"campaign_id": campaign_id, "error": report.unsettled},
+            )
 
     def _close_cancelled(self, batch: BatchMessage, report: BatchReport) -> None:
         """The campaign was cancelled: close each delivery of the batch as the protocol says —
@@ -354,7 +375,7 @@ class DeliveryService:
         """Runs under the ledger's claim. Every exception here settles the claim."""
         if not is_valid_email(recipient.email):
             raise PermanentProviderError("invalid email address")
-        suppression = self._sender.suppression(recipient)
+        suppression = self._sender.suppression(run, recipient)
         if suppression:
             raise SuppressedError(suppression)
         try:

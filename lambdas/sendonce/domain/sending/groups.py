@@ -69,7 +69,7 @@ class GroupDelivery:
             if (
                 not is_valid_email(recipient.email)
                 or not self._sender.renders(run, recipient)
-                or self._sender.suppression(recipient)
+                or self._sender.suppression(run, recipient)
             ):
                 singles.append(recipient)  # the one-by-one path records why it is not sent
             else:

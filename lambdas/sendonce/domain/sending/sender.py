@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
 from sendonce.domain.errors import RetryableProviderError
-from sendonce.domain.models import Campaign, OutboundEmail, Recipient
+from sendonce.domain.models import Campaign, OutboundEmail, Recipient, email_fingerprint
 from sendonce.domain.ports import RateLimiter, Suppressions
 from sendonce.domain.sending.batch_run import BatchRun
 from sendonce.domain.sending.rendering import CompiledContent, RenderError
@@ -63,11 +63,15 @@ class Sender:
         self._throttle_retries = throttle_retries
         self._sleep = sleep
 
-    def suppression(self, recipient: Recipient) -> str | None:
-        """Why the address must not be sent to, or None."""
+    def suppression(self, run: BatchRun, recipient: Recipient) -> str | None:
+        """Why the address must not be sent to, or None. The batch's addresses are read in
+        one request, by the first send of the message that asks."""
         if self._suppressions is None:
             return None
-        found = self._suppressions.is_suppressed(recipient.email)
+        with run.suppressed_lock:
+            if run.suppressed is None:
+                run.suppressed = self._suppressions.suppressed_among(r.email for r in run.batch.recipients)
+        found = run.suppressed.get(email_fingerprint(recipient.email))
         return f"address suppressed ({found.reason.value}, {found.source})" if found else None
 
     @staticmethod
