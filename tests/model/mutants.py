@@ -245,6 +245,7 @@ def _by_model(name: str, mutant, max_examples: int, random_seed: int) -> dict | 
                 "steps_on_this_machine": model.FIGURES["steps"],
                 "failing_example_steps": model.FIGURES["example_steps"],
                 "examples_until_found": model.FIGURES["examples"],
+                "failing_example_rules": list(model.EXAMPLE_RULES),
                 "seconds": round(time.monotonic() - started, 1),
             }
             try:

@@ -34,6 +34,7 @@ from tests.model.world import Clock, Rig
 
 S = DeliveryState
 RECIPIENTS = 5
+EXAMPLE_RULES: list[str] = []  # the rules of the running example, in order (the mutants report them)
 BATCH_SIZE = 2
 
 settings.register_profile(
@@ -106,6 +107,7 @@ class DeliveryModel(EdgeRules, RuleBasedStateMachine):
         self.peaks: Counter = Counter()
         FIGURES["examples"] += 1
         FIGURES["example_steps"] = 0
+        EXAMPLE_RULES.clear()
         self.clock = Clock(int(time.time() * 1000) + 30 * 24 * HOUR)  # ahead of the wall clock Powertools reads
         self.rig = Rig(
             boto3.client("dynamodb", region_name="us-east-1"),
@@ -133,6 +135,7 @@ class DeliveryModel(EdgeRules, RuleBasedStateMachine):
         FIGURES["steps"] += 1
         FIGURES["example_steps"] = FIGURES.get("example_steps", 0) + 1
         FIGURES[f"rule_{name}"] += 1
+        EXAMPLE_RULES.append(name)
 
     def _records(self) -> dict[str, object]:
         records = self.rig.snapshot()
