@@ -201,16 +201,24 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
+_EXPLORED: dict[str, object] = {}
+
+
 def _by_explorer(name: str, mutant) -> dict | None:
     """The explorer's verdict on the mutant, if it has one; the real code must pass it."""
     if explore is None:
         return None
     started = time.monotonic()
-    with mutant():
-        found = explore()
+    try:
+        with mutant():
+            found = explore()
+    except Exception:  # noqa: BLE001 - the explorer could not run this mutant: the model decides
+        return None
     if found.violation is None:
         return None
-    clean = explore()
+    if "clean" not in _EXPLORED:  # the real code's exploration is the same for every mutant
+        _EXPLORED["clean"] = explore()
+    clean = _EXPLORED["clean"]
     return {
         "mutant": name,
         "caught_by": "explorer",

@@ -4,7 +4,8 @@ crashes at every step, two consumers on one message, time jumps (a lease, 23 h, 
 operator actions and provider refusals, with the invariants checked after every step.
 Three rules bundle what the faults that meet time are made of — a takeover after a lease
 ran out, an operator acting the next day, a message's last receive — so that sequences of
-them are common, not rare.
+them are common, not rare; tests/model/edges.py adds time jumps to exactly the instants the
+records make interesting, two more bundles, swarm selection of rule families and target().
 
 Profiles: `make test` runs the bounded one (derandomized, a few minutes at most);
 `make verify` runs the deep one (SENDONCE_MODEL_PROFILE=deep, at least 20,000 steps) and

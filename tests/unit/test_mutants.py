@@ -62,3 +62,26 @@ def test_the_harness_selects_mutants_by_number(capsys):
     with pytest.raises(SystemExit):
         mutants.main(["1", "--only", "no-such-mutant"])
     assert "no such mutant: no-such-mutant" in capsys.readouterr().err
+
+
+def test_a_mutant_the_explorer_catches_is_checked_against_the_real_code_once(monkeypatch):
+    from types import SimpleNamespace
+
+    applied = []
+
+    @contextlib.contextmanager
+    def mutant():
+        applied.append(True)
+        yield
+        applied.pop()
+
+    def explore(*, depth=None):
+        violation = "duplicates: r0 accepted twice" if applied else None
+        return SimpleNamespace(states=42, depth=6, transitions=99, violation=violation)
+
+    monkeypatch.setattr(mutants, "explore", explore)
+    monkeypatch.setattr(mutants, "_EXPLORED", {})
+    found = mutants._by_explorer("9 a mutant", mutant)
+    assert found["caught_by"] == "explorer" and found["states_until_found"] == 42
+    assert found["real_code_passes_that_example"] is True
+    assert mutants._by_explorer("9 a mutant", contextlib.nullcontext) is None  # nothing found: the model decides
