@@ -1,10 +1,17 @@
-"""Does the model have teeth? Each mutant reverts one fix of issue 10; the model check must
-find a counterexample for it. Run by `make verify`: `python -m tests.model.mutants`.
+"""Does the model have teeth? Each mutant reverts one fix of the delivery protocol or the
+campaign lifecycle; it must be caught, by the exhaustive explorer (tests/model/explore, when
+present) or by the stateful model. Run by `make verify`:
+`python -m tests.model.mutants [EXAMPLES] [--only 2,3b',6b]`.
 
 A mutant is applied by replacing one named piece of our own code for the duration of a run
-(mutation testing, not a test double). Prints, per mutant, the machine that caught it, the
-invariant's message, how many steps were generated until the first failure and how long
-the failing example was.
+(mutation testing, not a test double). Prints one JSON line per mutant — who caught it, the
+invariant's message, how many states (explorer) or steps and examples (model) until the first
+failure, how long the failing example was — and a summary; every finding is then replayed
+on the real code, which must pass (else it is not the mutant's doing). Exits 0 only if every
+mutant is caught and every replay passes.
+
+Every change to the protocol (domain/sending/protocol.py) or the lifecycle
+(domain/campaigns/lifecycle.py) adds the mutant that reverts it to MUTANTS (docs/ledger.md).
 """
 
 from __future__ import annotations
@@ -13,7 +20,6 @@ import contextlib
 import inspect
 import json
 import os
-import sys
 import time
 from collections.abc import Iterator
 
@@ -31,6 +37,11 @@ from sendonce.domain.sending import groups as groups_module
 from sendonce.domain.sending import protocol
 from sendonce.domain.sending.protocol import Event
 from tests.model import test_delivery_model as model
+
+try:  # the exhaustive explorer (another branch may not have it yet)
+    from tests.model.explore import explore
+except ImportError:  # pragma: no cover - depends on the checkout
+    explore = None
 
 
 @contextlib.contextmanager
@@ -120,7 +131,8 @@ def _released_to_pending(original):
 
 
 R1, RB, SES = model.ResendSingle, model.ResendBatch, model.SesSingle
-# Which machines may catch a mutant, most likely first.
+# Which machines may catch a mutant, most likely first, and each mutant's share of the
+# example budget (a multiple of EXAMPLES per machine: the rare ones get more).
 MACHINES = {
     "1": (R1, RB),
     "2": (R1, RB),
@@ -130,9 +142,10 @@ MACHINES = {
     "3c": (RB,),
     "4": (SES, R1, RB),
     "5": (R1, SES, RB),
-    "6": (SES, R1, RB),
+    "6": (R1, SES, RB),
     "6b": (R1, SES, RB),
 }
+BUDGET = {"3c": 2.0, "2": 1.5}
 
 MUTANTS = {
     "1 refused takeover forgets the first attempt": lambda: replaced(dynamodb_ledger, "_LIFT_GUARD", ""),
@@ -174,64 +187,145 @@ def _settings(database, phases, max_examples):
     )
 
 
-def run(max_examples: int) -> list[dict]:
-    """Per mutant: the first counterexample the model finds with the mutant applied, then the
-    same example replayed on the real code, which must pass (else the finding is not the
-    mutant's)."""
+@contextlib.contextmanager
+def _seeded(machine, random_seed: int) -> Iterator[None]:
+    """Hypothesis's @seed on the machine: each run of `make verify` explores the same examples."""
+    machine._hypothesis_internal_use_seed = random_seed
+    try:
+        yield
+    finally:
+        del machine._hypothesis_internal_use_seed
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+_EXPLORED: dict[str, object] = {}
+
+
+def _by_explorer(name: str, mutant) -> dict | None:
+    """The explorer's verdict on the mutant, if it has one; the real code must pass it."""
+    if explore is None:
+        return None
+    started = time.monotonic()
+    try:
+        with mutant():
+            found = explore()
+    except Exception:  # noqa: BLE001 - the explorer could not run this mutant: the model decides
+        return None
+    if found.violation is None:
+        return None
+    if "clean" not in _EXPLORED:  # the real code's exploration is the same for every mutant
+        _EXPLORED["clean"] = explore()
+    clean = _EXPLORED["clean"]
+    return {
+        "mutant": name,
+        "caught_by": "explorer",
+        "invariant": str(found.violation).strip().splitlines()[0][:200],
+        "states_until_found": found.states,
+        "depth": found.depth,
+        "seconds": round(time.monotonic() - started, 1),
+        "real_code_passes_that_example": clean.violation is None,
+        **({} if clean.violation is None else {"real_code_failure": str(clean.violation)[:200]}),
+    }
+
+
+def _by_model(name: str, mutant, max_examples: int, random_seed: int) -> dict | None:
+    """The model's first counterexample with the mutant applied (no shrinking), then the same
+    example replayed on the real code, which must pass."""
+    budget = int(max_examples * BUDGET.get(name.split()[0], 1.0))
+    steps = 0
+    for machine in MACHINES[name.split()[0]]:
+        model.FIGURES.clear()
+        database = InMemoryExampleDatabase()
+        started = time.monotonic()
+        try:
+            with mutant(), _seeded(machine, random_seed):
+                run_state_machine_as_test(machine, settings=_settings(database, [Phase.generate, Phase.target], budget))
+        except Exception as exc:  # noqa: BLE001 - any failure is the finding
+            found = {
+                "mutant": name,
+                "caught_by": "model",
+                "machine": machine.__name__,
+                "invariant": _first_line(exc),
+                "steps_until_found": steps + model.FIGURES["steps"],
+                "steps_on_this_machine": model.FIGURES["steps"],
+                "failing_example_steps": model.FIGURES["example_steps"],
+                "examples_until_found": model.FIGURES["examples"],
+                "failing_example_rules": list(model.EXAMPLE_RULES),
+                "seconds": round(time.monotonic() - started, 1),
+            }
+            try:
+                run_state_machine_as_test(machine, settings=_settings(database, [Phase.reuse], budget))
+                found["real_code_passes_that_example"] = True
+            except Exception as again:  # noqa: BLE001
+                found["real_code_passes_that_example"] = False
+                found["real_code_failure"] = _first_line(again)
+                # The steps and the reproduce_failure blob: a real defect, kept to be replayed.
+                found["real_code_example"] = getattr(again, "__notes__", [])
+            return found
+        steps += model.FIGURES["steps"]
+    return None
+
+
+def run(max_examples: int, only: set[str] | None = None, random_seed: int = 0, out=None) -> list[dict]:
+    """Per mutant (stopping at the first finding): the explorer, then the model's machines."""
     results = []
     for name, mutant in MUTANTS.items():
-        found = None
-        for machine in MACHINES[name.split()[0]]:
-            model.FIGURES.clear()
-            database = InMemoryExampleDatabase()
-            started = time.monotonic()
-            try:
-                with mutant():
-                    run_state_machine_as_test(machine, settings=_settings(database, [Phase.generate], max_examples))
-            except Exception as exc:  # noqa: BLE001 - any failure is the finding
-                found = {
-                    "mutant": name,
-                    "machine": machine.__name__,
-                    "invariant": str(exc).strip().splitlines()[0][:200],
-                    "steps_until_found": model.FIGURES["steps"],
-                    "failing_example_steps": model.FIGURES["example_steps"],
-                    "examples_until_found": model.FIGURES["examples"],
-                    "seconds": round(time.monotonic() - started, 1),
-                }
-                try:
-                    run_state_machine_as_test(machine, settings=_settings(database, [Phase.reuse], max_examples))
-                    found["real_code_passes_that_example"] = True
-                except Exception as again:  # noqa: BLE001
-                    found["real_code_passes_that_example"] = False
-                    found["real_code_failure"] = str(again).strip().splitlines()[0][:200]
-                    # The steps and the reproduce_failure blob: a real defect, kept to be replayed.
-                    found["real_code_example"] = getattr(again, "__notes__", [])
-                break
-        results.append(found or {"mutant": name, "found": False})
-        print(json.dumps(results[-1]), flush=True)
+        if only and name.split()[0] not in only:
+            continue
+        started = time.monotonic()
+        found = _by_explorer(name, mutant) or _by_model(name, mutant, max_examples, random_seed)
+        results.append(found or {"mutant": name, "found": False, "seconds": round(time.monotonic() - started, 1)})
+        _emit(results[-1], out)
     return results
 
 
-def main() -> int:
+def _emit(line: dict, out) -> None:
+    print(json.dumps(line), flush=True)
+    if out is not None:
+        out.write(json.dumps(line) + "\n")
+        out.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("examples", nargs="?", type=int, default=200, help="examples per machine and mutant")
+    parser.add_argument("--only", default="", help="comma-separated mutant numbers, e.g. 2,3b',6b")
+    parser.add_argument("--seed", type=int, default=int(os.environ.get("SENDONCE_MUTANTS_SEED", "0")))
+    parser.add_argument("--out", help="also write the JSON lines to this file")
+    args = parser.parse_args(argv)
+    only = {n.strip() for n in args.only.split(",") if n.strip()} or None
+    unknown = (only or set()) - {name.split()[0] for name in MUTANTS}
+    if unknown:
+        parser.error(f"no such mutant: {', '.join(sorted(unknown))}")
     os.environ.update(
         {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     )
     os.environ.pop("AWS_ENDPOINT_URL", None)
-    max_examples = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    started = time.monotonic()
+    out = open(args.out, "w") if args.out else None
     with mock_aws():
-        results = run(max_examples)
+        results = run(args.examples, only, args.seed, out)
     missed = [r["mutant"] for r in results if r.get("found") is False]
     unattributed = [r["mutant"] for r in results if r.get("real_code_passes_that_example") is False]
-    print(
-        json.dumps(
-            {
-                "mutants": len(results),
-                "caught": len(results) - len(missed),
-                "missed": missed,
-                "not_the_mutants_doing": unattributed,
-            }
-        )
+    _emit(
+        {
+            "mutants": len(results),
+            "caught": len(results) - len(missed),
+            "by_explorer": sum(r.get("caught_by") == "explorer" for r in results),
+            "by_model": sum(r.get("caught_by") == "model" for r in results),
+            "missed": missed,
+            "not_the_mutants_doing": unattributed,
+            "seconds": round(time.monotonic() - started, 1),
+        },
+        out,
     )
+    if out is not None:
+        out.close()
     return 1 if missed or unattributed else 0
 
 

@@ -4,7 +4,8 @@ crashes at every step, two consumers on one message, time jumps (a lease, 23 h, 
 operator actions and provider refusals, with the invariants checked after every step.
 Three rules bundle what the faults that meet time are made of — a takeover after a lease
 ran out, an operator acting the next day, a message's last receive — so that sequences of
-them are common, not rare.
+them are common, not rare; tests/model/edges.py adds time jumps to exactly the instants the
+records make interesting, two more bundles, swarm selection of rule families and target().
 
 Profiles: `make test` runs the bounded one (derandomized, a few minutes at most);
 `make verify` runs the deep one (SENDONCE_MODEL_PROFILE=deep, at least 20,000 steps) and
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, currently_in_test_context, settings, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from moto import mock_aws
@@ -29,15 +30,13 @@ from moto import mock_aws
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError
 from sendonce.domain.models import CampaignState, DeliveryState
 from sendonce.domain.sending.protocol import FINAL, HELD
+from tests.model.edges import CRASHES, FIGURES, HOUR, LEASE_MS, SWARM, VISIBILITY_MS, EdgeRules, family
 from tests.model.world import Clock, Rig
 
 S = DeliveryState
-HOUR = 3600 * 1000
-LEASE_MS = 60_000
-VISIBILITY_MS = 30_000  # shorter than a lease on purpose: a second consumer meets a live holder
 RECIPIENTS = 5
+EXAMPLE_RULES: list[str] = []  # the rules of the running example, in order (the mutants report them)
 BATCH_SIZE = 2
-FIGURES = Counter()
 
 settings.register_profile(
     "bounded",
@@ -95,15 +94,21 @@ def _write_figures() -> None:
     )
 
 
-class DeliveryModel(RuleBasedStateMachine):
+class DeliveryModel(EdgeRules, RuleBasedStateMachine):
     provider_name = "resend"
     mode = "single"
 
-    @initialize(first=st.integers(2, RECIPIENTS))
-    def setup(self, first):
+    @initialize(first=st.integers(2, RECIPIENTS), families=SWARM)
+    def setup(self, first, families):
         provider = self.provider_name
+        self.families = families
+        # When each delivery was last claimed (the ledger's history carries wall-clock times).
+        self.claimed_at: dict[str, int] = {}
+        self.attempts: dict[str, int] = {}
+        self.peaks: Counter = Counter()
         FIGURES["examples"] += 1
         FIGURES["example_steps"] = 0
+        EXAMPLE_RULES.clear()
         self.clock = Clock(int(time.time() * 1000) + 30 * 24 * HOUR)  # ahead of the wall clock Powertools reads
         self.rig = Rig(
             boto3.client("dynamodb", region_name="us-east-1"),
@@ -131,11 +136,18 @@ class DeliveryModel(RuleBasedStateMachine):
         FIGURES["steps"] += 1
         FIGURES["example_steps"] = FIGURES.get("example_steps", 0) + 1
         FIGURES[f"rule_{name}"] += 1
+        EXAMPLE_RULES.append(name)
 
     def _records(self) -> dict[str, object]:
-        return {r.recipient_id: r for r in self.ledger.records("c1")}
+        records = self.rig.snapshot()
+        for rid, record in records.items():  # a claim since the last look happened now
+            if record.attempts != self.attempts.get(rid, 0):
+                self.attempts[rid], self.claimed_at[rid] = record.attempts, self.clock()
+        return records
 
     def _process(self, message, *, crash_at=None, after=False, short_budget=False, lose_ack=False) -> None:
+        if isinstance(crash_at, tuple) and len(crash_at) == 3:  # (name, n-th, after?)
+            crash_at, after = crash_at[:2], crash_at[2]
         if lose_ack:  # the consumer ends the message, but the delete never reaches SQS
             FIGURES["lost_acks"] += 1
             in_queue = list(self.queue.messages)
@@ -143,6 +155,8 @@ class DeliveryModel(RuleBasedStateMachine):
         if report is None:
             FIGURES["crashes"] += 1
             self._mark_risky_after_crash(message)
+            if message.receive_count >= self.queue.max_receive_count:
+                self.peaks["crashes on a last receive"] += 1
             return
         if lose_ack and message not in self.queue.messages:
             self.queue.messages = in_queue
@@ -160,6 +174,7 @@ class DeliveryModel(RuleBasedStateMachine):
 
     # --- rules ----------------------------------------------------------------------------
 
+    @family("publish")
     @rule(start=st.integers(0, RECIPIENTS - 1), size=st.integers(1, RECIPIENTS))
     def publish(self, start, size):
         self._step("publish")
@@ -171,6 +186,7 @@ class DeliveryModel(RuleBasedStateMachine):
             return
         self.published.update(r.recipient_id for r in chunk)
 
+    @family("publish")
     @rule(start=st.integers(0, RECIPIENTS - 2), consume=st.integers(1, 3))
     def publish_while_consuming_and_reading_status(self, start, consume):
         """A long streamed publish: consumers work and operators read status in the middle."""
@@ -197,7 +213,7 @@ class DeliveryModel(RuleBasedStateMachine):
 
     @rule(
         index=st.integers(0, 5),
-        crash_at=st.none() | st.integers(1, 14),
+        crash_at=CRASHES,
         after=st.booleans(),
         short_budget=st.booleans(),
         lose_ack=st.booleans(),
@@ -214,6 +230,7 @@ class DeliveryModel(RuleBasedStateMachine):
                 lose_ack=lose_ack,
             )
 
+    @family("consume_more")
     @rule(index=st.integers(0, 5), crash_at=st.none() | st.integers(1, 10))
     def consume_again(self, index, crash_at):
         """Consumers are the busiest actors: a second rule keeps them so in the mix."""
@@ -222,6 +239,7 @@ class DeliveryModel(RuleBasedStateMachine):
         if message is not None:
             self._process(message, crash_at=crash_at)
 
+    @family("consume_more")
     @rule(index=st.integers(0, 5), crash_at=st.none() | st.integers(1, 14))
     def consume_a_message_already_in_flight(self, index, crash_at):
         """SQS delivers at least once: a second consumer gets a message the first still works on."""
@@ -232,7 +250,8 @@ class DeliveryModel(RuleBasedStateMachine):
             if message.receive_count <= self.queue.max_receive_count:
                 self._process(message, crash_at=crash_at)
 
-    @rule(index=st.integers(0, 5), crash_at=st.none() | st.integers(1, 14), after=st.booleans())
+    @family("time")
+    @rule(index=st.integers(0, 5), crash_at=CRASHES, after=st.booleans())
     def take_over_after_the_lease(self, index, crash_at, after):
         """A consumer's lease runs out and another takes its deliveries over: where a refused
         takeover, or a second crash, meets time."""
@@ -242,7 +261,8 @@ class DeliveryModel(RuleBasedStateMachine):
         if message is not None:
             self._process(message, crash_at=crash_at, after=after)
 
-    @rule(index=st.integers(0, 5), crash_at=st.none() | st.integers(1, 14), after=st.booleans())
+    @family("receive_limit")
+    @rule(index=st.integers(0, 5), crash_at=CRASHES, after=st.booleans())
     def last_receive(self, index, crash_at, after):
         """A message that kept coming back (earlier receives that died before writing
         anything) reaches its last receive: SQS moves it to the DLQ unless this attempt ends it."""
@@ -252,11 +272,13 @@ class DeliveryModel(RuleBasedStateMachine):
             message.receive_count = self.queue.max_receive_count
             self._process(message, crash_at=crash_at, after=after)
 
+    @family("time")
     @rule(ms=st.sampled_from([1_000, LEASE_MS + 1, 6 * 60_000, 12 * HOUR, 23 * HOUR, 25 * HOUR]))
     def advance_time(self, ms):
         self._step("advance_time")
         self.clock.advance(ms)
 
+    @family("provider")
     @rule(
         kind=st.sampled_from(["rate_limited", "busy", "concurrent", "timeout_before", "timeout_after"]),
         count=st.integers(1, 3),
@@ -265,12 +287,14 @@ class DeliveryModel(RuleBasedStateMachine):
         self._step("provider_refuses")
         self.provider.script.extend([kind] * count)
 
+    @family("provider")
     @precondition(lambda self: self.provider.quota_until_ms <= self.clock())
     @rule()
     def provider_quota_exhausted_for_a_day(self):
         self._step("quota")
         self.provider.quota_until_ms = self.clock() + 24 * HOUR
 
+    @family("operator")
     @rule(verb=st.sampled_from(["pause", "resume", "cancel"]))
     def operator_acts(self, verb):
         self._step(f"operator_{verb}")
@@ -279,6 +303,7 @@ class DeliveryModel(RuleBasedStateMachine):
         except (IllegalTransitionError, InvalidCampaignError):
             pass
 
+    @family("operator")
     @rule(verb=st.sampled_from(["resume", "cancel"]), hours=st.sampled_from([23, 25]))
     def operator_acts_the_next_day(self, verb, hours):
         """An operator resumes or cancels the next day: inside Resend's 24 h key window, or past it."""
@@ -289,12 +314,14 @@ class DeliveryModel(RuleBasedStateMachine):
         except (IllegalTransitionError, InvalidCampaignError):
             pass
 
+    @family("receive_limit")
     @precondition(lambda self: bool(self.queue.dlq))
     @rule()
     def redrive_dead_letters(self):
         self._step("redrive")
         self.queue.redrive()
 
+    @family("suppress")
     @rule(index=st.integers(0, RECIPIENTS - 1))
     def recipient_unsubscribes(self, index):
         self._step("suppress")
@@ -304,6 +331,9 @@ class DeliveryModel(RuleBasedStateMachine):
 
     def teardown(self):
         if hasattr(self, "ledger"):
+            if currently_in_test_context():
+                for label, value in sorted(self.peaks.items()):
+                    target(value, label=label)
             self._drain_and_check()
 
     # --- invariants -----------------------------------------------------------------------
@@ -319,6 +349,7 @@ class DeliveryModel(RuleBasedStateMachine):
         assert not twice, f"duplicates: {twice}"
         status = self.operator.status("c1")
         records = self._records()
+        self._observe(records)
         assert status.total == len(self.published | set(records)), (status, self.published)
         parts = (
             status.pending
@@ -378,10 +409,18 @@ class ResendSingle(DeliveryModel):
 
 class ResendBatch(DeliveryModel):
     provider_name, mode = "resend", "batch"
+    claim_points = (("claim_group", 1, True), ("send_batch", 1, False), ("send_batch", 1, True))
+    release_points = (
+        ("release_group", 1, True),
+        ("claim_group", 2, False),
+        ("close_unclaimed", 2, False),
+        ("settle", 1, True),
+    )
 
 
 class SesSingle(DeliveryModel):
     provider_name, mode = "ses", "single"
+    claim_points = (("mark_in_flight", 1, True), ("send", 1, False), ("send", 1, True))
 
 
 MACHINES = (ResendSingle, ResendBatch, SesSingle)

@@ -15,9 +15,27 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from sendonce.domain.errors import AmbiguousProviderError, HaltProviderError, RetryableProviderError
-from sendonce.domain.models import OutboundEmail, Receipt
+from sendonce.domain.models import DeliveryRecord, OutboundEmail, Receipt
 
 KEY_LIFETIME_MS = 24 * 3600 * 1000  # Resend forgets a key 24 h after its first request
+# What the model reads of a ledger item after every step (everything but the history).
+_SNAPSHOT = (
+    "campaign_id",
+    "recipient_id",
+    "state",
+    "owner",
+    "lease_until_ms",
+    "attempts",
+    "batch_id",
+    "payload_hash",
+    "provider",
+    "provider_message_id",
+    "reason",
+    "error_class",
+    "maybe_sent_at_ms",
+    "maybe_sent_by",
+    "group_key",
+)
 
 
 class Crash(BaseException):
@@ -38,17 +56,24 @@ class Clock:
 @dataclass
 class Faults:
     """Where the running consumer dies: at the n-th step it takes (a write to the ledger or
-    the campaigns table, or a provider call), before or after the step happens."""
+    the campaigns table, or a provider call), or at the n-th time it takes a step of a given
+    name ("claim", "send", "settle", ...), before or after the step happens."""
 
-    crash_at: int | None = None
+    crash_at: int | tuple[str, int] | None = None
     after: bool = False
     steps: int = 0
+    seen: Counter = field(default_factory=Counter)
+
+    def arm(self, crash_at: int | tuple[str, int] | None, after: bool) -> None:
+        self.crash_at, self.after, self.steps = crash_at, after, 0
+        self.seen.clear()
 
     def step(self, what: str) -> bool:
         """Called before a step; raises Crash if the consumer dies before it. Returns whether
         it must die right after it."""
         self.steps += 1
-        if self.crash_at is not None and self.steps == self.crash_at:
+        self.seen[what] += 1
+        if self.crash_at is not None and self.crash_at in (self.steps, (what, self.seen[what])):
             self.crash_at = None
             if not self.after:
                 raise Crash(f"before {what}")
@@ -224,7 +249,7 @@ class QueueModel:
 
     # what SQS does
     def receive(self, index: int) -> Message | None:
-        visible = [m for m in self.messages if m.visible_at_ms <= self.clock()]
+        visible = self.visible()
         if not visible:
             return None
         message = visible[index % len(visible)]
@@ -235,6 +260,15 @@ class QueueModel:
         message.receive_count += 1
         message.visible_at_ms = self.clock() + self.visibility_ms
         return message
+
+    def receive_this(self, message: Message) -> Message | None:
+        """SQS hands out this message (its visibility timeout has passed), or moves it to the DLQ."""
+        if message not in self.messages or message.visible_at_ms > self.clock():
+            return None
+        return self.receive(self.visible().index(message))
+
+    def visible(self) -> list[Message]:
+        return [m for m in self.messages if m.visible_at_ms <= self.clock()]
 
     def ack(self, message: Message) -> None:
         self.messages.remove(message)
@@ -285,7 +319,7 @@ class Rig:
         from sendonce_local.resources import create_tables
         from tests.fakes import FakeSuppressions
 
-        self.clock, self.lease_ms, self.mode = clock, lease_ms, mode
+        self.clock, self.lease_ms, self.mode, self._client = clock, lease_ms, mode, client
         self.faults = Faults()
         name = f"m{uuid.uuid4().hex[:10]}"
         create_tables(client, ledger_table=name, campaigns_table=name + "-c")
@@ -335,9 +369,17 @@ class Rig:
             for i in range(recipients)
         ]
 
-    def process(self, message, *, crash_at: int | None = None, after: bool = False, budget_ms: int | None = None):
-        """One consumer attempt on a received message; returns the report, or None if it crashed."""
-        self.faults.crash_at, self.faults.after, self.faults.steps = crash_at, after, 0
+    def process(
+        self,
+        message,
+        *,
+        crash_at: int | tuple[str, int] | None = None,
+        after: bool = False,
+        budget_ms: int | None = None,
+    ):
+        """One consumer attempt on a received message; returns the report, or None if it
+        crashed. `crash_at`: the n-th step, or (step name, n) the n-th step of that name."""
+        self.faults.arm(crash_at, after)
         try:
             report = self.consumer.process(
                 message.body,
@@ -369,6 +411,24 @@ class Rig:
                 progressed = True
             if not progressed and not self.queue.messages:
                 return
+
+    def snapshot(self) -> dict[str, DeliveryRecord]:
+        """The campaign's ledger items without their history (the model reads them after
+        every step; moto's serialization of the growing history was most of that cost)."""
+        from sendonce.adapters.dynamodb.ledger import _record
+
+        names = ", ".join(f"#a{i}" for i in range(len(_SNAPSHOT)))
+        params = {
+            "TableName": self.ledger._table,
+            "KeyConditionExpression": "campaign_id = :c",
+            "ExpressionAttributeValues": {":c": {"S": "c1"}},
+            "ProjectionExpression": names,
+            "ExpressionAttributeNames": {f"#a{i}": a for i, a in enumerate(_SNAPSHOT)},
+        }
+        items = []
+        for page in self._client.get_paginator("query").paginate(**params):
+            items.extend(page["Items"])
+        return {r.recipient_id: r for r in map(_record, items)}
 
     def states(self) -> dict[str, str]:
         return {r.recipient_id: r.state.value for r in self.ledger.records("c1")}
