@@ -189,10 +189,57 @@ def docker_probe_fails_as_missing_attribute(replace: Replace) -> None:
     replace(DockerModel, "docker_client", property(docker_client, doc=stock.__doc__))
 
 
+def stack_updates_keep_dynamodb_tables(replace: Replace) -> None:
+    """A CloudFormation stack update that changes a DynamoDB table drops the table from the stack.
+
+    ``Table`` has no ``update_from_cloudformation_json``, so moto's ``parse_and_update_resource``
+    returns None for a modified table and stores None as the resource: the update then fails
+    on the first ``Fn::GetAtt`` of it ("references undefined resource"), and a table that
+    gains an index, a stream or a TTL in a new release cannot be upgraded in moto at all.
+    CloudFormation updates these properties in place (AWS::DynamoDB::Table: "Update requires:
+    No interruption"); a new name or key schema means replacement, which sendonce's tables
+    must never need (tests/infra/test_upgrade.py checks the template for it).
+
+    The patch keeps the existing table, applies what is updated in place (new global
+    secondary indexes, the stream specification, the TTL) and refuses a change that would
+    need a replacement instead of silently keeping the old table.
+    """
+    from moto.dynamodb.models import dynamodb_backends
+    from moto.dynamodb.models.table import Table
+
+    def update_from_cloudformation_json(
+        cls: type, original_resource: Any, new_resource_name: str, cloudformation_json: dict[str, Any],
+        account_id: str, region_name: str,
+    ) -> Any:  # fmt: skip
+        properties = cloudformation_json["Properties"]
+        table = original_resource
+        schema = properties.get("KeySchema")
+        if new_resource_name != table.name or (schema is not None and schema != table.schema):
+            raise ValueError(f"updating table {table.name} needs a replacement, which this patch does not do")
+        backend = dynamodb_backends[account_id][region_name]
+        existing = {index.name for index in table.global_indexes}
+        wanted = properties.get("GlobalSecondaryIndexes", [])
+        if wanted:
+            table.attr = properties.get("AttributeDefinitions", table.attr)
+            creates = [{"Create": index} for index in wanted if index["IndexName"] not in existing]
+            if creates:
+                backend.update_table_global_indexes(table, creates)
+        stream = properties.get("StreamSpecification")
+        if stream and not table.latest_stream_label:
+            backend.update_table_streams(table, {"StreamEnabled": True, **stream})
+        ttl = properties.get("TimeToLiveSpecification")
+        if ttl:
+            backend.update_time_to_live(table.name, ttl)
+        return table
+
+    replace(Table, "update_from_cloudformation_json", classmethod(update_from_cloudformation_json))
+
+
 DEFECT_FIXES: tuple[PatchFunction, ...] = (
     transactions_copy_each_table_once,
     dynamodb_backend_one_call_at_a_time,
     docker_probe_fails_as_missing_attribute,
+    stack_updates_keep_dynamodb_tables,
 )
 
 

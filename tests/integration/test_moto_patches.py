@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy as copy_module
 import cProfile
 import io
+import json
 import os
 import pstats
 import re
@@ -543,6 +544,65 @@ def test_patched_moto_data_json_skips_the_docker_probe(profile: str, no_docker: 
         [listed] = response.json()["awslambda"]["LambdaFunction"]
         assert listed["function_name"] == "fn"
         assert "docker_client" not in listed
+
+
+def _table_stack(*, upgraded: bool) -> str:
+    """A stack with one table, and an output that reads its ARN (a Fn::GetAtt of it); the
+    upgrade adds an index, a stream and a TTL, all updated in place by CloudFormation."""
+    properties: dict[str, Any] = {
+        "TableName": "ledger",
+        "BillingMode": "PAY_PER_REQUEST",
+        "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+        "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}],
+    }
+    if upgraded:
+        properties["AttributeDefinitions"] = [
+            *properties["AttributeDefinitions"],
+            {"AttributeName": "state", "AttributeType": "S"},
+        ]
+        properties["GlobalSecondaryIndexes"] = [
+            {
+                "IndexName": "by-state",
+                "KeySchema": [{"AttributeName": "state", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ]
+        properties["StreamSpecification"] = {"StreamViewType": "NEW_AND_OLD_IMAGES"}
+        properties["TimeToLiveSpecification"] = {"AttributeName": "expires_at", "Enabled": True}
+    template = {
+        "Resources": {"Table": {"Type": "AWS::DynamoDB::Table", "Properties": properties}},
+        "Outputs": {"Arn": {"Value": {"Fn::GetAtt": ["Table", "Arn"]}}},
+    }
+    return json.dumps(template)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_stack_update_keeps_a_changed_table_with_the_fixes_only(profile: str) -> None:
+    with moto_as(profile):
+        # Given a stack holding a table with an item in it
+        cloudformation, dynamodb = boto3.client("cloudformation"), boto3.client("dynamodb")
+        cloudformation.create_stack(StackName="s", TemplateBody=_table_stack(upgraded=False))
+        dynamodb.put_item(TableName="ledger", Item={"pk": {"S": "kept"}, "state": {"S": "sent"}})
+
+        # When an update adds an index, a stream and a TTL to it
+        if profile == "stock":
+            # Stock: the update drops the table from the stack, and the first read of its
+            # Fn::GetAtt fails (in the update itself or when the outputs are read).
+            with pytest.raises(Exception, match="undefined resource"):  # moto's error or botocore's
+                cloudformation.update_stack(StackName="s", TemplateBody=_table_stack(upgraded=True))
+                cloudformation.describe_stacks(StackName="s")
+            return
+        cloudformation.update_stack(StackName="s", TemplateBody=_table_stack(upgraded=True))
+
+        # Then (patched) the same table holds the item and has the index, the stream and the TTL
+        described = dynamodb.describe_table(TableName="ledger")["Table"]
+        assert [i["IndexName"] for i in described["GlobalSecondaryIndexes"]] == ["by-state"]
+        assert described["StreamSpecification"]["StreamViewType"] == "NEW_AND_OLD_IMAGES"
+        ttl = dynamodb.describe_time_to_live(TableName="ledger")["TimeToLiveDescription"]
+        assert ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": "expires_at"}
+        assert dynamodb.get_item(TableName="ledger", Key={"pk": {"S": "kept"}})["Item"]["state"] == {"S": "sent"}
+        outputs = cloudformation.describe_stacks(StackName="s")["Stacks"][0]["Outputs"]
+        assert outputs[0]["OutputValue"] == described["TableArn"]
 
 
 # --- speed patches: what they save, and what they trade ---------------------------------------

@@ -130,6 +130,15 @@ def _released_to_pending(original):
     return settlement_for
 
 
+def _closed_without_dead_lettering(original):
+    # Before: the cancelled branch closed the batch's deliveries without marking them
+    # dead-lettered first on the message's last receive.
+    def close(self, batch, report, *, last_receive):
+        return original(self, batch, report, last_receive=False)
+
+    return close
+
+
 R1, RB, SES = model.ResendSingle, model.ResendBatch, model.SesSingle
 # Which machines may catch a mutant, most likely first, and each mutant's share of the
 # example budget (a multiple of EXAMPLES per machine: the rare ones get more).
@@ -144,8 +153,12 @@ MACHINES = {
     "5": (R1, SES, RB),
     "6": (R1, SES, RB),
     "6b": (R1, SES, RB),
+    "7": (R1, SES, RB),
 }
 BUDGET = {"3c": 2.0, "2": 1.5}
+# The explorer's depth per mutant (default: its own); 7 needs a halt, a cancel and the last
+# receive's crash: three actions.
+EXPLORER_DEPTH = {"7": 3}
 
 MUTANTS = {
     "1 refused takeover forgets the first attempt": lambda: replaced(dynamodb_ledger, "_LIFT_GUARD", ""),
@@ -171,6 +184,11 @@ MUTANTS = {
     ),
     "6b last receive releases to pending": lambda: replaced(
         idempotency_module, "settlement_for", _released_to_pending(idempotency_module.settlement_for)
+    ),
+    "7 a cancelled campaign's last receive closes without dead-lettering first": lambda: replaced(
+        delivery_module.DeliveryService,
+        "_close_cancelled",
+        _closed_without_dead_lettering(delivery_module.DeliveryService._close_cancelled),
     ),
 }
 
@@ -201,7 +219,7 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
-_EXPLORED: dict[str, object] = {}
+_EXPLORED: dict[int | None, object] = {}
 
 
 def _by_explorer(name: str, mutant) -> dict | None:
@@ -209,16 +227,17 @@ def _by_explorer(name: str, mutant) -> dict | None:
     if explore is None:
         return None
     started = time.monotonic()
+    depth = EXPLORER_DEPTH.get(name.split()[0])
     try:
         with mutant():
-            found = explore()
+            found = explore(depth=depth)
     except Exception:  # noqa: BLE001 - the explorer could not run this mutant: the model decides
         return None
     if found.violation is None:
         return None
-    if "clean" not in _EXPLORED:  # the real code's exploration is the same for every mutant
-        _EXPLORED["clean"] = explore()
-    clean = _EXPLORED["clean"]
+    if depth not in _EXPLORED:  # the real code's exploration is the same for every mutant
+        _EXPLORED[depth] = explore(depth=depth)
+    clean = _EXPLORED[depth]
     return {
         "mutant": name,
         "caught_by": "explorer",

@@ -148,11 +148,7 @@ class DeliveryService:
         except CampaignNotFoundError:
             return self._poison(body, f"campaign {batch.campaign_id!r} does not exist", report)
         if campaign.state is CampaignState.CANCELLED:
-            if receive_count >= self._max_receive_count:
-                # As for a send: if this attempt dies before it has closed them all, SQS moves
-                # the message to the DLQ and the ledger already says so (found by the explorer).
-                self._dead_letter_first(batch)
-            self._close_cancelled(batch, report)
+            self._close_cancelled(batch, report, last_receive=receive_count >= self._max_receive_count)
             report.skipped_state = campaign.state
             return report
         if not campaign.accepts_sends:
@@ -255,10 +251,14 @@ class DeliveryService:
                 extra={"campaign_id": campaign_id, "error": report.unsettled},
             )
 
-    def _close_cancelled(self, batch: BatchMessage, report: BatchReport) -> None:
+    def _close_cancelled(self, batch: BatchMessage, report: BatchReport, *, last_receive: bool) -> None:
         """The campaign was cancelled: close each delivery of the batch as the protocol says —
         cancelled, or unknown where an attempt may have been accepted. A delivery a live
         consumer holds is left to it; the message comes back when its lease has run out."""
+        if last_receive:
+            # As for a send: if this attempt dies before it has closed them all, SQS moves
+            # the message to the DLQ and the ledger already says so (found by the explorer).
+            self._dead_letter_first(batch)
         ids = [r.recipient_id for r in batch.recipients]
         records = self._ledger.get_many(batch.campaign_id, ids)
         now_ms = self._clock_ms()
