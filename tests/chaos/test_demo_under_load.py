@@ -22,7 +22,7 @@ LATENCY_MS = 25  # ~110 AWS requests per batch-mode message: ~2.8 s more per mes
 OLD_FIXED_USABLE_S = 4 - 1  # 1/45: function timeout 4 s, safety margin 1 s
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)  # a backstop: on a loaded machine the scale (and the run) stretches
 def test_the_demo_sizes_the_consumers_time_from_what_it_measures(tmp_path: Path) -> None:
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
@@ -33,7 +33,7 @@ def test_the_demo_sizes_the_consumers_time_from_what_it_measures(tmp_path: Path)
 
     result = subprocess.run(
         [sys.executable, "-m", "sendonce_local.demo.run", "--recipients", "200", "--json"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=840, check=False,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1740, check=False,
     )  # fmt: skip
 
     assert result.returncode == 0, f"exit {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
