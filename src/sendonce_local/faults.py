@@ -124,5 +124,10 @@ def _runtime() -> ConsumerRuntime:
     return assemble_consumer(settings, wrapped)
 
 
+def init() -> None:
+    """The runtime built before the first invocation (`python -m sendonce_local.poller --init`)."""
+    _runtime()
+
+
 def lambda_handler(event: dict[str, Any], context: Any) -> dict:
     return consumer.lambda_handler(event, context, runtime=_runtime())

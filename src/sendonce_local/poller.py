@@ -18,8 +18,12 @@ Redrive to the dead-letter queue after ``maxReceiveCount`` is left to the queue 
 As a process (so chaos tests can kill a real consumer)::
 
     python -m sendonce_local.poller --queue-url URL --handler module:function \
-        [--batch-size N] [--timeout S] [--concurrency N] [--function-name NAME] \
-        [--idle-seconds S] [--max-seconds S]
+        [--init module:function] [--batch-size N] [--timeout S] [--concurrency N] \
+        [--function-name NAME] [--idle-seconds S] [--max-seconds S]
+
+``--init`` is called once before polling starts, as Lambda runs a function's
+initialisation outside its timeout: a runtime built there does not eat the first
+invocation's time budget.
 
 Clients come from the environment (``AWS_ENDPOINT_URL`` ...). Handler output goes to
 stdout as usual; the poller's last stdout line is one JSON object of counters.
@@ -500,6 +504,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--queue-url", required=True)
     parser.add_argument("--handler", required=True, help="module:function, called as handler(event, context)")
+    parser.add_argument(
+        "--init", default=None, help="module:function, called once before polling (Lambda's init phase)"
+    )
     parser.add_argument("--batch-size", type=int, default=10)
     parser.add_argument("--timeout", type=float, default=60.0, help="function timeout in seconds")
     parser.add_argument("--concurrency", type=int, default=2)
@@ -512,6 +519,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(threadName)s %(message)s")
     import boto3  # imported here so the module stays importable in handler-only test environments
 
+    if args.init:
+        import_handler(args.init)()
     poller = EventSourcePoller(
         sqs_client=boto3.client("sqs"),
         queue_url=args.queue_url,

@@ -4,20 +4,18 @@ read back from what was deployed, scaled in time, and consumer processes that ru
 Nothing here is a hand-made copy of the stack: queue URLs and table names come from the
 stack outputs, the handler, timeout and environment from the deployed function, the
 batch size and MaximumConcurrency from its event source mapping, maxReceiveCount from
-the queue's redrive policy.
+the queue's redrive policy. How far durations are scaled down is `timing.py`'s concern.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import signal
 import site
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,9 +28,6 @@ from sendonce_local.moto_server import aws_env
 from sendonce_local.poller import disable_moto_event_source_mappings
 
 RESEND_DEMO_KEY = "re_sendonce_demo_key"
-# Below these, a loopback call on a busy 2-core machine can time out for no reason.
-MIN_PROVIDER_TIMEOUT_S = 1
-MIN_SAFETY_MARGIN_MS = 1000
 # What the deploy and the consumer processes import: the Lambda code, the local tooling,
 # the construct and the repository's app.
 CODE_PACKAGES = ("sendonce", "sendonce_local", "sendonce_cdk", "sendonce_infra")
@@ -131,33 +126,6 @@ class DeployedConsumer:
         return f"{module}:{function}"
 
 
-@dataclass(frozen=True)
-class TimeScale:
-    """Deployed durations divided by `factor`, keeping their proportions.
-
-    The function timeout and the queue's visibility timeout shrink together (still
-    6 x apart). The provider timeout and the safety margin shrink too, but not below
-    MIN_PROVIDER_TIMEOUT_S / MIN_SAFETY_MARGIN_MS.
-    """
-
-    factor: int
-
-    def function_timeout_s(self, consumer: DeployedConsumer) -> float:
-        return consumer.timeout_s / self.factor
-
-    def visibility_timeout_s(self, consumer: DeployedConsumer) -> int:
-        return max(1, math.ceil(consumer.visibility_timeout_s / self.factor))
-
-    def overrides(self, consumer: DeployedConsumer) -> dict[str, str]:
-        env = consumer.environment
-        provider_timeout = max(MIN_PROVIDER_TIMEOUT_S, float(env["SENDONCE_PROVIDER_TIMEOUT_SECONDS"]) / self.factor)
-        margin = max(MIN_SAFETY_MARGIN_MS, provider_timeout * 1000, int(env["SENDONCE_SAFETY_MARGIN_MS"]) / self.factor)
-        return {
-            "SENDONCE_PROVIDER_TIMEOUT_SECONDS": f"{provider_timeout:g}",
-            "SENDONCE_SAFETY_MARGIN_MS": str(math.ceil(margin)),
-        }
-
-
 class ConsumerProcess:
     """One local event-source poller process: one concurrent Lambda execution environment."""
 
@@ -170,6 +138,7 @@ class ConsumerProcess:
         function_timeout_s: float,
         env: Mapping[str, str],
         log_dir: Path,
+        init: str | None = None,
     ) -> None:
         self.name = name
         self.stdout_path = log_dir / f"{name}.out"
@@ -182,6 +151,7 @@ class ConsumerProcess:
             "--concurrency", "1",
             "--timeout", f"{function_timeout_s:g}",
             "--function-name", consumer.function_name,
+            *(["--init", init] if init else []),
         ]  # fmt: skip
         with open(self.stdout_path, "wb") as stdout, open(self.stderr_path, "wb") as stderr:
             self.process = subprocess.Popen(
@@ -306,14 +276,3 @@ def consumer_environment(
     env.update(overrides)
     env["RESEND_API_URL"] = resend_url
     return env
-
-
-def wait_for(predicate, *, timeout_s: float, interval_s: float = 0.05, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not reached within {timeout_s:g} s")
-        time.sleep(interval_s)

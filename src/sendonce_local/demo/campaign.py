@@ -1,0 +1,56 @@
+"""The demo's campaign: the incident's content, and recipients generated from a seed."""
+
+from __future__ import annotations
+
+import random
+
+from sendonce.domain.models import Campaign, Content, Recipient
+
+DEFAULT_RECIPIENTS = 12_480
+DEFAULT_SEED = 7
+SENDER_DOMAIN = "example.com"  # the stack's default sender_domain
+RECIPIENT_DOMAIN = "example.net"
+# The calibration's recipients: addresses no demo campaign sends to.
+CALIBRATION_DOMAIN = "calibration.example.net"
+
+FIRST_NAMES = (
+    "Ada", "Ben", "Chloe", "Dev", "Elif", "Femi", "Grace", "Hugo", "Ines", "Jon", "Kai", "Lena", "Mateo", "Nia",
+    "Omar", "Priya", "Quinn", "Rosa", "Sven", "Tara", "Umar", "Vera", "Wei", "Xena", "Yusuf", "Zoe",
+)  # fmt: skip
+LAST_NAMES = (
+    "Abara", "Berg", "Costa", "Dubois", "Evans", "Fischer", "Garcia", "Haddad", "Ito", "Jensen", "Kowalski",
+    "Lopez", "Murphy", "Nakamura", "Okafor", "Petrov", "Quispe", "Rossi", "Silva", "Tanaka", "Uddin", "Varga",
+    "Walsh", "Xu", "Yilmaz", "Zhang",
+)  # fmt: skip
+
+
+def demo_recipients(n: int, seed: int, *, domain: str = RECIPIENT_DOMAIN) -> list[Recipient]:
+    """`n` distinct recipients, the same ones for the same seed."""
+    rng = random.Random(seed)
+    numbers = rng.sample(range(10_000_000), n)
+    people = []
+    for number in numbers:
+        first, last = rng.choice(FIRST_NAMES), rng.choice(LAST_NAMES)
+        people.append(
+            Recipient(
+                recipient_id=f"cust-{number:07d}",
+                email=f"{first}.{last}.{number:07d}@{domain}".lower(),
+                variables={"first_name": first},
+            )
+        )
+    return people
+
+
+def demo_campaign(campaign_id: str, provider: str, delivery_mode: str) -> Campaign:
+    return Campaign(
+        campaign_id=campaign_id,
+        name="Spring launch (incident replay)",
+        provider=provider,
+        delivery_mode=delivery_mode,
+        sender=f"news@{SENDER_DOMAIN}",
+        content=Content(
+            subject="{{ first_name }}, the spring collection is here",
+            html="<p>Hi {{ first_name }},</p><p>The spring collection is here.</p>",
+            text="Hi {{ first_name }},\n\nThe spring collection is here.",
+        ),
+    )
