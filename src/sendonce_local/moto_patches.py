@@ -213,8 +213,11 @@ def stack_updates_keep_dynamodb_tables(replace: Replace) -> None:
     ) -> Any:  # fmt: skip
         properties = cloudformation_json["Properties"]
         table = original_resource
+        # Without a TableName, moto draws a new random name for every update: only a name the
+        # template gives can differ.
+        named = properties.get("TableName")
         schema = properties.get("KeySchema")
-        if new_resource_name != table.name or (schema is not None and schema != table.schema):
+        if (named is not None and named != table.name) or (schema is not None and schema != table.schema):
             raise ValueError(f"updating table {table.name} needs a replacement, which this patch does not do")
         backend = dynamodb_backends[account_id][region_name]
         existing = {index.name for index in table.global_indexes}
