@@ -142,6 +142,20 @@ class LocalSystem:
         self.processes.append(process)
         return process
 
+    def shards_of(self, campaign_id: str) -> int:
+        """The campaign's ledger shard count, as its item records it."""
+        from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+
+        store = DynamoDBCampaignStore(client=boto3.client("dynamodb"), table_name=self.resources.campaigns_table)
+        return store.get(campaign_id).ledger_shards
+
+    def ledger(self):
+        from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
+
+        return DynamoDBLedger(
+            client=boto3.client("dynamodb"), table_name=self.resources.ledger_table, shards_of=self.shards_of
+        )
+
     def deliveries(self, provider: str = "resend") -> dict[str, int]:
         if provider == "ses":
             return {a: n for a, n in ses_deliveries(self.endpoint).items() if a.endswith("@" + self.domain)}
@@ -216,6 +230,7 @@ class LocalDeliverability:
             client=boto3.client("dynamodb"),
             ledger_table=self.system.resources.ledger_table,
             campaigns_table=self.system.resources.campaigns_table,
+            shards_of=self.system.shards_of,
         )
 
     def tokens(self):
@@ -226,13 +241,13 @@ class LocalDeliverability:
     def ledger_item(self, campaign_id: str, recipient_id: str) -> dict:
         from boto3.dynamodb.types import TypeDeserializer
 
+        from sendonce.adapters.dynamodb.ledger_keys import LedgerKeys
+        from sendonce.domain.models import DeliveryKey
+
+        key = LedgerKeys(self.system.shards_of).key(DeliveryKey(campaign_id=campaign_id, recipient_id=recipient_id))
         item = (
             boto3.client("dynamodb")
-            .get_item(
-                TableName=self.system.resources.ledger_table,
-                Key={"campaign_id": {"S": campaign_id}, "recipient_id": {"S": recipient_id}},
-                ConsistentRead=True,
-            )
+            .get_item(TableName=self.system.resources.ledger_table, Key=key, ConsistentRead=True)
             .get("Item", {})
         )
         return {k: TypeDeserializer().deserialize(v) for k, v in item.items()}

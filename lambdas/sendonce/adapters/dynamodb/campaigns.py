@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError
 from sendonce.domain.models import BatchMessage, Campaign, CampaignState, SendGroup
 from sendonce.domain.ports import BatchStatus
+from sendonce.domain.sending.shards import LEGACY_LEDGER_SHARDS
 
 _ser = TypeSerializer()
 _de = TypeDeserializer()
@@ -36,16 +37,28 @@ def _pk(campaign_id: str) -> dict[str, Any]:
 def _campaign(item: dict[str, Any]) -> Campaign:
     data = {k: _de.deserialize(v) for k, v in item.items() if k not in ("pk", "sk")}
     data.pop("total", None)  # stored by earlier versions; status counts recipients from the ledger
-    for name in ("open_batches", "version", "publishing_until_ms"):
+    for name in ("open_batches", "version", "publishing_until_ms", "ledger_shards"):
         if name in data:
             data[name] = int(data[name])
+    # Written before shards existed: its ledger records are under the plain campaign id.
+    data.setdefault("ledger_shards", LEGACY_LEDGER_SHARDS)
     return Campaign.model_validate(data)
 
 
 class DynamoDBCampaignStore:
-    def __init__(self, *, client: Any, table_name: str, scan_page_size: int | None = None):
+    def __init__(
+        self,
+        *,
+        client: Any,
+        table_name: str,
+        scan_page_size: int | None = None,
+        on_read: Callable[[Campaign], None] | None = None,
+    ):
         self._client = client
         self._table = table_name
+        # Told of every campaign read (wiring passes the ledger's shard-count cache, so the
+        # consumer's read of the campaign per message spares the ledger a read of its own).
+        self._on_read = on_read
         # Items read per Scan request (default: DynamoDB's 1 MB pages); tests set it small.
         self._scan_page_size = scan_page_size
 
@@ -69,7 +82,10 @@ class DynamoDBCampaignStore:
         response = self._client.get_item(TableName=self._table, Key=self._key(campaign_id), ConsistentRead=True)
         if "Item" not in response:
             raise CampaignNotFoundError(f"campaign {campaign_id!r} does not exist")
-        return _campaign(response["Item"])
+        campaign = _campaign(response["Item"])
+        if self._on_read is not None:
+            self._on_read(campaign)
+        return campaign
 
     def transition(
         self,
