@@ -329,7 +329,7 @@ class Rig:
                 provider=provider,
                 sender="news@example.com",
                 delivery_mode=mode,
-                ledger_shards=3,  # sharded keys, without 128 Queries per whole-campaign read
+                ledger_shards=3,  # sharded keys, without 256 Queries per whole-campaign read
                 content=Content(subject="Hi {{ name }}", text="Hello {{ name }}"),
             )
         )

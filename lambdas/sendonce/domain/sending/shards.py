@@ -18,7 +18,7 @@ SEPARATOR = "#"
 LEGACY_LEDGER_SHARDS = 1
 # The hottest partition-key value must take <= 0.1 write units per recipient; a batch-mode
 # recipient with provider events costs up to ~8 units on its ledger item (docs/scale.md).
-DEFAULT_LEDGER_SHARDS = 128
+DEFAULT_LEDGER_SHARDS = 256
 # A read of a whole campaign is one Query per shard.
 MAX_LEDGER_SHARDS = 1000
 
