@@ -124,9 +124,9 @@ def hooked_run(system, accountant: WriteUnitAccountant, recipients: int, events_
             )
         )
         operator.publish("c1", system.recipients(recipients))
-        poller = system.poller(
-            handler=functools.partial(consumer.lambda_handler, runtime=runtime), timeout_s=120, concurrency=2
-        )
+        # One consumer: the queue's visibility timeout is 2 s here, and a second one would
+        # take up a message whose first receive is still sending (safe, but slow).
+        poller = system.poller(handler=functools.partial(consumer.lambda_handler, runtime=runtime), timeout_s=120)
         poller.run_until_idle(idle_seconds=1, max_seconds=600)
         if events_api is not None:
             assert system.resend.wait_for_webhooks(600)
