@@ -17,7 +17,7 @@ SEPARATOR = "#"
 # A campaign item without `ledger_shards` was created before shards existed.
 LEGACY_LEDGER_SHARDS = 1
 # The hottest partition-key value must take <= 0.1 write units per recipient; a batch-mode
-# recipient with provider events costs up to ~8 units on its ledger item (docs/scale.md).
+# recipient with provider events costs 7 units on its ledger item (docs/scale.md).
 DEFAULT_LEDGER_SHARDS = 256
 # A read of a whole campaign is one Query per shard.
 MAX_LEDGER_SHARDS = 1000
