@@ -369,14 +369,14 @@ class LocalStack:
         """Final sizes of the campaign's ledger items and campaigns-table items."""
         ledger_table, campaigns_table = campaign.resources.ledger_table, campaign.resources.campaigns_table
         sizes: dict[tuple[str, tuple[str, str]], int] = {}
+        from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+        from sendonce.adapters.dynamodb.ledger_keys import LedgerKeys
+
+        store = DynamoDBCampaignStore(client=self.dynamodb, table_name=campaigns_table)
+        keys = LedgerKeys(lambda c: store.get(c).ledger_shards)
+        for item in keys.query_campaign(self.dynamodb, ledger_table, campaign.campaign_id):
+            sizes[(ledger_table, (item["campaign_id"]["S"], item["recipient_id"]["S"]))] = item_size(item)
         paginator = self.dynamodb.get_paginator("query")
-        for page in paginator.paginate(
-            TableName=ledger_table,
-            KeyConditionExpression="campaign_id = :c",
-            ExpressionAttributeValues={":c": {"S": campaign.campaign_id}},
-        ):
-            for item in page["Items"]:
-                sizes[(ledger_table, (item["campaign_id"]["S"], item["recipient_id"]["S"]))] = item_size(item)
         for page in paginator.paginate(
             TableName=campaigns_table,
             KeyConditionExpression="pk = :p",

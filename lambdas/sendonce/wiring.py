@@ -16,6 +16,7 @@ from botocore.config import Config
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
+from sendonce.adapters.dynamodb.ledger_keys import CampaignShards
 from sendonce.adapters.dynamodb.rate_limiter import DynamoDBRateLimiter
 from sendonce.adapters.dynamodb.suppressions import DynamoDBSuppressions
 from sendonce.adapters.dynamodb.test_sends import DynamoDBTestSendLog
@@ -107,7 +108,7 @@ def consumer_parts(settings: ConsumerSettings, session: boto3.session.Session | 
         if settings.resend_rate_from_headers and isinstance(resend_provider, ResendProvider):
             # Every Resend answer states the team's limit: the shared rate follows it.
             resend_provider.report_rate_limits_to(limiter)
-    campaigns = DynamoDBCampaignStore(client=dynamodb, table_name=settings.campaigns_table)
+    campaigns, shards = campaign_store(dynamodb, settings.campaigns_table)
     unsubscribe = None
     if settings.unsubscribe_key_secret and settings.unsubscribe_base_url:
         unsubscribe = UnsubscribeLinks(
@@ -116,7 +117,7 @@ def consumer_parts(settings: ConsumerSettings, session: boto3.session.Session | 
             created_at_of=lambda campaign_id: campaigns.get(campaign_id).created_at,
         )
     return ConsumerParts(
-        ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table),
+        ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table, shards_of=shards),
         campaigns=campaigns,
         providers=providers,
         queue=SqsQueue(
@@ -164,9 +165,10 @@ def campaign_service(settings: ApiSettings, operator: str = "operator") -> Campa
     """The operator service used by the HTTP API and the CLI."""
     session = boto3.session.Session()
     dynamodb = session.client("dynamodb")
+    campaigns, shards = campaign_store(dynamodb, settings.campaigns_table)
     return CampaignService(
-        campaigns=DynamoDBCampaignStore(client=dynamodb, table_name=settings.campaigns_table),
-        ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table),
+        campaigns=campaigns,
+        ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table, shards_of=shards),
         queue=SqsQueue(
             client=session.client("sqs"),
             queue_url=settings.queue_url,
@@ -267,12 +269,16 @@ def assemble_events(settings: EventsSettings, session: boto3.session.Session | N
             )
         except ValueError as exc:
             raise SettingsError(f"secret {settings.resend_webhook_secret!r}: {exc}") from exc
+    campaigns, shards = campaign_store(dynamodb, settings.campaigns_table)
     return ProviderEventService(
         ledger_events=DynamoDBLedgerEvents(
-            client=dynamodb, ledger_table=settings.ledger_table, campaigns_table=settings.campaigns_table
+            client=dynamodb,
+            ledger_table=settings.ledger_table,
+            campaigns_table=settings.campaigns_table,
+            shards_of=shards,
         ),
         suppressions=DynamoDBSuppressions(client=dynamodb, table_name=settings.suppressions_table),
-        campaigns=DynamoDBCampaignStore(client=dynamodb, table_name=settings.campaigns_table),
+        campaigns=campaigns,
         brakes=BrakeSettings(
             complaint_rate=settings.complaint_rate_threshold,
             hard_bounce_rate=settings.hard_bounce_rate_threshold,
@@ -299,9 +305,7 @@ def assemble_unsubscribe(
     dynamodb = session.client("dynamodb")
     ledger_events = None
     if settings.ledger_table and settings.campaigns_table:
-        ledger_events = DynamoDBLedgerEvents(
-            client=dynamodb, ledger_table=settings.ledger_table, campaigns_table=settings.campaigns_table
-        )
+        ledger_events = ledger_events_of(dynamodb, settings.ledger_table, settings.campaigns_table)
     return UnsubscribeService(
         tokens=unsubscribe_tokens(session, settings.unsubscribe_key_secret, ttl_s=keys_ttl_s, clock=clock),
         suppressions=DynamoDBSuppressions(client=dynamodb, table_name=settings.suppressions_table),
@@ -324,8 +328,21 @@ def unknown_outcomes(
 ) -> UnknownOutcomes:
     """What `sendonce campaign unknowns` and `campaign resume --include-unknown` call."""
     session = session or boto3.session.Session()
-    return UnknownOutcomes(
-        ledger_events=DynamoDBLedgerEvents(
-            client=session.client("dynamodb"), ledger_table=ledger_table, campaigns_table=campaigns_table
-        )
+    return UnknownOutcomes(ledger_events=ledger_events_of(session.client("dynamodb"), ledger_table, campaigns_table))
+
+
+def ledger_events_of(dynamodb, ledger_table: str, campaigns_table: str) -> DynamoDBLedgerEvents:
+    """Provider events on the ledger, with the campaigns' shard counts read from their items."""
+    _, shards = campaign_store(dynamodb, campaigns_table)
+    return DynamoDBLedgerEvents(
+        client=dynamodb, ledger_table=ledger_table, campaigns_table=campaigns_table, shards_of=shards
     )
+
+
+def campaign_store(dynamodb, table_name: str) -> tuple[DynamoDBCampaignStore, CampaignShards]:
+    """The campaign store, and the ledger's shard counts read from it: learnt from every
+    campaign the store reads, so a service that reads the campaign anyway (the consumer,
+    once per message) never reads it again for its ledger keys."""
+    shards = CampaignShards(lambda campaign_id: campaigns.get(campaign_id))
+    campaigns = DynamoDBCampaignStore(client=dynamodb, table_name=table_name, on_read=shards.learn)
+    return campaigns, shards

@@ -29,7 +29,6 @@ import pytest
 import requests
 from hypothesis import strategies as st
 
-from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeTokens
 from sendonce.domain.models import Receipt
 from sendonce_local.resend_server import new_webhook_secret, svix_headers, svix_signature
@@ -119,7 +118,7 @@ class Rig:
 @pytest.fixture
 def rig(public, system):
     system.campaign(provider="resend")
-    ledger = DynamoDBLedger(client=boto3.client("dynamodb"), table_name=system.resources.ledger_table)
+    ledger = system.ledger()
     for rid in RECIPIENTS:
         request = claim(ledger, rid, provider="resend")
         ledger.mark_sent(request.key, owner="A", receipt=Receipt(provider_message_id=f"email-{rid}"))

@@ -72,13 +72,19 @@ class LocalSystem:
             for i in range(start, start + n)
         ]
 
-    def campaign(self, campaign_id: str = "c1", provider: str = "resend", delivery_mode: str = "single") -> Campaign:
+    def campaign(
+        self, campaign_id: str = "c1", provider: str = "resend", delivery_mode: str = "single", ledger_shards: int = 4
+    ) -> Campaign:
+        # 4 shards: sharded keys everywhere, without the default's 256 Queries per
+        # whole-campaign read, which on a loaded machine outlast this queue's 2 s visibility
+        # timeout (test_ledger_shards.py runs the default).
         return self.operator.create(
             Campaign(
                 campaign_id=campaign_id,
                 name="Spring launch",
                 provider=provider,
                 delivery_mode=delivery_mode,
+                ledger_shards=ledger_shards,
                 sender=f"news@{self.domain}",
                 content=Content(subject="Hello {{ name }}", html="<p>Hi {{ name }}</p>", text="Hi {{ name }}"),
             )
@@ -141,6 +147,20 @@ class LocalSystem:
         )
         self.processes.append(process)
         return process
+
+    def shards_of(self, campaign_id: str) -> int:
+        """The campaign's ledger shard count, as its item records it."""
+        from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+
+        store = DynamoDBCampaignStore(client=boto3.client("dynamodb"), table_name=self.resources.campaigns_table)
+        return store.get(campaign_id).ledger_shards
+
+    def ledger(self):
+        from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
+
+        return DynamoDBLedger(
+            client=boto3.client("dynamodb"), table_name=self.resources.ledger_table, shards_of=self.shards_of
+        )
 
     def deliveries(self, provider: str = "resend") -> dict[str, int]:
         if provider == "ses":
@@ -216,6 +236,7 @@ class LocalDeliverability:
             client=boto3.client("dynamodb"),
             ledger_table=self.system.resources.ledger_table,
             campaigns_table=self.system.resources.campaigns_table,
+            shards_of=self.system.shards_of,
         )
 
     def tokens(self):
@@ -226,13 +247,13 @@ class LocalDeliverability:
     def ledger_item(self, campaign_id: str, recipient_id: str) -> dict:
         from boto3.dynamodb.types import TypeDeserializer
 
+        from sendonce.adapters.dynamodb.ledger_keys import LedgerKeys
+        from sendonce.domain.models import DeliveryKey
+
+        key = LedgerKeys(self.system.shards_of).key(DeliveryKey(campaign_id=campaign_id, recipient_id=recipient_id))
         item = (
             boto3.client("dynamodb")
-            .get_item(
-                TableName=self.system.resources.ledger_table,
-                Key={"campaign_id": {"S": campaign_id}, "recipient_id": {"S": recipient_id}},
-                ConsistentRead=True,
-            )
+            .get_item(TableName=self.system.resources.ledger_table, Key=key, ConsistentRead=True)
             .get("Item", {})
         )
         return {k: TypeDeserializer().deserialize(v) for k, v in item.items()}

@@ -95,8 +95,13 @@ def tables(aws_env):
     create_tables(dynamodb, ledger_table=f"{prefix}-ledger", campaigns_table=f"{prefix}-campaigns")
     create_suppressions_table(dynamodb, f"{prefix}-suppressions")
     return (
-        DynamoDBLedger(client=dynamodb, table_name=f"{prefix}-ledger"),
-        DynamoDBLedgerEvents(client=dynamodb, ledger_table=f"{prefix}-ledger", campaigns_table=f"{prefix}-campaigns"),
+        DynamoDBLedger(client=dynamodb, table_name=f"{prefix}-ledger", shards_of=lambda _: 4),
+        DynamoDBLedgerEvents(
+            client=dynamodb,
+            ledger_table=f"{prefix}-ledger",
+            campaigns_table=f"{prefix}-campaigns",
+            shards_of=lambda _: 4,
+        ),
         DynamoDBSuppressions(client=dynamodb, table_name=f"{prefix}-suppressions"),
         f"{prefix}-suppressions",
     )
@@ -365,7 +370,7 @@ def test_forged_and_stale_webhooks_are_refused_and_change_nothing(system, delive
 
 def test_ses_events_resolve_an_unknown_and_suppress_bounces_and_complaints(system, deliverability):
     system.campaign(provider="ses")
-    ledger = DynamoDBLedger(client=boto3.client("dynamodb"), table_name=system.resources.ledger_table)
+    ledger = system.ledger()
     unknown = make_unknown(ledger, "r1")
     for rid in ("r2", "r3"):
         request = claim(ledger, rid)
@@ -524,7 +529,7 @@ def test_an_operator_lists_unknowns_and_resumes_with_them(system, deliverability
     people = system.recipients(3)
     system.operator.publish("c1", people)
     # r1's first attempt may have reached SES: its outcome is unknown.
-    ledger = DynamoDBLedger(client=boto3.client("dynamodb"), table_name=system.resources.ledger_table)
+    ledger = system.ledger()
     request = DeliveryRequest(
         campaign_id="c1",
         recipient_id="r1",

@@ -14,6 +14,7 @@ import pytest
 from boto3.dynamodb.types import TypeSerializer
 
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
+from sendonce.adapters.dynamodb.ledger_keys import one_shard
 from sendonce.domain.errors import LeaseLostError
 from sendonce.domain.models import (
     DeliveryKey,
@@ -74,7 +75,7 @@ def ledger(aws_env):
     name = f"ledger-{uuid.uuid4().hex[:8]}"
     client = boto3.client("dynamodb")
     create_tables(client, ledger_table=name, campaigns_table=name + "-c")
-    return DynamoDBLedger(client=client, table_name=name), client, name
+    return DynamoDBLedger(client=client, table_name=name, shards_of=one_shard), client, name
 
 
 @pytest.mark.parametrize("keyed", [True, False], ids=["resend", "ses"])

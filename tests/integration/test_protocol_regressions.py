@@ -152,7 +152,10 @@ def test_4b_a_possibly_sent_resend_delivery_is_unknown_on_cancel_and_a_sent_even
     rig.drain()
     assert rig.states() == {"r0": "unknown"}
     events = DynamoDBLedgerEvents(
-        client=boto3.client("dynamodb"), ledger_table=rig.ledger._table, campaigns_table=rig.store._table
+        client=boto3.client("dynamodb"),
+        ledger_table=rig.ledger._table,
+        campaigns_table=rig.store._table,
+        shards_of=lambda c: rig.store.get(c).ledger_shards,
     )
     assert events.resolve_unknown(
         DeliveryKey(campaign_id="c1", recipient_id="r0"), provider_message_id="m-1", detail="email.sent"

@@ -323,7 +323,9 @@ class Rig:
         self.faults = Faults()
         name = f"m{uuid.uuid4().hex[:10]}"
         create_tables(client, ledger_table=name, campaigns_table=name + "-c")
-        self.ledger = DynamoDBLedger(client=client, table_name=name)
+        self.ledger = DynamoDBLedger(
+            client=client, table_name=name, shards_of=lambda c: self.store.get(c).ledger_shards
+        )
         self.store = DynamoDBCampaignStore(client=client, table_name=name + "-c")
         self.queue = QueueModel(clock, max_receive_count=max_receive_count, visibility_ms=visibility_ms)
         self.provider = ProviderModel(provider, provider == "resend", clock, self.faults)
@@ -361,6 +363,7 @@ class Rig:
                 provider=provider,
                 sender="news@example.com",
                 delivery_mode=mode,
+                ledger_shards=3,  # sharded keys, without 256 Queries per whole-campaign read
                 content=Content(subject="Hi {{ name }}", text="Hello {{ name }}"),
             )
         )

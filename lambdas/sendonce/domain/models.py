@@ -10,6 +10,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sendonce.domain.sending.shards import DEFAULT_LEDGER_SHARDS, MAX_LEDGER_SHARDS
+
 SCHEMA_VERSION: Literal[1] = 1
 MAX_RECIPIENTS_PER_BATCH = 100
 
@@ -131,6 +133,10 @@ class Campaign(BaseModel):
     # A publish in progress holds this lease (renewed per request); a campaign does not
     # complete while it is live, so a long streamed publish cannot end in a completed campaign.
     publishing_until_ms: int | None = None
+    # How many partition-key values the campaign's ledger is spread over (sending/shards.py),
+    # fixed at creation. The campaign store reads an item without it as one shard: the
+    # layout of campaigns created before shards existed.
+    ledger_shards: int = Field(default=DEFAULT_LEDGER_SHARDS, ge=1, le=MAX_LEDGER_SHARDS)
     version: int = 0
 
     @model_validator(mode="before")

@@ -26,6 +26,7 @@ from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX
 from sendonce.domain.errors import CampaignBusyError, CampaignNotFoundError, IllegalTransitionError
 from sendonce.domain.models import BatchMessage, Campaign, CampaignState, Content, SendGroup
 from sendonce.domain.ports import BatchStatus
+from sendonce.domain.sending.shards import LEGACY_LEDGER_SHARDS
 
 _ser = TypeSerializer()
 _de = TypeDeserializer()
@@ -43,9 +44,11 @@ def _campaign(item: dict[str, Any]) -> Campaign:
     # Campaigns created before the content had its own item carry it here (read as is).
     data = {k: _de.deserialize(v) for k, v in item.items() if k not in ("pk", "sk")}
     data.pop("total", None)  # stored by earlier versions; status counts recipients from the ledger
-    for name in ("open_batches", "version", "publishing_until_ms"):
+    for name in ("open_batches", "version", "publishing_until_ms", "ledger_shards"):
         if name in data:
             data[name] = int(data[name])
+    # Written before shards existed: its ledger records are under the plain campaign id.
+    data.setdefault("ledger_shards", LEGACY_LEDGER_SHARDS)
     return Campaign.model_validate(data)
 
 
@@ -67,9 +70,13 @@ class DynamoDBCampaignStore:
         conflict_attempts: int = CONFLICT_ATTEMPTS,
         sleep: Callable[[float], None] = time.sleep,
         jitter: Callable[[], float] = random.random,
+        on_read: Callable[[Campaign], None] | None = None,
     ):
         self._client = client
         self._table = table_name
+        # Told of every campaign read (wiring passes the ledger's shard-count cache, so the
+        # consumer's read of the campaign per message spares the ledger a read of its own).
+        self._on_read = on_read
         # Keys read per index Query request (default: DynamoDB's 1 MB pages); tests set it small.
         self._page_size = page_size
         self._conflict_attempts = conflict_attempts
@@ -126,7 +133,10 @@ class DynamoDBCampaignStore:
         response = self._client.get_item(TableName=self._table, Key=self._key(campaign_id), ConsistentRead=True)
         if "Item" not in response:
             raise CampaignNotFoundError(f"campaign {campaign_id!r} does not exist")
-        return _campaign(response["Item"])
+        campaign = _campaign(response["Item"])
+        if self._on_read is not None:
+            self._on_read(campaign)
+        return campaign
 
     def content(self, campaign_id: str) -> Content:
         response = self._client.get_item(

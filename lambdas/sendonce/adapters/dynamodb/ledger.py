@@ -1,4 +1,5 @@
-"""The delivery ledger on DynamoDB: one item per (campaign_id, recipient_id).
+"""The delivery ledger on DynamoDB: one item per (campaign_id, recipient_id), its partition-key
+value spread over the campaign's shards (ledger_keys.py).
 
 The claim condition is derived from `sendonce.domain.sending.protocol.CLAIM_RULES`, so a claim
 is one atomic conditional write; a failed claim returns the old item
@@ -19,6 +20,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from sendonce.adapters.dynamodb.ledger_keys import LedgerKeys, ShardsOf, campaign_id_of
 from sendonce.domain.errors import LeaseLostError
 from sendonce.domain.models import (
     DeliveryKey,
@@ -155,7 +157,7 @@ def _values(**values: Any) -> dict[str, Any]:
 def _record(item: dict[str, Any]) -> DeliveryRecord:
     data = {k: _de.deserialize(v) for k, v in item.items()}
     return DeliveryRecord(
-        campaign_id=data["campaign_id"],
+        campaign_id=campaign_id_of(item),
         recipient_id=data["recipient_id"],
         state=DeliveryState(data.get("state", "pending")),
         owner=data.get("owner"),
@@ -207,12 +209,13 @@ _FIRST_MARK = "if_not_exists(maybe_sent_at_ms, :now)"
 
 
 class DynamoDBLedger:
-    def __init__(self, *, client: Any, table_name: str):
+    def __init__(self, *, client: Any, table_name: str, shards_of: ShardsOf):
         self._client = client
         self._table = table_name
+        self._keys = LedgerKeys(shards_of)
 
     def _key(self, key: DeliveryKey) -> dict[str, Any]:
-        return {"campaign_id": {"S": key.campaign_id}, "recipient_id": {"S": key.recipient_id}}
+        return self._keys.key(key)
 
     def _claim_update(
         self,
@@ -507,15 +510,8 @@ class DynamoDBLedger:
         return _record(item) if item else None
 
     def records(self, campaign_id: str) -> Iterator[DeliveryRecord]:
-        paginator = self._client.get_paginator("query")
-        for page in paginator.paginate(
-            TableName=self._table,
-            KeyConditionExpression="campaign_id = :c",
-            ExpressionAttributeValues={":c": {"S": campaign_id}},
-            ConsistentRead=True,
-        ):
-            for item in page["Items"]:
-                yield _record(item)
+        for item in self._keys.query_campaign(self._client, self._table, campaign_id, ConsistentRead=True):
+            yield _record(item)
 
     def get_many(self, campaign_id: str, recipient_ids: list[str]) -> dict[str, DeliveryRecord]:
         found: dict[str, DeliveryRecord] = {}

@@ -1,6 +1,6 @@
 """Provider events on the ledger's items, and the per-campaign counters the brakes read.
 
-Writes go to the same ledger item as DynamoDBLedger's, keyed (campaign_id, recipient_id),
+Writes go to the same ledger item as DynamoDBLedger's, keyed by ledger_keys.py,
 and touch only attributes the consumer never writes, except in two conditional moves:
 
     provider_events      list of {at, event, provider, id, detail?, message_id?, occurred_at?}
@@ -45,6 +45,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from sendonce.adapters.dynamodb.ledger_keys import LedgerKeys, ShardsOf
 from sendonce.domain.deliverability import event_order
 from sendonce.domain.models import DeliveryKey, DeliveryState
 from sendonce.domain.ports import (
@@ -124,14 +125,14 @@ def _s(item: dict[str, Any], name: str) -> str | None:
 
 
 class DynamoDBLedgerEvents:
-    def __init__(self, *, client: Any, ledger_table: str, campaigns_table: str):
+    def __init__(self, *, client: Any, ledger_table: str, campaigns_table: str, shards_of: ShardsOf):
         self._client = client
         self._ledger = ledger_table
         self._campaigns = campaigns_table
+        self._keys = LedgerKeys(shards_of)
 
-    @staticmethod
-    def _key(key: DeliveryKey) -> dict[str, Any]:
-        return {"campaign_id": {"S": key.campaign_id}, "recipient_id": {"S": key.recipient_id}}
+    def _key(self, key: DeliveryKey) -> dict[str, Any]:
+        return self._keys.key(key)
 
     @staticmethod
     def _counter_key(campaign_id: str, sk: str) -> dict[str, Any]:
@@ -333,25 +334,24 @@ class DynamoDBLedgerEvents:
             raise
 
     def unknowns(self, campaign_id: str) -> Iterator[UnknownDelivery]:
-        paginator = self._client.get_paginator("query")
-        for page in paginator.paginate(
-            TableName=self._ledger,
-            KeyConditionExpression="campaign_id = :c",
+        for item in self._keys.query_campaign(
+            self._client,
+            self._ledger,
+            campaign_id,
             FilterExpression="#state = :unknown",
             ProjectionExpression="recipient_id, provider, updated_at, reason, email_fp, provider_sent_id",
             ExpressionAttributeNames={"#state": "state"},
-            ExpressionAttributeValues={":c": {"S": campaign_id}, ":unknown": {"S": DeliveryState.UNKNOWN.value}},
+            ExpressionAttributeValues={":unknown": {"S": DeliveryState.UNKNOWN.value}},
             ConsistentRead=True,
         ):
-            for item in page["Items"]:
-                yield UnknownDelivery(
-                    recipient_id=item["recipient_id"]["S"],
-                    provider=_s(item, "provider"),
-                    since_ms=_ms(_s(item, "updated_at")),
-                    reason=_s(item, "reason"),
-                    email_fingerprint=_s(item, "email_fp"),
-                    confirmed_message_id=_s(item, "provider_sent_id"),
-                )
+            yield UnknownDelivery(
+                recipient_id=item["recipient_id"]["S"],
+                provider=_s(item, "provider"),
+                since_ms=_ms(_s(item, "updated_at")),
+                reason=_s(item, "reason"),
+                email_fingerprint=_s(item, "email_fp"),
+                confirmed_message_id=_s(item, "provider_sent_id"),
+            )
 
     def reopen_unknown(self, campaign_id: str, recipient_ids: Iterable[str], *, by: str) -> ReopenReport:
         report = ReopenReport()

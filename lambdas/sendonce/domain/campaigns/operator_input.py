@@ -35,6 +35,7 @@ from sendonce.domain.models import (
     VariableValue,
     email_fingerprint,
 )
+from sendonce.domain.sending.shards import DEFAULT_LEDGER_SHARDS, MAX_LEDGER_SHARDS
 
 RecipientFormat = Literal["csv", "jsonl"]
 FORMATS_BY_SUFFIX: dict[str, RecipientFormat] = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
@@ -73,6 +74,9 @@ _PATTERN_RULES = {
 }
 
 
+_SHARDS_RULE = f"must be a whole number from 1 to {MAX_LEDGER_SHARDS} (see docs/scale.md)"
+
+
 class RecipientFileError(InvalidCampaignError):
     """The file as a whole cannot be read (no header, unknown format): nothing was published."""
 
@@ -85,6 +89,8 @@ def friendly_message(error: Mapping[str, Any]) -> str:
         return _PATTERN_RULES[str(loc[-1])]
     if error.get("type") == "extra_forbidden":
         return "unexpected field"
+    if str(loc[-1]) == "ledger_shards":
+        return _SHARDS_RULE
     return message.removeprefix("Value error, ")
 
 
@@ -167,6 +173,15 @@ class CampaignSpec(BaseModel):
         description="single: one provider request per recipient; batch: one per SQS message of up to 100 "
         "recipients (needs a provider with batch sends: resend).",
     )
+    ledger_shards: int = Field(
+        default=DEFAULT_LEDGER_SHARDS,
+        ge=1,
+        le=MAX_LEDGER_SHARDS,
+        strict=True,
+        description="How many partition-key values the campaign's ledger is spread over; fixed at creation. "
+        f"The default ({DEFAULT_LEDGER_SHARDS}) keeps the hottest one under 0.1 write units per recipient "
+        "(docs/scale.md); fewer make whole-campaign reads cheaper for small campaigns.",
+    )
 
     @field_validator("html")
     @classmethod
@@ -193,6 +208,7 @@ class CampaignSpec(BaseModel):
             reply_to=self.reply_to,
             content=Content(subject=self.subject, html=self.html, text=self.text),
             delivery_mode=self.delivery_mode,
+            ledger_shards=self.ledger_shards,
         )
 
 
