@@ -8,7 +8,7 @@ NPM_STAMP := node_modules/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: venv npm contracts lint test test-unit test-integration test-infra test-wheel test-chaos verify demo bench clean
+.PHONY: venv npm contracts lint test test-slow test-unit test-integration test-infra test-wheel test-chaos verify demo bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt lambdas/sendonce/requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -42,7 +42,12 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint $(NPM_STAMP)
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" --durations=15
+
+# Minutes each, so not in `make test` (15 minutes in all): the hottest ledger key of a
+# 1,000-recipient batch-mode campaign (write units per key), the demo on a slowed consumer.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

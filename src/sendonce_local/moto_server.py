@@ -33,6 +33,7 @@ ENDPOINT_ENV = "SENDONCE_MOTO_ENDPOINT"
 REGION = "us-east-1"
 
 _SPEED_FLAG = "--sendonce-speed-patches"
+_PORT_ATTEMPTS = 3
 _SERVER_MAIN = "import sys; from sendonce_local.moto_server import serve; serve(sys.argv[1:])"
 # The directory this package was imported from: the server process imports the same code,
 # installed or not.
@@ -108,7 +109,17 @@ class MotoServer:
             return self
         # Here rather than as the server's exit status at the end of its log.
         moto_patches.check_moto_version()
-        port = _free_port()
+        # A free port can be taken by another process before moto binds it (parallel test
+        # workers start servers at once): try a new one a few times.
+        for attempt in range(_PORT_ATTEMPTS):
+            try:
+                return self._start_on(_free_port())
+            except MotoServerError as error:
+                if "Address already in use" not in str(error) or attempt + 1 == _PORT_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _start_on(self, port: int) -> MotoServer:
         log = tempfile.NamedTemporaryFile(prefix="moto-server-", suffix=".log", delete=False)
         self._log_path = Path(log.name)
         flags = [_SPEED_FLAG] if self._speed_patches else []

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 LATENCY_MS = 25  # ~110 AWS requests per batch-mode message: ~2.8 s more per message

@@ -13,6 +13,7 @@ import json
 import boto3
 import pytest
 
+from sendonce.domain.models import DeliveryKey
 from sendonce.domain.ports import AnnotationStatus, EventKind, FeedbackCounter, ProviderEvent
 from sendonce.handlers import events as events_handler
 from sendonce.wiring import assemble_events
@@ -34,7 +35,7 @@ def item(tables, rid: str = "r1") -> dict:
     ledger = tables[0]
     raw = boto3.client("dynamodb").get_item(
         TableName=ledger._table,
-        Key={"campaign_id": {"S": "c1"}, "recipient_id": {"S": rid}},
+        Key=ledger._keys.key(DeliveryKey(campaign_id="c1", recipient_id=rid)),
         ConsistentRead=True,
     )["Item"]
     return {k: TypeDeserializer().deserialize(v) for k, v in raw.items()}
@@ -94,7 +95,7 @@ def test_an_item_recorded_before_order_keys_is_compared_by_meaning(tables):
     claim(ledger, "r1")
     boto3.client("dynamodb").update_item(
         TableName=ledger._table,
-        Key={"campaign_id": {"S": "c1"}, "recipient_id": {"S": "r1"}},
+        Key=ledger._keys.key(DeliveryKey(campaign_id="c1", recipient_id="r1")),
         UpdateExpression="SET last_event = :d, last_event_at = :at",
         ExpressionAttributeValues={":d": {"S": "delivered"}, ":at": {"S": "2025-05-06T10:15:01.000+00:00"}},
     )

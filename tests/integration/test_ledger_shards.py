@@ -150,6 +150,7 @@ def report(accountant, system, recipients: int, what: str, shards: int) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_no_ledger_partition_key_takes_more_than_a_tenth_of_a_write_unit_per_recipient(system, aws_env):
     # Given a batch-mode campaign of 1,000 recipients, published and sent by the real consumer

@@ -421,16 +421,13 @@ class Rig:
         from sendonce.adapters.dynamodb.ledger import _record
 
         names = ", ".join(f"#a{i}" for i in range(len(_SNAPSHOT)))
-        params = {
-            "TableName": self.ledger._table,
-            "KeyConditionExpression": "campaign_id = :c",
-            "ExpressionAttributeValues": {":c": {"S": "c1"}},
-            "ProjectionExpression": names,
-            "ExpressionAttributeNames": {f"#a{i}": a for i, a in enumerate(_SNAPSHOT)},
-        }
-        items = []
-        for page in self._client.get_paginator("query").paginate(**params):
-            items.extend(page["Items"])
+        items = self.ledger._keys.query_campaign(
+            self._client,
+            self.ledger._table,
+            "c1",
+            ProjectionExpression=names,
+            ExpressionAttributeNames={f"#a{i}": a for i, a in enumerate(_SNAPSHOT)},
+        )
         return {r.recipient_id: r for r in map(_record, items)}
 
     def states(self) -> dict[str, str]:

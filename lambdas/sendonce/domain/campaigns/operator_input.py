@@ -177,11 +177,18 @@ class CampaignSpec(BaseModel):
         default=DEFAULT_LEDGER_SHARDS,
         ge=1,
         le=MAX_LEDGER_SHARDS,
-        strict=True,
         description="How many partition-key values the campaign's ledger is spread over; fixed at creation. "
         f"The default ({DEFAULT_LEDGER_SHARDS}) keeps the hottest one under 0.1 write units per recipient "
         "(docs/scale.md); fewer make whole-campaign reads cheaper for small campaigns.",
     )
+
+    @field_validator("ledger_shards", mode="before")
+    @classmethod
+    def _whole_number(cls, value: Any) -> Any:
+        # JSON Schema's integer: 71 and 71.0 are the same number; "71" and true are not numbers.
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError("not a number")
+        return value
 
     @field_validator("html")
     @classmethod
