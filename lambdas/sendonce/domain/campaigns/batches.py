@@ -72,10 +72,15 @@ def pack(
                 f"recipient {recipient.recipient_id!r}: {size:,} bytes as JSON; a batch holding it alone would be "
                 f"{envelope + size:,} bytes, more than a queue message's {max_body_bytes:,}"
             )
-        if chunk and (len(chunk) == batch_size or envelope + chunk_bytes + 1 + size > max_body_bytes):
+        if chunk and envelope + chunk_bytes + 1 + size > max_body_bytes:
             yield chunk
             chunk, chunk_bytes = [], 0
         chunk_bytes += size + (1 if chunk else 0)
         chunk.append(recipient)
+        if len(chunk) == batch_size:
+            # Full by count: out at once, not when the next recipient arrives (a streamed
+            # publish enqueues each full request as soon as its last recipient is read).
+            yield chunk
+            chunk, chunk_bytes = [], 0
     if chunk:
         yield chunk
