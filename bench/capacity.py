@@ -29,6 +29,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# Item sizes: one formula for the bench and the per-key accountant (shipped), re-exported.
+from sendonce_local.write_units import item_size as item_size
+from sendonce_local.write_units import number_size as number_size
+from sendonce_local.write_units import value_size as value_size
+from sendonce_local.write_units import write_units as write_units
+
 KB = 1024
 READ_UNIT_BYTES = 4 * KB
 
@@ -49,45 +55,6 @@ Key = tuple[str, str]
 
 
 # --- item sizes ---------------------------------------------------------------------
-
-
-def number_size(text: str) -> int:
-    """DynamoDB stores a number in about 1 byte per 2 significant digits, plus 1."""
-    digits = text.lstrip("+-").replace(".", "").lower().split("e")[0].strip("0")
-    return (max(1, len(digits)) + 1) // 2 + 1
-
-
-def value_size(value: Mapping[str, Any]) -> int:
-    """Size of one AttributeValue in DynamoDB's low-level form ({"S": ...})."""
-    ((kind, data),) = value.items()
-    if kind == "S":
-        return len(data.encode())
-    if kind == "N":
-        return number_size(data)
-    if kind == "B":
-        return len(data)
-    if kind in ("BOOL", "NULL"):
-        return 1
-    if kind == "SS":
-        return sum(len(s.encode()) for s in data)
-    if kind == "NS":
-        return sum(number_size(n) for n in data)
-    if kind == "BS":
-        return sum(len(b) for b in data)
-    if kind == "L":  # 3 bytes for the list, 1 per element
-        return 3 + sum(1 + value_size(v) for v in data)
-    if kind == "M":  # 3 bytes for the map, 1 per element, plus each key's name
-        return 3 + sum(1 + len(k.encode()) + value_size(v) for k, v in data.items())
-    raise ValueError(f"unknown attribute type {kind!r}")
-
-
-def item_size(item: Mapping[str, Any]) -> int:
-    """Bytes DynamoDB counts for an item: attribute names plus values."""
-    return sum(len(name.encode()) + value_size(value) for name, value in item.items())
-
-
-def write_units(size: int) -> int:
-    return max(1, math.ceil(size / KB))
 
 
 def read_units(size: int, *, consistent: bool) -> float:

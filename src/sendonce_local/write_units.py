@@ -39,7 +39,7 @@ PARTITION_WRITE_UNITS_PER_SECOND = 1_000
 _WRITES = ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem")
 
 
-def _number_size(text: str) -> int:
+def number_size(text: str) -> int:
     digits = text.lstrip("+-").replace(".", "").lower().split("e")[0].strip("0")
     return (max(1, len(digits)) + 1) // 2 + 1
 
@@ -50,7 +50,7 @@ def value_size(value: Mapping[str, Any]) -> int:
     if kind == "S":
         return len(data.encode())
     if kind == "N":
-        return _number_size(data)
+        return number_size(data)
     if kind == "B":
         return len(data)
     if kind in ("BOOL", "NULL"):
@@ -58,7 +58,7 @@ def value_size(value: Mapping[str, Any]) -> int:
     if kind == "SS":
         return sum(len(s.encode()) for s in data)
     if kind == "NS":
-        return sum(_number_size(n) for n in data)
+        return sum(number_size(n) for n in data)
     if kind == "BS":
         return sum(len(b) for b in data)
     if kind == "L":
