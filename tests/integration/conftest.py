@@ -4,6 +4,8 @@ real consumer handler behind the local event-source poller."""
 from __future__ import annotations
 
 import functools
+import json
+import math
 import os
 import subprocess
 import sys
@@ -39,6 +41,9 @@ def resend_server() -> Iterator[LocalResendServer]:
     # No team limit here: the shared limiter's tests set one (Resend's default is 5/s).
     with LocalResendServer(rate_limit=None) as server:
         yield server
+
+
+HANG_GUARD_S = 240  # a consumer process's own --max-seconds, and how long a test waits for it
 
 
 @dataclass
@@ -139,7 +144,7 @@ class LocalSystem:
                 "--timeout",
                 str(timeout_s),
                 "--max-seconds",
-                "60",
+                str(HANG_GUARD_S),
             ],
             env=env,
             stdout=subprocess.PIPE,
@@ -166,6 +171,28 @@ class LocalSystem:
         if provider == "ses":
             return {a: n for a, n in ses_deliveries(self.endpoint).items() if a.endswith("@" + self.domain)}
         return {a: n for a, n in self.resend.deliveries().items() if a.endswith("@" + self.domain)}
+
+    @staticmethod
+    def exit_code(process: subprocess.Popen) -> int:
+        """How a consumer process ended, waiting as long as a loaded machine may need to reach
+        its fault (a guard against a hang, not a time budget: under four CPU hogs and the
+        suite, starting the process and reaching the 40th recipient took over 30 s)."""
+        return process.wait(timeout=HANG_GUARD_S)
+
+    def receives_outlast(self, seconds: float) -> int:
+        """Lets the queue redeliver a message for at least `seconds` before it goes to the
+        dead-letter queue (this fixture's default: 5 receives 2 s apart). A test whose group
+        is held by a lease of a consumer that died or failed must see the message come back
+        after that lease ends, however slow a loaded machine makes each receive; a deployed
+        stack keeps the same rule with its own figures. Returns the new maxReceiveCount."""
+        sqs = boto3.client("sqs")
+        url = self.resources.queue_url
+        attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout", "RedrivePolicy"])
+        visibility = max(1, int(attributes["Attributes"]["VisibilityTimeout"]))
+        policy = json.loads(attributes["Attributes"]["RedrivePolicy"])
+        policy["maxReceiveCount"] = str(math.ceil(seconds / visibility) + 1)
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": json.dumps(policy)})
+        return int(policy["maxReceiveCount"])
 
     def dead_letters(self) -> list[dict]:
         sqs = boto3.client("sqs")
