@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NPM_STAMP := node_modules/.installed
+# The campaign report's browser test drives Debian's Chromium (headless).
+CHROMIUM := /usr/bin/chromium
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
@@ -16,6 +18,10 @@ $(STAMP): requirements.txt requirements-dev.txt lambdas/sendonce/requirements.tx
 	$(BIN)/pip install -q -r requirements-dev.txt -c constraints.txt
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
+
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "make: the report's browser test needs Chromium at $(CHROMIUM) (Debian: apt-get install chromium)" >&2; exit 1; }
+	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
 
 $(NPM_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
@@ -41,7 +47,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: lint $(NPM_STAMP)
+test: lint $(NPM_STAMP) $(CHROMIUM)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" --durations=15
 
 # Minutes each, so not in `make test` (15 minutes in all): the hottest ledger key of a

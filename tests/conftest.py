@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +36,52 @@ def aws_env(moto: MotoServer, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return env
+
+
+# --- headless Chromium ---------------------------------------------------------------
+# Debian's `chromium` (which `make test` and `.ci/run` install), driven by Playwright's Python
+# client with that executable: no browser download. Each page records its console errors and
+# every request it makes, for the tests to assert that none went anywhere.
+
+CHROMIUM = Path("/usr/bin/chromium")
+# The flags this machine needs (no sandbox as root; no background connections to Google).
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@dataclass
+class Watched:
+    page: object
+    console_errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[object]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: `make test` installs it (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(chromium) -> Iterator[Watched]:
+    context = chromium.new_context(viewport={"width": 1280, "height": 1800})
+    page = context.new_page()
+    watched = Watched(page)
+    page.on("console", lambda m: watched.console_errors.append(m.text) if m.type in ("error", "warning") else None)
+    page.on("pageerror", lambda e: watched.console_errors.append(str(e)))
+    page.on("request", lambda r: watched.requests.append(r.url))
+    yield watched
+    context.close()

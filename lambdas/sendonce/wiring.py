@@ -18,6 +18,7 @@ from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
 from sendonce.adapters.dynamodb.ledger_keys import CampaignShards
 from sendonce.adapters.dynamodb.rate_limiter import DynamoDBRateLimiter
+from sendonce.adapters.dynamodb.report_aggregates import DynamoDBReportAggregates
 from sendonce.adapters.dynamodb.suppressions import DynamoDBSuppressions
 from sendonce.adapters.dynamodb.test_sends import DynamoDBTestSendLog
 from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
@@ -26,6 +27,7 @@ from sendonce.adapters.providers.ses_provider import SEND_CLIENT_CONFIG, SesProv
 from sendonce.adapters.sqs_queue import SqsQueue
 from sendonce.adapters.svix_webhooks import SvixWebhookVerifier
 from sendonce.domain.campaigns.preview import PreviewService, TestSendService
+from sendonce.domain.campaigns.report import ReportService
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes
 from sendonce.domain.deliverability.provider_events import BrakeSettings, ProviderEventService
@@ -176,6 +178,16 @@ def campaign_service(settings: ApiSettings, operator: str = "operator") -> Campa
         ),
         provider_names=PROVIDER_NAMES,
         operator=operator,
+    )
+
+
+def campaign_reports(settings: ApiSettings) -> ReportService:
+    """`sendonce campaign report`: the operator service and the report aggregates."""
+    dynamodb = boto3.session.Session().client("dynamodb")
+    return ReportService(
+        campaigns=campaign_service(settings),
+        aggregates=DynamoDBReportAggregates(client=dynamodb, table_name=settings.campaigns_table),
+        clock=lambda: int(time.time() * 1000),
     )
 
 

@@ -944,9 +944,11 @@ def ledger_show(cli: Cli, campaign_id: str, recipient_id: str, as_json: bool) ->
 # --- deliverability: the suppression list, unknown outcomes (docs/deliverability.md) ---
 
 from sendonce_ops.deliverability_cli import campaign_unknowns, suppression  # noqa: E402
+from sendonce_ops.report_cli import campaign_report  # noqa: E402
 
 cli.add_command(suppression)
 campaign.add_command(campaign_unknowns)
+campaign.add_command(campaign_report)
 campaign.add_command(campaign_preview)
 campaign.add_command(campaign_test_send)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sendonce.domain.models import (
     BatchMessage,
@@ -30,6 +30,9 @@ from sendonce.domain.models import (
     TestSendRecord,
 )
 from sendonce.domain.sending.protocol import Event
+
+if TYPE_CHECKING:  # report.py reads the service's DeliveryStatus, which reads these ports
+    from sendonce.domain.campaigns.report import ReportAggregates
 
 
 class EmailProvider(Protocol):
@@ -487,3 +490,10 @@ class WebhookVerifier(Protocol):
     def verify(self, body: str, headers: Mapping[str, str]) -> dict[str, Any]:
         """The parsed payload of a correctly signed, fresh webhook; raises WebhookSignatureError."""
         ...
+
+
+class ReportAggregatesStore(Protocol):
+    """A campaign's report aggregates (domain/campaigns/report.py): per-minute outcomes,
+    per-domain provider events, unknowns settled. Read in one Query, whatever the size."""
+
+    def aggregates(self, campaign_id: str) -> ReportAggregates: ...

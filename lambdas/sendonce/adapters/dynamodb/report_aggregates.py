@@ -1,0 +1,102 @@
+"""A campaign's report aggregates in the campaigns table (domain/campaigns/report.py).
+
+    pk = report#<campaign>, sk = minute#<minute start ms, 13 digits>#<writer>
+        one number per outcome (sent, failed, ...) and `prevented` (duplicates prevented)
+    pk = report#<campaign>, sk = domain#<recipient domain>#<writer>
+        delivered, bounced, complained
+    pk = report#<campaign>, sk = unknowns#<writer>
+        sent, not_sent (unknowns settled by evidence)
+
+Each writer (the stream aggregator, one per stream shard) adds to items of its own, so no
+item takes a write per recipient: a batch of stream records is one ADD per minute and per
+domain it touched, made in the aggregator's transaction that also moves the shard's
+watermark (exactly once per stream record). Reading is one Query of `report#<campaign>`,
+summed here: its size grows with the campaign's minutes and domains, not its recipients.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from sendonce.domain.campaigns.report import Bucket, ReportAggregates, ReportIncrements
+
+MINUTE, DOMAIN, UNKNOWNS = "minute#", "domain#", "unknowns#"
+
+
+def partition(campaign_id: str) -> str:
+    return f"report#{campaign_id}"
+
+
+def increment_updates(table: str, campaign_id: str, writer: str, increments: ReportIncrements) -> list[dict[str, Any]]:
+    """TransactWriteItems `Update` entries adding `increments` to `writer`'s items."""
+    items: dict[str, Counter[str]] = {}
+    for (minute, outcome), n in increments.outcomes.items():
+        items.setdefault(f"{MINUTE}{minute:013d}#{writer}", Counter())[outcome] += n
+    for minute, n in increments.prevented.items():
+        items.setdefault(f"{MINUTE}{minute:013d}#{writer}", Counter())["prevented"] += n
+    for (domain, kind), n in increments.feedback.items():
+        items.setdefault(f"{DOMAIN}{domain}#{writer}", Counter())[kind] += n
+    for kind, n in increments.unknowns_settled.items():
+        items.setdefault(f"{UNKNOWNS}{writer}", Counter())[kind] += n
+    updates = []
+    for sk, counts in sorted(items.items()):
+        names = {f"#a{i}": name for i, name in enumerate(sorted(counts))}
+        updates.append(
+            {
+                "Update": {
+                    "TableName": table,
+                    "Key": {"pk": {"S": partition(campaign_id)}, "sk": {"S": sk}},
+                    "UpdateExpression": "ADD " + ", ".join(f"{alias} :v{alias[2:]}" for alias in names),
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": {
+                        f":v{alias[2:]}": {"N": str(counts[name])} for alias, name in names.items()
+                    },
+                }
+            }
+        )
+    return updates
+
+
+class DynamoDBReportAggregates:
+    def __init__(self, *, client: Any, table_name: str):
+        self._client = client
+        self._table = table_name
+
+    def aggregates(self, campaign_id: str) -> ReportAggregates:
+        minutes: dict[int, Counter[str]] = {}
+        domains: dict[str, Counter[str]] = {}
+        unknowns: Counter[str] = Counter()
+        paginator = self._client.get_paginator("query")
+        pages = paginator.paginate(
+            TableName=self._table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": partition(campaign_id)}},
+        )
+        for page in pages:
+            for item in page["Items"]:
+                sk = item["sk"]["S"]
+                counts = Counter(
+                    {name: int(value["N"]) for name, value in item.items() if name not in ("pk", "sk") and "N" in value}
+                )
+                if sk.startswith(MINUTE):
+                    minutes.setdefault(int(sk[len(MINUTE) :].split("#", 1)[0]), Counter()).update(counts)
+                elif sk.startswith(DOMAIN):
+                    domains.setdefault(sk[len(DOMAIN) :].rsplit("#", 1)[0], Counter()).update(counts)
+                elif sk.startswith(UNKNOWNS):
+                    unknowns.update(counts)
+        outcomes = [
+            Bucket(start, {k: v for k, v in counts.items() if k != "prevented"})
+            for start, counts in sorted(minutes.items())
+        ]
+        prevented = [
+            Bucket(start, {"prevented": counts["prevented"]})
+            for start, counts in sorted(minutes.items())
+            if counts["prevented"]
+        ]
+        return ReportAggregates(
+            outcomes_per_minute=outcomes,
+            duplicates_prevented_per_minute=prevented,
+            feedback_by_domain={domain: dict(counts) for domain, counts in domains.items()},
+            unknowns_settled=dict(unknowns),
+        )

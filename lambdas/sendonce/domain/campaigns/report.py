@@ -1,0 +1,256 @@
+"""A campaign's report: what happened to it, as a few aggregates a page can draw.
+
+Nothing here is per recipient. The report is assembled from the campaign's status (its
+counters), and from aggregates kept per minute and per recipient domain, so it costs the same
+at 1,000 and at 10,000,000 recipients; a timeline longer than MAX_POINTS buckets is folded
+into wider buckets (a week-long campaign is still at most MAX_POINTS bars).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus
+from sendonce.domain.ports import ReportAggregatesStore
+
+MINUTE_MS = 60_000
+MAX_POINTS = 240  # bars on the timeline: readable on one screen at any campaign length
+MAX_DOMAINS = 12  # mailbox providers shown by name; the rest are summed as "other"
+OTHER_DOMAINS = "other"
+
+# The outcomes a delivery ends as (docs/ledger.md), in the order the page stacks them.
+OUTCOMES = ("sent", "failed", "suppressed", "unknown", "dead_lettered", "cancelled")
+# The provider events drawn per mailbox provider.
+FEEDBACK = ("delivered", "bounced", "complained")
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Counts of one period starting at `start_ms` (UTC epoch ms), by name."""
+
+    start_ms: int
+    counts: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A lifecycle move worth marking on the timeline: a pause, resume, cancel, brake."""
+
+    at_ms: int
+    event: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditVerdict:
+    """The latest audit against the provider's records (sendonce campaign audit)."""
+
+    at_ms: int
+    verdict: str  # e.g. "0 duplicates, every difference explained"
+    duplicates: int
+    differences: int
+
+
+@dataclass(frozen=True)
+class ReportAggregates:
+    """What the campaign's aggregates hold beyond its status."""
+
+    outcomes_per_minute: list[Bucket] = field(default_factory=list)
+    duplicates_prevented_per_minute: list[Bucket] = field(default_factory=list)
+    feedback_by_domain: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    unknowns_settled: Mapping[str, int] = field(default_factory=dict)  # "sent" / "not_sent"
+    # Whether the provider reports opens and clicks to sendonce for this campaign; when not,
+    # the page says so instead of drawing zeros.
+    engagement: Mapping[str, int] | None = None
+    engagement_off_reason: str | None = "open and click tracking is not recorded by sendonce"
+
+
+@dataclass(frozen=True)
+class CampaignReport:
+    campaign_id: str
+    name: str
+    subject: str | None
+    provider: str
+    delivery_mode: str
+    status: DeliveryStatus
+    generated_at_ms: int
+    bucket_ms: int
+    timeline: list[Bucket]
+    duplicates_prevented: list[Bucket]
+    marks: list[Mark]
+    feedback_by_domain: dict[str, dict[str, int]]
+    unknowns: dict[str, int]
+    engagement: Mapping[str, int] | None
+    engagement_off_reason: str | None
+    audit: AuditVerdict | None
+
+    @property
+    def outcomes(self) -> dict[str, int]:
+        status = self.status
+        return {
+            "sent": status.sent,
+            "failed": status.failed,
+            "suppressed": status.suppressed,
+            "unknown": status.unknown,
+            "dead_lettered": status.dead_lettered,
+            "cancelled": status.cancelled,
+            "remaining": status.pending + status.in_progress,
+        }
+
+    def figures(self) -> dict[str, Any]:
+        """The numbers the page prints (and its tests read back)."""
+        return {
+            "total": self.status.total,
+            **self.outcomes,
+            "duplicates_prevented": sum(sum(b.counts.values()) for b in self.duplicates_prevented),
+            "bounced": sum(v.get("bounced", 0) for v in self.feedback_by_domain.values()),
+            "complained": sum(v.get("complained", 0) for v in self.feedback_by_domain.values()),
+        }
+
+
+def bucket_width(buckets: Iterable[Bucket], *, max_points: int = MAX_POINTS) -> int:
+    """The narrowest whole number of minutes that draws the span in at most `max_points` bars."""
+    starts = [b.start_ms for b in buckets]
+    if not starts:
+        return MINUTE_MS
+    minutes = (max(starts) - min(starts)) // MINUTE_MS + 1
+    return MINUTE_MS * max(1, math.ceil(minutes / max_points))
+
+
+def fold(buckets: Iterable[Bucket], width_ms: int, *, origin: int | None = None) -> list[Bucket]:
+    """Per-minute buckets summed into buckets `width_ms` wide, in time order, counted from the
+    first minute (aligned to the epoch instead, a span could straddle one bar more)."""
+    buckets = list(buckets)
+    if origin is None:
+        origin = min((b.start_ms for b in buckets), default=0)
+    summed: dict[int, Counter[str]] = {}
+    for bucket in buckets:
+        start = origin + (bucket.start_ms - origin) // width_ms * width_ms
+        summed.setdefault(start, Counter()).update({k: v for k, v in bucket.counts.items() if v})
+    return [Bucket(start, dict(counts)) for start, counts in sorted(summed.items())]
+
+
+def _trouble(counts: Mapping[str, int]) -> int:
+    return counts.get("bounced", 0) + counts.get("complained", 0)
+
+
+def top_domains(by_domain: Mapping[str, Mapping[str, int]], *, limit: int = MAX_DOMAINS) -> dict[str, dict[str, int]]:
+    """The `limit` domains with the most bounces and complaints, the rest summed as OTHER_DOMAINS."""
+    ranked = sorted(by_domain.items(), key=lambda item: (-_trouble(item[1]), -sum(item[1].values()), item[0]))
+    shown = {domain: dict(counts) for domain, counts in ranked[:limit]}
+    rest: Counter[str] = Counter()
+    for _, counts in ranked[limit:]:
+        rest.update(counts)
+    if rest:
+        shown[OTHER_DOMAINS] = dict(rest)
+    return shown
+
+
+def build_report(
+    *,
+    campaign: Any,
+    status: DeliveryStatus,
+    aggregates: ReportAggregates,
+    marks: Iterable[Mark] = (),
+    audit: AuditVerdict | None = None,
+    now_ms: int,
+) -> CampaignReport:
+    """The report of `campaign` (a domain Campaign) from its status and aggregates."""
+    minutes = [*aggregates.outcomes_per_minute, *aggregates.duplicates_prevented_per_minute]
+    width = bucket_width(minutes)
+    origin = min((b.start_ms for b in minutes), default=0)  # both charts' bars line up
+    unknowns = {
+        "open": status.unknown,
+        "settled_sent": aggregates.unknowns_settled.get("sent", 0),
+        "settled_not_sent": aggregates.unknowns_settled.get("not_sent", 0),
+    }
+    return CampaignReport(
+        campaign_id=campaign.campaign_id,
+        name=campaign.name,
+        subject=campaign.subject,
+        provider=campaign.provider,
+        delivery_mode=campaign.delivery_mode,
+        status=status,
+        generated_at_ms=now_ms,
+        bucket_ms=width,
+        timeline=fold(aggregates.outcomes_per_minute, width, origin=origin),
+        duplicates_prevented=fold(aggregates.duplicates_prevented_per_minute, width, origin=origin),
+        marks=sorted(marks, key=lambda m: m.at_ms),
+        feedback_by_domain=top_domains(aggregates.feedback_by_domain),
+        unknowns=unknowns,
+        engagement=aggregates.engagement,
+        engagement_off_reason=None if aggregates.engagement is not None else aggregates.engagement_off_reason,
+        audit=audit,
+    )
+
+
+class ReportService:
+    """Assembles a campaign's report from its status and its aggregates: two reads whose
+    cost does not grow with the number of recipients."""
+
+    def __init__(self, *, campaigns: CampaignService, aggregates: ReportAggregatesStore, clock: Any) -> None:
+        self._campaigns = campaigns
+        self._aggregates = aggregates
+        self._clock = clock
+
+    def report(self, campaign_id: str) -> CampaignReport:
+        campaign = self._campaigns.get(campaign_id)
+        return build_report(
+            campaign=campaign,
+            status=self._campaigns.status(campaign_id),
+            aggregates=self._aggregates.aggregates(campaign_id),
+            now_ms=self._clock(),
+        )
+
+
+# --- Kept as the ledger changes (the stream aggregator folds each batch of changes) ---------
+
+FINAL_OUTCOMES = frozenset(OUTCOMES)
+
+
+@dataclass(frozen=True)
+class LedgerChange:
+    """One delivery's change as a stream record shows it: its state before and after, when,
+    and the provider events it gained (kind, recipient domain or None)."""
+
+    old_state: str | None
+    new_state: str | None
+    at_ms: int
+    new_events: tuple[tuple[str, str | None], ...] = ()
+
+
+@dataclass
+class ReportIncrements:
+    """What a batch of ledger changes adds to a campaign's report aggregates."""
+
+    outcomes: Counter[tuple[int, str]] = field(default_factory=Counter)  # (minute start, outcome)
+    prevented: Counter[int] = field(default_factory=Counter)  # minute start
+    feedback: Counter[tuple[str, str]] = field(default_factory=Counter)  # (domain, event kind)
+    unknowns_settled: Counter[str] = field(default_factory=Counter)  # "sent" / "not_sent"
+
+    def __bool__(self) -> bool:
+        return bool(self.outcomes or self.prevented or self.feedback or self.unknowns_settled)
+
+
+def minute_of(at_ms: int) -> int:
+    return at_ms - at_ms % MINUTE_MS
+
+
+def increments_of(changes: Iterable[LedgerChange]) -> ReportIncrements:
+    """A delivery counts on the timeline in the minute it reached its outcome (once: a change
+    that leaves the outcome as it was adds nothing); an unknown that becomes sent counts as
+    settled; each new event counts for its recipient's domain."""
+    increments = ReportIncrements()
+    for change in changes:
+        if change.new_state != change.old_state and change.new_state in FINAL_OUTCOMES:
+            increments.outcomes[(minute_of(change.at_ms), change.new_state)] += 1
+            if change.old_state == "unknown" and change.new_state == "sent":
+                increments.unknowns_settled["sent"] += 1
+        for kind, domain in change.new_events:
+            if kind in FEEDBACK:
+                increments.feedback[(domain or "unknown domain", kind)] += 1
+    return increments

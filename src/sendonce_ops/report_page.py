@@ -1,0 +1,251 @@
+"""`sendonce campaign report ID --out FILE`: one self-contained HTML page of a campaign.
+
+Charts are drawn by plotly.js, inlined once into the page from the `plotly` package
+(`plotly.offline.get_plotlyjs()`), so the page opens with no network at all: no CDN, no
+fonts, no MathJax. Why plotly: it ships its JavaScript inside a PyPI package (nothing to
+vendor or download at run time), draws stacked bars, donuts and annotated time axes with
+hover, zoom and a legend that hides series, and its figures are plain data, so the page
+carries aggregates only (domain/campaigns/report.py: at most MAX_POINTS bars, whatever the
+campaign's size). The page is ~4.7 MB, almost all of it plotly.js.
+
+Every figure the page prints carries `data-figure="<name>"` (the report's `figures()`), which
+is what its browser test reads back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from sendonce.domain.campaigns.report import FEEDBACK, OUTCOMES, CampaignReport
+
+COLOURS = {
+    "sent": "#2e7d32",
+    "failed": "#c62828",
+    "suppressed": "#6a1b9a",
+    "unknown": "#ef6c00",
+    "dead_lettered": "#4e342e",
+    "cancelled": "#757575",
+    "remaining": "#90caf9",
+    "delivered": "#2e7d32",
+    "bounced": "#c62828",
+    "complained": "#ef6c00",
+    "duplicates_prevented": "#1565c0",
+}
+LABELS = {name: name.replace("_", "-") for name in COLOURS}
+CONFIG = {"displaylogo": False, "responsive": True}
+
+PAGE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string(
+    """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data:">
+<title>sendonce · {{ r.name }} ({{ r.campaign_id }})</title>
+<style>
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; color: #212121; }
+h1 { font-size: 1.5rem; margin-bottom: .25rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
+.meta { color: #616161; } .figures { display: flex; flex-wrap: wrap; gap: .75rem; margin: 1rem 0; }
+.figure { border: 1px solid #e0e0e0; border-radius: .5rem; padding: .5rem .9rem; min-width: 7rem; }
+.figure b { display: block; font-size: 1.4rem; } .figure span { color: #616161; font-size: .85rem; }
+.note { background: #fff8e1; border-left: 4px solid #ffb300; padding: .5rem .9rem; }
+.verdict-ok { border-left-color: #2e7d32; background: #e8f5e9; }
+.chart { min-height: 320px; } .row { display: grid; grid-template-columns: 1fr 1fr; gap: 1rem; }
+</style>
+<script>{{ plotly_js | safe }}</script>
+</head>
+<body>
+<h1>{{ r.name }}</h1>
+<p class="meta">Campaign <code>{{ r.campaign_id }}</code> · {{ r.provider }}, {{ r.delivery_mode }} mode ·
+state <b data-figure="state">{{ r.status.state.value }}</b>{% if r.status.state_reason %} ({{ r.status.state_reason }}){% endif %}
+· subject “{{ r.subject or "" }}” · generated {{ generated }}</p>
+<div class="figures">
+{% for name, value in figures.items() %}<div class="figure"><b data-figure="{{ name }}">{{ "{:,}".format(value) }}</b><span>{{ name | replace("_", " ") }}</span></div>
+{% endfor %}</div>
+<h2>Sends over time ({{ bucket_label }} per bar)</h2>
+<div class="chart" id="timeline"></div>
+<div class="row">
+<div><h2>Outcomes</h2><div class="chart" id="outcomes"></div></div>
+<div><h2>Duplicates prevented</h2><div class="chart" id="duplicates"></div></div>
+</div>
+<div class="row">
+<div><h2>Bounces and complaints by mailbox provider</h2><div class="chart" id="feedback"></div></div>
+<div><h2>Unknown outcomes and how they ended</h2><div class="chart" id="unknowns"></div></div>
+</div>
+<h2>Opens and clicks</h2>
+{% if r.engagement is none %}<p class="note" id="engagement">Not shown: {{ r.engagement_off_reason }}.</p>
+{% else %}<div class="chart" id="engagement"></div>{% endif %}
+<h2>Audit against the provider's records</h2>
+{% if r.audit %}<p class="note {% if not r.audit.duplicates %}verdict-ok{% endif %}" id="audit">{{ r.audit.verdict }}
+(<span data-figure="audit_duplicates">{{ r.audit.duplicates }}</span> duplicates,
+{{ r.audit.differences }} differences; {{ audit_at }})</p>
+{% else %}<p class="note" id="audit">No audit yet: run <code>sendonce campaign audit {{ r.campaign_id }}</code>
+inside the provider's retention window.</p>{% endif %}
+<script>
+const figures = {{ charts | safe }};
+for (const [id, figure] of Object.entries(figures)) {
+  Plotly.newPlot(id, figure.data, figure.layout, {{ config | safe }});
+}
+</script>
+</body>
+</html>
+"""
+)
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _times(buckets: list[Any]) -> list[str]:
+    return [dt.datetime.fromtimestamp(b.start_ms / 1000, dt.UTC).isoformat() for b in buckets]
+
+
+def _layout(**extra: Any) -> dict[str, Any]:
+    return {"margin": {"l": 50, "r": 20, "t": 10, "b": 40}, "legend": {"orientation": "h"}, **extra}
+
+
+def timeline_figure(report: CampaignReport) -> go.Figure:
+    x = _times(report.timeline)
+    figure = go.Figure(
+        [
+            go.Bar(
+                x=x,
+                y=[b.counts.get(outcome, 0) for b in report.timeline],
+                name=LABELS[outcome],
+                marker_color=COLOURS[outcome],
+            )
+            for outcome in OUTCOMES
+        ]
+    )
+    shapes, annotations = [], []
+    for mark in report.marks:
+        at = dt.datetime.fromtimestamp(mark.at_ms / 1000, dt.UTC).isoformat()
+        shapes.append({"type": "line", "x0": at, "x1": at, "yref": "paper", "y0": 0, "y1": 1, "line": {"dash": "dot"}})
+        annotations.append(
+            {"x": at, "yref": "paper", "y": 1, "text": mark.event, "showarrow": False, "yanchor": "bottom"}
+        )
+    figure.update_layout(
+        _layout(barmode="stack", bargap=0.05, shapes=shapes, annotations=annotations, yaxis={"title": "recipients"}),
+        margin={"t": 30},
+    )
+    return figure
+
+
+def outcomes_figure(report: CampaignReport) -> go.Figure:
+    outcomes = {k: v for k, v in report.outcomes.items() if v}
+    figure = go.Figure(
+        go.Pie(
+            labels=[LABELS[k] for k in outcomes],
+            values=list(outcomes.values()),
+            marker={"colors": [COLOURS[k] for k in outcomes]},
+            hole=0.5,
+            sort=False,
+        )
+    )
+    figure.update_layout(_layout())
+    return figure
+
+
+def duplicates_figure(report: CampaignReport) -> go.Figure:
+    buckets = report.duplicates_prevented
+    figure = go.Figure(
+        go.Bar(
+            x=_times(buckets),
+            y=[sum(b.counts.values()) for b in buckets],
+            name=LABELS["duplicates_prevented"],
+            marker_color=COLOURS["duplicates_prevented"],
+        )
+    )
+    figure.update_layout(_layout(yaxis={"title": "sends not repeated"}))
+    return figure
+
+
+def feedback_figure(report: CampaignReport) -> go.Figure:
+    """Bounces and complaints per mailbox provider; the hover gives each as a share of
+    what that provider was sent (delivered + bounced)."""
+    domains = list(report.feedback_by_domain)
+
+    def share(domain: str, kind: str) -> str:
+        counts = report.feedback_by_domain[domain]
+        base = counts.get("delivered", 0) + counts.get("bounced", 0)
+        return f"{100 * counts.get(kind, 0) / base:.2f}% of {base:,}" if base else "no deliveries"
+
+    figure = go.Figure(
+        [
+            go.Bar(
+                y=domains,
+                x=[report.feedback_by_domain[d].get(kind, 0) for d in domains],
+                name=LABELS[kind],
+                marker_color=COLOURS[kind],
+                orientation="h",
+                hovertext=[share(d, kind) for d in domains],
+            )
+            for kind in FEEDBACK
+            if kind != "delivered"
+        ]
+    )
+    figure.update_layout(_layout(barmode="group", yaxis={"autorange": "reversed"}))
+    return figure
+
+
+def unknowns_figure(report: CampaignReport) -> go.Figure:
+    labels = {
+        "open": "still unknown",
+        "settled_sent": "sent (provider has it)",
+        "settled_not_sent": "provably not sent",
+    }
+    figure = go.Figure(
+        go.Bar(
+            x=[labels[k] for k in labels],
+            y=[report.unknowns[k] for k in labels],
+            marker_color=[COLOURS["unknown"], COLOURS["sent"], COLOURS["cancelled"]],
+        )
+    )
+    figure.update_layout(_layout())
+    return figure
+
+
+def engagement_figure(report: CampaignReport) -> go.Figure:
+    counts = dict(report.engagement or {})
+    figure = go.Figure(go.Bar(x=list(counts), y=list(counts.values())))
+    figure.update_layout(_layout())
+    return figure
+
+
+def render(report: CampaignReport) -> str:
+    """The page, as one string of HTML."""
+    charts = {
+        "timeline": timeline_figure(report),
+        "outcomes": outcomes_figure(report),
+        "duplicates": duplicates_figure(report),
+        "feedback": feedback_figure(report),
+        "unknowns": unknowns_figure(report),
+    }
+    if report.engagement is not None:
+        charts["engagement"] = engagement_figure(report)
+    minutes = report.bucket_ms // 60_000
+    chart_json = "{" + ",".join(f"{json.dumps(k)}:{figure.to_json()}" for k, figure in charts.items()) + "}"
+    chart_json = chart_json.replace("</", "<\\/")  # no string in the data can close the script
+    return PAGE.render(
+        r=report,
+        figures=report.figures(),
+        generated=_iso(report.generated_at_ms),
+        audit_at=_iso(report.audit.at_ms) if report.audit else "",
+        bucket_label="1 minute" if minutes == 1 else f"{minutes} minutes",
+        plotly_js=get_plotlyjs(),
+        charts=chart_json,
+        config=json.dumps(CONFIG),
+    )
+
+
+def write(report: CampaignReport, path: Path) -> Path:
+    path.write_text(render(report), encoding="utf-8")
+    return path

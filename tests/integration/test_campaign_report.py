@@ -1,0 +1,186 @@
+"""`sendonce campaign report`: its aggregates in DynamoDB (moto), and its page in headless
+Chromium: charts drawn, nothing fetched, no console error, and the figures it prints are the
+campaign's status."""
+
+from __future__ import annotations
+
+import io
+import random
+from types import SimpleNamespace
+
+import boto3
+import pytest
+from PIL import Image
+
+from sendonce.adapters.dynamodb.report_aggregates import DynamoDBReportAggregates, increment_updates
+from sendonce.domain.campaigns.report import (
+    MAX_POINTS,
+    MINUTE_MS,
+    OUTCOMES,
+    AuditVerdict,
+    Bucket,
+    LedgerChange,
+    Mark,
+    ReportAggregates,
+    ReportService,
+    build_report,
+    increments_of,
+)
+from sendonce.domain.campaigns.service import DeliveryStatus
+from sendonce.domain.models import CampaignState
+from sendonce_ops.report_page import write
+from tests.integration.operator_helpers import sendonce
+
+pytestmark = pytest.mark.integration
+
+T0 = 1_764_633_600_000
+CHARTS = ("timeline", "outcomes", "duplicates", "feedback", "unknowns")
+
+
+def million_recipient_report():
+    """A campaign of 1,000,000 recipients sent over 2,000 minutes, with a pause and a resume."""
+    rng = random.Random(7)
+    minutes = [
+        Bucket(T0 + i * MINUTE_MS, {"sent": 480 + rng.randint(0, 40), "failed": rng.randint(0, 2)}) for i in range(2000)
+    ]
+    sent = sum(b.counts["sent"] for b in minutes)
+    failed = sum(b.counts["failed"] for b in minutes)
+    status = DeliveryStatus(
+        campaign_id="big",
+        state=CampaignState.COMPLETED,
+        total=sent + failed + 1234,
+        pending=0,
+        in_progress=0,
+        sent=sent,
+        failed=failed,
+        suppressed=1200,
+        unknown=34,
+        cancelled=0,
+        dead_lettered=0,
+    )
+    aggregates = ReportAggregates(
+        outcomes_per_minute=minutes,
+        duplicates_prevented_per_minute=[Bucket(T0 + i * MINUTE_MS, {"prevented": i % 7}) for i in range(2000)],
+        feedback_by_domain={
+            f"mail{i}.example": {"delivered": 9000 - i, "bounced": i * 3, "complained": i} for i in range(40)
+        },
+        unknowns_settled={"sent": 7, "not_sent": 93},
+    )
+    campaign = SimpleNamespace(
+        campaign_id="big", name="Winter sale <b>", subject="Hi {{name}}", provider="resend", delivery_mode="batch"
+    )
+    return build_report(
+        campaign=campaign,
+        status=status,
+        aggregates=aggregates,
+        marks=[Mark(T0 + 600 * MINUTE_MS, "pause", "brakes"), Mark(T0 + 700 * MINUTE_MS, "resume")],
+        audit=AuditVerdict(T0 + 2100 * MINUTE_MS, "0 duplicates, every difference explained", 0, 2),
+        now_ms=T0 + 2200 * MINUTE_MS,
+    )
+
+
+def open_report(page, path):
+    page.page.goto(path.as_uri())
+    page.page.wait_for_function(f"document.querySelectorAll('.main-svg').length >= {len(CHARTS)}", timeout=60_000)
+
+
+def colours_in(png: bytes) -> int:
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    return len(image.getcolors(maxcolors=1 << 20) or [])
+
+
+def page_figures(page) -> dict[str, str]:
+    return page.page.eval_on_selector_all(
+        "[data-figure]", "nodes => Object.fromEntries(nodes.map(n => [n.dataset.figure, n.textContent.trim()]))"
+    )
+
+
+@pytest.mark.browser
+def test_a_million_recipient_report_draws_every_chart_offline_without_a_console_error(page, tmp_path):
+    # Given a report of 1,000,000 recipients over 2,000 minutes, written as one page
+    report = million_recipient_report()
+    path = write(report, tmp_path / "big.html")
+
+    # When headless Chromium opens it
+    open_report(page, path)
+
+    # Then each chart is drawn: an SVG with marks in it, in more than a handful of colours
+    for chart in CHARTS:
+        element = page.page.locator(f"#{chart}")
+        assert element.locator("g.point, g.slice").count() > 0, chart
+        assert colours_in(element.screenshot()) > 20, f"{chart} looks blank"
+    # ... the timeline folds 2,000 minutes into at most MAX_POINTS bars per outcome (not one
+    # point per recipient, nor per minute), marking the pause and the resume
+    bars = page.page.locator("#timeline g.trace.bars")
+    assert bars.count() == len(OUTCOMES)
+    assert 0 < page.page.locator("#timeline g.trace.bars").first.locator("g.point").count() <= MAX_POINTS
+    assert {"pause", "resume"} <= set(page.page.locator("#timeline .annotation-text").all_text_contents())
+    # ... the campaign's name is shown as text, not markup
+    assert page.page.locator("h1").text_content() == "Winter sale <b>"
+    assert "Not shown" in page.page.locator("#engagement").text_content()
+    # ... and nothing was fetched but the page itself, nothing complained
+    assert page.requests == [path.as_uri()]
+    assert page.console_errors == []
+    page.page.screenshot(path=str(tmp_path / "big.png"), full_page=True)
+
+
+def test_aggregates_written_by_two_writers_read_back_as_one_sum(system):
+    client = boto3.client("dynamodb")
+    table = system.resources.campaigns_table
+    changes = [LedgerChange("claimed", "sent", T0 + 5), LedgerChange("claimed", "failed", T0 + 61_000)]
+    events = [LedgerChange("sent", "sent", T0 + 7, new_events=(("bounced", "a.example"),))]
+
+    for writer, batch in (("shard-1", changes), ("shard-2", changes + events)):
+        client.transact_write_items(TransactItems=increment_updates(table, "c1", writer, increments_of(batch)))
+
+    aggregates = DynamoDBReportAggregates(client=client, table_name=table).aggregates("c1")
+    assert aggregates.outcomes_per_minute == [Bucket(T0, {"sent": 2}), Bucket(T0 + MINUTE_MS, {"failed": 2})]
+    assert aggregates.feedback_by_domain == {"a.example": {"bounced": 1}}
+    assert DynamoDBReportAggregates(client=client, table_name=table).aggregates("c2") == ReportAggregates()
+
+
+@pytest.mark.browser
+def test_the_figures_on_the_page_are_the_campaigns_status(system, page, tmp_path):
+    # Given a campaign sent through the real consumer
+    system.campaign()
+    system.operator.publish("c1", system.recipients(12))
+    system.poller().run_until_idle(idle_seconds=1, max_seconds=60)
+    status = system.operator.status("c1")
+    assert status.sent == 12
+
+    # When its report is written by the command an operator runs, and opened
+    reports = ReportService(
+        campaigns=system.operator,
+        aggregates=DynamoDBReportAggregates(
+            client=boto3.client("dynamodb"), table_name=system.resources.campaigns_table
+        ),
+        clock=lambda: T0,
+    )
+    path = write(reports.report("c1"), tmp_path / "c1.html")
+    open_report(page, path)
+
+    # Then every figure it prints is the status's
+    shown = page_figures(page)
+    expected = {**status.as_dict(), "remaining": status.pending + status.in_progress}
+    for name in ("total", "sent", "failed", "suppressed", "unknown", "dead_lettered", "cancelled", "remaining"):
+        assert shown[name].replace(",", "") == str(expected[name]), name
+    assert shown["state"] == status.state.value
+    assert page.console_errors == [] and page.requests == [path.as_uri()]
+
+
+def test_the_command_writes_the_page(system, tmp_path):
+    system.campaign()
+    system.operator.publish("c1", system.recipients(3))
+    out = tmp_path / "r.html"
+
+    result = sendonce(system, "campaign", "report", "c1", "--out", str(out))
+
+    assert result.exit_code == 0, result.output
+    assert out.stat().st_size > 1_000_000  # plotly.js inlined: the page needs no network
+    assert f"{out}: 3 recipients, 0 sent" in result.output
+
+
+def test_an_unknown_campaign_is_a_clear_error(system, tmp_path):
+    result = sendonce(system, "campaign", "report", "nope", "--out", str(tmp_path / "r.html"))
+    assert result.exit_code != 0 and "nope" in result.stderr and "Traceback" not in result.output
+    assert not (tmp_path / "r.html").exists()

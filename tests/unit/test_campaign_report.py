@@ -1,0 +1,110 @@
+"""The report's aggregates: folded to a bounded number of bars at any length, the busiest
+mailbox providers by name, and each ledger change counted once, in the minute it ended."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from sendonce.domain.campaigns.report import (
+    MAX_DOMAINS,
+    MAX_POINTS,
+    MINUTE_MS,
+    OTHER_DOMAINS,
+    Bucket,
+    LedgerChange,
+    ReportAggregates,
+    bucket_width,
+    build_report,
+    fold,
+    increments_of,
+    top_domains,
+)
+from sendonce.domain.campaigns.service import DeliveryStatus
+from sendonce.domain.models import CampaignState
+
+T0 = 1_764_633_600_000
+
+
+def status(**counts: int) -> DeliveryStatus:
+    fields = dict.fromkeys(
+        ("pending", "in_progress", "sent", "failed", "suppressed", "unknown", "cancelled", "dead_lettered"), 0
+    )
+    fields.update(counts)
+    return DeliveryStatus(campaign_id="c1", state=CampaignState.SENDING, total=sum(fields.values()), **fields)
+
+
+def test_a_week_of_minutes_is_drawn_in_at_most_max_points_bars_and_nothing_is_lost():
+    week = [Bucket(T0 + i * MINUTE_MS, {"sent": 100, "failed": i % 2}) for i in range(7 * 24 * 60)]
+
+    width = bucket_width(week)
+    folded = fold(week, width)
+
+    assert len(folded) <= MAX_POINTS
+    assert width == MINUTE_MS * 42  # 10,080 minutes / 240 bars
+    assert sum(b.counts["sent"] for b in folded) == 100 * len(week)
+    assert sum(b.counts.get("failed", 0) for b in folded) == len(week) // 2
+
+
+def test_a_short_campaign_keeps_one_bar_a_minute():
+    minutes = [Bucket(T0 + i * MINUTE_MS, {"sent": 1}) for i in range(30)]
+    assert bucket_width(minutes) == MINUTE_MS
+    assert fold(minutes, MINUTE_MS) == minutes
+    assert bucket_width([]) == MINUTE_MS
+
+
+def test_the_domains_with_most_trouble_are_named_and_the_rest_summed():
+    by_domain = {f"d{i}.example": {"delivered": 1000, "bounced": i, "complained": 0} for i in range(30)}
+
+    shown = top_domains(by_domain)
+
+    assert len(shown) == MAX_DOMAINS + 1
+    assert list(shown)[0] == "d29.example"
+    assert shown[OTHER_DOMAINS]["bounced"] == sum(range(30 - MAX_DOMAINS))
+    assert sum(v["delivered"] for v in shown.values()) == 30 * 1000
+
+
+def test_a_delivery_counts_in_the_minute_it_ended_once_and_an_unknown_later_sent_counts_as_settled():
+    changes = [
+        LedgerChange(None, "claimed", T0 + 1),
+        LedgerChange("claimed", "sent", T0 + 61_000),
+        LedgerChange("sent", "sent", T0 + 62_000, new_events=(("delivered", "a.example"),)),  # an event only
+        LedgerChange("claimed", "unknown", T0 + 2_000),
+        LedgerChange("unknown", "sent", T0 + 130_000),
+        LedgerChange("sent", "sent", T0 + 140_000, new_events=(("bounced", "b.example"), ("opened", "b.example"))),
+    ]
+
+    increments = increments_of(changes)
+
+    assert increments.outcomes == {(T0 + MINUTE_MS, "sent"): 1, (T0, "unknown"): 1, (T0 + 2 * MINUTE_MS, "sent"): 1}
+    assert increments.unknowns_settled == {"sent": 1}
+    assert increments.feedback == {("a.example", "delivered"): 1, ("b.example", "bounced"): 1}
+
+
+def test_the_report_takes_its_figures_from_the_status_and_says_when_tracking_is_off():
+    campaign = SimpleNamespace(campaign_id="c1", name="n", subject="s", provider="resend", delivery_mode="single")
+    aggregates = ReportAggregates(
+        outcomes_per_minute=[Bucket(T0, {"sent": 3})],
+        duplicates_prevented_per_minute=[Bucket(T0, {"prevented": 2})],
+        feedback_by_domain={"a.example": {"delivered": 2, "bounced": 1}},
+        unknowns_settled={"not_sent": 1},
+    )
+
+    report = build_report(
+        campaign=campaign, status=status(sent=3, unknown=1, pending=2), aggregates=aggregates, now_ms=T0
+    )
+
+    assert report.figures() == {
+        "total": 6,
+        "sent": 3,
+        "failed": 0,
+        "suppressed": 0,
+        "unknown": 1,
+        "dead_lettered": 0,
+        "cancelled": 0,
+        "remaining": 2,
+        "duplicates_prevented": 2,
+        "bounced": 1,
+        "complained": 0,
+    }
+    assert report.unknowns == {"open": 1, "settled_sent": 0, "settled_not_sent": 1}
+    assert report.engagement is None and "not recorded" in (report.engagement_off_reason or "")
