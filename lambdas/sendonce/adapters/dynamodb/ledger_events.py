@@ -3,7 +3,8 @@
 Writes go to the same ledger item as DynamoDBLedger's, keyed by ledger_keys.py,
 and touch only attributes the consumer never writes, except in two conditional moves:
 
-    provider_events      list of {at, event, provider, id, detail?, message_id?, occurred_at?}
+    provider_events      list of {at, event, provider, id, detail?, message_id?, occurred_at?,
+                         domain? (the recipient's, for the report)}
     provider_event_ids   string set: the ids applied; the dedup condition reads it
     last_event, last_event_at, last_event_order
                          the most advanced event recorded (domain/deliverability/event_order.py),
@@ -149,6 +150,10 @@ class DynamoDBLedgerEvents:
             entry["message_id"] = event.message_id
         if event.occurred_at:
             entry["occurred_at"] = event.occurred_at
+        if event.addresses and "@" in event.addresses[0]:
+            # The mailbox provider, for the report's bounces and complaints by domain; the
+            # address itself is never stored.
+            entry["domain"] = event.addresses[0].rsplit("@", 1)[1].lower()[:253]
         sets = [_APPEND_EVENT]
         condition = _NOT_APPLIED
         values: dict[str, Any] = {
