@@ -311,6 +311,12 @@ class FakeCampaignStore:
     def batches(self, campaign_id: str):
         return iter(list(self.batch_records.get(campaign_id, {}).values()))
 
+    def batches_page(self, campaign_id: str, cursor: str | None, limit: int):
+        # By batch id, as DynamoDB orders the sort key; the cursor is the last id returned.
+        ids = sorted(i for i in self.batch_records.get(campaign_id, {}) if cursor is None or i > cursor)
+        page = ids[:limit]
+        return [self.batch_records[campaign_id][i][0] for i in page], (page[-1] if len(ids) > limit else None)
+
     def list(self, state=None):
         return iter(
             sorted(
@@ -574,3 +580,32 @@ class FakeTestSendLog:
     def recent(self, campaign_id: str, *, limit: int):
         mine = sorted((e for e in self.entries if e.campaign_id == campaign_id), key=lambda e: e.at, reverse=True)
         return mine[:limit], len(mine)
+
+
+class FakeJobStore:
+    def __init__(self) -> None:
+        self.jobs: dict = {}
+
+    def create(self, job):
+        return self.jobs.setdefault(job.job_id, job)
+
+    def get(self, job_id: str):
+        from sendonce.domain.errors import JobNotFoundError
+
+        if job_id not in self.jobs:
+            raise JobNotFoundError(f"job {job_id!r} does not exist")
+        return self.jobs[job_id]
+
+    def advance(self, old, new) -> bool:
+        if self.jobs[old.job_id].version != old.version:
+            return False
+        self.jobs[old.job_id] = new
+        return True
+
+
+class FakeJobQueue:
+    def __init__(self) -> None:
+        self.submitted: list[str] = []
+
+    def submit(self, job_id: str) -> None:
+        self.submitted.append(job_id)

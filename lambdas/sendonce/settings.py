@@ -75,9 +75,27 @@ class ApiSettings(BaseModel):
     campaigns_table: str = Field(min_length=3, max_length=255)
     queue_url: str = Field(pattern=r"^https?://")
     dead_letter_queue_url: str = Field(pattern=r"^https?://")
+    # Where long operations go as jobs (domain/jobs); without it they run in process.
+    jobs_queue_url: str | None = Field(default=None, pattern=r"^https?://")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ApiSettings:
+        return _from_env(cls, environ)
+
+
+class JobsSettings(BaseModel):
+    """The jobs worker: long operations on a campaign, a page a step (domain/jobs)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ledger_table: str = Field(min_length=3, max_length=255)
+    campaigns_table: str = Field(min_length=3, max_length=255)
+    queue_url: str = Field(pattern=r"^https?://")
+    dead_letter_queue_url: str = Field(pattern=r"^https?://")
+    jobs_queue_url: str = Field(pattern=r"^https?://")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> JobsSettings:
         return _from_env(cls, environ)
 
 

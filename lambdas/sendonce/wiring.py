@@ -4,6 +4,7 @@ service is built once per execution environment (`lru_cache` on the frozen setti
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from botocore.config import Config
 
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+from sendonce.adapters.dynamodb.jobs import DynamoDBJobStore
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
 from sendonce.adapters.dynamodb.ledger_keys import CampaignShards
@@ -24,7 +26,7 @@ from sendonce.adapters.dynamodb.test_sends import DynamoDBTestSendLog
 from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
 from sendonce.adapters.providers.resend_provider import ResendProvider
 from sendonce.adapters.providers.ses_provider import SEND_CLIENT_CONFIG, SesProvider
-from sendonce.adapters.sqs_queue import SqsQueue
+from sendonce.adapters.sqs_queue import SqsJobQueue, SqsQueue
 from sendonce.adapters.svix_webhooks import SvixWebhookVerifier
 from sendonce.domain.campaigns.preview import PreviewService, TestSendService
 from sendonce.domain.campaigns.report import ReportService
@@ -34,9 +36,10 @@ from sendonce.domain.deliverability.provider_events import BrakeSettings, Provid
 from sendonce.domain.deliverability.suppressions import SuppressionService
 from sendonce.domain.deliverability.unsubscribe import KeySet, UnsubscribeLinks, UnsubscribeService, UnsubscribeTokens
 from sendonce.domain.errors import SettingsError
+from sendonce.domain.jobs.service import JobService
 from sendonce.domain.ports import CampaignStore, EmailProvider, Ledger, Queue, RateLimiter, Suppressions
 from sendonce.domain.sending.delivery import DeliveryService
-from sendonce.settings import ApiSettings, ConsumerSettings, EventsSettings, UnsubscribeSettings
+from sendonce.settings import ApiSettings, ConsumerSettings, EventsSettings, JobsSettings, UnsubscribeSettings
 
 PROVIDER_NAMES = ("ses", "resend")
 
@@ -178,6 +181,24 @@ def campaign_service(settings: ApiSettings, operator: str = "operator") -> Campa
         ),
         provider_names=PROVIDER_NAMES,
         operator=operator,
+    )
+
+
+def job_service(settings: ApiSettings | JobsSettings) -> JobService:
+    """Jobs (domain/jobs): submitted to the jobs queue when there is one, else run in process."""
+    session = boto3.session.Session()
+    dynamodb = session.client("dynamodb")
+    campaigns, shards = campaign_store(dynamodb, settings.campaigns_table)
+    sqs = session.client("sqs")
+    return JobService(
+        jobs=DynamoDBJobStore(client=dynamodb, table_name=settings.campaigns_table),
+        queue=SqsJobQueue(client=sqs, queue_url=settings.jobs_queue_url) if settings.jobs_queue_url else None,
+        campaigns=campaigns,
+        ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table, shards_of=shards),
+        campaign_queue=SqsQueue(
+            client=sqs, queue_url=settings.queue_url, dead_letter_queue_url=settings.dead_letter_queue_url
+        ),
+        clock=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
     )
 
 

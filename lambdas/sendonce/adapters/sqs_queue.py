@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -79,3 +80,15 @@ class SqsQueue:
             MessageBody=body if body else "(empty body)",
             MessageAttributes={POISON_REASON_ATTRIBUTE: {"DataType": "String", "StringValue": reason[:1000]}},
         )
+
+
+class SqsJobQueue:
+    """The jobs queue: one message per step to take, naming the job (never its position:
+    the job's item holds that, so a message received twice cannot move it twice)."""
+
+    def __init__(self, *, client: Any, queue_url: str):
+        self._client = client
+        self._queue_url = queue_url
+
+    def submit(self, job_id: str) -> None:
+        self._client.send_message(QueueUrl=self._queue_url, MessageBody=json.dumps({"job_id": job_id}))

@@ -27,6 +27,10 @@ class CampaignNotFoundError(SendonceError):
     pass
 
 
+class JobNotFoundError(SendonceError):
+    pass
+
+
 class IllegalTransitionError(SendonceError):
     """A campaign state change that the state machine does not allow."""
 

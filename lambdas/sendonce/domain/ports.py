@@ -33,6 +33,7 @@ from sendonce.domain.sending.protocol import Event
 
 if TYPE_CHECKING:  # report.py reads the service's DeliveryStatus, which reads these ports
     from sendonce.domain.campaigns.report import ReportAggregates
+    from sendonce.domain.jobs.models import Job
 
 
 class EmailProvider(Protocol):
@@ -245,6 +246,11 @@ class CampaignStore(Protocol):
 
     def batches(self, campaign_id: str) -> Iterator[tuple[BatchMessage, bool]]:
         """Every batch of the campaign with whether it reached the queue."""
+        ...
+
+    def batches_page(self, campaign_id: str, cursor: str | None, limit: int) -> tuple[list[BatchMessage], str | None]:
+        """Up to `limit` batch records after `cursor` (None: from the first), and the cursor
+        after them (None: there are no more). For jobs, which read a campaign in pages."""
         ...
 
     def list(self, state: CampaignState | None = None) -> Iterator[Campaign]:
@@ -497,3 +503,25 @@ class ReportAggregatesStore(Protocol):
     per-domain provider events, unknowns settled. Read in one Query, whatever the size."""
 
     def aggregates(self, campaign_id: str) -> ReportAggregates: ...
+
+
+class JobStore(Protocol):
+    """Jobs (domain/jobs): each moved on only by a write conditional on its version."""
+
+    def create(self, job: Job) -> Job:
+        """Record a new job; when one with its id exists, that one is returned unchanged."""
+        ...
+
+    def get(self, job_id: str) -> Job:
+        """Raises JobNotFoundError."""
+        ...
+
+    def advance(self, old: Job, new: Job) -> bool:
+        """Replace `old` with `new` if it is still at `old.version`; False if it moved."""
+        ...
+
+
+class JobQueue(Protocol):
+    def submit(self, job_id: str) -> None:
+        """Ask a worker for the job's next step."""
+        ...

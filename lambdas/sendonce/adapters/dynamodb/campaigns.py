@@ -303,6 +303,21 @@ class DynamoDBCampaignStore:
             for item in page["Items"]:
                 yield BatchMessage.model_validate(json.loads(item["body"]["S"])), bool(item["enqueued"]["BOOL"])
 
+    def batches_page(self, campaign_id: str, cursor: str | None, limit: int) -> tuple[list[BatchMessage], str | None]:
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :b)",
+            "ExpressionAttributeValues": {":pk": _pk(campaign_id), ":b": {"S": "batch#"}},
+            "ConsistentRead": True,
+            "Limit": limit,
+        }
+        if cursor is not None:
+            request["ExclusiveStartKey"] = self._key(campaign_id, cursor)
+        response = self._client.query(**request)
+        batches = [BatchMessage.model_validate(json.loads(item["body"]["S"])) for item in response["Items"]]
+        last = response.get("LastEvaluatedKey")
+        return batches, (last["sk"]["S"] if last else None)
+
     def record_group(self, group: SendGroup) -> SendGroup:
         item = {
             **self._key(group.campaign_id, f"group#{group.group_id}"),

@@ -84,3 +84,20 @@ def pack(
             chunk, chunk_bytes = [], 0
     if chunk:
         yield chunk
+
+
+def bodies_for(campaign_id: str, recipients: list[Recipient], *, prefix: str) -> list[str]:
+    """Message bodies publishing `recipients` once more (resume, cancel), packed by bytes as
+    publish packs them: regrouped recipients may not fit by count. Not recorded as batches
+    (the originals hold these recipients); their ids are content-addressed under `prefix`,
+    so the same recipients republished again make the same messages."""
+    bodies = []
+    for chunk in pack(campaign_id, recipients):
+        batch = BatchMessage(
+            schema_version=SCHEMA_VERSION,
+            campaign_id=campaign_id,
+            batch_id=prefix + batch_id_for(campaign_id, chunk)[1:],
+            recipients=chunk,
+        )
+        bodies.append(batch.to_body())
+    return bodies

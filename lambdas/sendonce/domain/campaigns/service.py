@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sendonce.domain.campaigns import lifecycle
-from sendonce.domain.campaigns.batches import OversizedRecipientError, batch_id_for, pack
+from sendonce.domain.campaigns.batches import OversizedRecipientError, batch_id_for, bodies_for, pack
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
 from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S, UnknownOutcomes
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError, UnknownProviderError
@@ -402,18 +402,7 @@ class CampaignService:
 
     @staticmethod
     def _bodies(campaign_id: str, recipients: list[Recipient], *, prefix: str) -> list[str]:
-        # Packed by bytes as publish packs them: regrouped recipients may not fit by count.
-        bodies = []
-        for chunk in pack(campaign_id, recipients):
-            # Not recorded as new batches: the originals already hold these recipients.
-            batch = BatchMessage(
-                schema_version=SCHEMA_VERSION,
-                campaign_id=campaign_id,
-                batch_id=prefix + batch_id_for(campaign_id, chunk)[1:],
-                recipients=chunk,
-            )
-            bodies.append(batch.to_body())
-        return bodies
+        return bodies_for(campaign_id, recipients, prefix=prefix)
 
     def resume_including_unknown(
         self,

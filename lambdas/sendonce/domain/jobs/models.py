@@ -1,0 +1,49 @@
+"""A job: long work on a campaign (O(recipients)) done in pages by a worker, never inside an
+API call or the consumer. Its item records where it is (`cursor`), what it did so far and
+its `version`; each page is one step, and a step that finds the job moved on does nothing."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class JobKind(StrEnum):
+    # Publish once more every published recipient whose delivery is in the given states
+    # (resume: not ended; cancel: not ended, so that consumers close each one).
+    REPUBLISH = "republish"
+
+
+class JobState(StrEnum):
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Job(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    kind: JobKind
+    campaign_id: str
+    state: JobState = JobState.RUNNING
+    params: dict[str, Any] = Field(default_factory=dict)
+    # Where the next step starts (an opaque position in the campaign's batch records);
+    # None before the first step.
+    cursor: str | None = None
+    steps: int = 0
+    progress: dict[str, int] = Field(default_factory=dict)
+    error: str | None = None
+    by: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    version: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.state is not JobState.RUNNING
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
