@@ -30,7 +30,7 @@ from moto import mock_aws
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError
 from sendonce.domain.models import CampaignState, DeliveryState
 from sendonce.domain.sending.protocol import FINAL, HELD
-from tests.model.edges import CRASHES, FIGURES, HOUR, LEASE_MS, SWARM, VISIBILITY_MS, EdgeRules, family
+from tests.model.edges import CRASHES, FAMILIES, FIGURES, HOUR, LEASE_MS, SWARM, VISIBILITY_MS, EdgeRules, family
 from tests.model.world import Clock, Rig
 
 S = DeliveryState
@@ -151,15 +151,26 @@ class DeliveryModel(EdgeRules, RuleBasedStateMachine):
         if lose_ack:  # the consumer ends the message, but the delete never reaches SQS
             FIGURES["lost_acks"] += 1
             in_queue = list(self.queue.messages)
+        before = self._written(message)
         report = self.rig.process(message, crash_at=crash_at, after=after, budget_ms=1_000 if short_budget else None)
         if report is None:
             FIGURES["crashes"] += 1
             self._mark_risky_after_crash(message)
             if message.receive_count >= self.queue.max_receive_count:
                 self.peaks["crashes on a last receive"] += 1
+                if self._written(message) == before:
+                    FIGURES["last_receives_died_unwritten"] += 1
+                    message.last_receive_died_unwritten = True
             return
         if lose_ack and message not in self.queue.messages:
             self.queue.messages = in_queue
+
+    def _written(self, message) -> dict:
+        """What the ledger holds of the message's recipients: compared before and after a
+        receive, whether that receive wrote anything."""
+        records = self._records()
+        ids = self._batch_ids(message)
+        return {rid: (records[rid].state, len(records[rid].history)) for rid in ids if rid in records}
 
     def _batch_ids(self, message) -> list[str]:
         return [r["recipient_id"] for r in json.loads(message.body)["recipients"]]
@@ -371,7 +382,11 @@ class DeliveryModel(EdgeRules, RuleBasedStateMachine):
         if status.state is CampaignState.COMPLETED:
             assert status.remaining == 0, f"completed with {status.remaining} remaining"
         if status.state in (CampaignState.SENDING, CampaignState.COMPLETED, CampaignState.CANCELLED):
-            carried = {r["recipient_id"] for m in self.queue.messages for r in json.loads(m.body)["recipients"]}
+            # A message brings its recipients; so does one in the DLQ whose last receive died
+            # before writing anything (DeadLetterQueueNotEmpty pages on-call, `dlq list` shows
+            # it, redrive sends them): nothing a consumer does can label those.
+            carriers = [*self.queue.messages, *(m for m in self.queue.dlq if m.last_receive_died_unwritten)]
+            carried = {r["recipient_id"] for m in carriers for r in json.loads(m.body)["recipients"]}
             hidden = {
                 rid for rid in self.published if (rid not in records or records[rid].state is S.PENDING)
             } - carried
@@ -429,3 +444,26 @@ for machine in MACHINES:
 TestResendSingle = ResendSingle.TestCase
 TestResendBatch = ResendBatch.TestCase
 TestSesSingle = SesSingle.TestCase
+
+
+def test_a_last_receive_that_dies_before_writing_leaves_its_recipients_to_the_dlq_and_redrive_sends_them():
+    """Found by the deep profile (seed 180498537336980008417763750441405560277, replayed
+    here): the consumer dies on a message's last receive before its first write, so no
+    consumer can mark its recipients dead-lettered; SQS moves it to the DLQ with them pending.
+    They are not lost: the DLQ holds them, and a redrive sends each once."""
+    state = ResendSingle()
+    state.setup(first=3, families=frozenset(FAMILIES))
+    first = state.queue.messages[0]
+    carried = set(state._batch_ids(first))
+
+    state.last_receive(after=False, crash_at=("close_unclaimed", 1), index=0)
+    assert first.last_receive_died_unwritten and not state._written(first)
+    state.the_invariants_hold()
+    state.clock.advance(VISIBILITY_MS + 1)
+    assert state.queue.receive(0) is not first and first in state.queue.dlq  # past its last receive
+    state.the_invariants_hold()
+
+    state.redrive_dead_letters()
+    state.rig.drain()
+    assert {rid for (_, rid), n in state.provider.accepted.items() if n == 1} >= carried
+    assert not {k: n for k, n in state.provider.accepted.items() if n > 1}

@@ -225,6 +225,10 @@ class Message:
     body: str
     receive_count: int = 0
     visible_at_ms: int = 0
+    # Its last receive died before the consumer wrote anything: no consumer can label its
+    # recipients then, so SQS moves it to the DLQ with them pending (the one window the
+    # dead-letter-first rule cannot close; docs/ledger.md).
+    last_receive_died_unwritten: bool = False
 
 
 class QueueModel:
