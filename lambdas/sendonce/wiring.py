@@ -166,40 +166,38 @@ def consumer_runtime(settings: ConsumerSettings) -> ConsumerRuntime:
 
 
 @lru_cache(maxsize=4)
-def campaign_service(settings: ApiSettings, operator: str = "operator") -> CampaignService:
-    """The operator service used by the HTTP API and the CLI."""
+def campaign_service(settings: ApiSettings | JobsSettings, operator: str = "operator") -> CampaignService:
+    """The operator service used by the HTTP API, the CLI and the jobs worker. Its jobs
+    (resume, cancel) go to the jobs queue when the settings name one, else run in process;
+    either way each is recorded in the campaigns table."""
     session = boto3.session.Session()
     dynamodb = session.client("dynamodb")
-    campaigns, shards = campaign_store(dynamodb, settings.campaigns_table)
-    return CampaignService(
-        campaigns=campaigns,
-        ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table, shards_of=shards),
-        queue=SqsQueue(
-            client=session.client("sqs"),
-            queue_url=settings.queue_url,
-            dead_letter_queue_url=settings.dead_letter_queue_url,
-        ),
-        provider_names=PROVIDER_NAMES,
-        operator=operator,
-    )
-
-
-def job_service(settings: ApiSettings | JobsSettings) -> JobService:
-    """Jobs (domain/jobs): submitted to the jobs queue when there is one, else run in process."""
-    session = boto3.session.Session()
-    dynamodb = session.client("dynamodb")
-    campaigns, shards = campaign_store(dynamodb, settings.campaigns_table)
     sqs = session.client("sqs")
-    return JobService(
+    campaigns, shards = campaign_store(dynamodb, settings.campaigns_table)
+    ledger = DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table, shards_of=shards)
+    queue = SqsQueue(client=sqs, queue_url=settings.queue_url, dead_letter_queue_url=settings.dead_letter_queue_url)
+    jobs = JobService(
         jobs=DynamoDBJobStore(client=dynamodb, table_name=settings.campaigns_table),
         queue=SqsJobQueue(client=sqs, queue_url=settings.jobs_queue_url) if settings.jobs_queue_url else None,
         campaigns=campaigns,
-        ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table, shards_of=shards),
-        campaign_queue=SqsQueue(
-            client=sqs, queue_url=settings.queue_url, dead_letter_queue_url=settings.dead_letter_queue_url
-        ),
+        ledger=ledger,
+        campaign_queue=queue,
         clock=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
     )
+    return CampaignService(
+        campaigns=campaigns,
+        ledger=ledger,
+        queue=queue,
+        provider_names=PROVIDER_NAMES,
+        operator=operator,
+        jobs=jobs,
+    )
+
+
+def job_service(settings: JobsSettings) -> JobService:
+    """The jobs worker's service: the operator service's jobs (a finished resume completes
+    the campaign through it)."""
+    return campaign_service(settings, operator="sendonce (job)").jobs
 
 
 def campaign_reports(settings: ApiSettings) -> ReportService:

@@ -6,8 +6,9 @@ session given (or the default chain), so a SaaS backend publishes with the IAM r
 already runs as. Transient answers — no connection, 429, 5xx — are retried with capped,
 jittered exponential backoff. That is safe for publish because batch ids are content-
 addressed (the same recipients in the same order make the same batches, and the ledger
-sends each delivery once whatever happens); for create and the state changes a 409 that
-follows an attempt whose outcome was lost is checked against the campaign's state.
+sends each delivery once whatever happens); resume and cancel are idempotent on the server
+(each answers with its job); for create and pause a 409 that follows an attempt whose
+outcome was lost is checked against the campaign's state.
 """
 
 from __future__ import annotations
@@ -153,27 +154,32 @@ class Client:
         return self._request("GET", f"/campaigns/{_segment(campaign_id)}/delivery-status")
 
     def pause(self, campaign_id: str, reason: str | None = None) -> dict[str, Any]:
-        return self._transition(campaign_id, "pause", "paused", reason)
-
-    def resume(self, campaign_id: str, reason: str | None = None) -> dict[str, Any]:
-        """Back to sending; the answer's `republished` counts recipients published again."""
-        return self._transition(campaign_id, "resume", "sending", reason)
-
-    def cancel(self, campaign_id: str, reason: str | None = None) -> dict[str, Any]:
-        return self._transition(campaign_id, "cancel", "cancelled", reason)
-
-    def _transition(self, campaign_id: str, verb: str, target: str, reason: str | None) -> dict[str, Any]:
         try:
-            return self._request(
-                "POST", f"/campaigns/{_segment(campaign_id)}/{verb}", body={"reason": reason} if reason else None
-            )
+            return self._request("POST", f"/campaigns/{_segment(campaign_id)}/pause", body=_reason(reason))
         except Conflict as exc:
-            # The attempt whose answer was lost may have made the change.
+            # The attempt whose answer was lost may have paused it: pausing starts no work,
+            # so finding it paused is the answer.
             if getattr(exc, "after_lost_attempt", False):
                 current = self.get_campaign(campaign_id)
-                if current.get("state") == target:
+                if current.get("state") == "paused":
                     return current
             raise
+
+    def resume(self, campaign_id: str, reason: str | None = None) -> dict[str, Any]:
+        """Back to sending (202): the answer's `job` republishes every recipient not yet ended
+        (`job(job_id)` follows it; `republished` is set once it is done). Safe to retry: on a
+        campaign already sending it starts that job again, never a 409."""
+        return self._request("POST", f"/campaigns/{_segment(campaign_id)}/resume", body=_reason(reason))
+
+    def cancel(self, campaign_id: str, reason: str | None = None) -> dict[str, Any]:
+        """Cancelled (202): the answer's `job` closes every delivery not yet ended. Safe to
+        retry: a cancelled campaign answers with its closing job (started if it never was),
+        so a 409 here always means the campaign cannot be cancelled."""
+        return self._request("POST", f"/campaigns/{_segment(campaign_id)}/cancel", body=_reason(reason))
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """GET /jobs/{id}: a resume's or cancel's job: `state` (running, done, failed), `progress`."""
+        return self._request("GET", f"/jobs/{_segment(job_id)}")
 
     # --- publishing ----------------------------------------------------------------
 
@@ -320,6 +326,10 @@ def _in_stream_positions(exc: SendonceAPIError, positions: list[int]) -> Sendonc
     if match and int(match.group(1)) < len(positions):
         message = f"body.recipients.{positions[int(match.group(1))]}" + message[match.end() :]
     return type(exc)(exc.status, exc.error, message, fields, exc.body)
+
+
+def _reason(reason: str | None) -> dict[str, Any] | None:
+    return {"reason": reason} if reason else None
 
 
 def _segment(value: str) -> str:

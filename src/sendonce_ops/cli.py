@@ -50,7 +50,14 @@ from sendonce.domain.campaigns.operator_input import (
 )
 from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus, PublishReport
 from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S
-from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError, SettingsError
+from sendonce.domain.errors import (
+    CampaignNotFoundError,
+    IllegalTransitionError,
+    InvalidCampaignError,
+    JobNotFoundError,
+    SettingsError,
+)
+from sendonce.domain.jobs.models import Job
 from sendonce.domain.models import Campaign, CampaignState
 from sendonce.wiring import campaign_service, unknown_outcomes
 from sendonce_ops.endpoints import DEFAULT_STACK, Endpoints, EndpointsError, queue_arn, resolve_endpoints
@@ -211,7 +218,7 @@ def _classify(exc: Exception) -> tuple[ExitCode, str]:
         return ExitCode.BAD_INPUT, "\n".join(exc.problems) + "\nnothing was created"
     if isinstance(exc, IllegalTransitionError):
         return ExitCode.CONFLICT, f"error: {exc}"
-    if isinstance(exc, (CampaignNotFoundError, InvalidCampaignError, EndpointsError, SettingsError)):
+    if isinstance(exc, (CampaignNotFoundError, JobNotFoundError, InvalidCampaignError, EndpointsError, SettingsError)):
         return ExitCode.BAD_INPUT, f"error: {exc}"
     if isinstance(exc, NoRegionError):
         return ExitCode.BAD_INPUT, "error: no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION, or a profile's region)"
@@ -574,13 +581,23 @@ def _publish_progress(console: Console, path: Path, *, quiet: bool) -> Iterator[
         yield _PublishProgress(progress, path)
 
 
+def _job_extra(job: Job | None) -> dict[str, Any]:
+    """A resume's job: the recipients it republished once done, the job itself."""
+    if job is None:
+        return {"republished": 0, "job": None}
+    return {"republished": job.progress.get("republished", 0) if job.done else None, "job": job.as_dict()}
+
+
 def _transition_output(cli: Cli, campaign: Campaign, verb: str, as_json: bool, **extra: Any) -> None:
     if as_json:
         cli.json({**campaign_summary(campaign), **extra})
         return
     reason = f" ({campaign.state_reason})" if campaign.state_reason else ""
     line = f"{verb} {campaign.campaign_id}: now {campaign.state.value}{reason}, by {campaign.state_changed_by}"
-    if "republished" in extra:
+    job = extra.get("job")
+    if job is not None and job["state"] == "running":
+        line += f"; job {job['job_id']} is republishing (`sendonce job watch {job['job_id']}`)"
+    elif extra.get("republished") is not None:
         line += f"; republished {extra['republished']} recipient(s) not yet ended"
     if extra.get("reopened") or extra.get("confirmed_sent"):
         line += (
@@ -636,7 +653,7 @@ def campaign_resume(
     """Send again: republishes every recipient that has not ended (the ledger sends each once)."""
     if include_unknown:
         outcomes = unknown_outcomes(cli.endpoints.ledger_table, cli.endpoints.campaigns_table, cli.session)
-        resumed, republished, report = cli.service(writes=True).resume_including_unknown(
+        resumed, job, report = cli.service(writes=True).resume_including_unknown(
             campaign_id, outcomes, recipient_ids=recipient_ids or None, older_than_s=unknown_older_than, reason=reason
         )
         _transition_output(
@@ -644,7 +661,7 @@ def campaign_resume(
             resumed,
             "resumed",
             as_json,
-            republished=republished,
+            **_job_extra(job),
             reopened=report.reopened,
             confirmed_sent=report.confirmed_sent,
             not_reopened=report.skipped,
@@ -652,8 +669,8 @@ def campaign_resume(
         return
     if recipient_ids:
         _fail(ExitCode.BAD_INPUT, "error: --recipient chooses unknown deliveries: it needs --include-unknown")
-    resumed, republished = cli.service(writes=True).resume(campaign_id, reason=reason)
-    _transition_output(cli, resumed, "resumed", as_json, republished=republished)
+    resumed, job = cli.service(writes=True).resume(campaign_id, reason=reason)
+    _transition_output(cli, resumed, "resumed", as_json, **_job_extra(job))
 
 
 @campaign.command("cancel")
@@ -663,7 +680,8 @@ def campaign_resume(
 @pass_cli
 def campaign_cancel(cli: Cli, campaign_id: str, reason: str | None, as_json: bool) -> None:
     """End the campaign: recipients not yet sent end as cancelled. Cannot be undone."""
-    _transition_output(cli, cli.service(writes=True).cancel(campaign_id, reason=reason), "cancelled", as_json)
+    cancelled, job = cli.service(writes=True).cancel(campaign_id, reason=reason)
+    _transition_output(cli, cancelled, "cancelled", as_json, job=job.as_dict())
 
 
 STATUS_ROWS = (
@@ -944,11 +962,13 @@ def ledger_show(cli: Cli, campaign_id: str, recipient_id: str, as_json: bool) ->
 # --- deliverability: the suppression list, unknown outcomes (docs/deliverability.md) ---
 
 from sendonce_ops.deliverability_cli import campaign_unknowns, suppression  # noqa: E402
+from sendonce_ops.jobs_cli import job  # noqa: E402
 from sendonce_ops.report_cli import campaign_report  # noqa: E402
 
 cli.add_command(suppression)
 campaign.add_command(campaign_unknowns)
 campaign.add_command(campaign_report)
+cli.add_command(job)
 campaign.add_command(campaign_preview)
 campaign.add_command(campaign_test_send)
 

@@ -56,7 +56,8 @@ def test_batch_mode_pause_while_an_unfinished_group_returns_then_resume_sends_it
     # When the operator pauses before the batch comes back, the paused consumer acknowledges it
     system.operator.pause("c1")
     wait_for(lambda: poller.counters.messages_deleted == 1, timeout=20)
-    _, republished = system.operator.resume("c1")
+    _, job = system.operator.resume("c1")
+    republished = job.progress["republished"]
     poller.run_until_idle(idle_seconds=2, max_seconds=40)
 
     # Then every recipient is sent once (before the fix: none was, and all ended dead-lettered)

@@ -104,7 +104,7 @@ def test_two_resumes_at_once_send_each_recipient_once(system):
     # Every recipient is now on the queue twice; one consumer meets each copy in turn.
     system.poller().run_until_idle(idle_seconds=1, max_seconds=30)
 
-    assert sorted(republished for _, republished in results) == [40, 40]  # both published everyone
+    assert sorted(job.progress["republished"] for _, job in results) == [40, 40]  # both published everyone
     deliveries = system.deliveries()
     assert len(deliveries) == 40 and set(deliveries.values()) == {1}
 

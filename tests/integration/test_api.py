@@ -97,7 +97,7 @@ def test_campaign_lifecycle_over_the_api_records_the_iam_caller(system):
             "test_sends": {"count": 0, "recent": []},
         },
     )
-    assert resumed[0] == 200 and resumed[1]["republished"] == 12
+    assert resumed[0] == 202 and resumed[1]["republished"] == 12 and resumed[1]["job"]["state"] == "done"
     assert resumed[1]["state_changed_by"] == "arn:aws:iam::123456789012:user/bob"
     assert done[1]["state"] == "completed" and (done[1]["sent"], done[1]["remaining"]) == (12, 0)
     deliveries = system.deliveries()
@@ -260,6 +260,7 @@ def test_the_openapi_document_describes_every_route(system):
         "/campaigns/{campaign_id}/delivery-status",
         "/campaigns/{campaign_id}/preview",
         "/campaigns/{campaign_id}/test-sends",
+        "/jobs/{job_id}",
     }
     create = document["paths"]["/campaigns"]["post"]
     assert create["requestBody"]["content"]["application/json"]["schema"] == {
@@ -300,8 +301,8 @@ def test_a_created_campaign_links_to_every_operation_on_it(system):
         ("/campaigns/{campaign_id}", "get", "200"),
         ("/campaigns/{campaign_id}/publish", "post", "200"),
         ("/campaigns/{campaign_id}/pause", "post", "200"),
-        ("/campaigns/{campaign_id}/resume", "post", "200"),
-        ("/campaigns/{campaign_id}/cancel", "post", "200"),
+        ("/campaigns/{campaign_id}/resume", "post", "202"),
+        ("/campaigns/{campaign_id}/cancel", "post", "202"),
         ("/campaigns/{campaign_id}/delivery-status", "get", "200"),
     ]:
         assert document["paths"][path][method]["responses"][status]["links"] == links, path

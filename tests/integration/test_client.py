@@ -234,16 +234,21 @@ def test_state_changes_go_through_and_a_lost_answer_is_reconciled(system, record
     handler, _ = recording_api
     client.create_campaign(spec(system))
     client.publish("c1", people(system, 3))
-    handler.lose_first_answers.add("/campaigns/c1/pause")
+    handler.lose_first_answers.update({"/campaigns/c1/pause", "/campaigns/c1/cancel"})
 
     paused = client.pause("c1", reason="legal review")  # the retry's 409 "already paused" is read back
     resumed = client.resume("c1")
-    cancelled = client.cancel("c1", reason="wrong list")
+    cancelled = client.cancel("c1", reason="wrong list")  # the retry is answered with the same job
 
     assert handler.paths().count("/campaigns/c1/pause") == 2
     assert paused["state"] == "paused" and paused["state_reason"] == "legal review"
     assert resumed["state"] == "sending" and resumed["republished"] == 3
+    assert client.job(resumed["job"]["job_id"])["state"] == "done"
+    # Cancel is idempotent on the server: a retry after a lost answer is a 202 naming the
+    # closing job the first attempt started, not a 409 the client would have to guess about.
+    assert handler.paths().count("/campaigns/c1/cancel") == 2
     assert cancelled["state"] == "cancelled" and cancelled["state_changed_by"] == OPERATOR_ARN
+    assert cancelled["job"]["job_id"] == "c1-cancel" and cancelled["job"]["state"] == "done"
     assert client.get_campaign("c1")["state"] == "cancelled"
 
 

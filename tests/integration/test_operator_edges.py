@@ -63,7 +63,8 @@ def test_the_largest_recipients_are_published_and_resumed_with_nobody_left_pendi
 
     report = system.operator.publish("c1", people)
     system.operator.pause("c1")
-    _, republished = system.operator.resume("c1")
+    _, job = system.operator.resume("c1")
+    republished = job.progress["republished"]
 
     sqs = boto3.client("sqs")
     assert (report.accepted, report.messages_sent) == (1000, 10)

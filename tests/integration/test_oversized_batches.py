@@ -65,11 +65,12 @@ def test_resume_and_cancel_republish_large_recipients_in_messages_that_fit(syste
     queued(system)  # the first publish's messages, taken off the queue's view
     # When the operator pauses and resumes (nobody was sent: all 40 are republished)
     system.operator.pause("c1")
-    _, republished = system.operator.resume("c1")
+    _, job = system.operator.resume("c1")
+    republished = job.progress["republished"]
     assert republished == 40
     assert sorted(recipients_in(queued(system))) == sorted(p.recipient_id for p in people)
     # And cancels: every recipient goes out once more to be closed, nothing is left behind
-    campaign = system.operator.cancel("c1")
+    campaign, _ = system.operator.cancel("c1")
     assert campaign.state is CampaignState.CANCELLED
     assert sorted(recipients_in(queued(system))) == sorted(p.recipient_id for p in people)
 

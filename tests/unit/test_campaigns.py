@@ -84,7 +84,8 @@ def test_resume_publishes_only_recipients_that_have_not_ended(world):
     world.ledger.close_unclaimed("c1", ["r2"], state=DeliveryState.DEAD_LETTERED, reason="dlq", batch_id="b")
     world.queue.published.clear()
 
-    campaign, count = svc.resume("c1")
+    campaign, job = svc.resume("c1")
+    count = job.progress["republished"]
 
     ids = [r["recipient_id"] for body in world.queue.published for r in json.loads(body)["recipients"]]
     assert campaign.state is CampaignState.SENDING

@@ -87,11 +87,11 @@ def test_resume_including_unknown_republishes_the_reopened_recipients(world):
     record(world, "r2", DeliveryState.SENT)
     world.campaigns.transition("c1", to=CampaignState.COMPLETED, allowed_from=[CampaignState.PAUSED], by="sendonce")
 
-    campaign, republished, report = service.resume_including_unknown(
+    campaign, job, report = service.resume_including_unknown(
         "c1", UnknownOutcomes(ledger_events=events, clock_ms=FakeClock(NOW)), older_than_s=0
     )
 
-    assert report.reopened == ["r1"] and republished == 1
+    assert report.reopened == ["r1"] and job.progress["republished"] == 1
     assert campaign.state is CampaignState.SENDING
     published = BatchMessage.model_validate_json(world.queue.published[-1])
     assert [r.recipient_id for r in published.recipients] == ["r1"]

@@ -45,7 +45,8 @@ def test_acting_as_records_the_caller_on_state_changes_and_keeps_the_ports(servi
     service.publish("c1", recipients(3))
 
     paused = service.acting_as("arn:aws:iam::1:user/ann").pause("c1", reason="legal")
-    resumed, republished = service.acting_as("arn:aws:iam::1:user/bob").resume("c1", reason="cleared")
+    resumed, job = service.acting_as("arn:aws:iam::1:user/bob").resume("c1", reason="cleared")
+    republished = job.progress["republished"]
 
     assert (paused.state_changed_by, paused.state_reason) == ("arn:aws:iam::1:user/ann", "legal")
     assert (resumed.state_changed_by, resumed.state_reason, republished) == ("arn:aws:iam::1:user/bob", "cleared", 3)

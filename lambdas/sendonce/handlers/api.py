@@ -38,7 +38,8 @@ from sendonce.domain.campaigns.operator_input import (
     strict_json_loads,
 )
 from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus, PublishReport
-from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError
+from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError, JobNotFoundError
+from sendonce.domain.jobs.models import Job
 from sendonce.domain.models import ID_PATTERN, Campaign, CampaignState
 from sendonce.handlers import preview_routes
 from sendonce.handlers.api_routes import ServedPaths, campaign_links
@@ -181,8 +182,31 @@ class TransitionBody(BaseModel):
     reason: str | None = Field(default=None, max_length=500)
 
 
+class JobView(BaseModel):
+    job_id: str
+    kind: str
+    campaign_id: str
+    state: str = Field(description="running, done or failed.")
+    steps: int = Field(description="Pages done so far (each a bounded read of the campaign).")
+    progress: dict[str, int] = Field(description="What the pages did so far, e.g. batches_read, republished.")
+    error: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+
+    @classmethod
+    def of(cls, job: Job) -> "JobView":
+        return cls(**job.model_dump(include=set(cls.model_fields), mode="json"))
+
+
 class ResumeResult(CampaignView):
-    republished: int = Field(description="Recipients not yet ended, published again.")
+    job: JobView = Field(description="The job republishing every recipient not yet ended (GET /jobs/{job_id}).")
+    republished: int | None = Field(
+        default=None, description="Recipients published again, once the job is done (else null)."
+    )
+
+
+class CancelResult(CampaignView):
+    job: JobView = Field(description="The job closing every delivery not yet ended (GET /jobs/{job_id}).")
 
 
 class DeliveryStatusView(BaseModel):
@@ -328,16 +352,33 @@ def pause(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body()
 
 @app.post(
     "/campaigns/<campaign_id>/resume",
-    responses=_responses(200, "Sending again; unended recipients republished", ResumeResult, 400, 404, 409),
+    responses=_responses(
+        202, "Sending again; a job republishes every recipient not yet ended", ResumeResult, 400, 404, 409
+    ),
 )
-def resume(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body()] = None) -> ResumeResult:
-    campaign, republished = _service().resume(campaign_id, reason=body.reason if body else None)
-    return ResumeResult(**CampaignView.of(campaign).model_dump(), republished=republished)
+def resume(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body()] = None) -> Response[ResumeResult]:
+    campaign, job = _service().resume(campaign_id, reason=body.reason if body else None)
+    result = ResumeResult(
+        **CampaignView.of(campaign).model_dump(),
+        job=JobView.of(job),
+        republished=job.progress.get("republished", 0) if job.done else None,
+    )
+    return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=result)
 
 
-@app.post("/campaigns/<campaign_id>/cancel", responses=_responses(200, "Cancelled", CampaignView, 400, 404, 409))
-def cancel(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body()] = None) -> CampaignView:
-    return CampaignView.of(_service().cancel(campaign_id, reason=body.reason if body else None))
+@app.post(
+    "/campaigns/<campaign_id>/cancel",
+    responses=_responses(202, "Cancelled; a job closes every delivery not yet ended", CancelResult, 400, 404, 409),
+)
+def cancel(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body()] = None) -> Response[CancelResult]:
+    campaign, job = _service().cancel(campaign_id, reason=body.reason if body else None)
+    result = CancelResult(**CampaignView.of(campaign).model_dump(), job=JobView.of(job))
+    return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=result)
+
+
+@app.get("/jobs/<job_id>", responses=_responses(200, "A job and its progress", JobView, 404))
+def get_job(job_id: Annotated[str, Path(min_length=1, max_length=300)]) -> JobView:
+    return JobView.of(_service().jobs.get(job_id))
 
 
 @app.get(
@@ -383,6 +424,11 @@ def _error(
 @app.exception_handler(CampaignNotFoundError)
 def _not_found(exc: CampaignNotFoundError) -> Response:
     return _error(404, "CampaignNotFound", str(exc))
+
+
+@app.exception_handler(JobNotFoundError)
+def _job_not_found(exc: JobNotFoundError) -> Response:
+    return _error(404, "JobNotFound", str(exc))
 
 
 @app.exception_handler(IllegalTransitionError)

@@ -19,9 +19,13 @@ CAMPAIGN_OPERATIONS = {
     "Cancel": ("post", "/campaigns/{campaign_id}/cancel"),
     "DeliveryStatus": ("get", "/campaigns/{campaign_id}/delivery-status"),
 }
-# Not linked: preview and test sends change nothing about the campaign, and a stateful
-# fuzz that followed them would reach the operations that do less often.
-UNLINKED_OPERATIONS = {("post", "/campaigns/{campaign_id}/preview"), ("post", "/campaigns/{campaign_id}/test-sends")}
+# Not linked from a campaign: preview and test sends change nothing about the campaign, and
+# a stateful fuzz that followed them would reach the operations that do less often.
+UNLINKED_OPERATIONS = {
+    ("post", "/campaigns/{campaign_id}/preview"),
+    ("post", "/campaigns/{campaign_id}/test-sends"),
+    ("get", "/jobs/{job_id}"),  # named by a resume's or cancel's answer (its job_id), not a campaign
+}
 
 
 def campaign_links() -> dict[str, Any]:

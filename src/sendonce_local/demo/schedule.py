@@ -281,7 +281,8 @@ class CampaignRun:
 
         self._wait(hold_over, what="the pause", interval_s=0.2, timeout_s=high + 5)
         if self.kind == "sendonce":
-            _, republished = self.operator.resume(self.campaign_id, reason="demo: operator resume")
+            _, job = self.operator.resume(self.campaign_id, reason="demo: operator resume")
+            republished = job.progress.get("republished", 0)  # run in this process: done
             self.result.republished_on_resume = republished
             self.event(
                 f"operator resumed after {time.monotonic() - paused_at:.1f} s: {republished:,} recipients not yet "

@@ -7,6 +7,7 @@ have not ended and publishes exactly those.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 from collections import Counter
@@ -17,10 +18,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from sendonce.domain.campaigns import lifecycle
-from sendonce.domain.campaigns.batches import OversizedRecipientError, batch_id_for, bodies_for, pack
+from sendonce.domain.campaigns.batches import OversizedRecipientError, batch_id_for, pack
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
 from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S, UnknownOutcomes
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError, UnknownProviderError
+from sendonce.domain.jobs.models import Job, JobKind
+from sendonce.domain.jobs.service import InMemoryJobStore, JobService
 from sendonce.domain.models import (
     FINAL_STATES,
     MAX_RECIPIENTS_PER_BATCH,
@@ -201,6 +204,10 @@ def _system_clock() -> int:
     return int(time.time() * 1000)
 
 
+def _iso_now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
 class CampaignService:
     def __init__(
         self,
@@ -212,11 +219,24 @@ class CampaignService:
         batch_provider_names: Iterable[str] = ("resend",),
         operator: str = "operator",
         clock_ms: Callable[[], int] = _system_clock,
+        jobs: JobService | None = None,
     ):
         self._clock_ms = clock_ms
         self._campaigns = campaigns
         self._ledger = ledger
         self._queue = queue
+        # Resume and cancel republish as a job: in the deployed stack on the jobs queue (the
+        # API answers at once); without one, run here a page at a time.
+        self._jobs = jobs or JobService(
+            jobs=InMemoryJobStore(),
+            queue=None,
+            campaigns=campaigns,
+            ledger=ledger,
+            campaign_queue=queue,
+            clock=_iso_now,
+        )
+        if self._jobs.on_finished is None:
+            self._jobs.on_finished = self.job_finished
         self._provider_names = frozenset(provider_names)
         self._batch_provider_names = frozenset(batch_provider_names)
         self._operator = operator
@@ -349,60 +369,70 @@ class CampaignService:
     def pause(self, campaign_id: str, *, reason: str | None = None) -> Campaign:
         return lifecycle.apply(self._campaigns, campaign_id, CampaignEvent.PAUSE, by=self._operator, reason=reason)
 
-    def cancel(self, campaign_id: str, *, reason: str | None = None) -> Campaign:
-        """Cancelled, then every recipient that has not ended is published once more so
+    def cancel(self, campaign_id: str, *, reason: str | None = None) -> tuple[Campaign, Job]:
+        """Cancelled, then a job publishes every recipient that has not ended once more so
         that consumers close each one as the ledger says: cancelled, or unknown where an
         attempt may have been accepted. A delivery a live consumer holds ends as that
-        consumer decides; one a dead consumer held is closed when its lease has run out."""
-        campaign = lifecycle.apply(self._campaigns, campaign_id, CampaignEvent.CANCEL, by=self._operator, reason=reason)
-        remaining = self._not_ended(
+        consumer decides; one a dead consumer held is closed when its lease has run out.
+
+        Idempotent: cancelling a cancelled campaign starts its closing job if it never
+        started (a cancel whose answer was lost, retried), else returns that job."""
+        try:
+            campaign = lifecycle.apply(
+                self._campaigns, campaign_id, CampaignEvent.CANCEL, by=self._operator, reason=reason
+            )
+        except IllegalTransitionError:
+            campaign = self._campaigns.get(campaign_id)
+            if campaign.state is not CampaignState.CANCELLED:
+                raise
+        job = self._jobs.start_republish(
             campaign_id,
             {DeliveryState.PENDING, DeliveryState.DEAD_LETTERED, DeliveryState.CLAIMED, DeliveryState.IN_FLIGHT},
+            prefix="x",
+            by=self._operator,
+            reason="cancel: close every delivery not ended",
+            job_id=f"{campaign_id}-cancel",
         )
-        self._queue.publish(self._bodies(campaign_id, remaining, prefix="x"))
-        return campaign
+        return campaign, job
 
     def resume(
         self, campaign_id: str, *, include_dead_lettered: bool = True, reason: str | None = None
-    ) -> tuple[Campaign, int]:
-        """Back to sending, then publish every recipient that has not ended. Two resumes at
-        once publish the same recipients twice; the ledger sends each once."""
+    ) -> tuple[Campaign, Job]:
+        """Back to sending, then a job publishes every recipient that has not ended. A
+        campaign already sending may be resumed too (a resume whose answer was lost, retried;
+        messages lost from the queue): republishing is always safe, the ledger sends each
+        delivery once. Two resumes at once are two jobs; each publishes everyone not ended."""
         campaign = lifecycle.apply(
             self._campaigns, campaign_id, CampaignEvent.RESUME, by=self._operator, reason=reason or "resumed"
         )
+        # The republished messages now stand for every batch not yet settled: each settles
+        # below zero, which makes its consumer ask whether the campaign is done.
+        self._campaigns.reset_open_batches(campaign_id, 0)
         republish = {DeliveryState.PENDING, DeliveryState.CLAIMED, DeliveryState.IN_FLIGHT}
         if include_dead_lettered:
             republish.add(DeliveryState.DEAD_LETTERED)
-        remaining = self._not_ended(campaign_id, republish)
-        bodies = self._bodies(campaign_id, remaining, prefix="r")
-        # These messages now stand for every batch not yet settled (hint for completion).
-        self._campaigns.reset_open_batches(campaign_id, len(bodies))
-        self._queue.publish(bodies)
-        if not bodies:
-            campaign = self.complete_if_done(campaign_id) or campaign
-        logger.info("campaign resumed", extra={"campaign_id": campaign_id, "republished": len(remaining)})
-        return campaign, len(remaining)
+        job = self._jobs.start_republish(
+            campaign_id,
+            republish,
+            prefix="r",
+            by=self._operator,
+            reason=reason or "resume: republish every delivery not ended",
+            job_id=f"{campaign_id}-resume-{campaign.version}",
+        )
+        logger.info("campaign resumed", extra={"campaign_id": campaign_id, "job_id": job.job_id})
+        if job.done:
+            campaign = self._campaigns.get(campaign_id)
+        return campaign, job
 
-    def _not_ended(self, campaign_id: str, states: set[DeliveryState]) -> list[Recipient]:
-        """Published recipients whose ledger state is in `states` (never claimed counts as
-        pending). Held deliveries are included: the consumer's rules decide (come back
-        while the lease is live, take over or close when it has run out)."""
-        known = {record.recipient_id: record.state for record in self._ledger.records(campaign_id)}
-        remaining: list[Recipient] = []
-        seen: set[str] = set()
-        for batch, _ in self._campaigns.batches(campaign_id):
-            for recipient in batch.recipients:
-                if (
-                    recipient.recipient_id not in seen
-                    and known.get(recipient.recipient_id, DeliveryState.PENDING) in states
-                ):
-                    seen.add(recipient.recipient_id)
-                    remaining.append(recipient)
-        return remaining
+    @property
+    def jobs(self) -> JobService:
+        return self._jobs
 
-    @staticmethod
-    def _bodies(campaign_id: str, recipients: list[Recipient], *, prefix: str) -> list[str]:
-        return bodies_for(campaign_id, recipients, prefix=prefix)
+    def job_finished(self, job: Job) -> None:
+        """A republish job has read the whole campaign: if every recipient has ended (nothing
+        was left to republish, or consumers finished before the job), complete it now."""
+        if job.kind is JobKind.REPUBLISH and job.params.get("prefix") == "r":
+            self.complete_if_done(job.campaign_id)
 
     def resume_including_unknown(
         self,
@@ -413,7 +443,7 @@ class CampaignService:
         older_than_s: int = DEFAULT_UNKNOWN_WINDOW_S,
         include_dead_lettered: bool = True,
         reason: str | None = None,
-    ) -> tuple[Campaign, int, ReopenReport]:
+    ) -> tuple[Campaign, Job | None, ReopenReport]:
         """`resume --include-unknown`: move the chosen unknown deliveries back to pending (the
         operator accepts that they may be sent twice), then resume. A campaign that completed
         with unknown outcomes is paused first so that it can be resumed."""
@@ -427,7 +457,7 @@ class CampaignService:
         report = unknowns.reopen(campaign_id, recipient_ids=recipient_ids, older_than_s=older_than_s, by=by)
         if campaign.state is CampaignState.COMPLETED:
             if not report.reopened:
-                return campaign, 0, report
+                return campaign, None, report
             lifecycle.apply(
                 self._campaigns,
                 campaign_id,
@@ -435,13 +465,13 @@ class CampaignService:
                 by=by,
                 reason=f"reopened {len(report.reopened)} unknown outcome(s)",
             )
-        campaign, republished = self.resume(
+        campaign, job = self.resume(
             campaign_id,
             include_dead_lettered=include_dead_lettered,
             reason=reason
             or (f"resumed with {len(report.reopened)} reopened unknown outcome(s)" if report.reopened else None),
         )
-        return campaign, republished, report
+        return campaign, job, report
 
     def status(self, campaign_id: str) -> DeliveryStatus:
         """Counts by ledger state. Never changes the campaign: completion is the consumer's
@@ -464,6 +494,7 @@ class CampaignService:
             batch_provider_names=self._batch_provider_names,
             operator=operator,
             clock_ms=self._clock_ms,
+            jobs=self._jobs,
         )
 
     def delivery(self, campaign_id: str, recipient_id: str) -> DeliveryRecord | None:

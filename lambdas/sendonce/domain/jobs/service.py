@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from sendonce.domain.campaigns.batches import bodies_for
-from sendonce.domain.errors import CampaignNotFoundError, InvalidCampaignError
+from sendonce.domain.errors import CampaignNotFoundError, InvalidCampaignError, JobNotFoundError
 from sendonce.domain.jobs.models import Job, JobKind, JobState
 from sendonce.domain.models import DeliveryState, Recipient
 from sendonce.domain.ports import CampaignStore, JobQueue, JobStore, Ledger, Queue
@@ -62,7 +62,7 @@ class JobService:
         self._ledger = ledger
         self._campaign_queue = campaign_queue
         self._clock = clock
-        self._on_finished = on_finished
+        self.on_finished = on_finished  # set once by the service whose jobs these are
         self._page_batches = page_batches
         self._pages: dict[JobKind, Callable[[Job], Page]] = {JobKind.REPUBLISH: self._republish_page}
 
@@ -144,8 +144,8 @@ class JobService:
             return None
         if moved.done:
             logger.info("job finished", extra={"job_id": job.job_id, "state": moved.state.value, **progress})
-            if self._on_finished is not None and moved.state is JobState.DONE:
-                self._on_finished(moved)
+            if self.on_finished is not None and moved.state is JobState.DONE:
+                self.on_finished(moved)
         return moved
 
     def work(self, job_id: str) -> Job | None:
@@ -189,3 +189,25 @@ class JobService:
                 "messages": len(bodies),
             },
         )
+
+
+class InMemoryJobStore:
+    """Jobs kept in process, for a service that runs its jobs there (no jobs queue): the job
+    still goes a page a step, but nothing outlives the call."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, Job] = {}
+
+    def create(self, job: Job) -> Job:
+        return self._jobs.setdefault(job.job_id, job)
+
+    def get(self, job_id: str) -> Job:
+        if job_id not in self._jobs:
+            raise JobNotFoundError(f"job {job_id!r} does not exist")
+        return self._jobs[job_id]
+
+    def advance(self, old: Job, new: Job) -> bool:
+        if self._jobs[old.job_id].version != old.version:
+            return False
+        self._jobs[old.job_id] = new
+        return True
