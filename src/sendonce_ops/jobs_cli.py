@@ -1,7 +1,9 @@
 """`sendonce job status ID` and `sendonce job watch ID`: a job's progress (domain/jobs).
 
-Resume and cancel answer at once with the job that republishes a campaign's recipients not
-yet ended, a page at a time; these commands follow it. Registered by sendonce_ops/cli.py.
+Through the API, resume and cancel answer at once with the job that republishes a campaign's
+recipients not yet ended, a page at a time, and the jobs worker runs it; from the CLI the job
+runs in the CLI's own process (recorded the same way). These commands follow a job, or take
+up one whose runner died. Registered by sendonce_ops/cli.py.
 """
 
 from __future__ import annotations
@@ -65,3 +67,12 @@ def job_watch(obj: Any, job_id: str, interval: float, timeout: float | None) -> 
             click.echo(f"job {job_id} still running after {timeout:g} s", err=True)
             raise SystemExit(TIMED_OUT)
         time.sleep(interval)
+
+
+@job.command("run")
+@click.argument("job_id")
+@click.pass_obj
+def job_run(obj: Any, job_id: str) -> None:
+    """Take a running job's remaining steps in this process (one whose worker or CLI died:
+    it goes on from its own cursor; a page done twice sends nobody twice)."""
+    click.echo(describe(obj.service().jobs.run(job_id)))
