@@ -324,11 +324,18 @@ def suppression_service(table_name: str, session: boto3.session.Session | None =
 
 
 def unknown_outcomes(
-    ledger_table: str, campaigns_table: str, session: boto3.session.Session | None = None
+    ledger_table: str,
+    campaigns_table: str,
+    session: boto3.session.Session | None = None,
+    *,
+    accept_possible_duplicates: bool = False,
 ) -> UnknownOutcomes:
     """What `sendonce campaign unknowns` and `campaign resume --include-unknown` call."""
     session = session or boto3.session.Session()
-    return UnknownOutcomes(ledger_events=ledger_events_of(session.client("dynamodb"), ledger_table, campaigns_table))
+    return UnknownOutcomes(
+        ledger_events=ledger_events_of(session.client("dynamodb"), ledger_table, campaigns_table),
+        accept_possible_duplicates=accept_possible_duplicates,
+    )
 
 
 def ledger_events_of(dynamodb, ledger_table: str, campaigns_table: str) -> DynamoDBLedgerEvents:

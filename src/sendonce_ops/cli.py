@@ -606,8 +606,14 @@ def campaign_pause(cli: Cli, campaign_id: str, reason: str | None, as_json: bool
 @click.option(
     "--include-unknown",
     is_flag=True,
-    help="Also send again deliveries whose outcome is unknown (no provider 'sent' event for longer than "
-    "--unknown-older-than): those recipients may get the email twice.",
+    help="Also send again deliveries whose outcome was unknown and that `campaign audit --settle` proved "
+    "the provider never sent.",
+)
+@click.option(
+    "--accept-possible-duplicates",
+    is_flag=True,
+    help="With --include-unknown: also every unknown without proof (no provider 'sent' event for longer than "
+    "--unknown-older-than; SES cannot prove absence): those recipients may get the email twice.",
 )
 @click.option(
     "--recipient",
@@ -629,13 +635,21 @@ def campaign_resume(
     campaign_id: str,
     reason: str | None,
     include_unknown: bool,
+    accept_possible_duplicates: bool,
     recipient_ids: tuple[str, ...],
     unknown_older_than: int,
     as_json: bool,
 ) -> None:
     """Send again: republishes every recipient that has not ended (the ledger sends each once)."""
+    if accept_possible_duplicates and not include_unknown:
+        _fail(ExitCode.BAD_INPUT, "error: --accept-possible-duplicates needs --include-unknown")
     if include_unknown:
-        outcomes = unknown_outcomes(cli.endpoints.ledger_table, cli.endpoints.campaigns_table, cli.session)
+        outcomes = unknown_outcomes(
+            cli.endpoints.ledger_table,
+            cli.endpoints.campaigns_table,
+            cli.session,
+            accept_possible_duplicates=accept_possible_duplicates,
+        )
         resumed, republished, report = cli.service(writes=True).resume_including_unknown(
             campaign_id, outcomes, recipient_ids=recipient_ids or None, older_than_s=unknown_older_than, reason=reason
         )
