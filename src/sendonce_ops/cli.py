@@ -70,6 +70,7 @@ class ExitCode(IntEnum):
     BAD_INPUT = 2  # usage error, invalid spec or file, campaign / stack / record not found
     PARTIAL = 3  # part done: bad rows skipped, or `watch` timed out
     CONFLICT = 4  # not allowed in the campaign's state (illegal transition, id exists)
+    AUDIT_DIFFERENCES = 5  # `campaign audit` found a duplicate or an unexplained difference
 
 
 EXIT_CODES_HELP = """\b
@@ -81,7 +82,9 @@ Exit codes:
   3  partly done: bad rows were skipped (publish without --strict),
      a publish stopped after some batches, or watch --timeout ran out
   4  not allowed in the campaign's state: an illegal transition
-     (e.g. resume a cancelled campaign), or the id exists already
+     (e.g. resume a cancelled campaign), or the id exists already;
+     an audit outside the provider's retention
+  5  an audit found a duplicate or an unexplained difference
 """
 
 FINISHED_STATES = (CampaignState.COMPLETED, CampaignState.CANCELLED, CampaignState.PAUSED)
@@ -957,10 +960,12 @@ def ledger_show(cli: Cli, campaign_id: str, recipient_id: str, as_json: bool) ->
 
 # --- deliverability: the suppression list, unknown outcomes (docs/deliverability.md) ---
 
+from sendonce_ops.audit_cli import campaign_audit  # noqa: E402
 from sendonce_ops.deliverability_cli import campaign_unknowns, suppression  # noqa: E402
 
 cli.add_command(suppression)
 campaign.add_command(campaign_unknowns)
+campaign.add_command(campaign_audit)
 campaign.add_command(campaign_preview)
 campaign.add_command(campaign_test_send)
 
