@@ -762,13 +762,30 @@ class _RateColumn(ProgressColumn):
     "--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True, help="Seconds between reads."
 )
 @click.option("--timeout", type=click.FloatRange(min=0), default=None, help="Give up after this many seconds (exit 3).")
+@click.option(
+    "--audit",
+    "audit_after",
+    is_flag=True,
+    help="When the campaign completes, run `campaign audit` on it (inside the provider's retention); "
+    "its exit code is the command's.",
+)
 @json_option
 @pass_cli
-def campaign_watch(cli: Cli, campaign_id: str, interval: float, timeout: float | None, as_json: bool) -> None:
+def campaign_watch(
+    cli: Cli, campaign_id: str, interval: float, timeout: float | None, audit_after: bool, as_json: bool
+) -> None:
     """Follow progress until the campaign is completed, cancelled or paused.
 
     A progress bar with rate and ETA; with --json one status line per read.
     """
+    _watch(cli, campaign_id, interval, timeout, as_json)
+    if audit_after and cli.service().get(campaign_id).state is CampaignState.COMPLETED:
+        click.get_current_context().invoke(
+            campaign_audit, campaign_id=campaign_id, settle=False, retention_days=None, out=None, as_json=as_json
+        )
+
+
+def _watch(cli: Cli, campaign_id: str, interval: float, timeout: float | None, as_json: bool) -> None:
     service = cli.service()
     deadline = time.monotonic() + timeout if timeout is not None else float("inf")
 

@@ -184,3 +184,22 @@ def test_an_audit_outside_the_retention_window_is_refused_clearly(system):
 
     assert result.exit_code == 4, result.output
     assert "lists sent emails only 0.001 day(s) back" in result.stderr and "must run before" in result.stderr
+
+
+def test_watch_audits_the_campaign_when_it_completes(system):
+    people = run_campaign(system, 3)
+    resend.api_url = system.resend.url
+    resend.Emails.send(
+        {
+            "from": f"news@{system.domain}",
+            "to": [people[0].email],
+            "subject": "Hello User 0",
+            "html": "<p>Hi</p>",
+            "tags": [{"name": "campaign_id", "value": "c1"}, {"name": "recipient_id", "value": "r0"}],
+        }
+    )
+
+    result = sendonce(system, "campaign", "watch", "c1", "--timeout", "10", "--audit", "--json")
+
+    artefact = json.loads(result.stdout.splitlines()[-1])
+    assert result.exit_code == 5 and [d["recipient_id"] for d in artefact["findings"]["duplicates"]] == ["r0"]
