@@ -18,7 +18,21 @@ from tests.integration.operator_helpers import as_json, sendonce
 pytestmark = pytest.mark.integration
 
 
+def earlier_team_email(system) -> None:
+    """The team sent something an hour before the campaign: a listing that reaches it has
+    reached back past the campaign's start (complete), as on any account in use."""
+    system.resend.clock = lambda: time.time() - 3600
+    try:
+        resend.api_url, resend.api_key = system.resend.url, "re_local_test_key"
+        resend.Emails.send(
+            {"from": "ops@example.org", "to": ["someone@example.org"], "subject": "Earlier", "text": "x"}
+        )
+    finally:
+        system.resend.clock = time.time
+
+
 def run_campaign(system, n: int = 5):
+    earlier_team_email(system)
     system.campaign()
     people = system.recipients(n)
     system.operator.publish("c1", people)
@@ -45,6 +59,7 @@ def test_after_a_campaign_every_recipient_was_sent_exactly_once(system, tmp_path
 
     findings = artefact["findings"]
     assert code == 0 and findings["clean"] is True and findings["listing_complete"] is True
+    assert artefact["run"]["listed_emails"] == 6  # the campaign's 5, then the earlier one: stop
     assert findings["counts"]["sent_once"] == 5 and findings["counts"]["duplicate"] == 0
     assert findings["duplicates"] == [] and findings["recipients"] == {}
     # Stable: the same facts give the same digest, and the file holds the same artefact.
@@ -136,6 +151,7 @@ def _unknown_before_sending(system, people, rid: str) -> None:
 
 
 def test_unknowns_are_settled_by_evidence_and_only_the_absent_one_is_sent_again(system):
+    earlier_team_email(system)
     system.campaign()
     people = system.recipients(4)
     system.operator.publish("c1", people)

@@ -73,7 +73,7 @@ class AuditResult:
     window_from_ms: int
     listing_read_at_ms: int
     retention_ms: int | None
-    complete: bool  # the listing reached back past the window's start
+    complete: bool  # the listing reached an email older than the window's start (or keeps everything)
     proves_absence: bool
     settled: bool
     counts: Counter[str] = field(default_factory=Counter)
@@ -151,9 +151,10 @@ def _address(sender: str) -> str:
 
 def subject_pattern(template: str) -> re.Pattern[str]:
     """What the campaign's subject template can render to: its literal text, anything where
-    a `{{ ... }}` or `{% ... %}` stands."""
-    parts = re.split(r"\{\{.*?\}\}|\{%.*?%\}", template, flags=re.DOTALL)
-    return re.compile(".*".join(re.escape(p) for p in parts), re.DOTALL)
+    a `{{ ... }}` stands; from the first `{% ... %}` on (its text may or may not render), anything."""
+    head, block, _ = template.partition("{%")
+    parts = re.split(r"\{\{.*?\}\}", head, flags=re.DOTALL)
+    return re.compile(".*".join(re.escape(p) for p in parts) + (".*" if block else ""), re.DOTALL)
 
 
 class CampaignAudit:
@@ -233,9 +234,10 @@ class CampaignAudit:
                 for fingerprint in dict.fromkeys(email.to_fingerprints):
                     index.setdefault(fingerprint, []).append(email)
         else:
-            # The listing ended: complete if the provider keeps everything since the window.
-            retention = self._records.retention_ms
-            result.complete = retention is None or result.listing_read_at_ms - retention <= window_from
+            # The listing ended before the window's start: all there is, or all the provider
+            # still keeps (a plan's retention may be shorter than the one configured)? Only a
+            # provider that keeps everything says; otherwise nothing is proven absent.
+            result.complete = self._records.retention_ms is None
         return index
 
     def _tagged(self, email: ListedEmail, result: AuditResult) -> ListedEmail:
