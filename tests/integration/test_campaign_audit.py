@@ -219,3 +219,19 @@ def test_watch_audits_the_campaign_when_it_completes(system):
 
     artefact = json.loads(result.stdout.splitlines()[-1])
     assert result.exit_code == 5 and [d["recipient_id"] for d in artefact["findings"]["duplicates"]] == ["r0"]
+
+
+def test_the_listing_is_read_page_by_page_and_waits_out_the_teams_rate_limit(system, monkeypatch):
+    from sendonce.adapters.providers.resend import records
+
+    run_campaign(system, 4)
+    # One email a page, and a team limit of 2 requests/s that the audit's requests meet.
+    monkeypatch.setattr(records, "PAGE_SIZE", 1)
+    system.resend.set_rate_limit(2)
+
+    code, artefact, _ = audit(system)
+
+    run = artefact["run"]
+    assert code == 0 and artefact["findings"]["counts"]["sent_once"] == 4
+    assert run["listed_emails"] == 5  # 4 pages of the campaign, then the earlier email: stop
+    assert run["provider_requests"] >= 5  # and a retry for every 429 met on the way
