@@ -235,3 +235,72 @@ def test_the_listing_is_read_page_by_page_and_waits_out_the_teams_rate_limit(sys
     assert code == 0 and artefact["findings"]["counts"]["sent_once"] == 4
     assert run["listed_emails"] == 5  # 4 pages of the campaign, then the earlier email: stop
     assert run["provider_requests"] >= 5  # and a retry for every 429 met on the way
+
+
+def test_the_audit_takes_the_shared_rate_limit_at_a_lower_priority_than_sending(system):
+    from tests.integration.test_rate_from_headers import FakeClock, limiter, per_second
+
+    clock = FakeClock()
+    audit_side, senders = limiter(system, clock, reserve=0.0), limiter(system, clock, reserve=0.0)
+
+    # Reads alone: at most half of each second's 10 places.
+    reads = []
+    for _ in range(12):
+        assert audit_side.acquire_background("resend", share=0.5)
+        reads.append(clock.now)
+    slot = int(clock.now)
+    # Senders arriving later in that second still find the other half.
+    for _ in range(5):
+        assert senders.acquire("resend")
+    sent_in_slot = int(clock.now) == slot
+
+    # When senders took more than half of a second, a read waits for the next one.
+    clock.now = float(int(clock.now) + 5)
+    busy = int(clock.now)
+    for _ in range(6):
+        assert senders.acquire("resend")
+    assert int(clock.now) == busy
+    assert audit_side.acquire_background("resend", share=0.5)
+
+    assert per_second(reads) == [5, 5, 2] and sent_in_slot
+    assert int(clock.now) == busy + 1
+
+
+def test_ses_is_audited_on_its_recorded_send_events_and_proves_nothing_absent(system):
+    from sendonce.domain.ports import EventKind, ProviderEvent
+    from sendonce.wiring import ledger_events_of
+
+    system.campaign(provider="ses")
+    system.operator.publish("c1", system.recipients(3))
+    system.poller().run_until_idle(idle_seconds=1, max_seconds=30)
+    events = ledger_events_of(boto3.client("dynamodb"), system.resources.ledger_table, system.resources.campaigns_table)
+    sent = {r.recipient_id: r.provider_message_id for r in system.operator.records("c1")}
+
+    def send_event(rid: str, message_id: str, event_id: str) -> None:
+        events.annotate(
+            ProviderEvent(
+                event_id=event_id,
+                provider="ses",
+                kind=EventKind.SENT,
+                campaign_id="c1",
+                recipient_id=rid,
+                message_id=message_id,
+            )
+        )
+
+    # r0's Send event came twice (one event, redelivered); r1 was sent twice (two message
+    # ids: a duplicate); r2's events never arrived.
+    send_event("r0", sent["r0"], "e0")
+    send_event("r0", sent["r0"], "e0-again")
+    send_event("r1", sent["r1"], "e1")
+    send_event("r1", "another-message", "e2")
+
+    code, artefact, result = audit(system)
+    text = sendonce(system, "campaign", "audit", "c1")
+
+    findings = artefact["findings"]
+    assert code == 5 and findings["proves_absence"] is False
+    # r2 was sent seconds ago: its event may still come (an older one would be sent_unwitnessed).
+    assert findings["recipients"] == {"duplicate": ["r1"], "after_listing": ["r2"]}
+    assert findings["counts"]["sent_once"] == 1
+    assert "proves nothing absent" in text.stdout
