@@ -426,6 +426,7 @@ class FakeLedgerEvents:
         self.last_events: dict[tuple[str, str], ProviderEvent] = {}  # moved only forward (event_order)
         self.counters: dict[str, Counter] = {}
         self.unknown_since_ms: dict[tuple[str, str], int] = {}
+        self.proven_not_sent: dict[tuple[str, str], str] = {}  # slot -> the audit that proved it
         self._lock = threading.Lock()
 
     def annotate(self, event: ProviderEvent, *, counter: FeedbackCounter | None = None) -> Annotation:
@@ -489,14 +490,27 @@ class FakeLedgerEvents:
                     reason=record.reason,
                     email_fingerprint=record.email_fingerprint,
                     confirmed_message_id=self.sent_evidence.get(slot),
+                    proven_not_sent=slot in self.proven_not_sent,
                 )
 
-    def reopen_unknown(self, campaign_id: str, recipient_ids: Iterable[str], *, by: str) -> ReopenReport:
+    def prove_not_sent(self, key: DeliveryKey, *, audit: str) -> bool:
+        slot = (key.campaign_id, key.recipient_id)
+        record = self.ledger.items.get(slot)
+        if record is None or record.state is not DeliveryState.UNKNOWN or slot in self.sent_evidence:
+            return False
+        self.proven_not_sent[slot] = audit
+        return True
+
+    def reopen_unknown(
+        self, campaign_id: str, recipient_ids: Iterable[str], *, by: str, accept_possible_duplicates: bool = False
+    ) -> ReopenReport:
         report = ReopenReport()
         for rid in recipient_ids:
             slot = (campaign_id, rid)
             record = self.ledger.items.get(slot)
             if record is None or record.state is not DeliveryState.UNKNOWN:
+                report.skipped.append(rid)
+            elif not accept_possible_duplicates and slot not in self.proven_not_sent and slot not in self.sent_evidence:
                 report.skipped.append(rid)
             elif slot in self.sent_evidence:
                 self.resolve_unknown(
@@ -519,6 +533,7 @@ class FakeLedgerEvents:
                     "reopened",
                     by,
                 )
+                self.proven_not_sent.pop(slot, None)
                 report.reopened.append(rid)
         return report
 

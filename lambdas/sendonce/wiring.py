@@ -28,6 +28,7 @@ from sendonce.adapters.providers.resend_provider import ResendProvider
 from sendonce.adapters.providers.ses_provider import SEND_CLIENT_CONFIG, SesProvider
 from sendonce.adapters.sqs_queue import SqsJobQueue, SqsQueue
 from sendonce.adapters.svix_webhooks import SvixWebhookVerifier
+from sendonce.domain.audit.service import CampaignAudit
 from sendonce.domain.campaigns.preview import PreviewService, TestSendService
 from sendonce.domain.campaigns.report import ReportService
 from sendonce.domain.campaigns.service import CampaignService
@@ -355,11 +356,18 @@ def suppression_service(table_name: str, session: boto3.session.Session | None =
 
 
 def unknown_outcomes(
-    ledger_table: str, campaigns_table: str, session: boto3.session.Session | None = None
+    ledger_table: str,
+    campaigns_table: str,
+    session: boto3.session.Session | None = None,
+    *,
+    accept_possible_duplicates: bool = False,
 ) -> UnknownOutcomes:
     """What `sendonce campaign unknowns` and `campaign resume --include-unknown` call."""
     session = session or boto3.session.Session()
-    return UnknownOutcomes(ledger_events=ledger_events_of(session.client("dynamodb"), ledger_table, campaigns_table))
+    return UnknownOutcomes(
+        ledger_events=ledger_events_of(session.client("dynamodb"), ledger_table, campaigns_table),
+        accept_possible_duplicates=accept_possible_duplicates,
+    )
 
 
 def ledger_events_of(dynamodb, ledger_table: str, campaigns_table: str) -> DynamoDBLedgerEvents:
@@ -377,3 +385,50 @@ def campaign_store(dynamodb, table_name: str) -> tuple[DynamoDBCampaignStore, Ca
     shards = CampaignShards(lambda campaign_id: campaigns.get(campaign_id))
     campaigns = DynamoDBCampaignStore(client=dynamodb, table_name=table_name, on_read=shards.learn)
     return campaigns, shards
+
+
+def campaign_audit(
+    settings: ConsumerSettings,
+    provider: str,
+    session: boto3.session.Session | None = None,
+    *,
+    retention_days: float | None = None,
+    share: float = 0.5,
+) -> CampaignAudit:
+    """What `sendonce campaign audit` calls: the campaign's provider's own records (Resend's
+    listing, at a lower priority than sending on the shared rate limit; SES's recorded events)."""
+    from sendonce.adapters.dynamodb.event_records import LedgerEventRecords
+    from sendonce.adapters.providers.resend.records import DEFAULT_RETENTION_DAYS, ResendRecords
+    from sendonce.domain.audit.records import ProviderRecords
+
+    session = session or boto3.session.Session()
+    dynamodb = session.client("dynamodb", config=LEDGER_CLIENT_CONFIG)
+    campaigns, shards = campaign_store(dynamodb, settings.campaigns_table)
+    records: ProviderRecords
+    if provider == "resend":
+        if not settings.resend_api_key_secret:
+            raise SettingsError("no Resend API key secret is configured: the audit cannot read Resend's records")
+        limiter = DynamoDBRateLimiter(
+            client=dynamodb,
+            table_name=settings.campaigns_table,
+            rates={"resend": settings.resend_requests_per_second},
+            reserve={"resend": settings.resend_rate_reserve},
+        )
+        records = ResendRecords(
+            api_key=secret_value(session, settings.resend_api_key_secret, "Resend API key"),
+            api_url=settings.resend_api_url,
+            timeout_seconds=settings.provider_timeout_seconds,
+            retention_days=DEFAULT_RETENTION_DAYS if retention_days is None else retention_days,
+            limiter=limiter,
+            share=share,
+        )
+    else:
+        records = LedgerEventRecords(
+            client=dynamodb, ledger_table=settings.ledger_table, shards_of=shards, provider=provider
+        )
+    return CampaignAudit(
+        campaigns=campaigns,
+        ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table, shards_of=shards),
+        ledger_events=ledger_events_of(dynamodb, settings.ledger_table, settings.campaigns_table),
+        records=records,
+    )

@@ -77,6 +77,7 @@ class ExitCode(IntEnum):
     BAD_INPUT = 2  # usage error, invalid spec or file, campaign / stack / record not found
     PARTIAL = 3  # part done: bad rows skipped, or `watch` timed out
     CONFLICT = 4  # not allowed in the campaign's state (illegal transition, id exists)
+    AUDIT_DIFFERENCES = 5  # `campaign audit` found a duplicate or an unexplained difference
 
 
 EXIT_CODES_HELP = """\b
@@ -88,7 +89,9 @@ Exit codes:
   3  partly done: bad rows were skipped (publish without --strict),
      a publish stopped after some batches, or watch --timeout ran out
   4  not allowed in the campaign's state: an illegal transition
-     (e.g. resume a cancelled campaign), or the id exists already
+     (e.g. resume a cancelled campaign), or the id exists already;
+     an audit outside the provider's retention
+  5  an audit found a duplicate or an unexplained difference
 """
 
 FINISHED_STATES = (CampaignState.COMPLETED, CampaignState.CANCELLED, CampaignState.PAUSED)
@@ -623,8 +626,14 @@ def campaign_pause(cli: Cli, campaign_id: str, reason: str | None, as_json: bool
 @click.option(
     "--include-unknown",
     is_flag=True,
-    help="Also send again deliveries whose outcome is unknown (no provider 'sent' event for longer than "
-    "--unknown-older-than): those recipients may get the email twice.",
+    help="Also send again deliveries whose outcome was unknown and that `campaign audit --settle` proved "
+    "the provider never sent.",
+)
+@click.option(
+    "--accept-possible-duplicates",
+    is_flag=True,
+    help="With --include-unknown: also every unknown without proof (no provider 'sent' event for longer than "
+    "--unknown-older-than; SES cannot prove absence): those recipients may get the email twice.",
 )
 @click.option(
     "--recipient",
@@ -646,13 +655,21 @@ def campaign_resume(
     campaign_id: str,
     reason: str | None,
     include_unknown: bool,
+    accept_possible_duplicates: bool,
     recipient_ids: tuple[str, ...],
     unknown_older_than: int,
     as_json: bool,
 ) -> None:
     """Send again: republishes every recipient that has not ended (the ledger sends each once)."""
+    if accept_possible_duplicates and not include_unknown:
+        _fail(ExitCode.BAD_INPUT, "error: --accept-possible-duplicates needs --include-unknown")
     if include_unknown:
-        outcomes = unknown_outcomes(cli.endpoints.ledger_table, cli.endpoints.campaigns_table, cli.session)
+        outcomes = unknown_outcomes(
+            cli.endpoints.ledger_table,
+            cli.endpoints.campaigns_table,
+            cli.session,
+            accept_possible_duplicates=accept_possible_duplicates,
+        )
         resumed, job, report = cli.service(writes=True).resume_including_unknown(
             campaign_id, outcomes, recipient_ids=recipient_ids or None, older_than_s=unknown_older_than, reason=reason
         )
@@ -763,13 +780,30 @@ class _RateColumn(ProgressColumn):
     "--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True, help="Seconds between reads."
 )
 @click.option("--timeout", type=click.FloatRange(min=0), default=None, help="Give up after this many seconds (exit 3).")
+@click.option(
+    "--audit",
+    "audit_after",
+    is_flag=True,
+    help="When the campaign completes, run `campaign audit` on it (inside the provider's retention); "
+    "its exit code is the command's.",
+)
 @json_option
 @pass_cli
-def campaign_watch(cli: Cli, campaign_id: str, interval: float, timeout: float | None, as_json: bool) -> None:
+def campaign_watch(
+    cli: Cli, campaign_id: str, interval: float, timeout: float | None, audit_after: bool, as_json: bool
+) -> None:
     """Follow progress until the campaign is completed, cancelled or paused.
 
     A progress bar with rate and ETA; with --json one status line per read.
     """
+    _watch(cli, campaign_id, interval, timeout, as_json)
+    if audit_after and cli.service().get(campaign_id).state is CampaignState.COMPLETED:
+        click.get_current_context().invoke(
+            campaign_audit, campaign_id=campaign_id, settle=False, retention_days=None, out=None, as_json=as_json
+        )
+
+
+def _watch(cli: Cli, campaign_id: str, interval: float, timeout: float | None, as_json: bool) -> None:
     service = cli.service()
     deadline = time.monotonic() + timeout if timeout is not None else float("inf")
 
@@ -961,6 +995,7 @@ def ledger_show(cli: Cli, campaign_id: str, recipient_id: str, as_json: bool) ->
 
 # --- deliverability: the suppression list, unknown outcomes (docs/deliverability.md) ---
 
+from sendonce_ops.audit_cli import campaign_audit  # noqa: E402
 from sendonce_ops.deliverability_cli import campaign_unknowns, suppression  # noqa: E402
 from sendonce_ops.jobs_cli import job  # noqa: E402
 from sendonce_ops.report_cli import campaign_report  # noqa: E402
@@ -968,6 +1003,7 @@ from sendonce_ops.report_cli import campaign_report  # noqa: E402
 cli.add_command(suppression)
 campaign.add_command(campaign_unknowns)
 campaign.add_command(campaign_report)
+campaign.add_command(campaign_audit)
 cli.add_command(job)
 campaign.add_command(campaign_preview)
 campaign.add_command(campaign_test_send)

@@ -244,7 +244,8 @@ def test_resolve_and_reopen_are_conditional_on_unknown(tables):
     assert events.resolve_unknown(r1.key, provider_message_id="ses-1", detail="test") is True
     assert events.resolve_unknown(r1.key, provider_message_id="ses-x", detail="test") is False
     unknown = {u.recipient_id: u for u in events.unknowns("c1")}
-    report = events.reopen_unknown("c1", ["r1", "r2", "r3", "r4"], by="alice")
+    # SES: nothing can prove r3 absent at the provider; the operator accepts a possible duplicate.
+    report = events.reopen_unknown("c1", ["r1", "r2", "r3", "r4"], by="alice", accept_possible_duplicates=True)
 
     assert set(unknown) == {"r2", "r3"} and unknown["r2"].confirmed_message_id == "ses-2"
     assert unknown["r3"].since_ms is not None and unknown["r3"].email_fingerprint == email_fingerprint("r3@example.com")
@@ -255,6 +256,28 @@ def test_resolve_and_reopen_are_conditional_on_unknown(tables):
     assert reopened.state is DeliveryState.PENDING and reopened.maybe_sent_at_ms is None
     # The SES claim rules take a reopened delivery again (they refuse any that may have been sent).
     assert claim(ledger, "r3", owner="B").owner == "B"
+
+
+def test_reopen_without_accepting_duplicates_takes_only_an_unknown_proven_not_sent(tables):
+    ledger, events, _, _ = tables
+    proven, unproven, evidenced = make_unknown(ledger, "r1"), make_unknown(ledger, "r2"), make_unknown(ledger, "r3")
+    events.annotate(event(EventKind.SENT, rid="r3", event_id="s3", message_id="ses-3"))
+
+    assert events.prove_not_sent(proven.key, audit="audit-1") is True
+    assert events.prove_not_sent(evidenced.key, audit="audit-1") is False  # the provider said sent
+    assert events.prove_not_sent(make_unknown(ledger, "r4").key, audit="a") is True
+    ledger_sent = claim(ledger, "r5")
+    assert events.prove_not_sent(ledger_sent.key, audit="audit-1") is False  # not unknown
+    flags = {u.recipient_id: u.proven_not_sent for u in events.unknowns("c1")}
+    report = events.reopen_unknown("c1", ["r1", "r2", "r3"], by="alice")
+
+    assert flags == {"r1": True, "r2": False, "r3": False, "r4": True}
+    assert (report.reopened, report.confirmed_sent, report.skipped) == (["r1"], ["r3"], ["r2"])
+    reopened = ledger.get(proven.key)
+    assert reopened.state is DeliveryState.PENDING and reopened.maybe_sent_at_ms is None
+    assert ledger.get(unproven.key).state is DeliveryState.UNKNOWN
+    # The proof went with the reopen: once pending, nothing says "proven" any more.
+    assert "r1" not in {u.recipient_id for u in events.unknowns("c1")}
 
 
 # --- Resend webhooks ----------------------------------------------------------------------
@@ -562,7 +585,17 @@ def test_an_operator_lists_unknowns_and_resumes_with_them(system, deliverability
 
     listed = json_lines(sendonce(system, "campaign", "unknowns", "c1", "--older-than", "0", "--json"))
     resumed = as_json(
-        sendonce(system, "campaign", "resume", "c1", "--include-unknown", "--unknown-older-than", "0", "--json")
+        sendonce(
+            system,
+            "campaign",
+            "resume",
+            "c1",
+            "--include-unknown",
+            "--accept-possible-duplicates",
+            "--unknown-older-than",
+            "0",
+            "--json",
+        )
     )
     system.poller().run_until_idle(idle_seconds=1, max_seconds=30)
 

@@ -297,6 +297,7 @@ def _name(state: DeliveryState | None) -> str:
 COVERED_TRANSITIONS = frozenset(
     {(E.CLAIM.value, _name(s)) for s in protocol.transition(E.CLAIM).sources}
     | {(event.value, _name(s)) for event in {**WRITES, **GROUP_WRITES} for s in protocol.transition(event).sources}
+    | {(event.value, "unknown") for event in (E.PROVIDER_SENT, E.PROVE_NOT_SENT, E.REOPEN_UNKNOWN)}
 )
 # And the claim rules, by (verdict, why): every row (the claim tests above).
 COVERED_RULES = frozenset((r.verdict.value, r.why) for r in protocol.CLAIM_RULES)
@@ -351,3 +352,53 @@ def test_every_transition_applies_from_exactly_its_source_states_on_dynamodb(led
                 assert after.state is DeliveryState.UNKNOWN, (event, state, after)
             else:
                 assert (after.state if after else None) is state, (event, state, after)
+
+
+# --- the unknown outcome's own transitions, through the ledger events adapter --------------
+
+
+def _events(client, table: str):
+    from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
+
+    return DynamoDBLedgerEvents(client=client, ledger_table=table, campaigns_table=table + "-c", shards_of=one_shard)
+
+
+def _prove_then_reopen(events, key):
+    events.prove_not_sent(key, audit="audit-1")
+    events.reopen_unknown("c1", [key.recipient_id], by="alice")
+
+
+UNKNOWN_WRITES = {
+    E.PROVIDER_SENT: lambda events, key: events.resolve_unknown(key, provider_message_id="m", detail="audit"),
+    E.PROVE_NOT_SENT: lambda events, key: events.prove_not_sent(key, audit="audit-1"),
+    E.REOPEN_UNKNOWN: _prove_then_reopen,
+}
+
+
+def test_the_unknown_transitions_apply_from_exactly_their_source_states_on_dynamodb(ledger):
+    """provider_sent, prove_not_sent and reopen_unknown, from every state: each applies, to
+    the table's target, exactly from its sources; prove_not_sent leaves its mark, which is
+    what reopen_unknown requires (without it, an unknown stays unknown)."""
+    adapter, client, table = ledger
+    events = _events(client, table)
+    i = 0
+    for event, write in UNKNOWN_WRITES.items():
+        transition = protocol.transition(event)
+        for state in [None, *DeliveryState]:
+            i += 1
+            rid = f"u{i}"
+            _seed(client, table, rid, state, maybe_sent=True)
+            key = DeliveryKey(campaign_id="c1", recipient_id=rid)
+            write(events, key)
+            after = adapter.get(key)
+            if state in transition.sources:
+                assert after is not None and after.state is transition.target, (event, state, after)
+            else:
+                assert (after.state if after else None) is state, (event, state, after)
+            if event is E.PROVE_NOT_SENT and state is DeliveryState.UNKNOWN:
+                assert [u.proven_not_sent for u in events.unknowns("c1") if u.recipient_id == rid] == [True]
+    # Without the proof an unknown is not reopened.
+    _seed(client, table, "unproven", DeliveryState.UNKNOWN, maybe_sent=True)
+    report = events.reopen_unknown("c1", ["unproven"], by="alice")
+    assert report.skipped == ["unproven"]
+    assert adapter.get(DeliveryKey(campaign_id="c1", recipient_id="unproven")).state is DeliveryState.UNKNOWN

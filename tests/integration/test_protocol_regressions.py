@@ -264,3 +264,32 @@ def test_found_by_the_model_a_campaign_completed_by_a_publish_still_completes_af
     rig.drain()
     assert rig.states() == {"r0": "sent", "r1": "sent", "r2": "sent"}
     assert rig.store.get("c1").state is CampaignState.COMPLETED
+
+
+@pytest.mark.parametrize(
+    ("provider", "accepted"),
+    [("resend", True), ("resend", False), ("ses", True)],
+    ids=["resend-had-it", "resend-never-had-it", "ses-had-it"],
+)
+def test_8_resume_including_unknown_sends_only_an_unknown_an_audit_proved_absent(rig_for, provider, accepted):
+    rig = rig_for(provider=provider, recipients=2)
+    publish(rig)
+    # Given a consumer dies around its first provider call (r0): after the provider accepted
+    # it, or before the call; a takeover a day later closes r0 as unknown and sends r1
+    assert rig.process(receive(rig), crash_at=("send", 1), after=accepted) is None
+    assert rig.provider.accepted[("c1", "r0")] == int(accepted)
+    rig.clock.advance(25 * HOUR)
+    rig.drain()
+    assert rig.states() == {"r0": "unknown", "r1": "sent"}
+    # When the operator resumes including unknowns without an audit: nothing is proven
+    _, _, unproven = rig.resume_including_unknown()
+    # And then audits (settling by evidence) and resumes including unknowns
+    result = rig.audit(settle=True)
+    _, _, report = rig.resume_including_unknown()
+    rig.drain()
+    # Then r0 got exactly one email, and only an r0 proven absent was reopened
+    assert unproven.reopened == []
+    proven = provider == "resend" and not accepted
+    assert result.counts["unknown_not_sent" if proven else "unknown_sent"] == 1, result.counts
+    assert report.reopened == (["r0"] if proven else [])
+    assert rig.provider.accepted[("c1", "r0")] == 1 and rig.states() == {"r0": "sent", "r1": "sent"}

@@ -31,6 +31,7 @@ from moto import mock_aws
 from sendonce.adapters import idempotency as idempotency_module
 from sendonce.adapters.dynamodb import ledger as dynamodb_ledger
 from sendonce.domain.campaigns import service as campaigns_module
+from sendonce.domain.campaigns import unknowns as unknowns_module
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
 from sendonce.domain.sending import delivery as delivery_module
 from sendonce.domain.sending import groups as groups_module
@@ -139,6 +140,16 @@ def _closed_without_dead_lettering(original):
     return close
 
 
+def _reopens_without_proof(original):
+    # Before: `resume --include-unknown` reopened every unknown past the window, proven not
+    # sent or not (the operator accepting a possible second email was the only choice).
+    def reopen(self, campaign_id, **kwargs):
+        self._accept_possible_duplicates = True
+        return original(self, campaign_id, **kwargs)
+
+    return reopen
+
+
 R1, RB, SES = model.ResendSingle, model.ResendBatch, model.SesSingle
 # Which machines may catch a mutant, most likely first, and each mutant's share of the
 # example budget (a multiple of EXAMPLES per machine: the rare ones get more).
@@ -154,6 +165,7 @@ MACHINES = {
     "6": (R1, SES, RB),
     "6b": (R1, SES, RB),
     "7": (R1, SES, RB),
+    "8": (SES, R1, RB),
 }
 BUDGET = {"3c": 2.0, "2": 1.5}
 # The explorer's depth per mutant (default: its own); 7 needs a halt, a cancel and the last
@@ -189,6 +201,9 @@ MUTANTS = {
         delivery_module.DeliveryService,
         "_close_cancelled",
         _closed_without_dead_lettering(delivery_module.DeliveryService._close_cancelled),
+    ),
+    "8 resume --include-unknown sends an unknown not proven absent": lambda: replaced(
+        unknowns_module.UnknownOutcomes, "reopen", _reopens_without_proof(unknowns_module.UnknownOutcomes.reopen)
     ),
 }
 

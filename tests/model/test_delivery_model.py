@@ -325,6 +325,57 @@ class DeliveryModel(EdgeRules, RuleBasedStateMachine):
         except (IllegalTransitionError, InvalidCampaignError):
             pass
 
+    def _audit_and_resume_including_unknown(self, audit_first: bool, hours: int) -> None:
+        if audit_first:
+            result = self.rig.audit(settle=True)
+            FIGURES["audit_proven_not_sent"] += result.counts["unknown_not_sent"]
+            FIGURES["audit_unknown_sent"] += result.counts["unknown_sent"]
+            assert not result.duplicates, f"the audit found duplicates: {result.duplicates}"
+        self.clock.advance(hours * HOUR)
+        try:
+            # A sending campaign is paused first: resume takes a paused (or completed) one.
+            if self.store.get("c1").state is CampaignState.SENDING:
+                self.operator.pause("c1")
+            _, _, report = self.rig.resume_including_unknown()
+        except (IllegalTransitionError, InvalidCampaignError):
+            return
+        FIGURES["unknowns_reopened"] += len(report.reopened)
+
+    @family("operator")
+    @rule(audit_first=st.booleans(), hours=st.sampled_from([0, 2, 25]))
+    def operator_audits_and_resumes_including_unknown(self, audit_first, hours):
+        """The operator audits the campaign against the provider's records (settling its
+        unknowns by evidence), then, perhaps hours later, resumes it including the unknowns:
+        only those proven not sent may go out again."""
+        self._step("audit_resume_unknown")
+        self._audit_and_resume_including_unknown(audit_first, hours)
+
+    # In no family: swarm selection never turns it off (the unknowns it leaves are rare otherwise).
+    @rule(
+        index=st.integers(0, 5),
+        point=st.integers(0, 2),
+        audit_first=st.booleans(),
+        hours=st.sampled_from([0, 2, 25]),
+    )
+    def incident_then_audit_and_resume_including_unknown(self, index, point, audit_first, hours):
+        """An incident leaves unknowns (a consumer dies around its provider call; its message
+        returns a day later, past the key window, and the takeover closes them as unknown);
+        the operator audits (or not) and resumes including unknowns; consumers then work."""
+        self._step("incident_audit_resume")
+        message = self.queue.receive(index) or self._publish_the_rest(index)
+        if message is None:
+            return
+        self._process(message, crash_at=self.claim_points[point])
+        self._jump_to(self.clock() + 25 * HOUR)
+        message = self.queue.receive_this(message)
+        if message is not None:
+            self._process(message)
+        self._audit_and_resume_including_unknown(audit_first, hours)
+        for _ in range(3):
+            message = self.queue.receive(0)
+            if message is not None:
+                self._process(message)
+
     @family("receive_limit")
     @precondition(lambda self: bool(self.queue.dlq))
     @rule()
@@ -398,6 +449,8 @@ class DeliveryModel(EdgeRules, RuleBasedStateMachine):
         self.provider.script.clear()
         self.provider.quota_until_ms = 0
         self.rig.drain()
+        twice = {k: n for k, n in self.provider.accepted.items() if n > 1}
+        assert not twice, f"duplicates after a fault-free drain: {twice}"
         campaign = self.store.get("c1")
         FIGURES["drains"] += 1
         FIGURES["steps"] += 1

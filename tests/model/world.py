@@ -220,6 +220,40 @@ class ProviderModel:
         return list(receipts)
 
 
+class ModelRecords:
+    """The provider's own record of what it accepted, as the audit reads it (domain/audit):
+    every accepted email, tagged. Resend's listing is complete and proves an email absent;
+    SES's events prove nothing absent (an accepted send whose events were lost looks alike)."""
+
+    def __init__(self, provider: ProviderModel, emails: dict[str, str]):
+        self.name = provider.name
+        self.proves_absence = provider.idempotent
+        self.retention_ms = None
+        self.requests = 0
+        self._provider = provider
+        self._emails = emails  # recipient id -> address
+
+    def listed(self, campaign_id: str, *, since_ms: int):
+        from sendonce.domain.audit.records import ListedEmail
+        from sendonce.domain.models import email_fingerprint
+
+        self.requests += 1
+        for (cid, rid), count in sorted(self._provider.accepted.items()):
+            for n in range(count):
+                yield ListedEmail(
+                    email_id=f"{cid}-{rid}-{n}",
+                    to_fingerprints=(email_fingerprint(self._emails[rid]),),
+                    sender="news@example.com",
+                    subject="",
+                    created_at_ms=self._provider.clock(),
+                    campaign_id=cid,
+                    recipient_id=rid,
+                )
+
+    def tags(self, email_id: str):  # pragma: no cover - every listed email carries them
+        return None
+
+
 @dataclass
 class Message:
     body: str
@@ -436,3 +470,32 @@ class Rig:
 
     def states(self) -> dict[str, str]:
         return {r.recipient_id: r.state.value for r in self.ledger.records("c1")}
+
+    def audit(self, *, settle: bool = True):
+        """`sendonce campaign audit c1 [--settle]` against the modelled provider's records."""
+        from sendonce.domain.audit.service import CampaignAudit
+
+        return CampaignAudit(
+            campaigns=self.store,
+            ledger=self.ledger,
+            ledger_events=self.ledger_events(),
+            records=ModelRecords(self.provider, {p.recipient_id: p.email for p in self.people}),
+            clock_ms=self.clock,
+        ).run("c1", settle=settle)
+
+    def ledger_events(self):
+        from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
+
+        return DynamoDBLedgerEvents(
+            client=self._client,
+            ledger_table=self.ledger._table,
+            campaigns_table=self.store._table,
+            shards_of=lambda c: self.store.get(c).ledger_shards,
+        )
+
+    def resume_including_unknown(self):
+        """`sendonce campaign resume c1 --include-unknown` (no possible duplicates accepted)."""
+        from sendonce.domain.campaigns.unknowns import UnknownOutcomes
+
+        outcomes = UnknownOutcomes(ledger_events=self.ledger_events(), clock_ms=self.clock)
+        return self.operator.resume_including_unknown("c1", outcomes)

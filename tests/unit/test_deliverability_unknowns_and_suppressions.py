@@ -9,7 +9,14 @@ from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes, unknowns_older_than
 from sendonce.domain.deliverability.suppressions import SuppressionService, parse_import_lines
 from sendonce.domain.errors import IllegalTransitionError, SettingsError, SuppressedError
-from sendonce.domain.models import BatchMessage, CampaignState, DeliveryRecord, DeliveryState, email_fingerprint
+from sendonce.domain.models import (
+    BatchMessage,
+    CampaignState,
+    DeliveryKey,
+    DeliveryRecord,
+    DeliveryState,
+    email_fingerprint,
+)
 from sendonce.domain.ports import EventKind, ProviderEvent, SuppressionReason
 from sendonce.domain.sending.outcomes import settlement_for
 from sendonce.domain.sending.protocol import Verdict, classify
@@ -66,7 +73,7 @@ def test_reopen_moves_chosen_unknowns_to_pending_and_the_claim_rules_let_them_go
     for rid in ("r1", "r2", "r3"):
         record(world, rid, DeliveryState.UNKNOWN, maybe_sent_at_ms=NOW - 3_600_000)
     record(world, "r4", DeliveryState.SENT)
-    outcomes = UnknownOutcomes(ledger_events=events, clock_ms=FakeClock(NOW))
+    outcomes = UnknownOutcomes(ledger_events=events, clock_ms=FakeClock(NOW), accept_possible_duplicates=True)
 
     report = outcomes.reopen("c1", recipient_ids=["r1", "r2", "r4"], by="alice")
 
@@ -75,6 +82,21 @@ def test_reopen_moves_chosen_unknowns_to_pending_and_the_claim_rules_let_them_go
     assert reopened.state is DeliveryState.PENDING and reopened.maybe_sent_at_ms is None
     assert classify(reopened, payload_hash="h", provider_idempotent=False, now_ms=NOW) is Verdict.CLAIM
     assert world.ledger.items[("c1", "r3")].state is DeliveryState.UNKNOWN  # not chosen: untouched
+
+
+def test_without_accepting_duplicates_only_unknowns_proven_not_sent_are_reopened(world):
+    events = FakeLedgerEvents(world.ledger)
+    for rid in ("r1", "r2"):
+        record(world, rid, DeliveryState.UNKNOWN, maybe_sent_at_ms=NOW - 3_600_000)
+    events.prove_not_sent(DeliveryKey(campaign_id="c1", recipient_id="r2"), audit="audit-1")
+
+    report = UnknownOutcomes(ledger_events=events, clock_ms=FakeClock(NOW)).reopen("c1", by="alice")
+    named = UnknownOutcomes(ledger_events=events, clock_ms=FakeClock(NOW)).reopen(
+        "c1", recipient_ids=["r1"], by="alice"
+    )
+
+    assert report.reopened == ["r2"] and named.reopened == [] and named.skipped == ["r1"]
+    assert world.ledger.items[("c1", "r1")].state is DeliveryState.UNKNOWN
 
 
 def test_resume_including_unknown_republishes_the_reopened_recipients(world):
@@ -86,6 +108,8 @@ def test_resume_including_unknown_republishes_the_reopened_recipients(world):
     record(world, "r1", DeliveryState.UNKNOWN)
     record(world, "r2", DeliveryState.SENT)
     world.campaigns.transition("c1", to=CampaignState.COMPLETED, allowed_from=[CampaignState.PAUSED], by="sendonce")
+
+    events.prove_not_sent(DeliveryKey(campaign_id="c1", recipient_id="r1"), audit="audit-1")
 
     campaign, job, report = service.resume_including_unknown(
         "c1", UnknownOutcomes(ledger_events=events, clock_ms=FakeClock(NOW)), older_than_s=0

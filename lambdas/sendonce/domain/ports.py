@@ -457,6 +457,9 @@ class UnknownDelivery:
     email_fingerprint: str | None
     # A provider 'sent' event arrived for it (while a consumer still held it): it was sent.
     confirmed_message_id: str | None = None
+    # An audit found it absent from a complete listing of the provider's sent emails that
+    # covers its whole window (protocol event prove_not_sent): it may be sent again.
+    proven_not_sent: bool = False
 
 
 @dataclass
@@ -486,9 +489,18 @@ class LedgerEvents(Protocol):
 
     def unknowns(self, campaign_id: str) -> Iterator[UnknownDelivery]: ...
 
-    def reopen_unknown(self, campaign_id: str, recipient_ids: Iterable[str], *, by: str) -> ReopenReport:
+    def prove_not_sent(self, key: DeliveryKey, *, audit: str) -> bool:
+        """Record that an audit proved the unknown delivery absent at the provider
+        (unknown -> unknown); conditional on unknown and on no provider 'sent' evidence."""
+        ...
+
+    def reopen_unknown(
+        self, campaign_id: str, recipient_ids: Iterable[str], *, by: str, accept_possible_duplicates: bool = False
+    ) -> ReopenReport:
         """unknown -> pending (and forget that an attempt may have been accepted), so that
-        resume sends it again; conditional on unknown and on no provider 'sent' evidence."""
+        resume sends it again; conditional on unknown, on no provider 'sent' evidence and on
+        an audit's proof that the provider never had it (unless the operator accepts a
+        possible second email)."""
         ...
 
 

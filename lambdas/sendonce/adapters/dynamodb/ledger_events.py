@@ -11,7 +11,11 @@ and touch only attributes the consumer never writes, except in two conditional m
                          its own time (else its arrival) and its order key; moved only forward
     provider_sent_id     the provider's message id from its first 'sent' event
     unknown -> sent      resolve_unknown (condition: state = unknown)
-    unknown -> pending   reopen_unknown (condition: state = unknown, no provider_sent_id)
+    proven_not_sent_at, proven_not_sent_by
+                         an audit found it absent from a complete provider listing
+                         (prove_not_sent, condition: state = unknown, no provider_sent_id)
+    unknown -> pending   reopen_unknown (condition: state = unknown, no provider_sent_id,
+                         proven_not_sent_at, unless the operator accepts a possible duplicate)
 
 Counters live in the campaigns table, never on the campaign item (read by every batch):
 
@@ -88,6 +92,11 @@ _AHEAD = (
     "(last_event_order < :order OR (attribute_not_exists(last_event_order)"
     " AND (attribute_not_exists(last_event) OR last_event IN ({kinds}))))"
 )
+
+
+# Only an unknown an audit proved absent at the provider is reopened (tests/model/mutants.py
+# removes this guard: an unknown the provider had is sent a second time).
+_PROVEN_ABSENT = " AND attribute_exists(proven_not_sent_at)"
 
 
 class _ConditionFailedError(Exception):
@@ -344,7 +353,9 @@ class DynamoDBLedgerEvents:
             self._ledger,
             campaign_id,
             FilterExpression="#state = :unknown",
-            ProjectionExpression="recipient_id, provider, updated_at, reason, email_fp, provider_sent_id",
+            ProjectionExpression=(
+                "recipient_id, provider, updated_at, reason, email_fp, provider_sent_id, proven_not_sent_at"
+            ),
             ExpressionAttributeNames={"#state": "state"},
             ExpressionAttributeValues={":unknown": {"S": DeliveryState.UNKNOWN.value}},
             ConsistentRead=True,
@@ -356,14 +367,55 @@ class DynamoDBLedgerEvents:
                 reason=_s(item, "reason"),
                 email_fingerprint=_s(item, "email_fp"),
                 confirmed_message_id=_s(item, "provider_sent_id"),
+                proven_not_sent="proven_not_sent_at" in item,
             )
 
-    def reopen_unknown(self, campaign_id: str, recipient_ids: Iterable[str], *, by: str) -> ReopenReport:
+    def prove_not_sent(self, key: DeliveryKey, *, audit: str) -> bool:
+        now = _now_iso()
+        try:
+            self._client.update_item(
+                TableName=self._ledger,
+                Key=self._key(key),
+                UpdateExpression="SET proven_not_sent_at = :at, proven_not_sent_by = :audit, " + _APPEND_HISTORY,
+                ConditionExpression="#state = :unknown AND attribute_not_exists(provider_sent_id)",
+                ExpressionAttributeNames={"#state": "state"},
+                ExpressionAttributeValues={
+                    ":unknown": {"S": _only_source(Event.PROVE_NOT_SENT)},
+                    ":audit": {"S": audit[:200]},
+                    ":at": {"S": now},
+                    ":empty": {"L": []},
+                    ":hentry": {
+                        "L": [
+                            _ser.serialize(
+                                {
+                                    "at": now,
+                                    "event": Event.PROVE_NOT_SENT.value,
+                                    "detail": f"absent from the provider's complete listing ({audit})"[:500],
+                                }
+                            )
+                        ]
+                    },
+                },
+            )
+            return True
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+
+    def reopen_unknown(
+        self, campaign_id: str, recipient_ids: Iterable[str], *, by: str, accept_possible_duplicates: bool = False
+    ) -> ReopenReport:
         report = ReopenReport()
+        proof = "" if accept_possible_duplicates else _PROVEN_ABSENT
         for recipient_id in recipient_ids:
             key = DeliveryKey(campaign_id=campaign_id, recipient_id=recipient_id)
             now = _now_iso()
-            reason = f"unknown outcome reopened by {by}; may be sent a second time"
+            reason = (
+                f"unknown outcome reopened by {by}; may be sent a second time"
+                if accept_possible_duplicates
+                else f"unknown outcome proven not sent, reopened by {by}"
+            )
             try:
                 self._client.update_item(
                     TableName=self._ledger,
@@ -371,9 +423,10 @@ class DynamoDBLedgerEvents:
                     UpdateExpression=(
                         "SET #state = :pending, reason = :reason, updated_at = :at, reopened_by = :by, reopened_at = :at, "
                         + _APPEND_HISTORY
-                        + " REMOVE maybe_sent_at_ms, maybe_sent_by, group_key, lease_until_ms, error_class"
+                        + " REMOVE maybe_sent_at_ms, maybe_sent_by, group_key, lease_until_ms, error_class,"
+                        " proven_not_sent_at, proven_not_sent_by"
                     ),
-                    ConditionExpression="#state = :unknown AND attribute_not_exists(provider_sent_id)",
+                    ConditionExpression="#state = :unknown AND attribute_not_exists(provider_sent_id)" + proof,
                     ExpressionAttributeNames={"#state": "state"},
                     ExpressionAttributeValues={
                         ":pending": {"S": protocol.transition(Event.REOPEN_UNKNOWN).target.value},

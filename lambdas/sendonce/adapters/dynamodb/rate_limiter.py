@@ -158,6 +158,32 @@ class DynamoDBRateLimiter:
                 return False
             self._sleep(max(0.0, wait))
 
+    def acquire_background(self, provider: str, *, share: float = 0.5, deadline: float | None = None) -> bool:
+        """One request at a lower priority than sending (an audit's reads): a place in the
+        current second only while less than `share` of its capacity is taken, so that
+        consumers arriving later in the second still find the rest; else the next second.
+        Every place it takes is one fewer for sending in that second: the team's limit is
+        one budget. False when `deadline` (epoch s) passes first."""
+        if provider not in self._rates:
+            return True
+        while True:
+            now = self._clock()
+            hold = self._hold_until.get(provider, 0.0)
+            if hold > now:
+                if deadline is not None and hold > deadline:
+                    return False
+                self._sleep(hold - now)
+                continue
+            slot = int(now)
+            room = max(1, math.floor(max(1, math.floor(self.rate(provider))) * share))
+            granted, _ = self._reserve(provider, slot, 1, room)
+            if granted:
+                return True
+            wait = (slot + 1) - self._clock() + random.uniform(0, 0.05)
+            if deadline is not None and self._clock() + wait > deadline:
+                return False
+            self._sleep(max(0.0, wait))
+
     def _reserve(self, provider: str, slot: int, want: int, capacity: int) -> tuple[int, int]:
         """Reserve up to `want` places in the slot: (how many, index of the first)."""
         for n in (want, 1) if want > 1 else (1,):

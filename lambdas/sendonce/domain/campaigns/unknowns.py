@@ -1,11 +1,14 @@
 """Deliveries whose outcome is unknown: the provider may or may not have accepted them.
 
 They are never sent again automatically. A provider 'sent' event resolves one to sent
-(provider_events.py); the rest are listed once they have waited longer than a window in
-which such an event would normally have arrived, and an operator may choose to reopen
-them (`campaign resume --include-unknown`), accepting that a recipient may get the email
-twice. Reopening moves them back to pending, forgetting that an attempt may have been
-accepted, so the claim rules let the next consumer send; resume then republishes them.
+(provider_events.py), and so does an audit that finds it in the provider's own records
+(domain/audit); an audit that finds it absent from a complete listing covering its whole
+window proves it not sent. `campaign resume --include-unknown` reopens only those proven
+not sent; an operator may instead accept that a recipient may get the email twice
+(`--accept-possible-duplicates`: every unknown older than a window in which a 'sent' event
+would normally have arrived). Reopening moves them back to pending, forgetting that an
+attempt may have been accepted, so the claim rules let the next consumer send; resume then
+republishes them.
 """
 
 from __future__ import annotations
@@ -22,9 +25,16 @@ DEFAULT_UNKNOWN_WINDOW_S = 900
 
 
 class UnknownOutcomes:
-    def __init__(self, *, ledger_events: LedgerEvents, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)):
+    def __init__(
+        self,
+        *,
+        ledger_events: LedgerEvents,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        accept_possible_duplicates: bool = False,
+    ):
         self._ledger_events = ledger_events
         self._clock_ms = clock_ms
+        self._accept_possible_duplicates = accept_possible_duplicates
 
     def older_than(self, campaign_id: str, seconds: int = DEFAULT_UNKNOWN_WINDOW_S) -> list[UnknownDelivery]:
         """Unknown for at least `seconds`, without provider evidence. Those with evidence (a
@@ -52,12 +62,20 @@ class UnknownOutcomes:
         older_than_s: int = DEFAULT_UNKNOWN_WINDOW_S,
         by: str = "operator",
     ) -> ReopenReport:
-        """Move the chosen unknown deliveries (default: every one older than the window) back
-        to pending. Named recipients that are not unknown, or not yet past the window, are
-        reported as skipped."""
-        eligible = {u.recipient_id for u in self.older_than(campaign_id, older_than_s)}
+        """Move the chosen unknown deliveries (default: every one an audit proved not sent;
+        accepting possible duplicates, every one older than the window) back to pending.
+        Named recipients that are not eligible are reported as skipped."""
+        if self._accept_possible_duplicates:
+            eligible = {u.recipient_id for u in self.older_than(campaign_id, older_than_s)}
+        else:
+            eligible = {u.recipient_id for u in self.older_than(campaign_id, 0) if u.proven_not_sent}
         chosen = eligible if recipient_ids is None else list(dict.fromkeys(recipient_ids))
-        report = self._ledger_events.reopen_unknown(campaign_id, sorted(r for r in chosen if r in eligible), by=by)
+        report = self._ledger_events.reopen_unknown(
+            campaign_id,
+            sorted(r for r in chosen if r in eligible),
+            by=by,
+            accept_possible_duplicates=self._accept_possible_duplicates,
+        )
         report.skipped.extend(r for r in chosen if r not in eligible)
         return report
 

@@ -224,6 +224,7 @@ class Event(StrEnum):
     CLOSE_CANCELLED_MAYBE_SENT = "close_cancelled_maybe_sent"
     CLOSE_SUPPRESSED = "close_suppressed"
     PROVIDER_SENT = "provider_sent"
+    PROVE_NOT_SENT = "prove_not_sent"
     REOPEN_UNKNOWN = "reopen_unknown"
 
 
@@ -337,14 +338,28 @@ TRANSITIONS: tuple[Transition, ...] = (
         "",
     ),
     Transition(
-        Event.PROVIDER_SENT, (S.UNKNOWN,), S.SENT, "a provider event says it was sent", "provider message id kept"
+        Event.PROVIDER_SENT,
+        (S.UNKNOWN,),
+        S.SENT,
+        "a provider event, or an audit of the provider's own records, says it was sent",
+        "provider message id kept",
+    ),
+    # An audit (domain/audit) settles an unknown by evidence: absent from a complete
+    # listing of the provider's sent emails that covers its whole window, it is proven
+    # not sent; it stays unknown (ended, never re-sent automatically) but may be reopened.
+    Transition(
+        Event.PROVE_NOT_SENT,
+        (S.UNKNOWN,),
+        S.UNKNOWN,
+        "no provider 'sent' evidence; absent from a complete provider listing covering its window",
+        "proven_not_sent_at and the audit kept",
     ),
     Transition(
         Event.REOPEN_UNKNOWN,
         (S.UNKNOWN,),
         S.PENDING,
-        "an operator accepts a possible second email",
-        "maybe_sent and group lifted",
+        "proven not sent by an audit (or an operator accepts a possible second email: `--accept-possible-duplicates`)",
+        "maybe_sent, group and the proof lifted",
     ),
 )
 
