@@ -1,0 +1,91 @@
+"""Resend as sendonce registers it: capabilities, settings, adapter, webhooks."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from sendonce.adapters.providers.descriptor import Pace, Provider, ProviderEnv, ProviderSettings, SecretReader
+from sendonce.adapters.providers.resend.sender import ResendProvider
+from sendonce.adapters.providers.resend.webhooks import SvixWebhooks, SvixWebhookVerifier
+from sendonce.domain.capabilities import ProviderCapabilities
+from sendonce.domain.errors import SettingsError
+from sendonce.domain.ports import EmailProvider, RateLimiter
+
+NAME = "resend"
+# Also read for the consumer's `resend_api_url` (the local Resend server sets it).
+API_URL_VARIABLE = "RESEND_API_URL"
+
+CAPABILITIES = ProviderCapabilities(
+    idempotent=True,
+    idempotency_window_s=24 * 3600,  # Resend keeps an idempotency key for 24 h
+    max_batch=100,  # POST /emails/batch
+    default_rate=5.0,  # requests/s: Resend's documented default per team
+    rate_headers=True,  # ratelimit-limit on every answer
+    ambiguous_outcomes=(
+        "a 5xx answer other than 503",
+        "a connection failure or client timeout",
+        "invalid_idempotent_request (the key was used for other content)",
+        "a batch answer that does not cover every email",
+    ),
+)
+
+
+class ResendSettings(ProviderSettings):
+    # The name of the Secrets Manager secret holding the API key; unset: Resend is not registered.
+    api_key_secret: str | None = Field(default=None, min_length=1)
+    api_url: str | None = Field(default=None, pattern=r"^https?://")
+    # The team's limit in requests per second, assumed until Resend's ratelimit-limit header
+    # states it, paced less `rate_reserve` requests per second.
+    requests_per_second: float = Field(default=CAPABILITIES.default_rate, gt=0, le=1_000)
+    rate_from_headers: bool = True
+    rate_reserve: float = Field(default=1.0, ge=0, le=100)
+
+
+class ResendEventsSettings(ProviderSettings):
+    # The name of the secret holding the `whsec_...` signing secret; without it every
+    # webhook is refused.
+    webhook_secret: str | None = Field(default=None, min_length=1)
+
+
+def _build(settings: ResendSettings, env: ProviderEnv) -> EmailProvider | None:
+    if not settings.api_key_secret:
+        return None
+    return ResendProvider(
+        api_key=env.secret(settings.api_key_secret, "Resend API key"),
+        api_url=settings.api_url,
+        timeout_seconds=env.timeout_seconds,
+    )
+
+
+def _pace(settings: ResendSettings, provider: EmailProvider) -> Pace:
+    return Pace(rate=settings.requests_per_second, reserve=settings.rate_reserve)
+
+
+def _watch_rate(settings: ResendSettings, provider: EmailProvider, limiter: RateLimiter) -> None:
+    if settings.rate_from_headers and isinstance(provider, ResendProvider):
+        # Every Resend answer states the team's limit: the shared rate follows it.
+        provider.report_rate_limits_to(limiter)
+
+
+def _webhook(settings: ResendEventsSettings, secret: SecretReader) -> SvixWebhooks | None:
+    if not settings.webhook_secret:
+        return None
+    try:
+        verifier = SvixWebhookVerifier(secret=secret(settings.webhook_secret, "webhook secret"))
+    except ValueError as exc:
+        raise SettingsError(f"secret {settings.webhook_secret!r}: {exc}") from exc
+    return SvixWebhooks(verifier)
+
+
+PROVIDER = Provider(
+    name=NAME,
+    label="Resend",
+    capabilities=CAPABILITIES,
+    settings=ResendSettings,
+    events_settings=ResendEventsSettings,
+    env_fallbacks={"api_url": API_URL_VARIABLE},
+    build=_build,
+    pace=_pace,
+    watch_rate=_watch_rate,
+    webhook=_webhook,
+)

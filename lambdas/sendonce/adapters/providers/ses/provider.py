@@ -1,0 +1,54 @@
+"""Amazon SES v2 as sendonce registers it: capabilities, settings, adapter, events."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from sendonce.adapters.providers.descriptor import BusEvents, Pace, Provider, ProviderEnv, ProviderSettings
+from sendonce.adapters.providers.ses.events import parse_ses_event
+from sendonce.adapters.providers.ses.sender import SEND_CLIENT_CONFIG, SesProvider
+from sendonce.domain.capabilities import ProviderCapabilities
+from sendonce.domain.ports import EmailProvider
+
+NAME = "ses"
+# What SES publishes to EventBridge: the rule (sendonce_cdk.providers) matches this source.
+EVENT_SOURCE = "aws.ses"
+
+CAPABILITIES = ProviderCapabilities(
+    idempotent=False,  # no idempotency key: a send whose outcome is unknown is never repeated
+    max_batch=1,
+    default_rate=14.0,  # recipients/s: a new production account's MaxSendRate
+    rate_headers=False,  # the account's MaxSendRate is read once, from GetAccount
+    ambiguous_outcomes=("a 5xx answer", "a read timeout or reset connection"),
+)
+
+
+class SesSettings(ProviderSettings):
+    # The configuration set every send names, so that its events reach the events function.
+    configuration_set: str | None = None
+    # Recipients per second for the shared rate (capped further by the account's
+    # MaxSendRate when GetAccount answers).
+    send_rate: float = Field(default=CAPABILITIES.default_rate, gt=0, le=100_000)
+
+
+def _build(settings: SesSettings, env: ProviderEnv) -> EmailProvider:
+    return SesProvider(
+        client=env.session.client("sesv2", config=SEND_CLIENT_CONFIG), configuration_set=settings.configuration_set
+    )
+
+
+def _pace(settings: SesSettings, provider: EmailProvider) -> Pace:
+    rate = settings.send_rate
+    account_rate = provider.max_send_rate() if isinstance(provider, SesProvider) else None
+    return Pace(rate=min(rate, account_rate) if account_rate else rate)
+
+
+PROVIDER = Provider(
+    name=NAME,
+    label="SES",
+    capabilities=CAPABILITIES,
+    settings=SesSettings,
+    build=_build,
+    pace=_pace,
+    bus_events=BusEvents(provider=NAME, source=EVENT_SOURCE, parse=parse_ses_event),
+)
