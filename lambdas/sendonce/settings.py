@@ -94,8 +94,13 @@ class _ConsumerSettings(_WithProviders):
         return _from_env(cls, environ)
 
 
-class ConsumerSettings(_ConsumerSettings.for_providers(registered())):  # type: ignore[misc]
-    """The consumer's settings with the built-in providers' fields."""
+def consumer_settings_model(providers: Mapping[str, Provider]) -> type[Any]:
+    """The consumer's settings model for these providers (ConsumerSettings: the registered ones)."""
+    return _ConsumerSettings.for_providers(providers)
+
+
+class ConsumerSettings(consumer_settings_model(registered())):  # type: ignore[misc]
+    """The consumer's settings with the registered providers' fields."""
 
 
 class ApiSettings(BaseModel):
@@ -134,8 +139,13 @@ class _EventsSettings(_WithProviders):
         return _from_env(cls, environ)
 
 
-class EventsSettings(_EventsSettings.for_providers(registered())):  # type: ignore[misc]
-    """The events function's settings with the built-in providers' fields."""
+def events_settings_model(providers: Mapping[str, Provider]) -> type[Any]:
+    """The events function's settings model for these providers."""
+    return _EventsSettings.for_providers(providers)
+
+
+class EventsSettings(events_settings_model(registered())):  # type: ignore[misc]
+    """The events function's settings with the registered providers' fields."""
 
 
 class UnsubscribeSettings(BaseModel):

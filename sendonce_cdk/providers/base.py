@@ -43,6 +43,8 @@ class ProviderStack:
     # The provider's CDK context keys and their defaults (docs/deploy.md lists them).
     context: Mapping[str, Any] = field(default_factory=dict)
     secrets: tuple[SecretNeed, ...] = ()
+    # Consumer settings taken straight from context keys: settings field -> context key.
+    consumer_context: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -65,7 +67,10 @@ class ProviderStack:
     def consumer_settings(self, config: SendonceConfig) -> dict[str, str]:
         """The consumer's settings for this provider, by the provider's field name (the
         construct prefixes `<name>_`). Called when the provider is deployed."""
-        return self._secret_settings(config, "consumer")
+        return {
+            **{setting: str(config.provider_value(key)) for setting, key in self.consumer_context.items()},
+            **self._secret_settings(config, "consumer"),
+        }
 
     def standing_consumer_settings(self, config: SendonceConfig) -> dict[str, str]:
         """Settings the consumer carries whether or not the provider is deployed."""
