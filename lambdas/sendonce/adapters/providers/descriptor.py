@@ -62,6 +62,42 @@ class BusEvents:
         return self.parse(event)
 
 
+@dataclass(frozen=True)
+class Plan:
+    """A pricing plan: USD per 1,000 emails (None: unconfirmed, the caller gives it) and a monthly fee."""
+
+    name: str
+    per_1000: float | None
+    monthly_fee: float | None
+    note: str
+
+
+@dataclass(frozen=True)
+class Billing:
+    """How a provider charges, for the cost model (`sendonce cost`): per email on the AWS
+    bill under one of its `plans` (the first is the default), or outside AWS (`note`)."""
+
+    through_aws: bool = False
+    plans: tuple[Plan, ...] = ()
+    note: str = ""
+    price_list: str = ""  # where its prices are published
+    # Rows of docs/benchmarks.md's price table: (price, figure, source, as of, confirmed).
+    price_sources: tuple[tuple[str, str, str, str, bool], ...] = ()
+
+    def plan(self, name: str, *, per_1000: float | None = None, monthly_fee: float | None = None) -> Plan:
+        """The plan with the caller's figures; a plan whose price is unconfirmed needs them."""
+        plans = {p.name: p for p in self.plans}
+        if name not in plans:
+            raise ValueError(f"plan must be one of {', '.join(plans)}")
+        plan = plans[name]
+        price = per_1000 if per_1000 is not None else plan.per_1000
+        if price is None:
+            raise ValueError(f"{plan.note} ({self.price_list or 'its price list'}, or your bill)")
+        fee = monthly_fee if monthly_fee is not None else (plan.monthly_fee or 0.0)
+        given = per_1000 is not None or monthly_fee is not None
+        return Plan(name, price, fee, plan.note + ("; figures given by the caller" if given else ""))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Provider:
     name: str
@@ -75,14 +111,21 @@ class Provider:
     env_fallbacks: Mapping[str, str] = field(default_factory=dict)
     # The adapter (an EmailProvider), or None when the settings leave it unconfigured.
     build: Callable[[Any, ProviderEnv], EmailProvider | None]
-    # The shared send rate, from the settings and the built adapter.
-    pace: Callable[[Any, EmailProvider], Pace]
+    # The shared send rate, from the settings and the built adapter (None: before one is
+    # built, e.g. the cost model's default).
+    pace: Callable[[Any, EmailProvider | None], Pace]
     # Called once the shared limiter exists: an adapter that reads the provider's rate
     # headers reports them to it (capabilities.rate_headers).
     watch_rate: Callable[[Any, EmailProvider, RateLimiter], None] | None = None
     # Events: from an event bus, or as webhooks at POST /webhooks/<name> (None: unconfigured).
     bus_events: BusEvents | None = None
     webhook: Callable[[Any, SecretReader], WebhookReader | None] | None = None
+    billing: Billing = field(default_factory=Billing)
+
+    def default_rate(self) -> float:
+        """The rate a default deployment paces this provider at (its limit less the reserve)."""
+        pace = self.pace(self.settings(), None)
+        return pace.rate - pace.reserve
 
     @property
     def title(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from sendonce.adapters.providers.descriptor import Pace, Provider, ProviderEnv, ProviderSettings, SecretReader
+from sendonce.adapters.providers.descriptor import Billing, Pace, Provider, ProviderEnv, ProviderSettings, SecretReader
 from sendonce.adapters.providers.resend.sender import ResendProvider
 from sendonce.adapters.providers.resend.webhooks import SvixWebhooks, SvixWebhookVerifier
 from sendonce.domain.capabilities import ProviderCapabilities
@@ -57,7 +57,7 @@ def _build(settings: ResendSettings, env: ProviderEnv) -> EmailProvider | None:
     )
 
 
-def _pace(settings: ResendSettings, provider: EmailProvider) -> Pace:
+def _pace(settings: ResendSettings, provider: EmailProvider | None) -> Pace:
     return Pace(rate=settings.requests_per_second, reserve=settings.rate_reserve)
 
 
@@ -88,4 +88,5 @@ PROVIDER = Provider(
     pace=_pace,
     watch_rate=_watch_rate,
     webhook=_webhook,
+    billing=Billing(note="Resend bills by plan (monthly email quota), not through AWS: not included in the AWS total."),
 )

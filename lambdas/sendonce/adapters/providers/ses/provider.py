@@ -6,6 +6,7 @@ from pydantic import Field
 
 from sendonce.adapters.providers.descriptor import BusEvents, Pace, Provider, ProviderEnv, ProviderSettings
 from sendonce.adapters.providers.ses.events import parse_ses_event
+from sendonce.adapters.providers.ses.prices import BILLING
 from sendonce.adapters.providers.ses.sender import SEND_CLIENT_CONFIG, SesProvider
 from sendonce.domain.capabilities import ProviderCapabilities
 from sendonce.domain.ports import EmailProvider
@@ -37,7 +38,7 @@ def _build(settings: SesSettings, env: ProviderEnv) -> EmailProvider:
     )
 
 
-def _pace(settings: SesSettings, provider: EmailProvider) -> Pace:
+def _pace(settings: SesSettings, provider: EmailProvider | None) -> Pace:
     rate = settings.send_rate
     account_rate = provider.max_send_rate() if isinstance(provider, SesProvider) else None
     return Pace(rate=min(rate, account_rate) if account_rate else rate)
@@ -51,4 +52,5 @@ PROVIDER = Provider(
     build=_build,
     pace=_pace,
     bus_events=BusEvents(provider=NAME, source=EVENT_SOURCE, parse=parse_ses_event),
+    billing=BILLING,
 )
