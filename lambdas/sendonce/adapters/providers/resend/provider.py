@@ -5,29 +5,14 @@ from __future__ import annotations
 from pydantic import Field
 
 from sendonce.adapters.providers.descriptor import Billing, Pace, Provider, ProviderEnv, ProviderSettings, SecretReader
-from sendonce.adapters.providers.resend.sender import ResendProvider
+from sendonce.adapters.providers.resend.sender import CAPABILITIES, ResendProvider
 from sendonce.adapters.providers.resend.webhooks import SvixWebhooks, SvixWebhookVerifier
-from sendonce.domain.capabilities import ProviderCapabilities
 from sendonce.domain.errors import SettingsError
 from sendonce.domain.ports import EmailProvider, RateLimiter
 
 NAME = "resend"
 # Also read for the consumer's `resend_api_url` (the local Resend server sets it).
 API_URL_VARIABLE = "RESEND_API_URL"
-
-CAPABILITIES = ProviderCapabilities(
-    idempotent=True,
-    idempotency_window_s=24 * 3600,  # Resend keeps an idempotency key for 24 h
-    max_batch=100,  # POST /emails/batch
-    default_rate=5.0,  # requests/s: Resend's documented default per team
-    rate_headers=True,  # ratelimit-limit on every answer
-    ambiguous_outcomes=(
-        "a 5xx answer other than 503",
-        "a connection failure or client timeout",
-        "invalid_idempotent_request (the key was used for other content)",
-        "a batch answer that does not cover every email",
-    ),
-)
 
 
 class ResendSettings(ProviderSettings):

@@ -7,21 +7,12 @@ from pydantic import Field
 from sendonce.adapters.providers.descriptor import BusEvents, Pace, Provider, ProviderEnv, ProviderSettings
 from sendonce.adapters.providers.ses.events import parse_ses_event
 from sendonce.adapters.providers.ses.prices import BILLING
-from sendonce.adapters.providers.ses.sender import SEND_CLIENT_CONFIG, SesProvider
-from sendonce.domain.capabilities import ProviderCapabilities
+from sendonce.adapters.providers.ses.sender import CAPABILITIES, SEND_CLIENT_CONFIG, SesProvider
 from sendonce.domain.ports import EmailProvider
 
 NAME = "ses"
 # What SES publishes to EventBridge: the rule (sendonce_cdk.providers) matches this source.
 EVENT_SOURCE = "aws.ses"
-
-CAPABILITIES = ProviderCapabilities(
-    idempotent=False,  # no idempotency key: a send whose outcome is unknown is never repeated
-    max_batch=1,
-    default_rate=14.0,  # recipients/s: a new production account's MaxSendRate
-    rate_headers=False,  # the account's MaxSendRate is read once, from GetAccount
-    ambiguous_outcomes=("a 5xx answer", "a read timeout or reset connection"),
-)
 
 
 class SesSettings(ProviderSettings):
