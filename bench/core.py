@@ -1101,7 +1101,7 @@ def default_team_phases(stack: LocalStack, config: BenchConfig, progress: Callab
 def baseline_client_setup_ms(samples: int = 3) -> float:
     """What the baseline pays per invocation and sendonce once per environment: a boto3
     session and its DynamoDB and SES clients."""
-    from sendonce.adapters.providers.ses_provider import SEND_CLIENT_CONFIG
+    from sendonce.adapters.providers.ses.sender import SEND_CLIENT_CONFIG
 
     times = []
     for _ in range(samples):

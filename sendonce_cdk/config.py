@@ -9,10 +9,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-PROVIDERS = ("ses", "resend")
+from sendonce_cdk.context_values import ConfigError, number
+from sendonce_cdk.providers.base import ProviderStack
+from sendonce_cdk.providers.registry import context_defaults, registered
+
 REMOVAL_POLICIES = ("retain", "destroy")
 
 # One SQS message (a batch) holds at most this many recipients (docs/messages.md).
@@ -39,18 +42,14 @@ EVENTS_PER_EMAIL = 3
 EVENT_SECONDS = 0.05
 EVENTS_HEADROOM = 2
 MIN_EVENTS_RESERVED = 10
-SES_CONFIGURATION_SET_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 S3_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
-DEFAULTS: dict[str, Any] = {
+# The context keys every deployment has; each provider adds its own (sendonce_cdk/providers/).
+COMMON_DEFAULTS: dict[str, Any] = {
     "stack_name": "Sendonce",
-    "provider": "ses",
+    # The registered providers to deploy, comma-separated; the first registered is the default.
+    "provider": next(iter(registered())),
     "sender_domain": "example.com",
-    # SES configuration set the stack creates (with its EventBridge event destination);
-    # None -> "<stack_name>-events".
-    "ses_configuration_set": None,
-    "resend_api_key_secret_name": "sendonce/resend-api-key",
-    "resend_webhook_secret_name": "sendonce/resend-webhook-secret",
     "unsubscribe_key_secret_name": "sendonce/unsubscribe-key",
     # Without it the consumer sends no List-Unsubscribe header (docs/deploy.md).
     "unsubscribe_base_url": None,
@@ -59,7 +58,6 @@ DEFAULTS: dict[str, Any] = {
     "oncall_email": None,
     "oncall_https_url": None,
     "send_rate": 14.0,
-    "resend_requests_per_second": 5.0,  # Resend's documented default per team; the consumer learns the real one from its headers
     "send_concurrency": 8,
     "provider_timeout_seconds": 10,
     "provider_latency_ms": 250,
@@ -81,10 +79,7 @@ DEFAULTS: dict[str, Any] = {
     # are checked against, before a deploy fails on them.
     "account_concurrency": 1000,
 }
-
-
-class ConfigError(ValueError):
-    """A context value is missing its expected shape."""
+DEFAULTS: dict[str, Any] = {**COMMON_DEFAULTS, **context_defaults(registered())}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,16 +87,12 @@ class SendonceConfig:
     stack_name: str
     providers: tuple[str, ...]
     sender_domain: str
-    ses_configuration_set: str | None
-    resend_api_key_secret_name: str
-    resend_webhook_secret_name: str
     unsubscribe_key_secret_name: str
     unsubscribe_base_url: str | None
     recipients_bucket: str | None
     oncall_email: str | None
     oncall_https_url: str | None
     send_rate: float
-    resend_requests_per_second: float
     send_concurrency: int
     provider_timeout_seconds: int
     provider_latency_ms: int
@@ -117,44 +108,51 @@ class SendonceConfig:
     unsubscribe_reserved_concurrency: int
     api_reserved_concurrency: int
     account_concurrency: int
+    # The registered providers' context values, by key (`provider_value`), and their CDK
+    # needs by name (those in `providers` are deployed).
+    provider_context: tuple[tuple[str, Any], ...] = ()
+    provider_stacks: Mapping[str, ProviderStack] = field(default_factory=registered, compare=False, repr=False)
 
     @classmethod
-    def from_context(cls, get: Callable[[str], Any] | Mapping[str, Any]) -> SendonceConfig:
-        """Build from `node.try_get_context` (or a plain mapping); unknown keys are ignored."""
+    def from_context(
+        cls, get: Callable[[str], Any] | Mapping[str, Any], *, providers: Mapping[str, ProviderStack] | None = None
+    ) -> SendonceConfig:
+        """Build from `node.try_get_context` (or a plain mapping); unknown keys are ignored.
+        `providers`: the registry to read (default: sendonce_cdk.providers.registry's)."""
         lookup = get.get if isinstance(get, Mapping) else get
+        stacks = dict(providers if providers is not None else registered())
+        defaults = {**COMMON_DEFAULTS, **context_defaults(stacks)}
 
         def value(key: str) -> Any:
             raw = lookup(key)
-            return DEFAULTS[key] if raw is None or raw == "" else raw
+            return defaults[key] if raw is None or raw == "" else raw
 
         def whole(key: str) -> int:
-            return _number(value(key), key, int)
+            return number(value(key), key, int)
 
-        providers = _providers(value("provider"))
+        provider_context: dict[str, Any] = {}
+        for stack in stacks.values():
+            provider_context.update(stack.parse_context(value))
         config = cls(
             stack_name=str(value("stack_name")),
-            providers=providers,
+            providers=_providers(value("provider"), tuple(stacks)),
+            provider_context=tuple(provider_context.items()),
+            provider_stacks=stacks,
             sender_domain=str(value("sender_domain")),
-            ses_configuration_set=_optional_str(value("ses_configuration_set")),
-            resend_api_key_secret_name=str(value("resend_api_key_secret_name")),
-            resend_webhook_secret_name=str(value("resend_webhook_secret_name")),
             unsubscribe_key_secret_name=str(value("unsubscribe_key_secret_name")),
             unsubscribe_base_url=_optional_str(value("unsubscribe_base_url")),
             recipients_bucket=_optional_str(value("recipients_bucket")),
             oncall_email=_optional_str(value("oncall_email")),
             oncall_https_url=_optional_str(value("oncall_https_url")),
-            send_rate=_number(value("send_rate"), "send_rate", float),
-            resend_requests_per_second=_number(
-                value("resend_requests_per_second"), "resend_requests_per_second", float
-            ),
-            send_concurrency=_number(value("send_concurrency"), "send_concurrency", int),
-            provider_timeout_seconds=_number(value("provider_timeout_seconds"), "provider_timeout_seconds", int),
-            provider_latency_ms=_number(value("provider_latency_ms"), "provider_latency_ms", int),
-            batch_size=_number(value("batch_size"), "batch_size", int),
+            send_rate=number(value("send_rate"), "send_rate", float),
+            send_concurrency=number(value("send_concurrency"), "send_concurrency", int),
+            provider_timeout_seconds=number(value("provider_timeout_seconds"), "provider_timeout_seconds", int),
+            provider_latency_ms=number(value("provider_latency_ms"), "provider_latency_ms", int),
+            batch_size=number(value("batch_size"), "batch_size", int),
             max_concurrency_override=(
-                None if value("max_concurrency") is None else _number(value("max_concurrency"), "max_concurrency", int)
+                None if value("max_concurrency") is None else number(value("max_concurrency"), "max_concurrency", int)
             ),
-            queue_age_alarm_minutes=_number(value("queue_age_alarm_minutes"), "queue_age_alarm_minutes", int),
+            queue_age_alarm_minutes=number(value("queue_age_alarm_minutes"), "queue_age_alarm_minutes", int),
             removal_policy=str(value("removal_policy")).lower(),
             unsubscribe_rate_limit=whole("unsubscribe_rate_limit"),
             unsubscribe_burst_limit=whole("unsubscribe_burst_limit"),
@@ -197,10 +195,8 @@ class SendonceConfig:
         # RFC 8058: the one-click link must be https (the consumer refuses anything else).
         if self.unsubscribe_base_url is not None and not self.unsubscribe_base_url.startswith("https://"):
             problems.append("unsubscribe_base_url must start with https://")
-        if self.ses_configuration_set is not None and not SES_CONFIGURATION_SET_NAME.fullmatch(
-            self.ses_configuration_set
-        ):
-            problems.append("ses_configuration_set must be 1-64 letters, digits, '-' or '_'")
+        for stack in self.provider_stacks.values():
+            problems.extend(stack.problems(self))
         if self.recipients_bucket is not None and not S3_BUCKET_NAME.fullmatch(self.recipients_bucket):
             problems.append(f"recipients_bucket is not an S3 bucket name: {self.recipients_bucket!r}")
         for route in ("unsubscribe", "webhook"):
@@ -241,20 +237,22 @@ class SendonceConfig:
         if problems:
             raise ConfigError("invalid sendonce context: " + "; ".join(problems))
 
-    @property
-    def uses_ses(self) -> bool:
-        return "ses" in self.providers
+    def provider_value(self, key: str) -> Any:
+        """A provider's context value (e.g. the name of a secret it reads)."""
+        return dict(self.provider_context)[key]
 
     @property
-    def uses_resend(self) -> bool:
-        return "resend" in self.providers
+    def deployed(self) -> tuple[ProviderStack, ...]:
+        """The CDK needs of the providers this deployment uses, in registry order."""
+        return tuple(stack for name, stack in self.provider_stacks.items() if name in self.providers)
 
-    @property
-    def configuration_set_name(self) -> str | None:
-        """The SES configuration set the stack creates and every SES send names (SES only)."""
-        if not self.uses_ses:
-            return None
-        return self.ses_configuration_set or f"{self.stack_name[:57]}-events"
+    def __getattr__(self, name: str) -> Any:
+        # A provider's context value reads like any other setting: config.<key>.
+        if name != "provider_context":
+            for key, value in self.__dict__.get("provider_context", ()):
+                if key == name:
+                    return value
+        raise AttributeError(name)
 
     @property
     def retain(self) -> bool:
@@ -337,12 +335,12 @@ class SendonceConfig:
         )
 
 
-def _providers(raw: Any) -> tuple[str, ...]:
+def _providers(raw: Any, known: tuple[str, ...]) -> tuple[str, ...]:
     names = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
     providers = tuple(dict.fromkeys(n.strip().lower() for n in names if str(n).strip()))
-    unknown = [p for p in providers if p not in PROVIDERS]
+    unknown = [p for p in providers if p not in known]
     if not providers or unknown:
-        raise ConfigError(f"invalid sendonce context: provider must be one or more of {PROVIDERS}, got {raw!r}")
+        raise ConfigError(f"invalid sendonce context: provider must be one or more of {known}, got {raw!r}")
     return providers
 
 
@@ -350,14 +348,4 @@ def _optional_str(raw: Any) -> str | None:
     return None if raw is None else str(raw)
 
 
-def _number(raw: Any, key: str, kind: type) -> Any:
-    # Context from `-c key=value` arrives as a string; from cdk.json as JSON numbers.
-    try:
-        number = float(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"invalid sendonce context: {key} must be a number, got {raw!r}") from None
-    if kind is int:
-        if not number.is_integer():
-            raise ConfigError(f"invalid sendonce context: {key} must be a whole number, got {raw!r}")
-        return int(number)
-    return number
+__all__ = ["ConfigError", "SendonceConfig"]

@@ -6,15 +6,18 @@
     mail.grant_publish(publisher_role)        # create and publish campaigns (operator API)
     mail.grant_operate(on_call_role)          # every operator route: pause, resume, cancel, ...
 
-Props are the CDK context keys of docs/deploy.md, typed; they are checked together by
-`sendonce_cdk.config.SendonceConfig` (a bad combination raises `ConfigError` before synthesis).
+Props are the CDK context keys of docs/deploy.md, typed; a provider's own keys (its secrets'
+names, its rate) come as keywords too, named by its module in `sendonce_cdk/providers/`.
+They are checked together by `sendonce_cdk.config.SendonceConfig` (a bad combination raises
+`ConfigError` before synthesis). `provider_registry` replaces the registered providers
+(`sendonce_cdk.providers.registry.registered`), for a provider of your own.
 The grants between the parts and the cdk-nag acknowledgements come with it.
 `sendonce_infra.stack.SendonceStack` is this construct with the stack outputs around it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import aws_cdk as cdk
@@ -27,7 +30,7 @@ from constructs import Construct
 
 from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX
 from sendonce_cdk.bundling import lambda_code
-from sendonce_cdk.config import DEFAULTS, MAX_RECEIVE_COUNT, SendonceConfig
+from sendonce_cdk.config import COMMON_DEFAULTS, DEFAULTS, MAX_RECEIVE_COUNT, SendonceConfig
 from sendonce_cdk.consumer import Consumer
 from sendonce_cdk.dashboard import Dashboard
 from sendonce_cdk.http_api import RouteThrottle
@@ -35,6 +38,8 @@ from sendonce_cdk.ledger import LedgerTables
 from sendonce_cdk.oncall import OnCall
 from sendonce_cdk.operator_api import OperatorApi
 from sendonce_cdk.provider_events import ProviderEvents
+from sendonce_cdk.providers.base import ProviderStack
+from sendonce_cdk.providers.registry import context_defaults, registered
 from sendonce_cdk.public_api import PublicApi
 from sendonce_cdk.queues import SendQueues
 
@@ -64,18 +69,14 @@ class SendOnce(Construct):
         scope: Construct,
         id: str,
         *,
-        providers: Sequence[Literal["ses", "resend"]],
+        providers: Sequence[str],
         sender_domain: str,
-        ses_configuration_set: str | None = None,
-        resend_api_key_secret_name: str = DEFAULTS["resend_api_key_secret_name"],
-        resend_webhook_secret_name: str = DEFAULTS["resend_webhook_secret_name"],
         unsubscribe_key_secret_name: str = DEFAULTS["unsubscribe_key_secret_name"],
         unsubscribe_base_url: str | None = None,
         recipients_bucket: str | None = None,
         oncall_email: str | None = None,
         oncall_https_url: str | None = None,
         send_rate: float = DEFAULTS["send_rate"],
-        resend_requests_per_second: float = DEFAULTS["resend_requests_per_second"],
         send_concurrency: int = DEFAULTS["send_concurrency"],
         provider_timeout_seconds: int = DEFAULTS["provider_timeout_seconds"],
         provider_latency_ms: int = DEFAULTS["provider_latency_ms"],
@@ -92,20 +93,31 @@ class SendOnce(Construct):
         api_reserved_concurrency: int = DEFAULTS["api_reserved_concurrency"],
         account_concurrency: int = DEFAULTS["account_concurrency"],
         code: lambda_.Code | None = None,
+        provider_registry: Mapping[str, ProviderStack] | None = None,
+        **provider_props: Any,
     ) -> None:
         super().__init__(scope, id)
-        # Every other keyword is a context key of the same name (sendonce_cdk.config.DEFAULTS).
+        # Every other keyword is a context key of the same name (sendonce_cdk.config.DEFAULTS,
+        # and the registered providers' keys).
         props: dict[str, Any] = {
             key: value
             for key, value in locals().items()
-            if key not in ("self", "scope", "id", "code", "providers", "__class__")
+            if key
+            not in ("self", "scope", "id", "code", "providers", "provider_registry", "provider_props", "__class__")
         }
-        if unknown := set(props) - set(DEFAULTS):
+        stacks = provider_registry if provider_registry is not None else registered()
+        if unknown := set(props) - set(COMMON_DEFAULTS) or set(provider_props) - set(context_defaults(stacks)):
             raise TypeError(f"SendOnce props without a context key: {sorted(unknown)}")
-        # The stack's name prefixes the alarms and the dashboard, and names the default
-        # SES configuration set.
+        # The stack's name prefixes the alarms and the dashboard, and names a provider's
+        # resources where it has any (the default SES configuration set).
         config = SendonceConfig.from_context(
-            {**props, "provider": list(providers), "stack_name": cdk.Stack.of(self).stack_name}
+            {
+                **props,
+                **provider_props,
+                "provider": list(providers),
+                "stack_name": cdk.Stack.of(self).stack_name,
+            },
+            providers=stacks,
         )
         self.config = config
         # One asset for every function: one bundle, one upload.
@@ -134,12 +146,12 @@ class SendOnce(Construct):
             batch_size=config.batch_size,
             max_concurrency=config.max_concurrency,
             send_concurrency=config.send_concurrency,
-            send_rate=config.send_rate,
-            resend_requests_per_second=config.resend_requests_per_second,
             provider_timeout_seconds=config.provider_timeout_seconds,
             safety_margin_ms=config.safety_margin_ms,
-            resend_api_key_secret_name=config.resend_api_key_secret_name if config.uses_resend else None,
-            ses_configuration_set=config.configuration_set_name,
+            provider_settings=_prefixed(
+                [(stack, stack.standing_consumer_settings(config)) for stack in config.provider_stacks.values()]
+                + [(stack, stack.consumer_settings(config)) for stack in config.deployed]
+            ),
             unsubscribe_key_secret_name=config.unsubscribe_key_secret_name if config.unsubscribe_base_url else None,
             unsubscribe_base_url=config.unsubscribe_base_url,
             reserved_concurrency=config.consumer_reserved_concurrency,
@@ -163,12 +175,15 @@ class SendOnce(Construct):
             ledger_table=self.tables.ledger,
             campaigns_table=self.tables.campaigns,
             suppressions_table=self.tables.suppressions,
-            resend_webhook_secret_name=config.resend_webhook_secret_name if config.uses_resend else None,
-            ses_configuration_set_name=config.configuration_set_name,
+            provider_settings=_prefixed([(stack, stack.events_settings(config)) for stack in config.deployed]),
+            sources=[stack.descriptor.events_title for stack in config.provider_stacks.values()],
             reserved_concurrency=config.events_reserved_concurrency,
             removal_policy=removal_policy,
             code=code,
         )
+        for stack in config.deployed:
+            stack.add_event_sources(self.provider_events, config)
+        webhook_paths = [stack.webhook_path for stack in config.deployed if stack.webhook_path]
         self.public_api = PublicApi(
             self,
             "PublicApi",
@@ -182,7 +197,8 @@ class SendOnce(Construct):
             webhook_throttle=RouteThrottle(
                 rate_limit=config.webhook_rate_limit, burst_limit=config.webhook_burst_limit
             ),
-            events_function=self.provider_events.function if config.uses_resend else None,
+            events_function=self.provider_events.function if webhook_paths else None,
+            webhook_paths=webhook_paths,
             unsubscribe_reserved_concurrency=config.unsubscribe_reserved_concurrency,
             removal_policy=removal_policy,
             code=code,
@@ -317,33 +333,13 @@ class SendOnce(Construct):
         # event source's grant covers receiving, deleting and returning source messages).
         self._allow_send(function, self.queues.dead_letter_queue)
 
-        if self.config.uses_resend:
-            self.resend_api_key = self._allow_secret_read(
-                function, "ResendApiKey", self.config.resend_api_key_secret_name, sid="ReadResendApiKey"
-            )
         if self.config.unsubscribe_base_url:
-            self._allow_secret_read(
+            self.allow_secret_read(
                 function, "UnsubscribeKey", self.config.unsubscribe_key_secret_name, sid="ReadUnsubscribeKey"
             )
-        if self.config.uses_ses:
-            resources = [
-                cdk.Stack.of(self).format_arn(
-                    service="ses", resource="identity", resource_name=self.config.sender_domain
-                ),
-                # Every SES send names the stack's configuration set, so that its events
-                # reach the events function.
-                cdk.Stack.of(self).format_arn(
-                    service="ses", resource="configuration-set", resource_name=self.config.configuration_set_name
-                ),
-            ]
-            function.add_to_role_policy(
-                iam.PolicyStatement(sid="SendAsSenderIdentity", actions=["ses:SendEmail"], resources=resources)
-            )
-            # The account's MaxSendRate caps the shared send rate. GetAccount is read-only
-            # and has no resource-level permissions, so it cannot be scoped further.
-            function.add_to_role_policy(
-                iam.PolicyStatement(sid="ReadSendQuota", actions=["ses:GetAccount"], resources=["*"])
-            )
+        # Each provider's own: its secrets, its send permissions (sendonce_cdk/providers/).
+        for stack in self.config.deployed:
+            stack.grant_consumer(self, function)
 
     def _grant_operator_api(self) -> None:
         function = self.operator_api.function
@@ -386,10 +382,8 @@ class SendOnce(Construct):
         self._grant_campaigns(function, "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:BatchGetItem")
         # Hard bounces and complaints: a conditional PutItem (the first reason stays).
         self.tables.suppressions.grant(function, "dynamodb:PutItem")
-        if self.config.uses_resend:
-            self._allow_secret_read(
-                function, "ResendWebhookSecret", self.config.resend_webhook_secret_name, sid="ReadResendWebhookSecret"
-            )
+        for stack in self.config.deployed:
+            stack.grant_events(self, function)
 
     def _grant_unsubscribe(self) -> None:
         function = self.public_api.unsubscribe_function
@@ -397,7 +391,7 @@ class SendOnce(Construct):
         # click on the delivery's ledger record.
         self.tables.suppressions.grant(function, "dynamodb:GetItem", "dynamodb:PutItem")
         self.tables.ledger.grant(function, "dynamodb:GetItem", "dynamodb:UpdateItem")
-        self._allow_secret_read(
+        self.allow_secret_read(
             function, "UnsubscribeKey", self.config.unsubscribe_key_secret_name, sid="ReadUnsubscribeKey"
         )
 
@@ -406,7 +400,7 @@ class SendOnce(Construct):
         """sqs:SendMessage alone (grant_send_messages adds GetQueueAttributes and GetQueueUrl)."""
         function.add_to_role_policy(iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[queue.queue_arn]))
 
-    def _allow_secret_read(
+    def allow_secret_read(
         self, function: lambda_.IFunction, id: str, secret_name: str, *, sid: str
     ) -> secretsmanager.ISecret:
         """GetSecretValue on one secret, imported by name (never created in the template)."""
@@ -442,16 +436,8 @@ class SendOnce(Construct):
                     ),
                 )
             )
-        if self.config.uses_ses:
-            cdk.Validations.of(self.consumer_parts.role).acknowledge(
-                cdk.Acknowledgment(
-                    id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
-                    reason=(
-                        "Only ses:GetAccount (statement ReadSendQuota): a read-only quota lookup that SES"
-                        " does not scope to resources. Sends stay scoped to the sender identity."
-                    ),
-                )
-            )
+        for stack in self.config.deployed:
+            stack.acknowledge(self)
         if self.config.recipients_bucket:
             cdk.Validations.of(self.operator_api.role).acknowledge(
                 cdk.Acknowledgment(
@@ -471,10 +457,11 @@ class SendOnce(Construct):
                 id="AwsSolutions::AwsSolutions-APIG4",
                 reason=(
                     "The public API's callers cannot sign with SigV4 or hold a token: mailbox providers and"
-                    " people following a List-Unsubscribe link (RFC 8058), and Resend delivering webhooks."
-                    " Each handler authorizes the request itself: the unsubscribe token's HMAC-SHA256, the"
-                    " webhook's Svix signature with a +-300 s window; anything else gets 403/401 and changes"
-                    " nothing. The operator API (everything that changes campaigns) requires AWS_IAM."
+                    " people following a List-Unsubscribe link (RFC 8058), and email providers delivering"
+                    " webhooks. Each handler authorizes the request itself: the unsubscribe token's"
+                    " HMAC-SHA256, the webhook's signature as its provider defines it (Svix, a +-300 s window);"
+                    " anything else gets 403/401 and changes nothing. The operator API (everything that"
+                    " changes campaigns) requires AWS_IAM."
                 ),
             )
         )
@@ -494,17 +481,15 @@ def props_of(config: SendonceConfig) -> dict[str, Any]:
     """`SendOnce` keyword arguments that rebuild `config` (its stack name comes from the stack)."""
     return {
         "providers": list(config.providers),
+        "provider_registry": config.provider_stacks,
+        **dict(config.provider_context),
         "sender_domain": config.sender_domain,
-        "ses_configuration_set": config.ses_configuration_set,
-        "resend_api_key_secret_name": config.resend_api_key_secret_name,
-        "resend_webhook_secret_name": config.resend_webhook_secret_name,
         "unsubscribe_key_secret_name": config.unsubscribe_key_secret_name,
         "unsubscribe_base_url": config.unsubscribe_base_url,
         "recipients_bucket": config.recipients_bucket,
         "oncall_email": config.oncall_email,
         "oncall_https_url": config.oncall_https_url,
         "send_rate": config.send_rate,
-        "resend_requests_per_second": config.resend_requests_per_second,
         "send_concurrency": config.send_concurrency,
         "provider_timeout_seconds": config.provider_timeout_seconds,
         "provider_latency_ms": config.provider_latency_ms,
@@ -521,6 +506,11 @@ def props_of(config: SendonceConfig) -> dict[str, Any]:
         "api_reserved_concurrency": config.api_reserved_concurrency,
         "account_concurrency": config.account_concurrency,
     }
+
+
+def _prefixed(parts: Sequence[tuple[ProviderStack, Mapping[str, str]]]) -> dict[str, str]:
+    """Providers' settings by their functions' field names: `<provider>_<field>`."""
+    return {f"{stack.name}_{key}": value for stack, settings in parts for key, value in settings.items()}
 
 
 def _nag_rendering(resolved: Any) -> str | None:

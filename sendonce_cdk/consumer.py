@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
@@ -24,8 +26,8 @@ class Consumer(ServiceFunction):
     times it (SendonceConfig.visibility_timeout_seconds), or a batch still being sent
     becomes visible to a second consumer.
 
-    Grants on the tables, the DLQ, the secrets and SES are the stack's to make; the
-    event source grants consuming from the source queue itself.
+    Grants on the tables, the DLQ, the secrets and the providers are the stack's to make;
+    the event source grants consuming from the source queue itself.
 
     Public attributes: those of `ServiceFunction`, and `event_source`.
     """
@@ -45,12 +47,9 @@ class Consumer(ServiceFunction):
         batch_size: int,
         max_concurrency: int,
         send_concurrency: int,
-        send_rate: float,
-        resend_requests_per_second: float,
         provider_timeout_seconds: int,
         safety_margin_ms: int,
-        resend_api_key_secret_name: str | None = None,
-        ses_configuration_set: str | None = None,
+        provider_settings: Mapping[str, str] | None = None,
         unsubscribe_key_secret_name: str | None = None,
         unsubscribe_base_url: str | None = None,
         memory_size: int = 512,
@@ -66,20 +65,15 @@ class Consumer(ServiceFunction):
             "suppressions_table": suppressions_table.table_name,
             "dead_letter_queue_url": dead_letter_queue.queue_url,
             "send_concurrency": str(send_concurrency),
-            # The send rate every concurrent consumer shares (a DynamoDB-paced limiter).
-            "ses_send_rate": f"{send_rate:g}",
-            "resend_requests_per_second": f"{resend_requests_per_second:g}",
             "provider_timeout_seconds": str(provider_timeout_seconds),
             "safety_margin_ms": str(safety_margin_ms),
             # The consumer moves a batch to the DLQ itself on its last receive; it must
             # know the count at which SQS would.
             "max_receive_count": str(max_receive_count),
         }
-        if resend_api_key_secret_name:
-            # The secret's name only; the value is read at cold start.
-            settings["resend_api_key_secret"] = resend_api_key_secret_name
-        if ses_configuration_set:
-            settings["ses_configuration_set"] = ses_configuration_set
+        # Each provider's settings, `<provider>_<field>` (sendonce_cdk/providers/): send
+        # rates, and secrets by name only (their values are read at cold start).
+        settings.update(provider_settings or {})
         if unsubscribe_key_secret_name and unsubscribe_base_url:
             # Both or neither (the settings model refuses one alone): without them emails
             # carry no List-Unsubscribe header.

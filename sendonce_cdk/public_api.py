@@ -1,11 +1,13 @@
-"""The public HTTP API: one-click unsubscribe links and Resend's webhooks, no IAM.
+"""The public HTTP API: one-click unsubscribe links and the providers' webhooks, no IAM.
 
 Neither caller can sign with SigV4 (a mailbox provider following a List-Unsubscribe
-link, Resend delivering a webhook): the handlers authorize each request themselves, by
-the HMAC in the unsubscribe token and by the webhook's Svix signature.
+link, a provider delivering a webhook): the handlers authorize each request themselves, by
+the HMAC in the unsubscribe token and by the webhook's signature (its provider's reader).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_apigatewayv2 as apigwv2
@@ -18,11 +20,9 @@ from sendonce_cdk.http_api import LoggedHttpApi, RouteThrottle
 
 UNSUBSCRIBE_HANDLER = "sendonce.handlers.unsubscribe.lambda_handler"
 UNSUBSCRIBE_PATH = "/u/{token}"
-WEBHOOK_PATH = "/webhooks/resend"  # sendonce.handlers.events.WEBHOOK_PATH
 GET, POST = apigwv2.HttpMethod.GET, apigwv2.HttpMethod.POST
 # GET shows a confirmation page; POST is the one-click unsubscribe itself (RFC 8058).
 UNSUBSCRIBE_ROUTES = ((GET, UNSUBSCRIBE_PATH), (POST, UNSUBSCRIBE_PATH))
-WEBHOOK_ROUTES = ((POST, WEBHOOK_PATH),)
 
 
 class PublicApi(Construct):
@@ -43,6 +43,7 @@ class PublicApi(Construct):
         unsubscribe_throttle: RouteThrottle,
         webhook_throttle: RouteThrottle,
         events_function: lambda_.IFunction | None = None,
+        webhook_paths: Sequence[str] = (),
         unsubscribe_reserved_concurrency: int | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
@@ -81,17 +82,19 @@ class PublicApi(Construct):
         # invocation (answered 403/401): every route is throttled, so a flood is refused
         # by API Gateway (429) before it reaches Lambda. Clicks are a trickle; webhooks
         # follow the send rate (about three per email), and a throttled webhook waits for
-        # Resend's retry (docs/operations.md#flood-protection).
+        # the provider's retry (docs/operations.md#flood-protection).
         self.http.add_function_routes(
             "Unsubscribe",
             function=self.unsubscribe_function,
             routes=UNSUBSCRIBE_ROUTES,
             throttle=unsubscribe_throttle,
         )
-        if events_function is not None:
+        # POST /webhooks/<provider> for each deployed provider with webhooks
+        # (sendonce.handlers.events routes them by the path's provider).
+        if events_function is not None and webhook_paths:
             self.http.add_function_routes(
                 "Events",
                 function=events_function,
-                routes=WEBHOOK_ROUTES,
+                routes=[(POST, path) for path in webhook_paths],
                 throttle=webhook_throttle,
             )

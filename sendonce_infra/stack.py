@@ -32,7 +32,9 @@ class SendonceStack(cdk.Stack):
             id,
             description=(
                 "sendonce: campaign email delivery, each recipient once"
-                " (SQS -> Lambda -> DynamoDB ledger -> SES/Resend)"
+                " (SQS -> Lambda -> DynamoDB ledger -> "
+                + "/".join(stack.descriptor.title for stack in config.provider_stacks.values())
+                + ")"
             ),
             **kwargs,
         )
@@ -56,7 +58,7 @@ class SendonceStack(cdk.Stack):
             # execute-api URLs built from the APIs' Refs (moto creates no HTTP API: there they
             # read https://None.execute-api...).
             Output.API_URL: mail.operator_api_url,
-            # Resend's webhook URL is <PublicApiUrl>webhooks/resend; unsubscribe links are
+            # A provider's webhook URL is <PublicApiUrl>webhooks/<provider>; unsubscribe links are
             # <PublicApiUrl>u/<token> unless a custom domain fronts it (docs/deploy.md).
             Output.PUBLIC_API_URL: mail.public_api_url,
         }

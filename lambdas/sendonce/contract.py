@@ -27,8 +27,6 @@ CAMPAIGNS_TTL_ATTRIBUTE = "expires_at"
 
 # Every setting field `name` is read from SENDONCE_<NAME> (sendonce.settings).
 ENV_PREFIX = "SENDONCE_"
-# Also read for the consumer's `resend_api_url` (the local Resend server sets it).
-RESEND_API_URL = "RESEND_API_URL"
 
 
 def env_name(field: str) -> str:

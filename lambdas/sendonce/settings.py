@@ -4,19 +4,57 @@ One model per function (consumer, operator API, events, unsubscribe). Every valu
 from the function's environment (set by the CDK stack) as a SENDONCE_<FIELD> variable
 (`sendonce.contract.env_name`). Secrets are never here: only the *name* of the Secrets
 Manager secret that holds each one.
+
+Each registered provider adds its own fields (`sendonce.adapters.providers.<name>.provider`):
+field `x` of provider `p` is the setting `p_x` (SENDONCE_P_X). `ConsumerSettings` and
+`EventsSettings` carry the built-in providers'; `for_providers` makes the model for another
+registry (a test's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from sendonce import contract
+from sendonce.adapters.providers.descriptor import Provider, ProviderSettings
+from sendonce.adapters.providers.registry import registered
 from sendonce.domain.errors import SettingsError
 
 
-class ConsumerSettings(BaseModel):
+class _WithProviders(BaseModel):
+    """Settings that carry the registered providers' fields, flat (`<provider>_<field>`)."""
+
+    # Which attribute of a Provider holds this function's part of its settings.
+    provider_part: ClassVar[str] = "settings"
+    # A field read from another environment variable when its own is unset.
+    env_fallbacks: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def for_providers(cls, providers: Mapping[str, Provider]) -> type[Any]:
+        """This model with each provider's fields added (the model carries none of its own)."""
+        fields: dict[str, Any] = {}
+        fallbacks: dict[str, str] = {}
+        for provider in providers.values():
+            part: type[ProviderSettings] = getattr(provider, cls.provider_part)
+            for name, info in part.model_fields.items():
+                fields[f"{provider.name}_{name}"] = (info.annotation, info)
+            for name, variable in provider.env_fallbacks.items():
+                if name in part.model_fields:
+                    fallbacks[f"{provider.name}_{name}"] = variable
+        model = create_model(cls.__name__, __base__=cls, __module__=cls.__module__, **fields)
+        model.env_fallbacks = fallbacks
+        return model
+
+    def provider_settings(self, provider: Provider) -> Any:
+        """The provider's own settings model, from this model's `<provider>_<field>` fields."""
+        part: type[ProviderSettings] = getattr(provider, self.provider_part)
+        return part(**{name: getattr(self, f"{provider.name}_{name}") for name in part.model_fields})
+
+
+class _ConsumerSettings(_WithProviders):
     """What the SQS consumer needs; field names map to SENDONCE_<NAME> variables."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -24,22 +62,12 @@ class ConsumerSettings(BaseModel):
     ledger_table: str = Field(min_length=3, max_length=255)
     campaigns_table: str = Field(min_length=3, max_length=255)
     dead_letter_queue_url: str = Field(pattern=r"^https?://")
-    resend_api_key_secret: str | None = Field(default=None, min_length=1)
-    resend_api_url: str | None = Field(default=None, pattern=r"^https?://")
-    ses_configuration_set: str | None = None
     send_concurrency: int = Field(default=8, ge=1, le=64)
     provider_timeout_seconds: float = Field(default=10.0, gt=0, le=60)
     safety_margin_ms: int = Field(default=15_000, ge=1_000)
     max_receive_count: int = Field(default=5, ge=2)
     throttle_retries: int = Field(default=3, ge=0, le=10)
-    # The shared send rate (docs/scale.md): SES recipients per second (capped further by the
-    # account's MaxSendRate when GetAccount answers); Resend's team limit in requests per
-    # second, assumed until Resend's ratelimit-limit header states it (5: Resend's documented
-    # default), paced less `resend_rate_reserve` requests per second.
-    ses_send_rate: float = Field(default=14.0, gt=0, le=100_000)
-    resend_requests_per_second: float = Field(default=5.0, gt=0, le=1_000)
-    resend_rate_from_headers: bool = True
-    resend_rate_reserve: float = Field(default=1.0, ge=0, le=100)
+    # The shared send rate (docs/scale.md), each provider's from its own settings.
     shared_rate_limit: bool = True
     # Deliverability: the suppression list checked before every send, and the key and
     # base URL of the one-click unsubscribe link every email carries (docs/deliverability.md).
@@ -62,8 +90,17 @@ class ConsumerSettings(BaseModel):
         return self
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> ConsumerSettings:
+    def from_env(cls, environ: Mapping[str, str]) -> Any:
         return _from_env(cls, environ)
+
+
+def consumer_settings_model(providers: Mapping[str, Provider]) -> type[Any]:
+    """The consumer's settings model for these providers (ConsumerSettings: the registered ones)."""
+    return _ConsumerSettings.for_providers(providers)
+
+
+class ConsumerSettings(consumer_settings_model(registered())):  # type: ignore[misc]
+    """The consumer's settings with the registered providers' fields."""
 
 
 class ApiSettings(BaseModel):
@@ -102,24 +139,31 @@ class JobsSettings(BaseModel):
 _TABLE = dict(min_length=3, max_length=255)
 
 
-class EventsSettings(BaseModel):
-    """The events function: SES events from EventBridge and Resend webhooks over HTTP."""
+class _EventsSettings(_WithProviders):
+    """The events function: provider events from an event bus and webhooks over HTTP."""
 
+    provider_part: ClassVar[str] = "events_settings"
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     ledger_table: str = Field(**_TABLE)
     campaigns_table: str = Field(**_TABLE)
     suppressions_table: str = Field(**_TABLE)
-    # Name of the Secrets Manager secret holding Resend's `whsec_...` signing secret;
-    # without it every webhook is refused (SES events still work).
-    resend_webhook_secret: str | None = Field(default=None, min_length=1)
     complaint_rate_threshold: float = Field(default=0.001, gt=0, lt=1)
     hard_bounce_rate_threshold: float = Field(default=0.05, gt=0, lt=1)
     brake_min_sent: int = Field(default=100, ge=1)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> EventsSettings:
+    def from_env(cls, environ: Mapping[str, str]) -> Any:
         return _from_env(cls, environ)
+
+
+def events_settings_model(providers: Mapping[str, Provider]) -> type[Any]:
+    """The events function's settings model for these providers."""
+    return _EventsSettings.for_providers(providers)
+
+
+class EventsSettings(events_settings_model(registered())):  # type: ignore[misc]
+    """The events function's settings with the registered providers' fields."""
 
 
 class UnsubscribeSettings(BaseModel):
@@ -149,12 +193,9 @@ def _from_env(model: type[BaseModel], environ: Mapping[str, str]):
         variable = contract.env_name(name)
         if environ.get(variable, "") != "":
             values[name] = environ[variable]
-    if (
-        "resend_api_url" in model.model_fields
-        and "resend_api_url" not in values
-        and environ.get(contract.RESEND_API_URL)
-    ):
-        values["resend_api_url"] = environ[contract.RESEND_API_URL]
+    for name, variable in getattr(model, "env_fallbacks", {}).items():
+        if name not in values and environ.get(variable):
+            values[name] = environ[variable]
     try:
         return model(**values)
     except ValidationError as exc:

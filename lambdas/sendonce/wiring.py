@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -24,16 +24,15 @@ from sendonce.adapters.dynamodb.report_aggregates import DynamoDBReportAggregate
 from sendonce.adapters.dynamodb.suppressions import DynamoDBSuppressions
 from sendonce.adapters.dynamodb.test_sends import DynamoDBTestSendLog
 from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
-from sendonce.adapters.providers.resend_provider import ResendProvider
-from sendonce.adapters.providers.ses_provider import SEND_CLIENT_CONFIG, SesProvider
+from sendonce.adapters.providers import registry
+from sendonce.adapters.providers.descriptor import Provider, ProviderEnv, event_readers
 from sendonce.adapters.sqs_queue import SqsJobQueue, SqsQueue
-from sendonce.adapters.svix_webhooks import SvixWebhookVerifier
 from sendonce.domain.audit.service import CampaignAudit
 from sendonce.domain.campaigns.preview import PreviewService, TestSendService
 from sendonce.domain.campaigns.report import ReportService
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes
-from sendonce.domain.deliverability.provider_events import BrakeSettings, ProviderEventService
+from sendonce.domain.deliverability.provider_events import BrakeSettings, ProviderEventService, WebhookReader
 from sendonce.domain.deliverability.suppressions import SuppressionService
 from sendonce.domain.deliverability.unsubscribe import KeySet, UnsubscribeLinks, UnsubscribeService, UnsubscribeTokens
 from sendonce.domain.errors import SettingsError
@@ -42,7 +41,7 @@ from sendonce.domain.ports import CampaignStore, EmailProvider, Ledger, Queue, R
 from sendonce.domain.sending.delivery import DeliveryService
 from sendonce.settings import ApiSettings, ConsumerSettings, EventsSettings, JobsSettings, UnsubscribeSettings
 
-PROVIDER_NAMES = ("ses", "resend")
+PROVIDER_NAMES = registry.names()
 
 
 @dataclass(frozen=True)
@@ -57,20 +56,24 @@ class ConsumerRuntime:
         self.group_guard.register_lambda_context(context)
 
 
-def build_providers(settings: ConsumerSettings, session: boto3.session.Session) -> dict[str, EmailProvider]:
-    """The provider registry: campaigns name a provider; an unregistered name is refused at creation."""
-    providers: dict[str, EmailProvider] = {
-        "ses": SesProvider(
-            client=session.client("sesv2", config=SEND_CLIENT_CONFIG), configuration_set=settings.ses_configuration_set
-        )
-    }
-    if settings.resend_api_key_secret:
-        providers["resend"] = ResendProvider(
-            api_key=secret_value(session, settings.resend_api_key_secret, "Resend API key"),
-            api_url=settings.resend_api_url,
-            timeout_seconds=settings.provider_timeout_seconds,
-        )
-    return providers
+def build_providers(
+    settings: ConsumerSettings,
+    session: boto3.session.Session,
+    providers: Mapping[str, Provider] | None = None,
+) -> dict[str, EmailProvider]:
+    """The provider registry's adapters: campaigns name a provider; an unregistered name is
+    refused at creation. A provider its settings leave unconfigured is left out."""
+    env = ProviderEnv(
+        session=session,
+        secret=lambda name, what: secret_value(session, name, what),
+        timeout_seconds=settings.provider_timeout_seconds,
+    )
+    built: dict[str, EmailProvider] = {}
+    for name, provider in (providers if providers is not None else registry.registered()).items():
+        adapter = provider.build(settings.provider_settings(provider), env)
+        if adapter is not None:
+            built[name] = adapter
+    return built
 
 
 @dataclass(frozen=True)
@@ -93,27 +96,32 @@ class ConsumerParts:
 LEDGER_CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 6})
 
 
-def consumer_parts(settings: ConsumerSettings, session: boto3.session.Session | None = None) -> ConsumerParts:
+def consumer_parts(
+    settings: ConsumerSettings,
+    session: boto3.session.Session | None = None,
+    providers: Mapping[str, Provider] | None = None,
+) -> ConsumerParts:
     session = session or boto3.session.Session()
     dynamodb = session.client("dynamodb", config=LEDGER_CLIENT_CONFIG)
-    providers = build_providers(settings, session)
+    registered = providers if providers is not None else registry.registered()
+    adapters = build_providers(settings, session, registered)
     limiter = None
     if settings.shared_rate_limit:
-        ses_rate = settings.ses_send_rate
-        account_rate = providers["ses"].max_send_rate()
-        if account_rate:
-            ses_rate = min(ses_rate, account_rate)
+        paces = {
+            name: registered[name].pace(settings.provider_settings(registered[name]), adapter)
+            for name, adapter in adapters.items()
+        }
         limiter = DynamoDBRateLimiter(
             client=dynamodb,
             table_name=settings.campaigns_table,
-            rates={"ses": ses_rate, "resend": settings.resend_requests_per_second},
-            reserve={"resend": settings.resend_rate_reserve},
+            rates={name: pace.rate for name, pace in paces.items()},
+            reserve={name: pace.reserve for name, pace in paces.items() if pace.reserve},
             chunk=max(1, settings.send_concurrency // 2),
         )
-        resend_provider = providers.get("resend")
-        if settings.resend_rate_from_headers and isinstance(resend_provider, ResendProvider):
-            # Every Resend answer states the team's limit: the shared rate follows it.
-            resend_provider.report_rate_limits_to(limiter)
+        for name, adapter in adapters.items():
+            watch = registered[name].watch_rate
+            if watch is not None:
+                watch(settings.provider_settings(registered[name]), adapter, limiter)
     campaigns, shards = campaign_store(dynamodb, settings.campaigns_table)
     unsubscribe = None
     if settings.unsubscribe_key_secret and settings.unsubscribe_base_url:
@@ -125,7 +133,7 @@ def consumer_parts(settings: ConsumerSettings, session: boto3.session.Session | 
     return ConsumerParts(
         ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table, shards_of=shards),
         campaigns=campaigns,
-        providers=providers,
+        providers=adapters,
         queue=SqsQueue(
             client=session.client("sqs"), queue_url="", dead_letter_queue_url=settings.dead_letter_queue_url
         ),
@@ -168,10 +176,20 @@ def consumer_runtime(settings: ConsumerSettings) -> ConsumerRuntime:
 
 @lru_cache(maxsize=4)
 def campaign_service(settings: ApiSettings | JobsSettings, operator: str = "operator") -> CampaignService:
-    """The operator service used by the HTTP API, the CLI and the jobs worker. Its jobs
-    (resume, cancel) go to the jobs queue when the settings name one, else run in process;
-    either way each is recorded in the campaigns table."""
-    session = boto3.session.Session()
+    """The operator service used by the HTTP API, the CLI and the jobs worker."""
+    return assemble_campaign_service(settings, operator)
+
+
+def assemble_campaign_service(
+    settings: ApiSettings | JobsSettings,
+    operator: str = "operator",
+    session: boto3.session.Session | None = None,
+    providers: Mapping[str, Provider] | None = None,
+) -> CampaignService:
+    """Its jobs (resume, cancel) go to the jobs queue when the settings name one, else run in
+    process; either way each is recorded in the campaigns table."""
+    registered = providers if providers is not None else registry.registered()
+    session = session or boto3.session.Session()
     dynamodb = session.client("dynamodb")
     sqs = session.client("sqs")
     campaigns, shards = campaign_store(dynamodb, settings.campaigns_table)
@@ -189,7 +207,8 @@ def campaign_service(settings: ApiSettings | JobsSettings, operator: str = "oper
         campaigns=campaigns,
         ledger=ledger,
         queue=queue,
-        provider_names=PROVIDER_NAMES,
+        provider_names=registry.names(registered),
+        batch_provider_names=registry.batch_names(registered),
         operator=operator,
         jobs=jobs,
     )
@@ -221,9 +240,13 @@ class OperatorSending:
     test_sends: TestSendService
 
 
-def operator_sending(settings: ConsumerSettings, session: boto3.session.Session | None = None) -> OperatorSending:
+def operator_sending(
+    settings: ConsumerSettings,
+    session: boto3.session.Session | None = None,
+    providers: Mapping[str, Provider] | None = None,
+) -> OperatorSending:
     session = session or boto3.session.Session()
-    parts = consumer_parts(settings, session)
+    parts = consumer_parts(settings, session, providers)
     return OperatorSending(
         preview=PreviewService(campaigns=parts.campaigns, unsubscribe=parts.unsubscribe),
         test_sends=TestSendService(
@@ -290,17 +313,22 @@ def suppressions(table_name: str, session: boto3.session.Session | None = None) 
     return DynamoDBSuppressions(client=session.client("dynamodb"), table_name=table_name)
 
 
-def assemble_events(settings: EventsSettings, session: boto3.session.Session | None = None) -> ProviderEventService:
+def assemble_events(
+    settings: EventsSettings,
+    session: boto3.session.Session | None = None,
+    providers: Mapping[str, Provider] | None = None,
+) -> ProviderEventService:
     session = session or boto3.session.Session()
     dynamodb = session.client("dynamodb")
-    verifier = None
-    if settings.resend_webhook_secret:
-        try:
-            verifier = SvixWebhookVerifier(
-                secret=secret_value(session, settings.resend_webhook_secret, "webhook secret")
+    registered = providers if providers is not None else registry.registered()
+    webhooks: dict[str, WebhookReader] = {}
+    for name, provider in registered.items():
+        if provider.webhook is not None:
+            reader = provider.webhook(
+                settings.provider_settings(provider), lambda secret, what: secret_value(session, secret, what)
             )
-        except ValueError as exc:
-            raise SettingsError(f"secret {settings.resend_webhook_secret!r}: {exc}") from exc
+            if reader is not None:
+                webhooks[name] = reader
     campaigns, shards = campaign_store(dynamodb, settings.campaigns_table)
     return ProviderEventService(
         ledger_events=DynamoDBLedgerEvents(
@@ -316,7 +344,8 @@ def assemble_events(settings: EventsSettings, session: boto3.session.Session | N
             hard_bounce_rate=settings.hard_bounce_rate_threshold,
             min_sent=settings.brake_min_sent,
         ),
-        verifier=verifier,
+        event_readers=event_readers(registered),
+        webhooks=webhooks,
     )
 
 
@@ -398,30 +427,28 @@ def campaign_audit(
     """What `sendonce campaign audit` calls: the campaign's provider's own records (Resend's
     listing, at a lower priority than sending on the shared rate limit; SES's recorded events)."""
     from sendonce.adapters.dynamodb.event_records import LedgerEventRecords
-    from sendonce.adapters.providers.resend.records import DEFAULT_RETENTION_DAYS, ResendRecords
     from sendonce.domain.audit.records import ProviderRecords
 
     session = session or boto3.session.Session()
     dynamodb = session.client("dynamodb", config=LEDGER_CLIENT_CONFIG)
     campaigns, shards = campaign_store(dynamodb, settings.campaigns_table)
+    described = registry.registered().get(provider)
     records: ProviderRecords
-    if provider == "resend":
-        if not settings.resend_api_key_secret:
-            raise SettingsError("no Resend API key secret is configured: the audit cannot read Resend's records")
+    if described is not None and described.records is not None:
+        own = settings.provider_settings(described)
+        pace = described.pace(own, None)
         limiter = DynamoDBRateLimiter(
             client=dynamodb,
             table_name=settings.campaigns_table,
-            rates={"resend": settings.resend_requests_per_second},
-            reserve={"resend": settings.resend_rate_reserve},
+            rates={provider: pace.rate},
+            reserve={provider: pace.reserve},
         )
-        records = ResendRecords(
-            api_key=secret_value(session, settings.resend_api_key_secret, "Resend API key"),
-            api_url=settings.resend_api_url,
+        env = ProviderEnv(
+            session=session,
+            secret=lambda name, what: secret_value(session, name, what),
             timeout_seconds=settings.provider_timeout_seconds,
-            retention_days=DEFAULT_RETENTION_DAYS if retention_days is None else retention_days,
-            limiter=limiter,
-            share=share,
         )
+        records = described.records(own, env, limiter, retention_days, share)
     else:
         records = LedgerEventRecords(
             client=dynamodb, ledger_table=settings.ledger_table, shards_of=shards, provider=provider

@@ -59,9 +59,17 @@ def batch_message_schema() -> dict[str, Any]:
 
 
 def campaign_spec_schema() -> dict[str, Any]:
+    """The spec's schema, with the provider registry's answer to which providers exist and
+    which accept batch mode (the domain's model knows no provider's name)."""
+    from sendonce.adapters.providers import registry
     from sendonce.domain.campaigns.operator_input import CampaignSpec
 
-    return _schema(CampaignSpec, schema_id=CAMPAIGN_SPEC_ID, description=_CAMPAIGN_SPEC_NOTES)
+    schema = _schema(CampaignSpec, schema_id=CAMPAIGN_SPEC_ID, description=_CAMPAIGN_SPEC_NOTES)
+    schema["properties"]["provider"]["enum"] = list(registry.names())
+    for branch in schema["oneOf"]:
+        if branch["properties"]["delivery_mode"]["enum"] == ["batch"]:
+            branch["properties"]["provider"] = {"enum": list(registry.batch_names())}
+    return schema
 
 
 def openapi_document() -> dict[str, Any]:

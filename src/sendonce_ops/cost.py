@@ -6,8 +6,9 @@ docs/benchmarks.md); no AWS call.
 
 Every price, its source and date, and which are unconfirmed, are in one table in
 docs/benchmarks.md ("What a campaign costs"); `PRICE_SOURCES` below holds the same rows.
-Resend bills by plan (a monthly email quota), not through AWS, so a Resend campaign's
-provider cost is not in the AWS total.
+What each provider charges, and whether through AWS, is its folder's (`Provider.billing`,
+sendonce/adapters/providers/); the providers, their default rates, which send batches and
+how their events arrive come from the provider registry.
 """
 
 from __future__ import annotations
@@ -19,18 +20,23 @@ from typing import Any
 
 import click
 
+from sendonce.adapters.providers import registry
+from sendonce.adapters.providers.descriptor import Plan, Provider
+
 KB = 1024
 SQS_CHUNK_BYTES = 64 * KB  # each 64 KB of a request's payload is billed as one request
 SQS_BATCH_ENTRIES = 10
 DYNAMODB_ITEM_OVERHEAD_BYTES = 100  # storage counts 100 bytes per item besides its data
 GB = 1024**3
 
-PROVIDERS = ("ses", "resend")
+REGISTERED = registry.registered()
+PROVIDERS = tuple(REGISTERED)
 MODES = ("single", "batch")
-# The consumer's defaults (sendonce/settings.py): SES recipients per second (a new
-# production account's MaxSendRate is often 14); Resend: the default team limit, 5
-# requests/s, less the 1 request/s the limiter keeps in reserve.
-DEFAULT_SEND_RATE = {"ses": 14.0, "resend": 4.0}
+# The consumer's defaults (each provider's settings): its rate less the reserve the
+# limiter keeps (SES 14 recipients/s; Resend's default team limit 5 requests/s less 1).
+DEFAULT_SEND_RATE = {name: provider.default_rate() for name, provider in REGISTERED.items()}
+# The providers billed per email under a plan (`--<provider>-plan`, e.g. --ses-plan).
+PLANNED = {name: p for name, p in REGISTERED.items() if p.billing.plans}
 HOURS_PER_MONTH = 730  # CloudWatch prorates a metric by the hour
 
 
@@ -48,7 +54,6 @@ class Prices:
     dynamodb_read_request_unit: float = 0.125 / 1_000_000
     dynamodb_storage_gb_month: float = 0.25  # Standard table class
     sqs_request: float = 0.40 / 1_000_000  # standard queue, after the free tier
-    ses_email: float = 0.10 / 1_000  # outbound email, no attachments: the account without a plan
     api_gateway_http_request: float = 1.00 / 1_000_000  # HTTP API, first 300 M a month, per 512 KB
     eventbridge_event: float = 1.00 / 1_000_000  # an event published to a bus (see PRICE_SOURCES)
     cloudwatch_logs_ingested_gb: float = 0.50  # Standard log class
@@ -66,7 +71,8 @@ class PriceSource:
 
 
 # One row per price: docs/benchmarks.md prints the same table (tests/unit/test_cost.py checks it).
-PRICE_SOURCES: tuple[PriceSource, ...] = (
+# The providers' own rows (what they charge per email) come from their folders.
+AWS_PRICE_SOURCES: tuple[PriceSource, ...] = (
     PriceSource("lambda_request", "$0.20 per 1M requests", "aws.amazon.com/lambda/pricing, us-east-1", "2025", False),
     PriceSource(
         "lambda_gb_second_arm64", "$0.0000133334 per GB-s (arm64)", "aws.amazon.com/lambda/pricing", "2025", False
@@ -90,22 +96,6 @@ PRICE_SOURCES: tuple[PriceSource, ...] = (
     ),
     PriceSource(
         "sqs_request", "$0.40 per 1M requests (standard, per 64 KB)", "aws.amazon.com/sqs/pricing", "2025", False
-    ),
-    PriceSource(
-        "ses_email",
-        "$0.10 per 1,000 emails (no pricing plan)",
-        "aws.amazon.com/ses/pricing; shared/reference/providers.md ('the old $0.10 per 1,000', 2026-12)",
-        "2026-12",
-        False,
-    ),
-    PriceSource(
-        "ses_plan",
-        "Essentials / Pro / Enterprise: per-email price and monthly fee",
-        "plan names: botocore 1.44.8 "
-        "sesv2 model (PricingPlan NONE, ESSENTIALS, PRO, ENTERPRISE; GetAccount.PricingAttributes); a price-list "
-        "summary in providers.md (new accounts since 2026-07); figures not available offline",
-        "2026-12",
-        False,
     ),
     PriceSource(
         "api_gateway_http_request",
@@ -144,44 +134,14 @@ PRICE_SOURCES: tuple[PriceSource, ...] = (
         False,
     ),
 )
+PRICE_SOURCES: tuple[PriceSource, ...] = AWS_PRICE_SOURCES + tuple(
+    PriceSource(*row) for provider in REGISTERED.values() for row in provider.billing.price_sources
+)
 
 
-@dataclass(frozen=True)
-class SesPlan:
-    """An SES pricing plan (GetAccount's PricingAttributes.CurrentPlan)."""
-
-    name: str
-    per_1000: float | None  # None: not confirmed here; the caller must give it
-    monthly_fee: float | None
-    note: str
-
-
-SES_PLANS: dict[str, SesPlan] = {
-    "none": SesPlan("none", 0.10, 0.0, "no pricing plan: $0.10 per 1,000 emails (the price before the plans)"),
-    **{
-        name: SesPlan(
-            name,
-            None,
-            None,
-            f"the {name.title()} plan (since 2026-07 for new accounts): its prices could not"
-            " be confirmed offline; give them with --ses-price-per-1000 and --ses-plan-monthly-fee",
-        )
-        for name in ("essentials", "pro", "enterprise")
-    },
-}
-
-
-def resolve_ses_plan(name: str, *, per_1000: float | None = None, monthly_fee: float | None = None) -> SesPlan:
-    """The plan with the caller's figures; a plan whose price is unconfirmed needs them."""
-    if name not in SES_PLANS:
-        raise ValueError(f"SES plan must be one of {', '.join(SES_PLANS)}")
-    plan = SES_PLANS[name]
-    price = per_1000 if per_1000 is not None else plan.per_1000
-    if price is None:
-        raise ValueError(f"{plan.note} (aws.amazon.com/ses/pricing, or your bill)")
-    fee = monthly_fee if monthly_fee is not None else (plan.monthly_fee or 0.0)
-    given = per_1000 is not None or monthly_fee is not None
-    return SesPlan(name, price, fee, plan.note + ("; figures given by the caller" if given else ""))
+def resolve_plan(provider: str, name: str, *, per_1000: float | None = None, monthly_fee: float | None = None) -> Plan:
+    """The provider's pricing plan with the caller's figures; an unconfirmed plan needs them."""
+    return REGISTERED[provider].billing.plan(name, per_1000=per_1000, monthly_fee=monthly_fee)
 
 
 PRICES = Prices()
@@ -268,7 +228,7 @@ class CampaignCost:
     storage_per_month: float
     assumptions: Assumptions
     prices: Prices = field(default=PRICES)
-    ses_plan: SesPlan = field(default_factory=lambda: SES_PLANS["none"])
+    plan: Plan | None = None  # the provider's pricing plan, when it bills through AWS
     sending_hours: float = 0.0
 
     @property
@@ -280,17 +240,14 @@ class CampaignCost:
 
     @property
     def provider_note(self) -> str:
-        if self.provider == "ses":
-            fee = (
-                f"; the plan's ${self.ses_plan.monthly_fee:,.2f} a month is not in the total"
-                if self.ses_plan.monthly_fee
-                else ""
-            )
-            return (
-                f"SES is billed per email and included above: plan {self.ses_plan.name},"
-                f" ${self.ses_plan.per_1000:g} per 1,000 ({self.ses_plan.note}){fee}."
-            )
-        return "Resend bills by plan (monthly email quota), not through AWS: not included in the AWS total."
+        provider = REGISTERED[self.provider]
+        if self.plan is None:
+            return provider.billing.note
+        fee = f"; the plan's ${self.plan.monthly_fee:,.2f} a month is not in the total" if self.plan.monthly_fee else ""
+        return (
+            f"{provider.title} is billed per email and included above: plan {self.plan.name},"
+            f" ${self.plan.per_1000:g} per 1,000 ({self.plan.note}){fee}."
+        )
 
     def as_dict(self) -> dict[str, Any]:
         total = self.aws_total
@@ -311,7 +268,7 @@ class CampaignCost:
             "events_share": self.share("events"),
             "observability_share": self.share("observability"),
             "sending_hours": self.sending_hours,
-            "ses_plan": asdict(self.ses_plan) if self.provider == "ses" else None,
+            **{f"{name}_plan": asdict(self.plan) if name == self.provider and self.plan else None for name in PLANNED},
             "provider_note": self.provider_note,
             "assumptions": asdict(self.assumptions),
             "prices": asdict(self.prices),
@@ -320,6 +277,11 @@ class CampaignCost:
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def ledger_writes_per_send(provider: str) -> int:
+    """claim, mark_sent, and mark_in_flight before a send no idempotency key covers."""
+    return 2 if REGISTERED[provider].capabilities.idempotent else 3
 
 
 def seconds_per_message(provider: str, mode: str, a: Assumptions, *, ledger: bool = True) -> float:
@@ -331,7 +293,7 @@ def seconds_per_message(provider: str, mode: str, a: Assumptions, *, ledger: boo
         path = a.provider_latency_s + (5 * a.dynamodb_latency_s if ledger else 0.0)
         paced = a.max_concurrency / a.rate(provider)  # one request per message
     else:
-        ledger_requests = (3 if provider == "ses" else 2) if ledger else 0
+        ledger_requests = ledger_writes_per_send(provider) if ledger else 0
         rounds = math.ceil(size / a.send_concurrency)
         path = rounds * (a.provider_latency_s + ledger_requests * a.dynamodb_latency_s)
         paced = size * a.max_concurrency / a.rate(provider)
@@ -345,7 +307,7 @@ def campaign_cost(
     *,
     assumptions: Assumptions | None = None,
     prices: Prices = PRICES,
-    ses: SesPlan | None = None,
+    plan: Plan | None = None,
 ) -> CampaignCost:
     if recipients < 1:
         raise ValueError("recipients must be at least 1")
@@ -353,8 +315,12 @@ def campaign_cost(
         raise ValueError(f"provider must be one of {', '.join(PROVIDERS)}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
-    if mode == "batch" and provider != "resend":
-        raise ValueError("batch mode needs Resend (one /emails/batch request per message)")
+    if mode == "batch" and not REGISTERED[provider].capabilities.sends_batches:
+        raise ValueError(
+            f"batch mode needs a provider that sends batches ({', '.join(registry.batch_names(REGISTERED))}):"
+            " one request per message"
+        )
+    described: Provider = REGISTERED[provider]
     a = assumptions or Assumptions()
     p = prices
     n = recipients
@@ -397,7 +363,7 @@ def campaign_cost(
     add("DynamoDB", "batch records (publish transaction)", messages * (2 * body_kb + 2), "WRU", wru, "ledger")
     add("DynamoDB", "batch records marked enqueued", messages * body_kb, "WRU", wru, "ledger")
     if mode == "single":
-        writes = 3 if provider == "ses" else 2  # claim, (mark_in_flight,) mark_sent
+        writes = ledger_writes_per_send(provider)
         add(
             "DynamoDB",
             f"ledger: {writes} conditional writes per recipient",
@@ -444,18 +410,20 @@ def campaign_cost(
         "pipeline",
     )
     add("SQS", "DeleteMessageBatch", messages, "requests", p.sqs_request, "pipeline")
-    plan = ses or SES_PLANS["none"]
-    if provider == "ses":
-        add("SES", f"emails (plan {plan.name})", n, "emails", (plan.per_1000 or 0.0) / 1000, "pipeline")
+    if described.billing.through_aws:
+        plan = plan or described.billing.plans[0]
+        add(described.title, f"emails (plan {plan.name})", n, "emails", (plan.per_1000 or 0.0) / 1000, "pipeline")
+    else:
+        plan = None
 
     # The provider's events: each one an events-function invocation, plus an EventBridge
-    # event (SES) or an API Gateway request (a Resend webhook).
+    # event (from an event bus) or an API Gateway request (a webhook).
     events = n * a.events_per_email()
     events_gb = a.events_lambda_memory_mb / 1024
-    if provider == "ses":
+    if described.bus_events is not None:
         add(
             "EventBridge",
-            "SES events (send, delivery/bounce, complaint, opens/clicks)",
+            f"{described.title} events (send, delivery/bounce, complaint, opens/clicks)",
             events,
             "events",
             p.eventbridge_event,
@@ -464,7 +432,7 @@ def campaign_cost(
     else:
         add(
             "API Gateway",
-            "Resend webhook requests (HTTP API)",
+            f"{described.title} webhook requests (HTTP API)",
             events,
             "requests",
             p.api_gateway_http_request,
@@ -527,7 +495,7 @@ def campaign_cost(
         storage_per_month=storage_gb * p.dynamodb_storage_gb_month,
         assumptions=a,
         prices=p,
-        ses_plan=plan,
+        plan=plan,
         sending_hours=sending_seconds / 3600,
     )
 
@@ -568,6 +536,38 @@ def render_text(result: CampaignCost) -> str:
     return "\n".join(lines)
 
 
+def _plan_options(command):
+    """--<provider>-plan, --<provider>-price-per-1000, --<provider>-plan-monthly-fee for each
+    provider billed under a plan (SES: GetAccount's PricingAttributes.CurrentPlan)."""
+    for name, provider in reversed(PLANNED.items()):
+        title = provider.title
+        command = click.option(
+            f"--{name}-plan-monthly-fee",
+            type=click.FloatRange(min=0),
+            default=None,
+            help="The plan's monthly fee in USD, if any (reported, not in the campaign's total).",
+        )(command)
+        command = click.option(
+            f"--{name}-price-per-1000",
+            type=click.FloatRange(min=0),
+            default=None,
+            help="USD per 1,000 emails on the plan (required where the plan's price is unconfirmed here).",
+        )(command)
+        command = click.option(
+            f"--{name}-plan",
+            type=click.Choice(tuple(p.name for p in provider.billing.plans)),
+            default=provider.billing.plans[0].name,
+            show_default=True,
+            help=f"The account's {title} pricing plan.",
+        )(command)
+    return command
+
+
+def _rates_help() -> str:
+    rates = ", ".join(f"{p.title} {DEFAULT_SEND_RATE[n]:g}" for n, p in REGISTERED.items())
+    return f"Shared send rate: emails/s (single) or requests/s (batch). Default: {rates} (limit less the reserve)."
+
+
 @click.command("cost")
 @click.option("--recipients", type=click.IntRange(min=1), required=True, help="Recipients in the campaign.")
 @click.option("--provider", type=click.Choice(PROVIDERS), required=True, help="Email provider.")
@@ -576,34 +576,11 @@ def render_text(result: CampaignCost) -> str:
     type=click.Choice(MODES),
     default="single",
     show_default=True,
-    help="single: one provider call per recipient; batch: one Resend /emails/batch per message.",
+    help="single: one provider call per recipient; batch: one batch request per message"
+    f" ({', '.join(registry.batch_names(REGISTERED))}).",
 )
-@click.option(
-    "--send-rate",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Shared send rate: emails/s (single) or requests/s (batch). Default: SES 14, Resend 4 (the"
-    " default team's 5 less the reserve).",
-)
-@click.option(
-    "--ses-plan",
-    type=click.Choice(tuple(SES_PLANS)),
-    default="none",
-    show_default=True,
-    help="The account's SES pricing plan (GetAccount: PricingAttributes.CurrentPlan).",
-)
-@click.option(
-    "--ses-price-per-1000",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="USD per 1,000 emails on the plan (required for essentials/pro/enterprise: unconfirmed here).",
-)
-@click.option(
-    "--ses-plan-monthly-fee",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="The plan's monthly fee in USD, if any (reported, not in the campaign's total).",
-)
+@click.option("--send-rate", type=click.FloatRange(min=0, min_open=True), default=None, help=_rates_help())
+@_plan_options
 @click.option("--opens-clicks", is_flag=True, help="Open and click tracking on: 0.3 opens and 0.03 clicks per email.")
 @click.option(
     "--max-concurrency",
@@ -618,24 +595,27 @@ def cost(
     provider: str,
     mode: str,
     send_rate: float | None,
-    ses_plan: str,
-    ses_price_per_1000: float | None,
-    ses_plan_monthly_fee: float | None,
     opens_clicks: bool,
     max_concurrency: int,
     as_json: bool,
+    **plan_options: Any,
 ) -> None:
     """Estimate a campaign's AWS cost and the ledger's share of it (list prices; no AWS call)."""
     try:
-        plan = SES_PLANS["none"]
-        if provider == "ses":
-            plan = resolve_ses_plan(ses_plan, per_1000=ses_price_per_1000, monthly_fee=ses_plan_monthly_fee)
+        plan = None
+        if provider in PLANNED:
+            plan = resolve_plan(
+                provider,
+                plan_options[f"{provider}_plan"],
+                per_1000=plan_options[f"{provider}_price_per_1000"],
+                monthly_fee=plan_options[f"{provider}_plan_monthly_fee"],
+            )
         tracking = {"open_rate": 0.3, "click_rate": 0.03} if opens_clicks else {}
         result = campaign_cost(
             recipients,
             provider,
             mode,
-            ses=plan,
+            plan=plan,
             assumptions=Assumptions(send_rate=send_rate, max_concurrency=max_concurrency, **tracking),
         )
     except ValueError as exc:

@@ -77,7 +77,9 @@ def sending_settings(session: Any, endpoints: Endpoints, environ: Mapping[str, s
         if function:
             configuration = session.client("lambda").get_function_configuration(FunctionName=function)
             values.update((configuration.get("Environment") or {}).get("Variables") or {})
-    values.update({k: v for k, v in environ.items() if k.startswith(ENV_PREFIX) or k == "RESEND_API_URL"})
+    # SENDONCE_* and the variables a provider's settings also read (its registration says which).
+    also_read = set(ConsumerSettings.env_fallbacks.values())
+    values.update({k: v for k, v in environ.items() if k.startswith(ENV_PREFIX) or k in also_read})
     values.update(
         {
             env_name("ledger_table"): endpoints.ledger_table,

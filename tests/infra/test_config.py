@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sendonce_cdk.config import ConfigError, SendonceConfig
+from sendonce_cdk.providers.ses import configuration_set_name
 
 pytestmark = pytest.mark.infra
 
@@ -30,11 +31,11 @@ def test_bare_context_gives_the_documented_defaults() -> None:
 
 
 def test_the_stack_names_its_ses_configuration_set() -> None:
-    assert config().configuration_set_name == "Sendonce-events"
-    assert config(stack_name="Mail").configuration_set_name == "Mail-events"
-    assert config(ses_configuration_set="sendonce-events").configuration_set_name == "sendonce-events"
-    assert config(stack_name="S" * 128).configuration_set_name == "S" * 57 + "-events"  # SES allows 64
-    assert config(provider="resend").configuration_set_name is None
+    assert configuration_set_name(config()) == "Sendonce-events"
+    assert configuration_set_name(config(stack_name="Mail")) == "Mail-events"
+    assert configuration_set_name(config(ses_configuration_set="sendonce-events")) == "sendonce-events"
+    assert configuration_set_name(config(stack_name="S" * 128)) == "S" * 57 + "-events"  # SES allows 64
+    assert configuration_set_name(config(provider="resend")) is None
 
 
 def test_function_timeout_covers_one_full_batch() -> None:

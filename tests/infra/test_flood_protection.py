@@ -73,7 +73,7 @@ def test_every_public_route_is_throttled_with_its_context_limits(assembly: Synth
     # Every route has its own limits, and no setting names a route that does not exist
     # (API Gateway refuses the stage then).
     assert set(settings) == routes
-    assert WEBHOOK_ROUTE in routes if config.uses_resend else WEBHOOK_ROUTE not in routes
+    assert WEBHOOK_ROUTE in routes if ("resend" in config.providers) else WEBHOOK_ROUTE not in routes
     for route in routes:
         if route == WEBHOOK_ROUTE:
             expected = (config.webhook_rate_limit, config.webhook_burst_limit)

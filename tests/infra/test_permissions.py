@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from sendonce_cdk.providers.ses import configuration_set_name
 from tests.infra.synthesis import Synthesized
 
 pytestmark = pytest.mark.infra
@@ -157,11 +158,11 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
             "queue": set(EVENT_SOURCE),
             "dead_letter_queue": {"sqs:SendMessage"},
         }
-        if config.uses_ses:
+        if "ses" in config.providers:
             expected[f"ses:identity/{config.sender_domain}"] = {"ses:SendEmail"}
-            expected[f"ses:configuration-set/{config.configuration_set_name}"] = {"ses:SendEmail"}
+            expected[f"ses:configuration-set/{configuration_set_name(config)}"] = {"ses:SendEmail"}
             expected["*"] = {"ses:GetAccount"}
-        if config.uses_resend:
+        if "resend" in config.providers:
             expected[f"secret:{config.resend_api_key_secret_name}-??????"] = {"secretsmanager:GetSecretValue"}
         if config.unsubscribe_base_url:
             expected[f"secret:{config.unsubscribe_key_secret_name}-??????"] = {"secretsmanager:GetSecretValue"}
@@ -188,7 +189,7 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
             "suppressions": {"dynamodb:PutItem"},
             "events_dead_letter_queue": {"sqs:SendMessage"},
         }
-        if config.uses_resend:
+        if "resend" in config.providers:
             expected[f"secret:{config.resend_webhook_secret_name}-??????"] = {"secretsmanager:GetSecretValue"}
     elif handler == UNSUBSCRIBE_HANDLER:
         expected |= {

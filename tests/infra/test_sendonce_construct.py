@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from sendonce.contract import Output
+from sendonce_cdk.providers.ses import configuration_set_name
 from tests.infra.synthesis import Synthesized, feature_flags
 
 pytestmark = pytest.mark.infra
@@ -111,7 +112,7 @@ def test_props_reach_the_settings_and_the_template(user_stack: dict[str, Any]) -
     config = mail.config
     assert config.providers == ("ses", "resend")
     assert config.stack_name == "Shop"  # from the stack: alarm names, dashboard, configuration set
-    assert config.configuration_set_name == "Shop-events"
+    assert configuration_set_name(config) == "Shop-events"
     assert (config.send_rate, config.webhook_rate_limit, config.retain) == (50, 150, False)
     stages = [r["Properties"] for r in user_stack["template"]["Resources"].values()
               if r["Type"] == "AWS::ApiGatewayV2::Stage" and "RouteSettings" in r["Properties"]]  # fmt: skip

@@ -11,6 +11,7 @@ from aws_cdk.assertions import Match
 from sendonce import contract
 from sendonce.contract import Metric, Output, env_name
 from sendonce_cdk.config import MAX_RECEIVE_COUNT
+from sendonce_cdk.providers.ses import configuration_set_name
 from tests.infra.synthesis import FULL_CONTEXT, REPO_ROOT, Synthesized
 
 pytestmark = pytest.mark.infra
@@ -407,7 +408,7 @@ def test_ses_send_scoped_to_the_sender_identity(assembly: Synthesized) -> None:
     assert '"*"' not in resources
     assert any(f":identity/{assembly.config.sender_domain}" in r for r in resources)
     # The stack's own configuration set, named in every SES send.
-    assert any(f":configuration-set/{assembly.config.configuration_set_name}" in r for r in resources)
+    assert any(f":configuration-set/{configuration_set_name(assembly.config)}" in r for r in resources)
 
 
 def test_consumer_policy_has_no_wildcard_resource_but_the_quota_lookup(assembly: Synthesized) -> None:
@@ -575,7 +576,7 @@ def test_unsubscribe_links_only_with_a_base_url(default_assembly: Synthesized, f
 
 def test_public_api_routes_authorize_themselves(assembly: Synthesized) -> None:
     routes = _routes(assembly, _public_api(assembly))
-    expected = UNSUBSCRIBE_ROUTES | ({WEBHOOK_ROUTE} if assembly.config.uses_resend else set())
+    expected = UNSUBSCRIBE_ROUTES | ({WEBHOOK_ROUTE} if ("resend" in assembly.config.providers) else set())
 
     assert set(routes) == expected
     for key, route in routes.items():
@@ -633,7 +634,7 @@ def test_events_function_environment_and_permissions(assembly: Synthesized) -> N
     # Transactions (annotation + counter) need no extra action: TransactWriteItems is
     # authorized per item by UpdateItem. The exact lists: test_permissions.py.
     reads = [s for s in statements if "secretsmanager:GetSecretValue" in _as_list(s["Action"])]
-    if assembly.config.uses_resend:
+    if "resend" in assembly.config.providers:
         assert environment[env_name("resend_webhook_secret")] == assembly.config.resend_webhook_secret_name
         [read] = reads
         assert f":secret:{assembly.config.resend_webhook_secret_name}-??????" in json.dumps(read["Resource"])
@@ -643,7 +644,7 @@ def test_events_function_environment_and_permissions(assembly: Synthesized) -> N
 
 
 def test_ses_events_rule_targets_the_events_function(assembly: Synthesized) -> None:
-    from sendonce.domain.deliverability.provider_events import SES_DETAIL_TYPES
+    from sendonce.adapters.providers.ses.events import SES_DETAIL_TYPES
 
     _, rule = assembly.only("AWS::Events::Rule")
     properties = rule["Properties"]
@@ -654,7 +655,7 @@ def test_ses_events_rule_targets_the_events_function(assembly: Synthesized) -> N
     assert pattern["source"] == ["aws.ses"]
     # Every detail-type the handler reads, and nothing it would ignore.
     assert set(pattern["detail-type"]) == set(SES_DETAIL_TYPES)
-    assert pattern["detail"] == {"mail": {"tags": {"ses:configuration-set": [assembly.config.configuration_set_name]}}}
+    assert pattern["detail"] == {"mail": {"tags": {"ses:configuration-set": [configuration_set_name(assembly.config)]}}}
     [target] = properties["Targets"]
     assert target["Arn"] == {"Fn::GetAtt": [events_id, "Arn"]}
     assert target["RetryPolicy"]["MaximumEventAgeInSeconds"] == 24 * 3600
@@ -689,7 +690,7 @@ def test_failed_ses_events_are_kept(assembly: Synthesized) -> None:
 
 
 def test_ses_configuration_set_publishes_to_the_default_bus(assembly: Synthesized) -> None:
-    name = assembly.config.configuration_set_name
+    name = configuration_set_name(assembly.config)
     configuration_set_id, configuration_set = assembly.only("AWS::SES::ConfigurationSet")
     _, destination = assembly.only("AWS::SES::ConfigurationSetEventDestination")
 

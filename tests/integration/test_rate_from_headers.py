@@ -8,7 +8,7 @@ import boto3
 import pytest
 
 from sendonce.adapters.dynamodb.rate_limiter import STATE_TTL_S, DynamoDBRateLimiter
-from sendonce.adapters.providers.resend_provider import RateLimitHeaders, ResendProvider
+from sendonce.adapters.providers.resend.sender import RateLimitHeaders, ResendProvider
 from sendonce.domain.errors import RetryableProviderError
 from sendonce.domain.models import OutboundEmail
 

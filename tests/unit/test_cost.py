@@ -13,7 +13,7 @@ from sendonce_ops.cost import (
     Assumptions,
     campaign_cost,
     cost,
-    resolve_ses_plan,
+    resolve_plan,
     seconds_per_message,
 )
 
@@ -30,7 +30,7 @@ def test_list_prices_are_the_documented_ones():
     assert PRICES.dynamodb_write_request_unit * 1e6 == pytest.approx(0.625)
     assert PRICES.dynamodb_read_request_unit * 1e6 == pytest.approx(0.125)
     assert PRICES.sqs_request * 1e6 == pytest.approx(0.40)
-    assert PRICES.ses_email * 1000 == pytest.approx(0.10)
+    assert resolve_plan("ses", "none").per_1000 == pytest.approx(0.10)
 
 
 def test_the_seed_campaign_on_resend_single_mode():
@@ -105,7 +105,7 @@ def test_storage_is_kept_every_month():
     [
         ((0, "ses"), "at least 1"),
         ((10, "smtp"), "provider"),
-        ((10, "ses", "batch"), "needs Resend"),
+        ((10, "ses", "batch"), "needs a provider that sends batches \\(resend\\)"),
         ((10, "resend", "bulk"), "mode"),
     ],
 )
@@ -128,7 +128,7 @@ def test_the_command_refuses_batch_mode_on_ses_and_prints_text_otherwise():
     refused = CliRunner().invoke(cost, ["--recipients", "10", "--provider", "ses", "--mode", "batch"])
     text = CliRunner().invoke(cost, ["--recipients", "10", "--provider", "ses"])
 
-    assert refused.exit_code == 2 and "needs Resend" in refused.output
+    assert refused.exit_code == 2 and "needs a provider that sends batches (resend)" in refused.output
     assert text.exit_code == 0 and "AWS total" in text.output and "ledger's share" in text.output
 
 
@@ -171,17 +171,17 @@ def test_logs_and_emf_metrics_are_charged_from_the_bytes_each_invocation_writes(
 
 
 def test_the_ses_plan_sets_the_price_and_an_unconfirmed_plan_needs_its_figures():
-    pro = resolve_ses_plan("pro", per_1000=0.05, monthly_fee=20.0)
-    result = campaign_cost(100_000, "ses", ses=pro)
+    pro = resolve_plan("ses", "pro", per_1000=0.05, monthly_fee=20.0)
+    result = campaign_cost(100_000, "ses", plan=pro)
 
     assert item(result, "emails (plan pro)").cost == pytest.approx(5.0)
     assert "20.00 a month" in result.provider_note and "given by the caller" in result.provider_note
-    assert resolve_ses_plan("none").per_1000 == 0.10
+    assert resolve_plan("ses", "none").per_1000 == 0.10
     for name in ("essentials", "pro", "enterprise"):
         with pytest.raises(ValueError, match="could not be confirmed"):
-            resolve_ses_plan(name)
+            resolve_plan("ses", name)
     with pytest.raises(ValueError, match="must be one of"):
-        resolve_ses_plan("gold")
+        resolve_plan("ses", "gold")
 
 
 def test_the_command_takes_the_ses_plan_and_refuses_an_unpriced_one():

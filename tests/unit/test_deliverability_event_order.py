@@ -10,8 +10,11 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
+from sendonce.adapters.providers.descriptor import event_readers
+from sendonce.adapters.providers.registry import registered
+from sendonce.adapters.providers.ses.events import parse_ses_event
 from sendonce.domain.deliverability import event_order
-from sendonce.domain.deliverability.provider_events import ProviderEventService, parse_ses_event
+from sendonce.domain.deliverability.provider_events import ProviderEventService
 from sendonce.domain.models import DeliveryRecord, DeliveryState
 from sendonce.domain.ports import EventKind, ProviderEvent
 from tests.fakes import FakeCampaignStore, FakeLedger, FakeLedgerEvents, FakeSuppressions, ses_event
@@ -122,7 +125,12 @@ def service() -> tuple[ProviderEventService, FakeLedgerEvents]:
         )
     events = FakeLedgerEvents(ledger)
     return (
-        ProviderEventService(ledger_events=events, suppressions=FakeSuppressions(), campaigns=FakeCampaignStore()),
+        ProviderEventService(
+            ledger_events=events,
+            suppressions=FakeSuppressions(),
+            campaigns=FakeCampaignStore(),
+            event_readers=event_readers(registered()),
+        ),
         events,
     )
 
@@ -135,8 +143,8 @@ def test_ses_events_in_any_order_leave_the_complaint_last_and_count_once(order):
     svc, events = service()
 
     for name in order:
-        svc.handle_ses(ses_event(name))
-        svc.handle_ses(ses_event(name))  # EventBridge delivers at least once
+        svc.handle_event("aws.ses", ses_event(name))
+        svc.handle_event("aws.ses", ses_event(name))  # EventBridge delivers at least once
 
     assert events.last_events[("c1", "r1")].kind is EventKind.COMPLAINED
     assert events.feedback("c1") == events.feedback("c1").__class__(sent=1, complaints=1, hard_bounces=0)

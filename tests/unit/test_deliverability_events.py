@@ -10,13 +10,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sendonce.adapters.svix_webhooks import SvixWebhookVerifier
-from sendonce.domain.deliverability.provider_events import (
-    BrakeSettings,
-    ProviderEventService,
-    parse_resend_event,
-    parse_ses_event,
-)
+from sendonce.adapters.providers.descriptor import event_readers
+from sendonce.adapters.providers.registry import registered
+from sendonce.adapters.providers.resend.events import parse_resend_event
+from sendonce.adapters.providers.resend.webhooks import SvixWebhooks, SvixWebhookVerifier
+from sendonce.adapters.providers.ses.events import parse_ses_event
+from sendonce.domain.deliverability.provider_events import BrakeSettings, ProviderEventService
 from sendonce.domain.errors import WebhookSignatureError
 from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryRecord, DeliveryState, email_fingerprint
 from sendonce.domain.ports import EventKind, SuppressionReason
@@ -53,7 +52,8 @@ class Env:
             suppressions=self.suppressions,
             campaigns=self.campaigns,
             brakes=self.brakes,
-            verifier=SvixWebhookVerifier(secret=SECRET),
+            event_readers=event_readers(registered()),
+            webhooks={"resend": SvixWebhooks(SvixWebhookVerifier(secret=SECRET))},
         )
 
     def delivery(
@@ -149,7 +149,7 @@ def test_resend_payloads_parse_with_tags_as_an_object_or_a_list():
 def test_delivered_is_an_annotation_not_a_change_of_state(env):
     env.delivery()
 
-    report = env.service.handle_ses(ses_event("delivery"))
+    report = env.service.handle_event("aws.ses", ses_event("delivery"))
 
     assert report.status == "applied"
     assert env.state() is DeliveryState.SENT
@@ -161,15 +161,15 @@ def test_the_same_event_twice_is_applied_once(env):
     env.delivery()
     body = resend_payload("email.delivered")
 
-    first = env.service.handle_resend_webhook(body, signed(body, "msg_same"))
-    second = env.service.handle_resend_webhook(body, signed(body, "msg_same"))
+    first = env.service.handle_webhook("resend", body, signed(body, "msg_same"))
+    second = env.service.handle_webhook("resend", body, signed(body, "msg_same"))
 
     assert (first.status, second.status) == ("applied", "duplicate")
     assert env.events.kinds("c1", "r1") == ["delivered"]
 
 
 def test_an_event_without_our_tags_changes_no_delivery(env):
-    report = env.service.handle_ses(ses_event("delivery", campaign_id=None, recipient_id=None))
+    report = env.service.handle_event("aws.ses", ses_event("delivery", campaign_id=None, recipient_id=None))
 
     assert report.status == "no_delivery" and env.events.annotations == {}
 
@@ -177,7 +177,7 @@ def test_an_event_without_our_tags_changes_no_delivery(env):
 def test_a_hard_bounce_suppresses_the_address_and_is_counted(env):
     env.delivery()
 
-    report = env.service.handle_ses(ses_event("bounce_permanent", email="Gone@Example.com"))
+    report = env.service.handle_event("aws.ses", ses_event("bounce_permanent", email="Gone@Example.com"))
 
     suppression = env.suppressions.is_suppressed("gone@example.com")
     assert suppression.reason is SuppressionReason.BOUNCED and suppression.campaign_id == "c1"
@@ -189,7 +189,7 @@ def test_a_hard_bounce_suppresses_the_address_and_is_counted(env):
 def test_a_soft_bounce_is_recorded_but_does_not_suppress(env):
     env.delivery()
 
-    report = env.service.handle_ses(ses_event("bounce_transient"))
+    report = env.service.handle_event("aws.ses", ses_event("bounce_transient"))
 
     assert env.suppressions.items == {} and report.counted is None
     assert env.events.kinds("c1", "r1") == ["bounced"]
@@ -198,14 +198,14 @@ def test_a_soft_bounce_is_recorded_but_does_not_suppress(env):
 def test_a_complaint_suppresses_the_address(env):
     env.delivery()
 
-    env.service.handle_ses(ses_event("complaint"))
+    env.service.handle_event("aws.ses", ses_event("complaint"))
 
     assert env.suppressions.is_suppressed("user1@example.com").reason is SuppressionReason.COMPLAINED
     assert env.events.feedback("c1").complaints == 1
 
 
 def test_a_bounce_for_an_email_that_is_not_ours_still_suppresses(env):
-    report = env.service.handle_ses(ses_event("bounce_permanent", campaign_id=None, recipient_id=None))
+    report = env.service.handle_event("aws.ses", ses_event("bounce_permanent", campaign_id=None, recipient_id=None))
 
     assert report.status == "no_delivery" and report.newly_suppressed == 1
 
@@ -216,8 +216,8 @@ def test_a_replay_finishes_what_a_failed_first_attempt_left_undone(env):
     event = ses_event("complaint")
 
     with pytest.raises(RuntimeError):
-        env.service.handle_ses(event)  # EventBridge retries the invocation
-    env.service.handle_ses(event)
+        env.service.handle_event("aws.ses", event)  # EventBridge retries the invocation
+    env.service.handle_event("aws.ses", event)
 
     assert env.suppressions.is_suppressed("user1@example.com") is not None
     assert env.events.feedback("c1").complaints == 1
@@ -229,7 +229,7 @@ def test_a_replay_finishes_what_a_failed_first_attempt_left_undone(env):
 def test_a_send_event_resolves_an_unknown_ses_delivery_to_sent(env):
     env.delivery(state=DeliveryState.UNKNOWN, mid=None)
 
-    report = env.service.handle_ses(ses_event("send", message_id="ses-msg-42"))
+    report = env.service.handle_event("aws.ses", ses_event("send", message_id="ses-msg-42"))
 
     assert report.resolved_unknown
     record = env.ledger.items[("c1", "r1")]
@@ -240,7 +240,7 @@ def test_a_send_event_resolves_an_unknown_ses_delivery_to_sent(env):
 def test_a_send_event_from_another_provider_does_not_resolve_an_unknown(env):
     env.delivery(state=DeliveryState.UNKNOWN, provider="resend", mid=None)
 
-    report = env.service.handle_ses(ses_event("send"))
+    report = env.service.handle_event("aws.ses", ses_event("send"))
 
     assert not report.resolved_unknown and env.state() is DeliveryState.UNKNOWN
 
@@ -248,7 +248,7 @@ def test_a_send_event_from_another_provider_does_not_resolve_an_unknown(env):
 def test_only_a_sent_event_resolves_an_unknown(env):
     env.delivery(state=DeliveryState.UNKNOWN, mid=None)
 
-    env.service.handle_ses(ses_event("delivery_delay"))
+    env.service.handle_event("aws.ses", ses_event("delivery_delay"))
 
     assert env.state() is DeliveryState.UNKNOWN
 
@@ -259,17 +259,17 @@ def test_only_a_sent_event_resolves_an_unknown(env):
 def sent(env: Env, n: int) -> None:
     for i in range(n):
         env.delivery(f"r{i}")
-        env.service.handle_ses(ses_event("send", recipient_id=f"r{i}", message_id=f"m{i}"))
+        env.service.handle_event("aws.ses", ses_event("send", recipient_id=f"r{i}", message_id=f"m{i}"))
 
 
 def test_the_complaint_brake_pauses_the_campaign_above_the_threshold(env):
     env.brakes = BrakeSettings(complaint_rate=0.001, min_sent=100)
     sent(env, 1001)
     # 1 complaint in 1001 sent is 0.0999 %: at most the threshold, not above it.
-    first = env.service.handle_ses(ses_event("complaint", recipient_id="r0", email="a@example.com"))
+    first = env.service.handle_event("aws.ses", ses_event("complaint", recipient_id="r0", email="a@example.com"))
     assert first.brake is None and env.campaigns.get("c1").state is CampaignState.SENDING
 
-    second = env.service.handle_ses(ses_event("complaint", recipient_id="r1", email="b@example.com"))
+    second = env.service.handle_event("aws.ses", ses_event("complaint", recipient_id="r1", email="b@example.com"))
 
     campaign = env.campaigns.get("c1")
     assert second.brake == "complaint"
@@ -281,7 +281,7 @@ def test_no_brake_below_the_minimum_sample(env):
     env.brakes = BrakeSettings(min_sent=100)
     sent(env, 99)
 
-    report = env.service.handle_ses(ses_event("complaint", recipient_id="r0"))
+    report = env.service.handle_event("aws.ses", ses_event("complaint", recipient_id="r0"))
 
     assert report.brake is None and env.campaigns.get("c1").state is CampaignState.SENDING
 
@@ -290,7 +290,9 @@ def test_the_bounce_brake_uses_its_own_threshold(env):
     env.brakes = BrakeSettings(hard_bounce_rate=0.05, min_sent=20)
     sent(env, 20)
     reports = [
-        env.service.handle_ses(ses_event("bounce_permanent", recipient_id=f"r{i}", email=f"x{i}@example.com"))
+        env.service.handle_event(
+            "aws.ses", ses_event("bounce_permanent", recipient_id=f"r{i}", email=f"x{i}@example.com")
+        )
         for i in range(2)
     ]
 
@@ -303,7 +305,7 @@ def test_a_brake_on_a_campaign_that_is_no_longer_sending_does_nothing(env):
     sent(env, 5)
     env.campaigns.transition("c1", to=CampaignState.CANCELLED, allowed_from=[CampaignState.SENDING], by="operator")
 
-    report = env.service.handle_ses(ses_event("complaint", recipient_id="r0"))
+    report = env.service.handle_event("aws.ses", ses_event("complaint", recipient_id="r0"))
 
     assert report.brake is None and env.campaigns.get("c1").state is CampaignState.CANCELLED
 
@@ -314,7 +316,7 @@ def test_a_replayed_complaint_is_counted_once(env):
     body = resend_payload("email.complained", rid="r0")
 
     for _ in range(3):
-        env.service.handle_resend_webhook(body, signed(body, "msg_c"))
+        env.service.handle_webhook("resend", body, signed(body, "msg_c"))
 
     assert env.events.feedback("c1").complaints == 1
     assert env.campaigns.get("c1").state is CampaignState.SENDING  # 1/4 is not above 50 %
@@ -329,7 +331,7 @@ def test_a_forged_webhook_is_refused_and_changes_nothing(env):
     forged = signed(body, secret="whsec_" + base64.b64encode(b"x" * 24).decode())
 
     with pytest.raises(WebhookSignatureError):
-        env.service.handle_resend_webhook(body, forged)
+        env.service.handle_webhook("resend", body, forged)
 
     assert env.suppressions.items == {} and env.events.annotations == {}
 
@@ -340,7 +342,7 @@ def test_an_altered_body_is_refused(env):
     headers = signed(body)
 
     with pytest.raises(WebhookSignatureError):
-        env.service.handle_resend_webhook(body.replace('"r1"', '"r2"'), headers)
+        env.service.handle_webhook("resend", body.replace('"r1"', '"r2"'), headers)
 
 
 @pytest.mark.parametrize("age_s", [301, -301, 3600])
@@ -349,7 +351,7 @@ def test_a_stale_or_future_signature_is_refused(env, age_s):
     body = resend_payload("email.delivered")
 
     with pytest.raises(WebhookSignatureError, match="tolerance"):
-        env.service.handle_resend_webhook(body, signed(body, timestamp=int(time.time()) - age_s))
+        env.service.handle_webhook("resend", body, signed(body, timestamp=int(time.time()) - age_s))
 
 
 @pytest.mark.parametrize("label", ["v2,", "V1,", "v1a,", ",", "x,"])
@@ -361,16 +363,16 @@ def test_a_valid_signature_under_another_label_than_v1_is_refused(env, label):
     relabelled = {**headers, "svix-signature": headers["svix-signature"].replace("v1,", label, 1)}
 
     with pytest.raises(WebhookSignatureError, match="no v1 signature"):
-        env.service.handle_resend_webhook(body, relabelled)
+        env.service.handle_webhook("resend", body, relabelled)
     assert env.events.annotations == {}
-    assert env.service.handle_resend_webhook(
-        body, {**headers, "svix-signature": f"{label}x {headers['svix-signature']}"}
+    assert env.service.handle_webhook(
+        "resend", body, {**headers, "svix-signature": f"{label}x {headers['svix-signature']}"}
     )
 
 
 def test_a_webhook_without_svix_headers_is_refused(env):
     with pytest.raises(WebhookSignatureError):
-        env.service.handle_resend_webhook(resend_payload("email.delivered"), {"content-type": "application/json"})
+        env.service.handle_webhook("resend", resend_payload("email.delivered"), {"content-type": "application/json"})
 
 
 # --- the handler -------------------------------------------------------------------------

@@ -4,8 +4,8 @@ import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 from resend.exceptions import ResendError
 
-from sendonce.adapters.providers.resend_provider import classify_resend_error
-from sendonce.adapters.providers.ses_provider import classify_ses_error
+from sendonce.adapters.providers.resend.sender import classify_resend_error
+from sendonce.adapters.providers.ses.sender import classify_ses_error
 from sendonce.domain.errors import (
     AmbiguousProviderError,
     HaltProviderError,

@@ -1,10 +1,11 @@
-"""Provider events into the ledger: SES events from EventBridge, Resend webhooks over HTTP.
+"""Provider events into the ledger: events from EventBridge, webhooks over HTTP.
 
-One function, two doors: an EventBridge event (source aws.ses) is applied directly and a
-failure raises, so that Lambda's asynchronous retries (then the on-failure destination)
-keep it; a Resend webhook arrives through the HTTP API at POST /webhooks/resend, is
-verified (Svix) and answered 2xx once applied, non-2xx otherwise so that Resend retries
-with the same svix-id, which the ledger deduplicates.
+One function, two doors: an EventBridge event whose source a registered provider reads
+(`aws.ses`) is applied directly and a failure raises, so that Lambda's asynchronous retries
+(then the on-failure destination) keep it; a webhook arrives through the HTTP API at
+POST /webhooks/<provider>, is verified by that provider's reader and answered 2xx once
+applied, non-2xx otherwise so that the provider retries with the same event id, which the
+ledger deduplicates.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sendonce.wiring import events_service
 
 app = APIGatewayHttpResolver()
 
-WEBHOOK_PATH = "/webhooks/resend"
+WEBHOOK_PATH = "/webhooks/<provider>"
 BRAKE_METRICS = {"complaint": Metric.COMPLAINT_BRAKE_TRIGGERED, "bounce": Metric.BOUNCE_BRAKE_TRIGGERED}
 
 
@@ -56,11 +57,11 @@ def _emit(report: EventReport) -> None:
 
 
 @app.post(WEBHOOK_PATH)
-def resend_webhook() -> Response | dict:
+def provider_webhook(provider: str) -> Response | dict:
     service: ProviderEventService = app.context["service"]
     event = app.current_event
     try:
-        report = service.handle_resend_webhook(event.decoded_body or "", event.headers)
+        report = service.handle_webhook(provider, event.decoded_body or "", event.headers)
     except WebhookSignatureError as exc:
         count(Metric.WEBHOOK_SIGNATURES_REJECTED)
         logger.warning("webhook refused", extra={"reason": str(exc)})
@@ -80,8 +81,8 @@ def _not_text(exc: UnicodeDecodeError) -> Response:
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext, service: ProviderEventService | None = None) -> dict:
     service = service or events_service(EventsSettings.from_env(os.environ))
-    if event.get("source") == "aws.ses":
-        report = service.handle_ses(event)
+    if service.reads_events_from(event.get("source")):
+        report = service.handle_event(event["source"], event)
         _emit(report)
         return {"status": report.status}
     app.append_context(service=service)

@@ -15,7 +15,7 @@ import boto3
 import resend
 
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
-from sendonce.adapters.providers.ses_provider import SEND_CLIENT_CONFIG
+from sendonce.adapters.providers.ses.sender import SEND_CLIENT_CONFIG
 from sendonce.domain.sending.delivery import parse_batch
 from sendonce.domain.sending.rendering import CompiledContent
 

@@ -38,7 +38,7 @@ class LedgerEventRecords:
     proves_absence = False
     retention_ms: int | None = None
 
-    def __init__(self, *, client: Any, ledger_table: str, shards_of: ShardsOf, provider: str = "ses"):
+    def __init__(self, *, client: Any, ledger_table: str, shards_of: ShardsOf, provider: str):
         self.name = provider
         self._client = client
         self._table = ledger_table

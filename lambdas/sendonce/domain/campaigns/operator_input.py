@@ -69,7 +69,7 @@ _PATTERN_RULES = {
     "email": "not a valid email address",
     "subject": "must be one line without control characters (a tab is allowed)",
     "name": "must be one line without control characters",
-    "provider": "must be a provider name such as ses or resend",
+    "provider": "must be the name of a registered provider",
     "bucket": "not a valid S3 bucket name",
 }
 
@@ -108,10 +108,9 @@ def _utf8_size(value: str | None, what: str, most: int) -> str | None:
     return value
 
 
-# The providers this build registers (sendonce.wiring.PROVIDER_NAMES; a test keeps them equal)
-# and those that send batches. The service refuses others (400); the schema lists these.
-PROVIDERS = ("ses", "resend")
-BATCH_PROVIDERS = ("resend",)
+# Which providers exist, and which accept batch mode, is the provider registry's to say
+# (sendonce.adapters.providers.registry): the campaign service is given both and refuses
+# any other campaign (400, naming the providers it knows).
 
 # What the validators below enforce across fields, stated in the JSON schema as well.
 _SPEC_SCHEMA: JsonDict = {
@@ -121,10 +120,7 @@ _SPEC_SCHEMA: JsonDict = {
     ],
     "oneOf": [
         {"properties": {"delivery_mode": {"enum": ["single"]}}},
-        {
-            "required": ["delivery_mode"],
-            "properties": {"delivery_mode": {"enum": ["batch"]}, "provider": {"enum": list(BATCH_PROVIDERS)}},
-        },
+        {"required": ["delivery_mode"], "properties": {"delivery_mode": {"enum": ["batch"]}}},
     ],
 }
 
@@ -165,13 +161,12 @@ class CampaignSpec(BaseModel):
     )
     provider: str = Field(
         pattern=PROVIDER_PATTERN,
-        json_schema_extra={"enum": list(PROVIDERS)},
-        description="A registered provider: ses or resend.",
+        description="A registered provider (docs/architecture.md, 'Providers'); an unknown one is refused (400).",
     )
     delivery_mode: Literal["single", "batch"] = Field(
         default="single",
         description="single: one provider request per recipient; batch: one per SQS message of up to 100 "
-        "recipients (needs a provider with batch sends: resend).",
+        "recipients (needs a provider whose capabilities allow it: docs/architecture.md, 'Providers').",
     )
     ledger_shards: int = Field(
         default=DEFAULT_LEDGER_SHARDS,

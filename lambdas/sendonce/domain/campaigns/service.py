@@ -216,7 +216,7 @@ class CampaignService:
         ledger: Ledger,
         queue: Queue,
         provider_names: Iterable[str],
-        batch_provider_names: Iterable[str] = ("resend",),
+        batch_provider_names: Iterable[str] | None = None,
         operator: str = "operator",
         clock_ms: Callable[[], int] = _system_clock,
         jobs: JobService | None = None,
@@ -238,7 +238,10 @@ class CampaignService:
         if self._jobs.on_finished is None:
             self._jobs.on_finished = self.job_finished
         self._provider_names = frozenset(provider_names)
-        self._batch_provider_names = frozenset(batch_provider_names)
+        # None: every provider named may send batches (the wiring passes the registry's answer).
+        self._batch_provider_names = frozenset(
+            self._provider_names if batch_provider_names is None else batch_provider_names
+        )
         self._operator = operator
 
     def create(self, campaign: Campaign) -> Campaign:

@@ -1,10 +1,11 @@
-"""Provider events into the ledger: SES (through EventBridge) and Resend (signed webhooks).
+"""Provider events into the ledger: from an event bus or as signed webhooks.
 
-Each event is normalised to a ProviderEvent and applied once:
+Each provider's folder reads its own events into a ProviderEvent (`EventReader`,
+`WebhookReader`, registered by the wiring); each is applied here once:
 
 - recorded on its delivery as an annotation (`provider_events`, and `last_event` when it is
-  the most advanced yet: event_order.py), deduplicated on the event's id (svix-id for
-  Resend; messageId + type + feedback id for SES), never moving the delivery's state; except a provider 'sent' event for a delivery whose outcome
+  the most advanced yet: event_order.py), deduplicated on the event's id (the provider's
+  reader derives one that its retries repeat), never moving the delivery's state; except a provider 'sent' event for a delivery whose outcome
   is unknown, which resolves it to sent: the provider says it accepted the email.
 - hard bounces and complaints put the address on the suppression list.
 - complaints and hard bounces are counted per campaign, and a campaign whose complaint or
@@ -17,12 +18,11 @@ provider's retry; the counted annotation is written once.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Protocol
 
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
@@ -35,9 +35,7 @@ from sendonce.domain.ports import (
     FeedbackCounter,
     LedgerEvents,
     ProviderEvent,
-    SuppressionReason,
     Suppressions,
-    WebhookVerifier,
 )
 
 logger = logging.getLogger(__name__)
@@ -45,176 +43,28 @@ logger = logging.getLogger(__name__)
 COMPLAINT_BRAKE = "sendonce (complaint brake)"
 BOUNCE_BRAKE = "sendonce (bounce brake)"
 
-# SES event publishing: the eventType inside `detail` (also what SNS and Firehose carry)
-# and EventBridge's detail-type for the same events.
-SES_EVENT_TYPES = {
-    "Send": EventKind.SENT,
-    "Delivery": EventKind.DELIVERED,
-    "DeliveryDelay": EventKind.DELIVERY_DELAYED,
-    "Bounce": EventKind.BOUNCED,
-    "Complaint": EventKind.COMPLAINED,
-    "Reject": EventKind.REJECTED,
-    "Rendering Failure": EventKind.FAILED,
-}
-SES_DETAIL_TYPES = {
-    "Email Sent": "Send",
-    "Email Delivered": "Delivery",
-    "Email Delivery Delayed": "DeliveryDelay",
-    "Email Bounced": "Bounce",
-    "Email Complaint Received": "Complaint",
-    "Email Rejected": "Reject",
-    "Email Rendering Failed": "Rendering Failure",
-}
-RESEND_TYPES = {
-    "email.sent": EventKind.SENT,
-    "email.delivered": EventKind.DELIVERED,
-    "email.delivery_delayed": EventKind.DELIVERY_DELAYED,
-    "email.bounced": EventKind.BOUNCED,
-    "email.complained": EventKind.COMPLAINED,
-    "email.failed": EventKind.FAILED,
-    "email.suppressed": EventKind.PROVIDER_SUPPRESSED,
-}
-
 
 class InvalidEventError(ValueError):
     """A payload that is not a provider event we can read (acknowledged and ignored)."""
 
 
-def _first(value: Any) -> str | None:
-    if isinstance(value, list):
-        value = value[0] if value else None
-    return value if isinstance(value, str) and value else None
+class EventReader(Protocol):
+    """A provider's events as an event bus delivers them (from its folder, through the registry)."""
+
+    provider: str
+
+    def read(self, event: Mapping[str, Any]) -> ProviderEvent | None:
+        """The event normalised; None when it is not one we record. Raises InvalidEventError."""
+        ...
 
 
-def _short(*parts: Any) -> str | None:
-    text = " ".join(str(p) for p in parts if p)
-    return text[:200] or None
+class WebhookReader(Protocol):
+    """A provider's webhooks: authenticated, then normalised (its folder's webhook reader)."""
 
-
-def _event_id(prefix: str, *parts: Any) -> str:
-    return f"{prefix}:" + hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()[:32]
-
-
-def parse_ses_event(event: Mapping[str, Any]) -> ProviderEvent | None:
-    """An SES event as EventBridge delivers it (`detail` is SES's event record); None when it
-    is not a sending event we record (opens, clicks, subscriptions, VDM advisories)."""
-    detail = event.get("detail")
-    if not isinstance(detail, dict):
-        raise InvalidEventError("SES event without a detail object")
-    event_type = detail.get("eventType") or SES_DETAIL_TYPES.get(str(event.get("detail-type")))
-    kind = SES_EVENT_TYPES.get(str(event_type))
-    if kind is None:
-        return None
-    mail = detail.get("mail") or {}
-    tags = mail.get("tags") or {}
-    message_id = _first(mail.get("messageId"))
-    body = (
-        detail.get(
-            {
-                "Send": "send",
-                "Delivery": "delivery",
-                "DeliveryDelay": "deliveryDelay",
-                "Bounce": "bounce",
-                "Complaint": "complaint",
-                "Reject": "reject",
-                "Rendering Failure": "failure",
-            }[str(event_type)]
-        )
-        or {}
-    )
-    hard = False
-    reason = None
-    if kind is EventKind.BOUNCED:
-        recipients = [r.get("emailAddress") for r in body.get("bouncedRecipients", [])]
-        hard = body.get("bounceType") == "Permanent"
-        status = next((r.get("status") for r in body.get("bouncedRecipients", []) if r.get("status")), None)
-        detail_text = _short(body.get("bounceType"), body.get("bounceSubType"), status)
-        discriminator = body.get("feedbackId") or body.get("timestamp")
-        reason = SuppressionReason.BOUNCED if hard else None
-    elif kind is EventKind.COMPLAINED:
-        recipients = [r.get("emailAddress") for r in body.get("complainedRecipients", [])]
-        detail_text = _short(body.get("complaintFeedbackType") or "complaint", body.get("complaintSubType"))
-        discriminator = body.get("feedbackId") or body.get("timestamp")
-        reason = SuppressionReason.COMPLAINED
-    elif kind is EventKind.DELIVERY_DELAYED:
-        recipients = [r.get("emailAddress") for r in body.get("delayedRecipients", [])]
-        detail_text = _short(body.get("delayType"))
-        discriminator = body.get("timestamp")
-    elif kind is EventKind.DELIVERED:
-        recipients = list(body.get("recipients", []))
-        detail_text = None  # an SMTP response can quote the address: not kept
-        discriminator = body.get("timestamp")
-    else:
-        recipients = list(mail.get("destination", []))
-        detail_text = _short(body.get("reason")) if kind is EventKind.REJECTED else None
-        discriminator = event_type
-    event_id = (
-        _event_id("ses", message_id, event_type, discriminator) if message_id else f"eventbridge:{event.get('id')}"
-    )
-    return ProviderEvent(
-        event_id=event_id,
-        provider="ses",
-        kind=kind,
-        campaign_id=_first(tags.get("campaign_id")),
-        recipient_id=_first(tags.get("recipient_id")),
-        message_id=message_id,
-        addresses=tuple(a for a in recipients if isinstance(a, str)),
-        occurred_at=body.get("timestamp") or mail.get("timestamp") or event.get("time"),
-        hard=hard,
-        detail=detail_text,
-        suppression_reason=reason,
-    )
-
-
-def _resend_tags(tags: Any) -> dict[str, str]:
-    if isinstance(tags, dict):
-        return {str(k): str(v) for k, v in tags.items()}
-    if isinstance(tags, list):  # the request shape, [{name, value}], accepted too
-        return {str(t.get("name")): str(t.get("value")) for t in tags if isinstance(t, dict)}
-    return {}
-
-
-def parse_resend_event(payload: Mapping[str, Any], svix_id: str) -> ProviderEvent | None:
-    """A verified Resend webhook payload; None for event types we do not record."""
-    kind = RESEND_TYPES.get(str(payload.get("type")))
-    if kind is None:
-        return None
-    data = payload.get("data")
-    if not isinstance(data, dict):
-        raise InvalidEventError("Resend webhook without a data object")
-    tags = _resend_tags(data.get("tags"))
-    to = data.get("to") or []
-    hard = False
-    reason = None
-    detail_text = None
-    if kind is EventKind.BOUNCED:
-        bounce = data.get("bounce") or {}
-        hard = bounce.get("type") == "Permanent"
-        reason = SuppressionReason.BOUNCED if hard else None
-        detail_text = _short(bounce.get("type"), bounce.get("subType"))
-    elif kind is EventKind.COMPLAINED:
-        reason = SuppressionReason.COMPLAINED
-        detail_text = "complaint"
-    elif kind is EventKind.PROVIDER_SUPPRESSED:
-        suppressed = data.get("suppressed") or {}
-        kind_text = str(suppressed.get("type", "")).lower()
-        reason = SuppressionReason.COMPLAINED if "complain" in kind_text else SuppressionReason.BOUNCED
-        detail_text = _short(suppressed.get("type"))
-    elif kind is EventKind.FAILED:
-        detail_text = _short((data.get("failed") or {}).get("reason"))
-    return ProviderEvent(
-        event_id=f"svix:{svix_id}",
-        provider="resend",
-        kind=kind,
-        campaign_id=tags.get("campaign_id"),
-        recipient_id=tags.get("recipient_id"),
-        message_id=_first(data.get("email_id")),
-        addresses=tuple(a for a in (to if isinstance(to, list) else [to]) if isinstance(a, str)),
-        occurred_at=_first(payload.get("created_at")),
-        hard=hard,
-        detail=detail_text,
-        suppression_reason=reason,
-    )
+    def read(self, body: str, headers: Mapping[str, str]) -> ProviderEvent | None:
+        """Raises WebhookSignatureError when the request is not the provider's (or is stale),
+        InvalidEventError when it is but cannot be read; None for types we do not record."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -246,34 +96,43 @@ class ProviderEventService:
         suppressions: Suppressions,
         campaigns: CampaignStore,
         brakes: BrakeSettings = BrakeSettings(),
-        verifier: WebhookVerifier | None = None,
+        event_readers: Mapping[str, EventReader] | None = None,
+        webhooks: Mapping[str, WebhookReader] | None = None,
     ):
+        """`event_readers`: by the event bus's source name; `webhooks`: by provider name (the
+        webhook's path names it). Both come from the provider registry."""
         self._ledger_events = ledger_events
         self._suppressions = suppressions
         self._campaigns = campaigns
         self._brakes = brakes
-        self._verifier = verifier
+        self._event_readers = dict(event_readers or {})
+        self._webhooks = dict(webhooks or {})
 
-    def handle_ses(self, event: Mapping[str, Any]) -> EventReport:
-        try:
-            parsed = parse_ses_event(event)
-        except InvalidEventError as exc:
-            logger.warning("SES event not readable; ignored", extra={"reason": str(exc)})
-            return EventReport(provider="ses")
-        return self.apply(parsed) if parsed else EventReport(provider="ses")
+    def reads_events_from(self, source: Any) -> bool:
+        return isinstance(source, str) and source in self._event_readers
 
-    def handle_resend_webhook(self, body: str, headers: Mapping[str, str]) -> EventReport:
-        """Raises WebhookSignatureError when the webhook is not Resend's (or is stale)."""
-        if self._verifier is None:
-            raise WebhookSignatureError("no webhook secret configured")
-        payload = self._verifier.verify(body, headers)
-        svix_id = {k.lower(): v for k, v in headers.items()}.get("svix-id", "")
+    def handle_event(self, source: str, event: Mapping[str, Any]) -> EventReport:
+        """An event bus's event from `source`; one that cannot be read is logged and ignored."""
+        reader = self._event_readers[source]
         try:
-            parsed = parse_resend_event(payload, svix_id)
+            parsed = reader.read(event)
         except InvalidEventError as exc:
-            logger.warning("Resend webhook not readable; ignored", extra={"reason": str(exc)})
-            return EventReport(provider="resend")
-        return self.apply(parsed) if parsed else EventReport(provider="resend")
+            logger.warning("provider event not readable; ignored", extra={"source": source, "reason": str(exc)})
+            return EventReport(provider=reader.provider)
+        return self.apply(parsed) if parsed else EventReport(provider=reader.provider)
+
+    def handle_webhook(self, provider: str, body: str, headers: Mapping[str, str]) -> EventReport:
+        """Raises WebhookSignatureError when the webhook is not `provider`'s (or is stale), or
+        when no webhook of that provider is configured."""
+        reader = self._webhooks.get(provider)
+        if reader is None:
+            raise WebhookSignatureError(f"no webhook secret configured for provider {provider!r}")
+        try:
+            parsed = reader.read(body, headers)
+        except InvalidEventError as exc:
+            logger.warning("webhook not readable; ignored", extra={"provider": provider, "reason": str(exc)})
+            return EventReport(provider=provider)
+        return self.apply(parsed) if parsed else EventReport(provider=provider)
 
     def apply(self, event: ProviderEvent) -> EventReport:
         report = EventReport(kind=event.kind, provider=event.provider)

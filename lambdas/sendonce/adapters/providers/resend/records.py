@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import resend
 from resend.exceptions import ResendError
 
-from sendonce.adapters.providers.resend_provider import RateLimitHeaders
+from sendonce.adapters.providers.resend.sender import RateLimitHeaders
 from sendonce.domain.audit.records import ListedEmail
 from sendonce.domain.models import email_fingerprint
 

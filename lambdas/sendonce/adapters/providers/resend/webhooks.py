@@ -17,7 +17,9 @@ from typing import Any
 
 import resend
 
+from sendonce.adapters.providers.resend.events import parse_resend_event
 from sendonce.domain.errors import WebhookSignatureError
+from sendonce.domain.ports import ProviderEvent
 
 _LABEL = "v1,"
 
@@ -50,3 +52,17 @@ class SvixWebhookVerifier:
         if not isinstance(payload, dict):
             raise WebhookSignatureError("webhook payload is not a JSON object")
         return payload
+
+
+class SvixWebhooks:
+    """Resend's webhooks as the events function reads them: verified, then parsed."""
+
+    provider = "resend"
+
+    def __init__(self, verifier: SvixWebhookVerifier):
+        self._verifier = verifier
+
+    def read(self, body: str, headers: Mapping[str, str]) -> ProviderEvent | None:
+        payload = self._verifier.verify(body, headers)
+        svix_id = {k.lower(): v for k, v in headers.items()}.get("svix-id", "")
+        return parse_resend_event(payload, svix_id)

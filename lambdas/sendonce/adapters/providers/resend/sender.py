@@ -10,6 +10,7 @@ from typing import Any
 import resend
 from resend.exceptions import ResendError
 
+from sendonce.domain.capabilities import ProviderCapabilities
 from sendonce.domain.errors import (
     AmbiguousProviderError,
     HaltProviderError,
@@ -115,10 +116,27 @@ def classify_resend_error(exc: ResendError) -> Exception:
     return PermanentProviderError(reason, code=kind)
 
 
+# What the domain knows of this provider (sendonce.domain.capabilities); the class below
+# states the same, from here.
+CAPABILITIES = ProviderCapabilities(
+    idempotent=True,
+    idempotency_window_s=24 * 3600,  # Resend keeps an idempotency key for 24 h
+    max_batch=100,  # POST /emails/batch
+    default_rate=5.0,  # requests/s: Resend's documented default per team
+    rate_headers=True,  # ratelimit-limit on every answer
+    ambiguous_outcomes=(
+        "a 5xx answer other than 503",
+        "a connection failure or client timeout",
+        "invalid_idempotent_request (the key was used for other content)",
+        "a batch answer that does not cover every email",
+    ),
+)
+
+
 class ResendProvider:
     name = "resend"
-    idempotent = True
-    max_batch = 100
+    idempotent = CAPABILITIES.idempotent
+    max_batch = CAPABILITIES.max_batch
 
     def __init__(
         self,

@@ -9,6 +9,7 @@ from typing import Any
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError
 
+from sendonce.domain.capabilities import ProviderCapabilities
 from sendonce.domain.errors import (
     AmbiguousProviderError,
     HaltProviderError,
@@ -46,9 +47,20 @@ def classify_ses_error(exc: Exception) -> Exception:
     return AmbiguousProviderError(f"ses call interrupted: {type(exc).__name__}: {exc}")
 
 
+# What the domain knows of this provider (sendonce.domain.capabilities); the class below
+# states the same, from here.
+CAPABILITIES = ProviderCapabilities(
+    idempotent=False,  # no idempotency key: a send whose outcome is unknown is never repeated
+    max_batch=1,
+    default_rate=14.0,  # recipients/s: a new production account's MaxSendRate
+    rate_headers=False,  # the account's MaxSendRate is read once, from GetAccount
+    ambiguous_outcomes=("a 5xx answer", "a read timeout or reset connection"),
+)
+
+
 class SesProvider:
     name = "ses"
-    idempotent = False
+    idempotent = CAPABILITIES.idempotent
 
     def __init__(self, *, client: Any, configuration_set: str | None = None):
         self._client = client

@@ -1,0 +1,106 @@
+"""A provider's needs in the CDK app, read by the `SendOnce` construct through the registry
+(`sendonce_cdk.providers.registry`).
+
+A provider is known to the construct by a `ProviderStack`: its context keys (with their
+defaults and checks), the settings it gives the consumer and the events function, the
+secrets those read, and any grants, event sources or cdk-nag acknowledgements of its own.
+Its webhook route (POST /webhooks/<name>) comes from its descriptor in
+`sendonce.adapters.providers`. Everything here is data or a hook with a default that does
+nothing, so a provider with a secret and a webhook needs no code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from aws_cdk import aws_lambda as lambda_
+
+from sendonce.adapters.providers.descriptor import Provider
+
+if TYPE_CHECKING:
+    from sendonce_cdk.config import SendonceConfig
+    from sendonce_cdk.construct import SendOnce
+    from sendonce_cdk.provider_events import ProviderEvents
+
+
+@dataclass(frozen=True)
+class SecretNeed:
+    """A Secrets Manager secret a function reads, named by a context key (imported by name,
+    never created in the template)."""
+
+    function: Literal["consumer", "events"]
+    setting: str  # the provider's settings field that carries the secret's name
+    context_key: str  # the context key holding the name
+    construct_id: str  # the imported secret's construct id
+    sid: str  # the policy statement's sid
+
+
+@dataclass(frozen=True)
+class ProviderStack:
+    descriptor: Provider
+    # The provider's CDK context keys and their defaults (docs/deploy.md lists them).
+    context: Mapping[str, Any] = field(default_factory=dict)
+    secrets: tuple[SecretNeed, ...] = ()
+    # Consumer settings taken straight from context keys: settings field -> context key.
+    consumer_context: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.descriptor.name
+
+    @property
+    def webhook_path(self) -> str | None:
+        return self.descriptor.webhook_path
+
+    # --- hooks: subclasses override what they need --------------------------------------
+
+    def parse_context(self, value: Any) -> dict[str, Any]:
+        """Each context key's value (`value(key)` gives the raw one or its default), converted."""
+        return {key: value(key) for key in self.context}
+
+    def problems(self, config: SendonceConfig) -> list[str]:
+        """What is wrong with this provider's context values (ConfigError lists them)."""
+        return []
+
+    def consumer_settings(self, config: SendonceConfig) -> dict[str, str]:
+        """The consumer's settings for this provider, by the provider's field name (the
+        construct prefixes `<name>_`). Called when the provider is deployed."""
+        return {
+            **{setting: str(config.provider_value(key)) for setting, key in self.consumer_context.items()},
+            **self._secret_settings(config, "consumer"),
+        }
+
+    def standing_consumer_settings(self, config: SendonceConfig) -> dict[str, str]:
+        """Settings the consumer carries whether or not the provider is deployed."""
+        return {}
+
+    def events_settings(self, config: SendonceConfig) -> dict[str, str]:
+        return self._secret_settings(config, "events")
+
+    def grant_consumer(self, mail: SendOnce, function: lambda_.IFunction) -> None:
+        self._grant_secrets(mail, function, "consumer")
+
+    def grant_events(self, mail: SendOnce, function: lambda_.IFunction) -> None:
+        self._grant_secrets(mail, function, "events")
+
+    def add_event_sources(self, events: ProviderEvents, config: SendonceConfig) -> None:
+        """Event-bus sources that reach the events function (created in `events`' scope)."""
+
+    def acknowledge(self, mail: SendOnce) -> None:
+        """cdk-nag findings this provider's grants bring, each with its reason."""
+
+    # --- the secrets, as data ---------------------------------------------------------------
+
+    def _secret_settings(self, config: SendonceConfig, function: str) -> dict[str, str]:
+        return {
+            need.setting: config.provider_value(need.context_key) for need in self.secrets if need.function == function
+        }
+
+    def _grant_secrets(self, mail: SendOnce, function: lambda_.IFunction, which: str) -> None:
+        for need in self.secrets:
+            if need.function == which:
+                mail.allow_secret_read(
+                    function, need.construct_id, mail.config.provider_value(need.context_key), sid=need.sid
+                )
