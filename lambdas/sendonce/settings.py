@@ -75,6 +75,9 @@ class ApiSettings(BaseModel):
     campaigns_table: str = Field(min_length=3, max_length=255)
     queue_url: str = Field(pattern=r"^https?://")
     dead_letter_queue_url: str = Field(pattern=r"^https?://")
+    # Campaigns created here are counted from their creation: set where the counters'
+    # aggregator runs (the stack always; local runs with the stream poller).
+    counters: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ApiSettings:
@@ -82,6 +85,18 @@ class ApiSettings(BaseModel):
 
 
 _TABLE = dict(min_length=3, max_length=255)
+
+
+class AggregatorSettings(BaseModel):
+    """The counters' aggregator: the ledger's and the campaigns table's streams."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    campaigns_table: str = Field(**_TABLE)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> AggregatorSettings:
+        return _from_env(cls, environ)
 
 
 class EventsSettings(BaseModel):

@@ -14,6 +14,7 @@ from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from botocore.config import Config
 
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+from sendonce.adapters.dynamodb.counters import DynamoDBCounters
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
 from sendonce.adapters.dynamodb.ledger_keys import CampaignShards
@@ -25,6 +26,7 @@ from sendonce.adapters.providers.resend_provider import ResendProvider
 from sendonce.adapters.providers.ses_provider import SEND_CLIENT_CONFIG, SesProvider
 from sendonce.adapters.sqs_queue import SqsQueue
 from sendonce.adapters.svix_webhooks import SvixWebhookVerifier
+from sendonce.domain.campaigns.counters import CounterAggregator
 from sendonce.domain.campaigns.preview import PreviewService, TestSendService
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes
@@ -32,9 +34,17 @@ from sendonce.domain.deliverability.provider_events import BrakeSettings, Provid
 from sendonce.domain.deliverability.suppressions import SuppressionService
 from sendonce.domain.deliverability.unsubscribe import KeySet, UnsubscribeLinks, UnsubscribeService, UnsubscribeTokens
 from sendonce.domain.errors import SettingsError
-from sendonce.domain.ports import CampaignStore, EmailProvider, Ledger, Queue, RateLimiter, Suppressions
+from sendonce.domain.ports import (
+    CampaignCounters,
+    CampaignStore,
+    EmailProvider,
+    Ledger,
+    Queue,
+    RateLimiter,
+    Suppressions,
+)
 from sendonce.domain.sending.delivery import DeliveryService
-from sendonce.settings import ApiSettings, ConsumerSettings, EventsSettings, UnsubscribeSettings
+from sendonce.settings import AggregatorSettings, ApiSettings, ConsumerSettings, EventsSettings, UnsubscribeSettings
 
 PROVIDER_NAMES = ("ses", "resend")
 
@@ -78,6 +88,7 @@ class ConsumerParts:
     limiter: RateLimiter | None = None
     suppressions: Suppressions | None = None
     unsubscribe: UnsubscribeLinks | None = None
+    counters: CampaignCounters | None = None
 
 
 # Ledger writes are conditional, so a retried write that had in fact succeeded fails its
@@ -130,6 +141,7 @@ def consumer_parts(settings: ConsumerSettings, session: boto3.session.Session | 
             else None
         ),
         unsubscribe=unsubscribe,
+        counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
     )
 
 
@@ -150,6 +162,7 @@ def assemble_consumer(settings: ConsumerSettings, parts: ConsumerParts) -> Consu
         safety_margin_ms=settings.safety_margin_ms,
         throttle_retries=settings.throttle_retries,
         max_receive_count=settings.max_receive_count,
+        counters=parts.counters,
     )
     return ConsumerRuntime(service=service, guard=guard, group_guard=group_guard, queue=parts.queue)
 
@@ -165,7 +178,7 @@ def campaign_service(settings: ApiSettings, operator: str = "operator") -> Campa
     """The operator service used by the HTTP API and the CLI."""
     session = boto3.session.Session()
     dynamodb = session.client("dynamodb")
-    campaigns, shards = campaign_store(dynamodb, settings.campaigns_table)
+    campaigns, shards = campaign_store(dynamodb, settings.campaigns_table, counted=settings.counters)
     return CampaignService(
         campaigns=campaigns,
         ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table, shards_of=shards),
@@ -176,6 +189,7 @@ def campaign_service(settings: ApiSettings, operator: str = "operator") -> Campa
         ),
         provider_names=PROVIDER_NAMES,
         operator=operator,
+        counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
     )
 
 
@@ -339,10 +353,31 @@ def ledger_events_of(dynamodb, ledger_table: str, campaigns_table: str) -> Dynam
     )
 
 
-def campaign_store(dynamodb, table_name: str) -> tuple[DynamoDBCampaignStore, CampaignShards]:
+def campaign_store(dynamodb, table_name: str, *, counted: bool = False) -> tuple[DynamoDBCampaignStore, CampaignShards]:
     """The campaign store, and the ledger's shard counts read from it: learnt from every
     campaign the store reads, so a service that reads the campaign anyway (the consumer,
     once per message) never reads it again for its ledger keys."""
     shards = CampaignShards(lambda campaign_id: campaigns.get(campaign_id))
-    campaigns = DynamoDBCampaignStore(client=dynamodb, table_name=table_name, on_read=shards.learn)
+    campaigns = DynamoDBCampaignStore(client=dynamodb, table_name=table_name, on_read=shards.learn, counted=counted)
     return campaigns, shards
+
+
+def assemble_aggregator(
+    settings: AggregatorSettings, session: boto3.session.Session | None = None
+) -> CounterAggregator:
+    """The counters' aggregator: counter items and markers in the campaigns table; it
+    completes a campaign its counters say is done."""
+    session = session or boto3.session.Session()
+    dynamodb = session.client("dynamodb", config=LEDGER_CLIENT_CONFIG)
+    campaigns, _ = campaign_store(dynamodb, settings.campaigns_table)
+    return CounterAggregator(
+        counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
+        campaigns=campaigns,
+        clock_ms=lambda: int(time.time() * 1000),
+    )
+
+
+@lru_cache(maxsize=4)
+def aggregator_service(settings: AggregatorSettings) -> CounterAggregator:
+    """Built once per Lambda execution environment for these settings."""
+    return assemble_aggregator(settings)
