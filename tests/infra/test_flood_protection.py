@@ -129,7 +129,9 @@ def test_every_function_has_reserved_concurrency(assembly: Synthesized) -> None:
 
 def test_the_consumer_reserves_exactly_what_its_event_source_may_run(assembly: Synthesized) -> None:
     # Less would throttle the event source; more would hold capacity it never uses.
-    [mapping] = assembly.of_type("AWS::Lambda::EventSourceMapping").values()
+    [mapping] = [
+        m for m in assembly.of_type("AWS::Lambda::EventSourceMapping").values() if "ScalingConfig" in m["Properties"]
+    ]
     maximum = mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"]
     assert _function(assembly, CONSUMER_HANDLER)["ReservedConcurrentExecutions"] == maximum
 
