@@ -155,3 +155,33 @@ def test_the_whole_stream_applied_again_changes_no_count(counted):
 
     assert replay.records > 0 and service.status("c1") == before
     assert_exact(service, "c1")
+
+
+def test_the_cli_reconciles_a_campaign_and_names_every_drift(counted):
+    from tests.integration.operator_helpers import as_json, sendonce
+
+    service = operator(counted)
+    send(counted, service, "c1")
+    streams(counted).drain()
+    env = {"SENDONCE_COUNTERS": "1"}
+    assert as_json(sendonce(counted, "campaign", "reconcile", "c1", "--json", env=env))["drifts"] == []
+
+    # A counter item that lost one `sent` (as a dead-lettered stream batch would leave it).
+    client = boto3.client("dynamodb")
+    [item] = client.query(
+        TableName=counted.resources.campaigns_table,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": "counters#c1"}},
+        FilterExpression="attribute_exists(n_sent)",
+        Limit=1000,
+    )["Items"][:1]
+    client.update_item(
+        TableName=counted.resources.campaigns_table,
+        Key={"pk": item["pk"], "sk": item["sk"]},
+        UpdateExpression="ADD n_sent :minus",
+        ExpressionAttributeValues={":minus": {"N": "-1"}},
+    )
+
+    result = sendonce(counted, "campaign", "reconcile", "c1", env=env)
+    assert result.exit_code == 1
+    assert "sent" in result.stdout and "44" in result.stdout and "45" in result.stdout
