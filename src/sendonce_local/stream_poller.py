@@ -41,6 +41,13 @@ from sendonce_local.poller import LocalLambdaContext
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any], Any], Any]
+RecordFilter = Callable[[dict[str, Any]], bool]
+
+
+def inserted_batch_records(record: dict[str, Any]) -> bool:
+    """The stack's filter on the campaigns table's mapping (sendonce_cdk/aggregator.py)."""
+    sk = record["dynamodb"].get("Keys", {}).get("sk", {}).get("S", "")
+    return bool(record.get("eventName") == "INSERT" and sk.startswith("batch#"))
 
 
 @dataclass
@@ -87,7 +94,10 @@ class StreamPoller:
         batch_size: int = 100,
         function_timeout_s: float = 60.0,
         interval_s: float = 0.1,
+        filters: dict[str, RecordFilter] | None = None,
     ) -> None:
+        """`filters`: per stream ARN, which records reach the handler (a mapping's filter
+        criteria); the others are passed over, and the checkpoint moves past them."""
         if not 1 <= batch_size <= 1000:
             raise ValueError("batch_size must be 1..1000 (GetRecords' limit)")
         self._streams = streams_client
@@ -97,6 +107,7 @@ class StreamPoller:
         self._batch_size = batch_size
         self._timeout_s = function_timeout_s
         self._interval_s = interval_s
+        self._filters = dict(filters or {})
         self._region = streams_client.meta.region_name
         self._checkpoints: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()  # one round at a time: a shard's batches in order
@@ -139,7 +150,12 @@ class StreamPoller:
         records = self._streams.get_records(ShardIterator=iterator, Limit=self._batch_size).get("Records", [])
         if not records:
             return 0
-        event = {"Records": [lambda_record(r, arn, self._region) for r in records]}
+        keep = self._filters.get(arn)
+        selected = [r for r in records if keep is None or keep(r)]
+        if not selected:
+            self._checkpoints[(arn, shard_id)] = records[-1]["dynamodb"]["SequenceNumber"]
+            return len(records)
+        event = {"Records": [lambda_record(r, arn, self._region) for r in selected]}
         context = LocalLambdaContext(
             function_name=self._function_name,
             invoked_function_arn=f"arn:aws:lambda:{self._region}:000000000000:function:{self._function_name}",
@@ -197,13 +213,39 @@ class StreamPoller:
         self.stop()
 
 
+def counters_poller(
+    session: Any, *, ledger_table: str, campaigns_table: str, handler: Handler | None = None, batch_size: int = 1000
+) -> StreamPoller:
+    """The counters' aggregator as the stack maps it: the ledger's stream whole, the
+    campaigns table's inserted batch records; from the streams' beginning."""
+    if handler is None:
+        import functools
+
+        from sendonce.handlers import aggregator
+        from sendonce.settings import AggregatorSettings
+        from sendonce.wiring import assemble_aggregator
+
+        service = assemble_aggregator(AggregatorSettings(campaigns_table=campaigns_table), session)
+        handler = functools.partial(aggregator.lambda_handler, service=service)
+    dynamodb = session.client("dynamodb")
+    ledger, campaigns = stream_arn_of(dynamodb, ledger_table), stream_arn_of(dynamodb, campaigns_table)
+    return StreamPoller(
+        streams_client=session.client("dynamodbstreams"),
+        stream_arns=[ledger, campaigns],
+        handler=handler,
+        batch_size=batch_size,
+        filters={campaigns: inserted_batch_records},
+    )
+
+
 def _load(path: str) -> Callable[..., Any]:
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m sendonce_local.stream_poller --table T [--table T2] --handler module:function``:
+    """``python -m sendonce_local.stream_poller --table T [--table T2] --handler module:function
+    [--batch-records-of T2]``:
     clients from the environment (``AWS_ENDPOINT_URL``); runs until killed, or with
     ``--drain`` until the streams hold nothing new, then prints its counters as JSON."""
     import boto3
@@ -212,11 +254,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", action="append", required=True)
     parser.add_argument("--handler", required=True)
     parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument(
+        "--batch-records-of", action="append", default=[], help="a table whose inserted batch records only count"
+    )
     parser.add_argument("--drain", action="store_true")
     args = parser.parse_args(argv)
     session = boto3.session.Session()
-    arns = [stream_arn_of(session.client("dynamodb"), table) for table in args.table]
+    dynamodb = session.client("dynamodb")
+    arns = [stream_arn_of(dynamodb, table) for table in args.table]
+    filters: dict[str, RecordFilter] = {
+        stream_arn_of(dynamodb, table): inserted_batch_records for table in args.batch_records_of
+    }
     poller = StreamPoller(
+        filters=filters,
         streams_client=session.client("dynamodbstreams"),
         stream_arns=arns,
         handler=_load(args.handler),

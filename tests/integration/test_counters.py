@@ -19,7 +19,7 @@ from sendonce.handlers import aggregator
 from sendonce.settings import AggregatorSettings, ApiSettings
 from sendonce.wiring import assemble_aggregator, campaign_service
 from sendonce_local.resources import create_local_resources, verify_ses_sender
-from sendonce_local.stream_poller import StreamPoller, stream_arn_of
+from sendonce_local.stream_poller import StreamPoller, counters_poller
 from tests.integration.conftest import LocalSystem
 
 
@@ -59,13 +59,11 @@ def operator(local: LocalSystem) -> CampaignService:
 
 def streams(local: LocalSystem, service: CounterAggregator | None = None, batch_size: int = 1000) -> StreamPoller:
     """A stream poller starting from the streams' beginning, as a new mapping would."""
-    dynamodb = boto3.client("dynamodb")
     service = service or assemble_aggregator(AggregatorSettings(campaigns_table=local.resources.campaigns_table))
-    return StreamPoller(
-        streams_client=boto3.client("dynamodbstreams"),
-        stream_arns=[
-            stream_arn_of(dynamodb, t) for t in (local.resources.ledger_table, local.resources.campaigns_table)
-        ],
+    return counters_poller(
+        boto3.session.Session(),
+        ledger_table=local.resources.ledger_table,
+        campaigns_table=local.resources.campaigns_table,
         handler=functools.partial(aggregator.lambda_handler, service=service),
         batch_size=batch_size,
     )
