@@ -193,6 +193,7 @@ class SendOnce(Construct):
             "Aggregator",
             ledger_table=self.tables.ledger,
             campaigns_table=self.tables.campaigns,
+            reserved_concurrency=config.aggregator_reserved_concurrency,
             removal_policy=removal_policy,
             code=code,
         )
