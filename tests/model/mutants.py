@@ -30,6 +30,7 @@ from moto import mock_aws
 
 from sendonce.adapters import idempotency as idempotency_module
 from sendonce.adapters.dynamodb import ledger as dynamodb_ledger
+from sendonce.domain.campaigns import counters as counters_module
 from sendonce.domain.campaigns import service as campaigns_module
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
 from sendonce.domain.sending import delivery as delivery_module
@@ -139,6 +140,11 @@ def _closed_without_dead_lettering(original):
     return close
 
 
+def _every_record_unapplied(changes, applied_through):
+    # Without the counters' sequence-number rule: a replayed record counts again.
+    return sorted(changes, key=lambda c: c.position.sequence)
+
+
 R1, RB, SES = model.ResendSingle, model.ResendBatch, model.SesSingle
 # Which machines may catch a mutant, most likely first, and each mutant's share of the
 # example budget (a multiple of EXAMPLES per machine: the rare ones get more).
@@ -154,6 +160,7 @@ MACHINES = {
     "6": (R1, SES, RB),
     "6b": (R1, SES, RB),
     "7": (R1, SES, RB),
+    "8": (R1, RB),
 }
 BUDGET = {"3c": 2.0, "2": 1.5}
 # The explorer's depth per mutant (default: its own); 7 needs a halt, a cancel and the last
@@ -190,6 +197,7 @@ MUTANTS = {
         "_close_cancelled",
         _closed_without_dead_lettering(delivery_module.DeliveryService._close_cancelled),
     ),
+    "8 a replayed stream record counts again": lambda: replaced(counters_module, "unapplied", _every_record_unapplied),
 }
 
 
