@@ -202,7 +202,10 @@ def stack_updates_keep_dynamodb_tables(replace: Replace) -> None:
 
     The patch keeps the existing table, applies what is updated in place (new global
     secondary indexes, the stream specification, the TTL) and refuses a change that would
-    need a replacement instead of silently keeping the old table.
+    need a replacement instead of silently keeping the old table. moto's update also creates
+    the template's new resources first: one reading the `StreamArn` of a table that gains
+    its stream in the same update (an event source mapping) found none; the stream is then
+    enabled when its ARN is first read.
     """
     from moto.dynamodb.models import dynamodb_backends
     from moto.dynamodb.models.table import Table
@@ -230,12 +233,32 @@ def stack_updates_keep_dynamodb_tables(replace: Replace) -> None:
         stream = properties.get("StreamSpecification")
         if stream and not table.latest_stream_label:
             backend.update_table_streams(table, {"StreamEnabled": True, **stream})
+        elif stream and table.stream_specification:
+            # Enabled early by a new resource that read its ARN (below): the template's view.
+            table.stream_specification["StreamViewType"] = stream.get("StreamViewType", "NEW_AND_OLD_IMAGES")
         ttl = properties.get("TimeToLiveSpecification")
         if ttl:
             backend.update_time_to_live(table.name, ttl)
         return table
 
     replace(Table, "update_from_cloudformation_json", classmethod(update_from_cloudformation_json))
+
+    stock_attribute = Table.get_cfn_attribute
+
+    @functools.wraps(stock_attribute)
+    def get_cfn_attribute(self: Any, attribute_name: str) -> Any:
+        # moto's update creates the template's new resources before it updates the changed
+        # ones: a new resource that reads `StreamArn` of a table gaining its stream in the
+        # same update (a stream mapping, a policy) would find none (KeyError, HTTP 500).
+        # CloudFormation resolves it after the table; here the stream is enabled when first
+        # read, and the table's own update then sets the template's view type.
+        if attribute_name == "StreamArn" and not self.latest_stream_label:
+            dynamodb_backends[self.account_id][self.region_name].update_table_streams(
+                self, {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+            )
+        return stock_attribute(self, attribute_name)
+
+    replace(Table, "get_cfn_attribute", get_cfn_attribute)
 
 
 def stream_mappings_invoke_enabled_only(replace: Replace) -> None:
