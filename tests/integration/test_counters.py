@@ -166,13 +166,11 @@ def test_the_cli_reconciles_a_campaign_and_names_every_drift(counted):
 
     # A counter item that lost one `sent` (as a dead-lettered stream batch would leave it).
     client = boto3.client("dynamodb")
-    [item] = client.query(
-        TableName=counted.resources.campaigns_table,
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": "counters#c1"}},
-        FilterExpression="attribute_exists(n_sent)",
-        Limit=1000,
-    )["Items"][:1]
+    [item] = [
+        i
+        for i in client.scan(TableName=counted.resources.campaigns_table, ConsistentRead=True)["Items"]
+        if i["pk"]["S"].startswith("counters#c1#") and "n_sent" in i
+    ][:1]
     client.update_item(
         TableName=counted.resources.campaigns_table,
         Key={"pk": item["pk"], "sk": item["sk"]},

@@ -442,7 +442,7 @@ class Rig:
                 return super().advance(*args, **kwargs)
 
         backend = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
-        counters = Dying(client=self._client, table_name=self.stream_tables[1], marker_workers=1)
+        counters = Dying(client=self._client, table_name=self.stream_tables[1], marker_workers=1, partitions=1)
         aggregator = CounterAggregator(counters=counters, campaigns=self.store, clock_ms=self.clock)
         went = 0
         for table in self.stream_tables:
@@ -464,7 +464,7 @@ class Rig:
     def counters(self):
         from sendonce.adapters.dynamodb.counters import DynamoDBCounters
 
-        return DynamoDBCounters(client=self._client, table_name=self.stream_tables[1])
+        return DynamoDBCounters(client=self._client, table_name=self.stream_tables[1], marker_workers=1, partitions=1)
 
     def snapshot(self) -> dict[str, DeliveryRecord]:
         """The campaign's ledger items without their history (the model reads them after

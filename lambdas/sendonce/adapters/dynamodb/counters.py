@@ -3,7 +3,7 @@
     pk = counters#<campaign>, sk = recorded             batch records written (ADD in add_batch's
                                                         transaction); `since_creation` when the
                                                         campaign is counted from its creation
-    pk = counters#<campaign>, sk = from#<stream>        one stream position's counts: `seq` (the
+    pk = counters#<campaign>#<j>, sk = from#<stream>    one stream position's counts: `seq` (the
                                                         last sequence number applied), `n_<state>`,
                                                         `published`, `batches`
     pk = published#<campaign>#<k>, sk = <recipient_id>  marker: `first_batch`, the batch that
@@ -11,7 +11,11 @@
 
 Sequence numbers are decimal strings of 21 to 40 digits, more than a DynamoDB number holds
 (38): `seq` is stored zero-padded to 40 characters, so that comparing the strings compares
-the integers. Markers are spread over MARKER_SHARDS partition-key values, as the ledger is.
+the integers. Markers are spread over MARKER_SHARDS partition-key values, as the ledger is;
+counter items over COUNTER_PARTITIONS: an aggregator batch writes up to one item per ledger
+shard of a campaign, which on one partition-key value would take ~0.5 write units per
+recipient (the hottest key must stay under 0.1); a status read is then that many Queries,
+in parallel.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from sendonce.domain.sending.shards import shard_of
 
 SEQUENCE_DIGITS = 40
 MARKER_SHARDS = 256
+COUNTER_PARTITIONS = 16
 # Marker writes in flight at once (one conditional PutItem each: a batch's markers cannot
 # be written in one request, since a batch write takes no condition).
 MARKER_WORKERS = 8
@@ -36,13 +41,19 @@ RECORDED = "recorded"
 _STATE_PREFIX = "n_"
 
 
-def counters_key(campaign_id: str, sk: str) -> dict[str, Any]:
-    return {"pk": {"S": f"counters#{campaign_id}"}, "sk": {"S": sk}}
-
-
 def recorded_key(campaign_id: str) -> dict[str, Any]:
     """The item add_batch's transaction counts batch records on (campaigns.py)."""
-    return counters_key(campaign_id, RECORDED)
+    return {"pk": {"S": f"counters#{campaign_id}"}, "sk": {"S": RECORDED}}
+
+
+def counter_partitions(campaign_id: str, partitions: int = COUNTER_PARTITIONS) -> list[str]:
+    return [f"counters#{campaign_id}#{j}" for j in range(partitions)]
+
+
+def stream_key(campaign_id: str, stream: str, partitions: int = COUNTER_PARTITIONS) -> dict[str, Any]:
+    """One stream position's counter item."""
+    partition = counter_partitions(campaign_id, partitions)[shard_of(stream, partitions)]
+    return {"pk": {"S": partition}, "sk": {"S": f"from#{stream}"}}
 
 
 def _padded(sequence: int) -> str:
@@ -53,15 +64,25 @@ def _padded(sequence: int) -> str:
 
 
 class DynamoDBCounters:
-    def __init__(self, *, client: Any, table_name: str, marker_workers: int = MARKER_WORKERS):
+    def __init__(
+        self,
+        *,
+        client: Any,
+        table_name: str,
+        marker_workers: int = MARKER_WORKERS,
+        partitions: int = COUNTER_PARTITIONS,
+    ):
         self._client = client
         self._table = table_name
         self._workers = marker_workers
+        # Every reader and writer of a table's counters must agree on it (the model check,
+        # whose in-process moto lists the whole table per Query, uses 1).
+        self._partitions = partitions
 
     def applied_through(self, campaign_id: str, stream: str) -> int | None:
         response = self._client.get_item(
             TableName=self._table,
-            Key=counters_key(campaign_id, f"from#{stream}"),
+            Key=stream_key(campaign_id, stream, self._partitions),
             ProjectionExpression="seq",
             ConsistentRead=True,
         )
@@ -89,7 +110,7 @@ class DynamoDBCounters:
             values[":from"] = {"S": _padded(expected)}
         request: dict[str, Any] = {
             "TableName": self._table,
-            "Key": counters_key(campaign_id, f"from#{stream}"),
+            "Key": stream_key(campaign_id, stream, self._partitions),
             "UpdateExpression": update,
             "ConditionExpression": condition,
             "ExpressionAttributeValues": values,
@@ -130,22 +151,27 @@ class DynamoDBCounters:
         return 1
 
     def totals(self, campaign_id: str) -> CounterTotals | None:
-        counted = False
-        recorded = 0
+        recorded = self._client.get_item(TableName=self._table, Key=recorded_key(campaign_id), ConsistentRead=True)
+        item = recorded.get("Item")
+        if not item or not item.get("since_creation", {}).get("BOOL"):
+            return None
         counts = Counts()
+        with ThreadPoolExecutor(max_workers=min(self._workers, self._partitions)) as pool:
+            for items in pool.map(self._query, counter_partitions(campaign_id, self._partitions)):
+                for counter in items:
+                    counts.add(_counts(counter))
+        return CounterTotals(recorded_batches=int(item.get("batches", {}).get("N", "0")), counts=counts)
+
+    def _query(self, partition: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
         for page in self._client.get_paginator("query").paginate(
             TableName=self._table,
             KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": f"counters#{campaign_id}"}},
+            ExpressionAttributeValues={":pk": {"S": partition}},
             ConsistentRead=True,
         ):
-            for item in page["Items"]:
-                if item["sk"]["S"] == RECORDED:
-                    counted = bool(item.get("since_creation", {}).get("BOOL"))
-                    recorded = int(item.get("batches", {}).get("N", "0"))
-                    continue
-                counts.add(_counts(item))
-        return CounterTotals(recorded_batches=recorded, counts=counts) if counted else None
+            items.extend(page["Items"])
+        return items
 
 
 def _counts(item: dict[str, Any]) -> Counts:
