@@ -42,6 +42,7 @@ EVENTS_PER_EMAIL = 3
 EVENT_SECONDS = 0.05
 EVENTS_HEADROOM = 2
 MIN_EVENTS_RESERVED = 10
+AGGREGATOR_RESERVED = 10
 S3_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 # The context keys every deployment has; each provider adds its own (sendonce_cdk/providers/).
@@ -230,7 +231,8 @@ class SendonceConfig:
                 f"the functions would reserve {self.reserved_concurrency_total} concurrent executions"
                 f" (consumer {self.consumer_reserved_concurrency} = max_concurrency, events"
                 f" {self.events_reserved_concurrency}, unsubscribe {self.unsubscribe_reserved_concurrency},"
-                f" operator API {self.api_reserved_concurrency}), more than account_concurrency"
+                f" operator API {self.api_reserved_concurrency}, counters {self.aggregator_reserved_concurrency}),"
+                " more than account_concurrency"
                 f" {self.account_concurrency} minus the {LAMBDA_MIN_UNRESERVED} Lambda keeps unreserved:"
                 " lower them, or raise account_concurrency to the account's (increased) quota"
             )
@@ -326,9 +328,16 @@ class SendonceConfig:
         return max(MIN_EVENTS_RESERVED, wanted)
 
     @property
+    def aggregator_reserved_concurrency(self) -> int:
+        """The counters' aggregator runs one invocation per stream shard (two tables, a few
+        shards each while a campaign sends): a throttled one only delays the counters."""
+        return AGGREGATOR_RESERVED
+
+    @property
     def reserved_concurrency_total(self) -> int:
         return (
-            self.consumer_reserved_concurrency
+            self.aggregator_reserved_concurrency
+            + self.consumer_reserved_concurrency
             + self.events_reserved_concurrency
             + self.unsubscribe_reserved_concurrency
             + self.api_reserved_concurrency

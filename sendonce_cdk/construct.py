@@ -29,6 +29,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX
+from sendonce_cdk.aggregator import Aggregator
 from sendonce_cdk.bundling import lambda_code
 from sendonce_cdk.config import COMMON_DEFAULTS, DEFAULTS, MAX_RECEIVE_COUNT, SendonceConfig
 from sendonce_cdk.consumer import Consumer
@@ -203,7 +204,17 @@ class SendOnce(Construct):
             removal_policy=removal_policy,
             code=code,
         )
+        self.aggregator = Aggregator(
+            self,
+            "Aggregator",
+            ledger_table=self.tables.ledger,
+            campaigns_table=self.tables.campaigns,
+            reserved_concurrency=config.aggregator_reserved_concurrency,
+            removal_policy=removal_policy,
+            code=code,
+        )
         self._secrets: dict[str, secretsmanager.ISecret] = {}
+        self._grant_aggregator()
         self._grant_consumer()
         self._grant_operator_api()
         self._grant_provider_events()
@@ -217,6 +228,8 @@ class SendOnce(Construct):
             function=self.consumer_parts.function,
             events_function=self.provider_events.function,
             events_dead_letter_queue=self.provider_events.dead_letter_queue,
+            aggregator_function=self.aggregator.function,
+            aggregator_dead_letter_queue=self.aggregator.dead_letter_queue,
             queue_age_threshold=cdk.Duration.minutes(config.queue_age_alarm_minutes),
             email=config.oncall_email,
             https_url=config.oncall_https_url,
@@ -313,6 +326,15 @@ class SendOnce(Construct):
             function.add_to_role_policy(
                 iam.PolicyStatement(actions=["dynamodb:Query"], resources=[f"{arn}/index/{query_index}"])
             )
+
+    def _grant_aggregator(self) -> None:
+        function = self.aggregator.function
+        # Its stream mappings grant reading both streams (and ListStreams, which has no
+        # resource) and sending a failed batch's position to its dead-letter queue.
+        # Counter positions and the campaign (GetItem), counter writes and `complete`
+        # (UpdateItem), published markers (conditional PutItem), a campaign's counters (Query).
+        # Nothing on the ledger's items.
+        self._grant_campaigns(function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
 
     def _grant_consumer(self) -> None:
         function = self.consumer_parts.function
@@ -419,11 +441,21 @@ class SendOnce(Construct):
 
     def _acknowledge_findings(self) -> None:
         """cdk-nag AwsSolutions findings this design accepts, each with its reason."""
+        cdk.Validations.of(self.aggregator.role).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
+                reason=(
+                    "Only dynamodb:ListStreams, which the stream event source needs and which IAM does not scope"
+                    " to resources; the stream reads themselves are scoped to the two tables' streams."
+                ),
+            )
+        )
         for function in (
             self.consumer_parts.function,
             self.operator_api.function,
             self.provider_events.function,
             self.public_api.unsubscribe_function,
+            self.aggregator.function,
         ):
             cdk.Validations.of(function).acknowledge(
                 cdk.Acknowledgment(
@@ -472,6 +504,15 @@ class SendOnce(Construct):
                     "This queue is itself a dead-letter queue: the EventBridge target's and the events"
                     " function's on-failure destination for asynchronous invocations. cdk-nag only"
                     " recognises DLQs named in another queue's RedrivePolicy."
+                ),
+            )
+        )
+        cdk.Validations.of(self.aggregator.dead_letter_queue).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions::AwsSolutions-SQS3",
+                reason=(
+                    "This queue is itself a dead-letter queue: the on-failure destination of the counters'"
+                    " stream mappings. cdk-nag only recognises DLQs named in another queue's RedrivePolicy."
                 ),
             )
         )

@@ -34,6 +34,9 @@ class LedgerTables(Construct):
             "Ledger",
             partition_key=dynamodb.Attribute(name="campaign_id", type=dynamodb.AttributeType.STRING),
             sort_key=dynamodb.Attribute(name="recipient_id", type=dynamodb.AttributeType.STRING),
+            # Read by the counters' aggregator (sendonce_cdk/aggregator.py); a stream is an
+            # in-place update of a deployed table.
+            stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES,
             **common,
         )
         # TTL and the index are in-place updates of a deployed table, never a replacement.
@@ -43,6 +46,8 @@ class LedgerTables(Construct):
             partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
             sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
             time_to_live_attribute=CAMPAIGNS_TTL_ATTRIBUTE,
+            # Its inserted batch records count the published recipients.
+            stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES,
             **common,
         )
         # Sparse and keys-only: only campaign state items carry `state`, and a campaign's

@@ -24,6 +24,9 @@ NOT_WATCHED: Mapping[Metric, str] = {
     Metric.PROVIDER_EVENTS_UNMATCHED: "events of mail with no sendonce delivery: untagged, or sent by another app",
     Metric.UNKNOWN_OUTCOMES_RESOLVED: "unknown outcomes a Send event settled; UnknownOutcomes is the one to act on",
     Metric.UNSUBSCRIBE_TOKENS_REJECTED: "forged or stale links, answered 403; the route throttle bounds what they cost",
+    Metric.COUNTER_RECORDS_APPLIED: "its volume follows the ledger's writes; CountersLagging watches the delay",
+    Metric.COUNTER_RECORDS_REPEATED: "a retried batch's records, counted once by design",
+    Metric.CAMPAIGNS_COMPLETED_BY_COUNTERS: "a campaign's completion is its state change, visible in its status",
 }
 
 

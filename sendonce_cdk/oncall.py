@@ -51,6 +51,8 @@ class OnCall(Construct):
         events_function: lambda_.IFunction,
         events_dead_letter_queue: sqs.IQueue,
         queue_age_threshold: cdk.Duration,
+        aggregator_function: lambda_.IFunction | None = None,
+        aggregator_dead_letter_queue: sqs.IQueue | None = None,
         email: str | None = None,
         https_url: str | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
@@ -158,6 +160,26 @@ class OnCall(Construct):
                       metric=events_dlq_depth, threshold=0),
         ):  # fmt: skip
             self._alarm(spec)
+        if aggregator_function is not None and aggregator_dead_letter_queue is not None:
+            # The counters lag the ledger by the stream's delay: status, completion and the
+            # brakes wait for them; sends never do.
+            iterator_age = cw.Metric(
+                namespace="AWS/Lambda",
+                metric_name="IteratorAge",
+                dimensions_map={"FunctionName": aggregator_function.function_name},
+                statistic="Maximum",
+                period=FIVE_MINUTES,
+            )
+            counters_dlq_depth = aggregator_dead_letter_queue.metric_approximate_number_of_messages_visible(
+                statistic="Maximum", period=ONE_MINUTE
+            )
+            for spec in (
+                AlarmSpec("CountersLagging", "warning", "The counters' aggregator is over 5 minutes behind the ledger",
+                          metric=iterator_age, threshold=5 * 60 * 1000),
+                AlarmSpec("CountersDeadLettered", "warning", "Stream records the counters could not apply",
+                          metric=counters_dlq_depth, threshold=0),
+            ):  # fmt: skip
+                self._alarm(spec)
 
     def _alarm(self, spec: AlarmSpec) -> cw.Alarm:
         alarm_name = f"{cdk.Stack.of(self).stack_name}-{spec.id}"

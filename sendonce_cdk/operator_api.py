@@ -68,6 +68,8 @@ class OperatorApi(Construct):
                 "campaigns_table": campaigns_table.table_name,
                 "queue_url": queue.queue_url,
                 "dead_letter_queue_url": dead_letter_queue.queue_url,
+                # The stack runs the counters' aggregator: campaigns are counted from creation.
+                "counters": "true",
             },
             timeout=TIMEOUT,
             memory_size=512,

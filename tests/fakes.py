@@ -35,6 +35,8 @@ from sendonce.domain.ports import (
     CampaignFeedback,
     ClaimResult,
     ClaimStatus,
+    CounterTotals,
+    Counts,
     EventKind,
     FeedbackCounter,
     ImportReport,
@@ -624,3 +626,60 @@ class FakeJobQueue:
 
     def submit(self, job_id: str) -> None:
         self.submitted.append(job_id)
+
+
+class FakeCounters:
+    """CampaignCounters in memory, with the same exactly-once rule as the DynamoDB adapter:
+    `advance` writes only when the stored position is still the one read. `crash_after`
+    raises (as a dying aggregator) after that many successful counter writes."""
+
+    def __init__(self):
+        self.items: dict[tuple[str, str], tuple[int, Counts]] = {}  # (campaign, stream) -> (seq, Counts)
+        self.recorded: dict[str, int] = {}  # counted campaigns -> batches recorded
+        self.markers: dict[tuple[str, str], str] = {}  # (campaign, recipient) -> first batch
+        self.writes = 0
+        self.crash_after: int | None = None
+        self.before_advance: Callable[[], None] | None = None
+
+    def count_from_creation(self, campaign_id: str) -> None:
+        self.recorded.setdefault(campaign_id, 0)
+
+    def record_batch(self, campaign_id: str) -> None:
+        self.recorded[campaign_id] = self.recorded.get(campaign_id, 0) + 1
+
+    def applied_through(self, campaign_id: str, stream: str) -> int | None:
+        item = self.items.get((campaign_id, stream))
+        return item[0] if item else None
+
+    def advance(self, campaign_id, stream, *, expected, through, delta) -> bool:
+        if self.before_advance is not None:
+            hook, self.before_advance = self.before_advance, None
+            hook()
+        if self.crash_after is not None and self.writes >= self.crash_after:
+            raise RuntimeError("aggregator died")
+        current = self.items.get((campaign_id, stream))
+        if (current[0] if current else None) != expected:
+            return False
+        counts = Counts()
+        if current:
+            counts.add(current[1])
+        counts.add(delta)
+        self.items[(campaign_id, stream)] = (through, counts)
+        self.writes += 1
+        return True
+
+    def mark_published(self, campaign_id, batch_id, recipient_ids) -> int:
+        mine = 0
+        for recipient_id in dict.fromkeys(recipient_ids):
+            first = self.markers.setdefault((campaign_id, recipient_id), batch_id)
+            mine += first == batch_id
+        return mine
+
+    def totals(self, campaign_id):
+        if campaign_id not in self.recorded:
+            return None
+        counts = Counts()
+        for (campaign, _), (_, item) in self.items.items():
+            if campaign == campaign_id:
+                counts.add(item)
+        return CounterTotals(recorded_batches=self.recorded[campaign_id], counts=counts)

@@ -64,6 +64,10 @@ class Metric(StrEnum):
     # The unsubscribe function.
     RECIPIENTS_UNSUBSCRIBED = "RecipientsUnsubscribed"
     UNSUBSCRIBE_TOKENS_REJECTED = "UnsubscribeTokensRejected"
+    # The counters' aggregator.
+    COUNTER_RECORDS_APPLIED = "CounterRecordsApplied"
+    COUNTER_RECORDS_REPEATED = "CounterRecordsRepeated"
+    CAMPAIGNS_COMPLETED_BY_COUNTERS = "CampaignsCompletedByCounters"
 
 
 # A provider error's class (sendonce.domain.errors) -> the consumer's failure metric.

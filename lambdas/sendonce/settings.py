@@ -114,6 +114,9 @@ class ApiSettings(BaseModel):
     dead_letter_queue_url: str = Field(pattern=r"^https?://")
     # Where long operations go as jobs (domain/jobs); without it they run in process.
     jobs_queue_url: str | None = Field(default=None, pattern=r"^https?://")
+    # Campaigns created here are counted from their creation: set where the counters'
+    # aggregator runs (the stack always; local runs with the stream poller).
+    counters: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ApiSettings:
@@ -130,6 +133,7 @@ class JobsSettings(BaseModel):
     queue_url: str = Field(pattern=r"^https?://")
     dead_letter_queue_url: str = Field(pattern=r"^https?://")
     jobs_queue_url: str = Field(pattern=r"^https?://")
+    counters: bool = False  # as ApiSettings.counters (the worker creates no campaign)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> JobsSettings:
@@ -137,6 +141,18 @@ class JobsSettings(BaseModel):
 
 
 _TABLE = dict(min_length=3, max_length=255)
+
+
+class AggregatorSettings(BaseModel):
+    """The counters' aggregator: the ledger's and the campaigns table's streams."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    campaigns_table: str = Field(**_TABLE)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> AggregatorSettings:
+        return _from_env(cls, environ)
 
 
 class _EventsSettings(_WithProviders):

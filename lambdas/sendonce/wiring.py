@@ -15,6 +15,7 @@ from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from botocore.config import Config
 
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+from sendonce.adapters.dynamodb.counters import DynamoDBCounters
 from sendonce.adapters.dynamodb.jobs import DynamoDBJobStore
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
@@ -28,6 +29,7 @@ from sendonce.adapters.providers import registry
 from sendonce.adapters.providers.descriptor import Provider, ProviderEnv, event_readers
 from sendonce.adapters.sqs_queue import SqsJobQueue, SqsQueue
 from sendonce.domain.audit.service import CampaignAudit
+from sendonce.domain.campaigns.counters import CounterAggregator
 from sendonce.domain.campaigns.preview import PreviewService, TestSendService
 from sendonce.domain.campaigns.report import ReportService
 from sendonce.domain.campaigns.service import CampaignService
@@ -37,9 +39,24 @@ from sendonce.domain.deliverability.suppressions import SuppressionService
 from sendonce.domain.deliverability.unsubscribe import KeySet, UnsubscribeLinks, UnsubscribeService, UnsubscribeTokens
 from sendonce.domain.errors import SettingsError
 from sendonce.domain.jobs.service import JobService
-from sendonce.domain.ports import CampaignStore, EmailProvider, Ledger, Queue, RateLimiter, Suppressions
+from sendonce.domain.ports import (
+    CampaignCounters,
+    CampaignStore,
+    EmailProvider,
+    Ledger,
+    Queue,
+    RateLimiter,
+    Suppressions,
+)
 from sendonce.domain.sending.delivery import DeliveryService
-from sendonce.settings import ApiSettings, ConsumerSettings, EventsSettings, JobsSettings, UnsubscribeSettings
+from sendonce.settings import (
+    AggregatorSettings,
+    ApiSettings,
+    ConsumerSettings,
+    EventsSettings,
+    JobsSettings,
+    UnsubscribeSettings,
+)
 
 PROVIDER_NAMES = registry.names()
 
@@ -87,6 +104,7 @@ class ConsumerParts:
     limiter: RateLimiter | None = None
     suppressions: Suppressions | None = None
     unsubscribe: UnsubscribeLinks | None = None
+    counters: CampaignCounters | None = None
 
 
 # Ledger writes are conditional, so a retried write that had in fact succeeded fails its
@@ -144,6 +162,7 @@ def consumer_parts(
             else None
         ),
         unsubscribe=unsubscribe,
+        counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
     )
 
 
@@ -164,6 +183,7 @@ def assemble_consumer(settings: ConsumerSettings, parts: ConsumerParts) -> Consu
         safety_margin_ms=settings.safety_margin_ms,
         throttle_retries=settings.throttle_retries,
         max_receive_count=settings.max_receive_count,
+        counters=parts.counters,
     )
     return ConsumerRuntime(service=service, guard=guard, group_guard=group_guard, queue=parts.queue)
 
@@ -192,7 +212,7 @@ def assemble_campaign_service(
     session = session or boto3.session.Session()
     dynamodb = session.client("dynamodb")
     sqs = session.client("sqs")
-    campaigns, shards = campaign_store(dynamodb, settings.campaigns_table)
+    campaigns, shards = campaign_store(dynamodb, settings.campaigns_table, counted=settings.counters)
     ledger = DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table, shards_of=shards)
     queue = SqsQueue(client=sqs, queue_url=settings.queue_url, dead_letter_queue_url=settings.dead_letter_queue_url)
     jobs = JobService(
@@ -210,6 +230,7 @@ def assemble_campaign_service(
         provider_names=registry.names(registered),
         batch_provider_names=registry.batch_names(registered),
         operator=operator,
+        counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
         jobs=jobs,
     )
 
@@ -407,12 +428,12 @@ def ledger_events_of(dynamodb, ledger_table: str, campaigns_table: str) -> Dynam
     )
 
 
-def campaign_store(dynamodb, table_name: str) -> tuple[DynamoDBCampaignStore, CampaignShards]:
+def campaign_store(dynamodb, table_name: str, *, counted: bool = False) -> tuple[DynamoDBCampaignStore, CampaignShards]:
     """The campaign store, and the ledger's shard counts read from it: learnt from every
     campaign the store reads, so a service that reads the campaign anyway (the consumer,
     once per message) never reads it again for its ledger keys."""
     shards = CampaignShards(lambda campaign_id: campaigns.get(campaign_id))
-    campaigns = DynamoDBCampaignStore(client=dynamodb, table_name=table_name, on_read=shards.learn)
+    campaigns = DynamoDBCampaignStore(client=dynamodb, table_name=table_name, on_read=shards.learn, counted=counted)
     return campaigns, shards
 
 
@@ -459,3 +480,24 @@ def campaign_audit(
         ledger_events=ledger_events_of(dynamodb, settings.ledger_table, settings.campaigns_table),
         records=records,
     )
+
+
+def assemble_aggregator(
+    settings: AggregatorSettings, session: boto3.session.Session | None = None
+) -> CounterAggregator:
+    """The counters' aggregator: counter items and markers in the campaigns table; it
+    completes a campaign its counters say is done."""
+    session = session or boto3.session.Session()
+    dynamodb = session.client("dynamodb", config=LEDGER_CLIENT_CONFIG)
+    campaigns, _ = campaign_store(dynamodb, settings.campaigns_table)
+    return CounterAggregator(
+        counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
+        campaigns=campaigns,
+        clock_ms=lambda: int(time.time() * 1000),
+    )
+
+
+@lru_cache(maxsize=4)
+def aggregator_service(settings: AggregatorSettings) -> CounterAggregator:
+    """Built once per Lambda execution environment for these settings."""
+    return assemble_aggregator(settings)

@@ -202,7 +202,10 @@ def stack_updates_keep_dynamodb_tables(replace: Replace) -> None:
 
     The patch keeps the existing table, applies what is updated in place (new global
     secondary indexes, the stream specification, the TTL) and refuses a change that would
-    need a replacement instead of silently keeping the old table.
+    need a replacement instead of silently keeping the old table. moto's update also creates
+    the template's new resources first: one reading the `StreamArn` of a table that gains
+    its stream in the same update (an event source mapping) found none; the stream is then
+    enabled when its ARN is first read.
     """
     from moto.dynamodb.models import dynamodb_backends
     from moto.dynamodb.models.table import Table
@@ -230,6 +233,9 @@ def stack_updates_keep_dynamodb_tables(replace: Replace) -> None:
         stream = properties.get("StreamSpecification")
         if stream and not table.latest_stream_label:
             backend.update_table_streams(table, {"StreamEnabled": True, **stream})
+        elif stream and table.stream_specification:
+            # Enabled early by a new resource that read its ARN (below): the template's view.
+            table.stream_specification["StreamViewType"] = stream.get("StreamViewType", "NEW_AND_OLD_IMAGES")
         ttl = properties.get("TimeToLiveSpecification")
         if ttl:
             backend.update_time_to_live(table.name, ttl)
@@ -237,12 +243,85 @@ def stack_updates_keep_dynamodb_tables(replace: Replace) -> None:
 
     replace(Table, "update_from_cloudformation_json", classmethod(update_from_cloudformation_json))
 
+    stock_attribute = Table.get_cfn_attribute
+
+    @functools.wraps(stock_attribute)
+    def get_cfn_attribute(self: Any, attribute_name: str) -> Any:
+        # moto's update creates the template's new resources before it updates the changed
+        # ones: a new resource that reads `StreamArn` of a table gaining its stream in the
+        # same update (a stream mapping, a policy) would find none (KeyError, HTTP 500).
+        # CloudFormation resolves it after the table; here the stream is enabled when first
+        # read, and the table's own update then sets the template's view type.
+        if attribute_name == "StreamArn" and not self.latest_stream_label:
+            dynamodb_backends[self.account_id][self.region_name].update_table_streams(
+                self, {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+            )
+        return stock_attribute(self, attribute_name)
+
+    replace(Table, "get_cfn_attribute", get_cfn_attribute)
+
+
+def stream_mappings_invoke_enabled_only(replace: Replace) -> None:
+    """A disabled event source mapping on a DynamoDB stream still invokes its function, and
+    a failed invoke empties the stream.
+
+    ``StreamShard.add`` (every write to a table with a stream) calls every mapping of the
+    table whatever its ``Enabled``; without Docker the invoke answers an error, which moto
+    takes as delivered: it clears the shard's records, so GetRecords never sees them, and
+    the next record reuses a sequence number already handed out. A deployed stack maps the
+    counters' aggregator to the ledger's and the campaigns table's streams.
+
+    The patch hides disabled mappings from ``add`` (local runs disable them and poll the
+    stream themselves, ``sendonce_local.stream_poller``); an enabled mapping behaves as stock.
+    """
+    from moto.dynamodb.models.table import StreamShard
+
+    stock = StreamShard.add
+
+    @functools.wraps(stock)
+    def add(self: Any, old: Any, new: Any) -> None:
+        mappings = self.table.lambda_event_source_mappings
+        enabled = {arn: esm for arn, esm in mappings.items() if getattr(esm, "enabled", True)}
+        if len(enabled) == len(mappings):
+            return stock(self, old, new)
+        self.table.lambda_event_source_mappings = enabled
+        try:
+            return stock(self, old, new)
+        finally:
+            self.table.lambda_event_source_mappings = mappings
+
+    replace(StreamShard, "add", add)
+
+
+def stream_reads_under_the_dynamodb_lock(replace: Replace) -> None:
+    """GetRecords can see the stream records of a transaction that is then cancelled.
+
+    The DynamoDB Streams backend reads a table's stream shard without the lock that
+    ``dynamodb_backend_one_call_at_a_time`` holds around each DynamoDB call, so a GetRecords
+    served while a transaction is half applied returns records its rollback then takes
+    back: a counter built from them counts writes that never happened.
+
+    The patch takes the same lock around every method of ``DynamoDBStreamsBackend``.
+    """
+    from moto.dynamodbstreams.models import DynamoDBStreamsBackend
+
+    for name, function in list(vars(DynamoDBStreamsBackend).items()):
+        if isinstance(function, types.FunctionType) and not name.startswith("__"):
+
+            def locked(*args: Any, __function: Callable[..., Any] = function, **kwargs: Any) -> Any:
+                with _DYNAMODB_LOCK:
+                    return __function(*args, **kwargs)
+
+            replace(DynamoDBStreamsBackend, name, functools.wraps(function)(locked))
+
 
 DEFECT_FIXES: tuple[PatchFunction, ...] = (
     transactions_copy_each_table_once,
     dynamodb_backend_one_call_at_a_time,
     docker_probe_fails_as_missing_attribute,
     stack_updates_keep_dynamodb_tables,
+    stream_mappings_invoke_enabled_only,
+    stream_reads_under_the_dynamodb_lock,
 )
 
 
@@ -262,8 +341,8 @@ def transactions_restore_touched_items_only(replace: Replace) -> None:
     (their state before it ran) and, when it is cancelled, puts exactly those back; the
     table copy becomes the table itself.
 
-    Trade: a cancelled transaction restores its items only. Anything else stock's
-    whole-table rollback would also undo (stream records of the cancelled writes; an empty
+    Trade: a cancelled transaction restores its items, and drops the stream records its
+    writes added, only. Anything else stock's whole-table rollback would also undo (an empty
     partition left where an item was put and taken back) stays. Needs
     ``transactions_copy_each_table_once`` (it shares that patch's stand-in for ``copy``).
     """
@@ -286,6 +365,11 @@ def transactions_restore_touched_items_only(replace: Replace) -> None:
                 touched.append((table, hash_key, range_key, copy.deepcopy(table.get_item(hash_key, range_key))))
         return touched
 
+    def stream_lengths(backend: Any, transact_items: list[dict[str, Any]]) -> list[tuple[Any, int]]:
+        names = {op.get("TableName") for entry in transact_items for op in entry.values() if isinstance(op, dict)}
+        tables = [backend.tables.get(name) for name in names]
+        return [(t.stream_shard, len(t.stream_shard.items)) for t in tables if t is not None and t.stream_shard]
+
     def restore(touched: list[tuple[Any, Any, Any, Any]]) -> None:
         # Backwards: an item named twice gets its state from before the first write.
         for table, hash_key, range_key, item in reversed(touched):
@@ -303,11 +387,14 @@ def transactions_restore_touched_items_only(replace: Replace) -> None:
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
         with _DYNAMODB_LOCK:  # the backup must see the same items the transaction writes
             touched = snapshot(self, transact_items)
+            streams = stream_lengths(self, transact_items)
             _TRANSACTION.shares_tables = True
             try:
                 return stock(self, transact_items)
             except BaseException:
                 restore(touched)
+                for shard, length in streams:
+                    del shard.items[length:]
                 raise
             finally:
                 _TRANSACTION.shares_tables = False

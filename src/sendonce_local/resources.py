@@ -48,7 +48,14 @@ class LocalResources:
         return env
 
 
-def create_tables(dynamodb: Any, *, ledger_table: str, campaigns_table: str) -> None:
+# As the stack has them: what the counters' aggregator reads (sendonce_local/stream_poller.py).
+STREAMS = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+
+
+def create_tables(dynamodb: Any, *, ledger_table: str, campaigns_table: str, streams: bool = False) -> None:
+    """The two tables; with `streams`, each with the stack's stream (moto then keeps every
+    change of them in memory, and a transaction copies it: off unless the counters run)."""
+    stream = {"StreamSpecification": STREAMS} if streams else {}
     dynamodb.create_table(
         TableName=ledger_table,
         KeySchema=[
@@ -60,6 +67,7 @@ def create_tables(dynamodb: Any, *, ledger_table: str, campaigns_table: str) -> 
             {"AttributeName": "recipient_id", "AttributeType": "S"},
         ],
         BillingMode="PAY_PER_REQUEST",
+        **stream,
     )
     dynamodb.create_table(
         TableName=campaigns_table,
@@ -81,6 +89,7 @@ def create_tables(dynamodb: Any, *, ledger_table: str, campaigns_table: str) -> 
             }
         ],
         BillingMode="PAY_PER_REQUEST",
+        **stream,
     )
     dynamodb.update_time_to_live(
         TableName=campaigns_table,
@@ -95,6 +104,7 @@ def create_local_resources(
     visibility_timeout_s: int = 30,
     max_receive_count: int = 5,
     resend_api_key: str = "re_local_test_key",
+    streams: bool = False,
 ) -> LocalResources:
     session = session or boto3.session.Session()
     prefix = prefix or f"t{uuid.uuid4().hex[:8]}"
@@ -112,7 +122,7 @@ def create_local_resources(
     )["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     ledger, campaigns = f"{prefix}-ledger", f"{prefix}-campaigns"
-    create_tables(session.client("dynamodb"), ledger_table=ledger, campaigns_table=campaigns)
+    create_tables(session.client("dynamodb"), ledger_table=ledger, campaigns_table=campaigns, streams=streams)
     secrets = session.client("secretsmanager")
     secret_name = f"{prefix}/{RESEND_SECRET_NAME}"
     secrets.create_secret(Name=secret_name, SecretString=resend_api_key)

@@ -52,6 +52,9 @@ class Endpoints:
     queue_arn: str | None = None
     dead_letter_queue_arn: str | None = None
     stack: str | None = None  # the stack read, if any
+    # Campaigns created through this CLI are counted from their creation (ApiSettings.counters):
+    # where the stack was read (it runs the counters' aggregator), or SENDONCE_COUNTERS says so.
+    counters: bool = False
 
     def api_settings(self) -> ApiSettings:
         try:
@@ -60,6 +63,7 @@ class Endpoints:
                 campaigns_table=self.campaigns_table,
                 queue_url=self.queue_url,
                 dead_letter_queue_url=self.dead_letter_queue_url,
+                counters=self.counters,
             )
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
@@ -107,7 +111,8 @@ def resolve_endpoints(session: Any, stack: str, environ: Mapping[str, str]) -> E
                 f"stack {stack!r} has no output(s) {', '.join(missing)}: is it a sendonce stack? "
                 "(or set the SENDONCE_* variables)"
             )
-    return Endpoints(**values, stack=read_stack)
+    counters = environ.get(env_name("counters"), "").lower() in {"1", "true", "yes", "on"} or read_stack is not None
+    return Endpoints(**values, stack=read_stack, counters=counters)
 
 
 def stack_outputs(session: Any, stack: str) -> dict[str, str]:

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from sendonce import contract
 from sendonce.contract import Metric, Output, env_name
-from sendonce.settings import ApiSettings, ConsumerSettings, EventsSettings, UnsubscribeSettings
+from sendonce.settings import AggregatorSettings, ApiSettings, ConsumerSettings, EventsSettings, UnsubscribeSettings
 from sendonce_cdk.metrics import NOT_WATCHED
 from sendonce_ops.endpoints import OPTIONAL, SOURCES
 from tests.infra.synthesis import Synthesized
@@ -31,6 +31,7 @@ SETTINGS_BY_HANDLER: dict[str, type[BaseModel]] = {
     "sendonce.handlers.api.lambda_handler": ApiSettings,
     "sendonce.handlers.events.lambda_handler": EventsSettings,
     "sendonce.handlers.unsubscribe.lambda_handler": UnsubscribeSettings,
+    "sendonce.handlers.aggregator.lambda_handler": AggregatorSettings,
 }
 API_HANDLER = "sendonce.handlers.api.lambda_handler"
 # Read by Powertools, not by the settings models; set on every function.
@@ -175,7 +176,9 @@ def test_the_cli_finds_by_output_what_the_api_function_is_given(assembly: Synthe
     environment = _environments(assembly)[API_HANDLER]
     outputs = assembly.template["Outputs"]
 
-    assert set(SOURCES) == set(ApiSettings.model_fields)
+    # `counters` is no resource: true wherever the stack runs (its aggregator), read or told.
+    assert set(SOURCES) == set(ApiSettings.model_fields) - {"counters"}
+    assert environment[env_name("counters")] == "true"
     for field, (variable, output) in SOURCES.items():
         assert outputs[output]["Value"] == environment[variable], field
     for field, (_, output) in OPTIONAL.items():

@@ -183,7 +183,10 @@ def test_cli_deploy_deliverability_and_api_functions(cli_deployed: Deployed, aws
         "sendonce.handlers.api.lambda_handler",
         "sendonce.handlers.events.lambda_handler",
         "sendonce.handlers.unsubscribe.lambda_handler",
+        "sendonce.handlers.aggregator.lambda_handler",
     }
+    aggregator = functions["sendonce.handlers.aggregator.lambda_handler"]["Environment"]["Variables"]
+    assert aggregator[env_name("campaigns_table")] == outputs[Output.CAMPAIGNS_TABLE_NAME]
     events = functions["sendonce.handlers.events.lambda_handler"]
     assert events["FunctionName"] == outputs[Output.EVENTS_FUNCTION_NAME]
     expected = {
@@ -221,6 +224,7 @@ def test_cli_deploy_reserves_concurrency_for_every_function(cli_deployed: Deploy
         "sendonce.handlers.api.lambda_handler": 10,
         "sendonce.handlers.events.lambda_handler": 10,
         "sendonce.handlers.unsubscribe.lambda_handler": 10,
+        "sendonce.handlers.aggregator.lambda_handler": 10,
     }
 
 
@@ -247,7 +251,7 @@ def test_cli_deploy_function_is_arm64_in_the_deployed_template(cli_deployed: Dep
     body = aws("cloudformation").get_template(StackName=CLI_STACK)["TemplateBody"]
     template = body if isinstance(body, dict) else json.loads(body)
     functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
-    assert len(functions) == 4  # consumer, operator API, events, unsubscribe
+    assert len(functions) == 5  # consumer, operator API, events, unsubscribe, counters
     assert all(f["Properties"]["Architectures"] == ["arm64"] for f in functions)
 
 

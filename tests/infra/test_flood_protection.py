@@ -17,6 +17,7 @@ CONSUMER_HANDLER = "sendonce.handlers.consumer.lambda_handler"
 API_HANDLER = "sendonce.handlers.api.lambda_handler"
 EVENTS_HANDLER = "sendonce.handlers.events.lambda_handler"
 UNSUBSCRIBE_HANDLER = "sendonce.handlers.unsubscribe.lambda_handler"
+AGGREGATOR_HANDLER = "sendonce.handlers.aggregator.lambda_handler"
 UNSUBSCRIBE_ROUTES = {"GET /u/{token}", "POST /u/{token}"}
 WEBHOOK_ROUTE = "POST /webhooks/resend"
 
@@ -113,7 +114,7 @@ def test_public_stage_waits_for_every_throttled_route(assembly: Synthesized) -> 
 def _reserved(synth: Synthesized) -> dict[str, int | None]:
     return {
         handler: _function(synth, handler).get("ReservedConcurrentExecutions")
-        for handler in (CONSUMER_HANDLER, API_HANDLER, EVENTS_HANDLER, UNSUBSCRIBE_HANDLER)
+        for handler in (CONSUMER_HANDLER, API_HANDLER, EVENTS_HANDLER, UNSUBSCRIBE_HANDLER, AGGREGATOR_HANDLER)
     }
 
 
@@ -124,12 +125,15 @@ def test_every_function_has_reserved_concurrency(assembly: Synthesized) -> None:
         API_HANDLER: config.api_reserved_concurrency,
         EVENTS_HANDLER: config.events_reserved_concurrency,
         UNSUBSCRIBE_HANDLER: config.unsubscribe_reserved_concurrency,
+        AGGREGATOR_HANDLER: config.aggregator_reserved_concurrency,
     }
 
 
 def test_the_consumer_reserves_exactly_what_its_event_source_may_run(assembly: Synthesized) -> None:
     # Less would throttle the event source; more would hold capacity it never uses.
-    [mapping] = assembly.of_type("AWS::Lambda::EventSourceMapping").values()
+    [mapping] = [
+        m for m in assembly.of_type("AWS::Lambda::EventSourceMapping").values() if "ScalingConfig" in m["Properties"]
+    ]
     maximum = mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"]
     assert _function(assembly, CONSUMER_HANDLER)["ReservedConcurrentExecutions"] == maximum
 
@@ -148,10 +152,12 @@ def test_default_reservations(default_assembly: Synthesized, full_assembly: Synt
         API_HANDLER: 10,
         EVENTS_HANDLER: 10,
         UNSUBSCRIBE_HANDLER: 10,
+        AGGREGATOR_HANDLER: 10,
     }
     assert _reserved(full_assembly) == {
         CONSUMER_HANDLER: 7,
         API_HANDLER: 4,
         EVENTS_HANDLER: 60,
         UNSUBSCRIBE_HANDLER: 5,
+        AGGREGATOR_HANDLER: 10,
     }

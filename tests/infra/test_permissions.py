@@ -24,7 +24,8 @@ CONSUMER_HANDLER = "sendonce.handlers.consumer.lambda_handler"
 API_HANDLER = "sendonce.handlers.api.lambda_handler"
 EVENTS_HANDLER = "sendonce.handlers.events.lambda_handler"
 UNSUBSCRIBE_HANDLER = "sendonce.handlers.unsubscribe.lambda_handler"
-HANDLERS = (CONSUMER_HANDLER, API_HANDLER, EVENTS_HANDLER, UNSUBSCRIBE_HANDLER)
+AGGREGATOR_HANDLER = "sendonce.handlers.aggregator.lambda_handler"
+HANDLERS = (CONSUMER_HANDLER, API_HANDLER, EVENTS_HANDLER, UNSUBSCRIBE_HANDLER, AGGREGATOR_HANDLER)
 
 # What would let a role lose, overwrite or enumerate delivery records (issue 10).
 LEDGER_FORBIDDEN = (
@@ -80,8 +81,14 @@ def _function(synth: Synthesized, handler: str) -> dict[str, Any]:
 
 def _labels(synth: Synthesized) -> dict[str, str]:
     """Logical id -> a readable name for the resources policies point at."""
-    [mapping] = synth.of_type("AWS::Lambda::EventSourceMapping").values()
+    mappings = synth.of_type("AWS::Lambda::EventSourceMapping").values()
+    [mapping] = [m for m in mappings if "StartingPosition" not in m["Properties"]]  # the queue's
     queue_id = _ref(mapping["Properties"]["EventSourceArn"])
+    [counters_dead_letter_id] = {
+        _ref(m["Properties"]["DestinationConfig"]["OnFailure"]["Destination"])
+        for m in mappings
+        if "StartingPosition" in m["Properties"]
+    }
     dead_letter_id = _ref(synth.resources[queue_id]["Properties"]["RedrivePolicy"]["deadLetterTargetArn"])
     [invoke_config] = synth.of_type("AWS::Lambda::EventInvokeConfig").values()
     events_dead_letter_id = _ref(invoke_config["Properties"]["DestinationConfig"]["OnFailure"]["Destination"])
@@ -92,7 +99,10 @@ def _labels(synth: Synthesized) -> dict[str, str]:
         queue_id: "queue",
         dead_letter_id: "dead_letter_queue",
         events_dead_letter_id: "events_dead_letter_queue",
+        counters_dead_letter_id: "counters_dead_letter_queue",
     }
+    for table_id, name in ((_table_id(synth, "campaign_id"), "ledger"), (_table_id(synth, "pk"), "campaigns")):
+        labels[f"stream:{table_id}"] = f"{name}/stream"
     for handler in HANDLERS:
         labels[_ref(_function(synth, handler)["LoggingConfig"]["LogGroup"])] = f"logs:{handler.split('.')[2]}"
     return labels
@@ -104,6 +114,8 @@ def _resource_label(resource: Any, labels: dict[str, str]) -> str | None:
     if isinstance(resource, dict) and ("Ref" in resource or "Fn::GetAtt" in resource):
         if resource.get("Ref") == "AWS::NoValue":
             return None
+        if resource.get("Fn::GetAtt", [None, None])[1] == "StreamArn":
+            return labels.get(f"stream:{_ref(resource)}", json.dumps(resource))
         return labels.get(_ref(resource), json.dumps(resource))
     if isinstance(resource, dict) and "Fn::Join" in resource:
         parts = resource["Fn::Join"][1]
@@ -191,6 +203,15 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
         }
         if "resend" in config.providers:
             expected[f"secret:{config.resend_webhook_secret_name}-??????"] = {"secretsmanager:GetSecretValue"}
+    elif handler == AGGREGATOR_HANDLER:
+        streams = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}
+        expected |= {
+            "ledger/stream": streams,
+            "campaigns/stream": streams,
+            "*": {"dynamodb:ListStreams"},
+            "campaigns": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
+            "counters_dead_letter_queue": {"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"},
+        }
     elif handler == UNSUBSCRIBE_HANDLER:
         expected |= {
             "suppressions": {"dynamodb:GetItem", "dynamodb:PutItem"},

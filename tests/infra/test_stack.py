@@ -47,7 +47,13 @@ def _ref(value: dict[str, Any]) -> str:
 
 
 def _event_source(synth: Synthesized) -> dict[str, Any]:
-    return synth.only("AWS::Lambda::EventSourceMapping")[1]["Properties"]
+    """The queue's mapping (the counters' aggregator has two on the tables' streams)."""
+    [properties] = [
+        m["Properties"]
+        for m in synth.of_type("AWS::Lambda::EventSourceMapping").values()
+        if "StartingPosition" not in m["Properties"]
+    ]
+    return properties
 
 
 def _consumer(synth: Synthesized) -> tuple[str, dict[str, Any]]:
@@ -211,6 +217,31 @@ def test_event_source_reports_batch_item_failures(assembly: Synthesized) -> None
             "ScalingConfig": {"MaximumConcurrency": assembly.config.max_concurrency},
         },
     )
+
+
+def test_the_counters_read_both_tables_streams_retrying_bisecting_and_keeping_what_fails(
+    assembly: Synthesized,
+) -> None:
+    tables = assembly.of_type("AWS::DynamoDB::Table")
+    streams = {
+        m["Properties"]["EventSourceArn"]["Fn::GetAtt"][0]: m["Properties"]
+        for m in assembly.of_type("AWS::Lambda::EventSourceMapping").values()
+        if "StartingPosition" in m["Properties"]
+    }
+    ledger = next(t for t, r in tables.items() if r["Properties"]["KeySchema"][0]["AttributeName"] == "campaign_id")
+    campaigns = next(t for t, r in tables.items() if r["Properties"]["KeySchema"][0]["AttributeName"] == "pk")
+    assert set(streams) == {ledger, campaigns}
+    for table_id, mapping in streams.items():
+        assert tables[table_id]["Properties"]["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
+        assert mapping["StartingPosition"] == "TRIM_HORIZON"
+        assert mapping["BisectBatchOnFunctionError"] is True
+        assert mapping["ParallelizationFactor"] == 1  # a key's records in order: the counters' rule needs it
+        assert 0 < mapping["MaximumRetryAttempts"] <= 100
+        assert "OnFailure" in mapping["DestinationConfig"]
+    # Of the campaigns table only inserted batch records reach the function.
+    [pattern] = [json.loads(f["Pattern"]) for f in streams[campaigns]["FilterCriteria"]["Filters"]]
+    assert pattern == {"eventName": ["INSERT"], "dynamodb": {"Keys": {"sk": {"S": [{"prefix": "batch#"}]}}}}
+    assert "FilterCriteria" not in streams[ledger]
 
 
 def test_event_source_concurrency_follows_the_send_rate(

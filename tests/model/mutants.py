@@ -30,6 +30,7 @@ from moto import mock_aws
 
 from sendonce.adapters import idempotency as idempotency_module
 from sendonce.adapters.dynamodb import ledger as dynamodb_ledger
+from sendonce.domain.campaigns import counters as counters_module
 from sendonce.domain.campaigns import service as campaigns_module
 from sendonce.domain.campaigns import unknowns as unknowns_module
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
@@ -150,6 +151,11 @@ def _reopens_without_proof(original):
     return reopen
 
 
+def _every_record_unapplied(changes, applied_through):
+    # Without the counters' sequence-number rule: a replayed record counts again.
+    return sorted(changes, key=lambda c: c.position.sequence)
+
+
 R1, RB, SES = model.ResendSingle, model.ResendBatch, model.SesSingle
 # Which machines may catch a mutant, most likely first, and each mutant's share of the
 # example budget (a multiple of EXAMPLES per machine: the rare ones get more).
@@ -166,6 +172,7 @@ MACHINES = {
     "6b": (R1, SES, RB),
     "7": (R1, SES, RB),
     "8": (SES, R1, RB),
+    "9": (R1, RB),
 }
 BUDGET = {"3c": 2.0, "2": 1.5}
 # The explorer's depth per mutant (default: its own); 7 needs a halt, a cancel and the last
@@ -205,6 +212,7 @@ MUTANTS = {
     "8 resume --include-unknown sends an unknown not proven absent": lambda: replaced(
         unknowns_module.UnknownOutcomes, "reopen", _reopens_without_proof(unknowns_module.UnknownOutcomes.reopen)
     ),
+    "9 a replayed stream record counts again": lambda: replaced(counters_module, "unapplied", _every_record_unapplied),
 }
 
 

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from moto import mock_aws
 
+from sendonce.domain.campaigns.status import reconcile
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError
 from sendonce.domain.models import CampaignState, DeliveryState
 from sendonce.domain.sending.protocol import FINAL, HELD
@@ -391,6 +392,15 @@ class DeliveryModel(EdgeRules, RuleBasedStateMachine):
 
         self.suppressions.add(self.people[index].email, SuppressionReason.UNSUBSCRIBED, "model")
 
+    @rule(limit=st.sampled_from([1, 3, 10, None]), crash_after=st.none() | st.integers(0, 2))
+    def aggregate_counters(self, limit, crash_after):
+        """The counters' aggregator takes the next stream records; it may die part way (its
+        batch comes again). It may complete the campaign, which the invariants then judge."""
+        self._step("aggregate")
+        if crash_after is not None:
+            FIGURES["aggregator_crashes"] += 1
+        self.rig.aggregate(limit=limit, crash_after=crash_after)
+
     def teardown(self):
         if hasattr(self, "ledger"):
             if currently_in_test_context():
@@ -451,6 +461,12 @@ class DeliveryModel(EdgeRules, RuleBasedStateMachine):
         self.rig.drain()
         twice = {k: n for k, n in self.provider.accepted.items() if n > 1}
         assert not twice, f"duplicates after a fault-free drain: {twice}"
+        while self.rig.aggregate():  # the aggregator catches up, fault-free
+            pass
+        reconciled = reconcile(self.store, self.ledger, self.rig.counters(), "c1")
+        assert reconciled.counted and not reconciled.drifts, (
+            f"counters differ from the ledger at rest: {reconciled.drifts}"
+        )
         campaign = self.store.get("c1")
         FIGURES["drains"] += 1
         FIGURES["steps"] += 1

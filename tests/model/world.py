@@ -360,11 +360,14 @@ class Rig:
         self.clock, self.lease_ms, self.mode, self._client = clock, lease_ms, mode, client
         self.faults = Faults()
         name = f"m{uuid.uuid4().hex[:10]}"
-        create_tables(client, ledger_table=name, campaigns_table=name + "-c")
+        create_tables(client, ledger_table=name, campaigns_table=name + "-c", streams=True)
         self.ledger = DynamoDBLedger(
             client=client, table_name=name, shards_of=lambda c: self.store.get(c).ledger_shards
         )
-        self.store = DynamoDBCampaignStore(client=client, table_name=name + "-c")
+        # Counted from creation: the counters' aggregator (`aggregate`) reads both streams.
+        self.store = DynamoDBCampaignStore(client=client, table_name=name + "-c", counted=True)
+        self.stream_tables = (name, name + "-c")
+        self.checkpoints: dict[str, int | None] = dict.fromkeys(self.stream_tables)
         self.queue = QueueModel(clock, max_receive_count=max_receive_count, visibility_ms=visibility_ms)
         self.provider = ProviderModel(provider, provider == "resend", clock, self.faults)
         self.suppressions = FakeSuppressions()
@@ -452,6 +455,54 @@ class Rig:
                 progressed = True
             if not progressed and not self.queue.messages:
                 return
+
+    def aggregate(self, *, limit: int | None = None, crash_after: int | None = None) -> int:
+        """The counters' aggregator on each table's stream (moto's backend, in process): the
+        next `limit` records after its checkpoint, as the stack's mappings select them. It
+        dies after `crash_after` counter writes (its batch then comes again: the checkpoint
+        moves only after a batch applied whole). Returns the records it went past."""
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.dynamodb.models import dynamodb_backends
+
+        from sendonce.adapters.dynamodb.counters import DynamoDBCounters
+        from sendonce.adapters.dynamodb.stream_records import changes_of
+        from sendonce.domain.campaigns.counters import CounterAggregator
+        from sendonce_local.stream_poller import inserted_batch_records
+
+        class Dying(DynamoDBCounters):
+            left = crash_after
+
+            def advance(self, *args, **kwargs):
+                if Dying.left is not None:
+                    if Dying.left <= 0:
+                        raise Crash("the aggregator dies")
+                    Dying.left -= 1
+                return super().advance(*args, **kwargs)
+
+        backend = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
+        counters = Dying(client=self._client, table_name=self.stream_tables[1], marker_workers=1, partitions=1)
+        aggregator = CounterAggregator(counters=counters, campaigns=self.store, clock_ms=self.clock)
+        went = 0
+        for table in self.stream_tables:
+            after = self.checkpoints[table]
+            shard = backend.get_table(table).stream_shard
+            records = [r.to_json() for r in shard.items]
+            records = [r for r in records if after is None or int(r["dynamodb"]["SequenceNumber"]) > after][:limit]
+            if not records:
+                continue
+            chosen = [r for r in records if table == self.stream_tables[0] or inserted_batch_records(r)]
+            try:
+                aggregator.apply(changes_of(chosen))
+            except Crash:
+                return went
+            self.checkpoints[table] = int(records[-1]["dynamodb"]["SequenceNumber"])
+            went += len(records)
+        return went
+
+    def counters(self):
+        from sendonce.adapters.dynamodb.counters import DynamoDBCounters
+
+        return DynamoDBCounters(client=self._client, table_name=self.stream_tables[1], marker_workers=1, partitions=1)
 
     def snapshot(self) -> dict[str, DeliveryRecord]:
         """The campaign's ledger items without their history (the model reads them after

@@ -10,6 +10,7 @@ fingerprint (`sendonce.domain.models.email_fingerprint`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -256,6 +257,62 @@ class CampaignStore(Protocol):
     def list(self, state: CampaignState | None = None) -> Iterator[Campaign]:
         """Every campaign (optionally only those in `state`), by id. An operator's read: the
         DynamoDB store scans the campaigns table (never the ledger) once per call."""
+        ...
+
+
+@dataclass
+class Counts:
+    """What one stream shard contributed to a campaign's totals (or a delta of it)."""
+
+    states: Counter[DeliveryState] = field(default_factory=Counter)
+    published: int = 0  # distinct recipients
+    batches: int = 0  # batch records counted
+
+    def add(self, other: Counts) -> None:
+        self.states.update(other.states)
+        self.published += other.published
+        self.batches += other.batches
+
+    @property
+    def empty(self) -> bool:
+        return not self.published and not self.batches and not any(self.states.values())
+
+
+@dataclass(frozen=True)
+class CounterTotals:
+    """A campaign's counters summed over its items (one Query)."""
+
+    recorded_batches: int  # batch records written (in the same transaction as each batch)
+    counts: Counts
+
+    @property
+    def caught_up(self) -> bool:
+        """Every recorded batch's recipients are in `published`."""
+        return self.counts.batches >= self.recorded_batches
+
+
+class CampaignCounters(Protocol):
+    """Per-campaign counters kept from the tables' streams (domain/campaigns/counters.py):
+    one item per (campaign, stream shard) with the counts and the last sequence number
+    applied, beside a campaign's `recorded` item (batches written; absent for a campaign
+    created before counters, or by a service that does not count)."""
+
+    def applied_through(self, campaign_id: str, stream: str) -> int | None:
+        """The last sequence number applied from `stream` (None: nothing yet); a consistent read."""
+        ...
+
+    def advance(self, campaign_id: str, stream: str, *, expected: int | None, through: int, delta: Counts) -> bool:
+        """Add `delta` and set the position to `through`, if the position is still
+        `expected`; False (nothing written) when another writer moved it."""
+        ...
+
+    def mark_published(self, campaign_id: str, batch_id: str, recipient_ids: Iterable[str]) -> int:
+        """Mark each recipient published by `batch_id` unless another batch did first;
+        how many are this batch's (the same answer however often it is asked)."""
+        ...
+
+    def totals(self, campaign_id: str) -> CounterTotals | None:
+        """The campaign's counters summed; None when the campaign is not counted."""
         ...
 
 

@@ -376,6 +376,7 @@ class CampaignRun:
         result.dlq_depth = self._dlq_depth() - dlq_before
         result.invocations_timed_out = sum(p.counters().get("timeouts", 0) for p in self._consumers)
         if self.kind == "sendonce":
+            self.system.drain_counters()
             status = self.operator.status(self.campaign_id)
             result.unknown = status.unknown
             result.dead_lettered = status.dead_lettered

@@ -29,6 +29,7 @@ from sendonce_local.demo.stack import (
 )
 from sendonce_local.demo.timing import TimeScale
 from sendonce_local.moto_server import DemoMotoServer, aws_env, ses_deliveries
+from sendonce_local.stream_poller import StreamPoller, counters_poller
 
 # Send rates for the demo, instead of the stack's 10 Resend requests/s and 14 SES emails/s
 # (a new account's quota), which would stretch a local run to minutes of waiting.
@@ -59,6 +60,8 @@ class DemoSystem:
         self.processes: list[ConsumerProcess] = []
         self._session: boto3.session.Session | None = None
         self.operator: CampaignService | None = None
+        # The counters' aggregator, in this process (the stack's stream mappings are off in moto).
+        self.counters: StreamPoller | None = None
 
     def start(self) -> DemoSystem:
         self.moto.start()
@@ -91,9 +94,13 @@ class DemoSystem:
                 campaigns_table=consumer.campaigns_table,
                 queue_url=consumer.queue_url,
                 dead_letter_queue_url=consumer.dead_letter_queue_url,
+                counters=True,
             ),
             operator="sendonce demo",
         )
+        self.counters = counters_poller(
+            self._session, ledger_table=consumer.ledger_table, campaigns_table=consumer.campaigns_table
+        ).start()
         self.say(f"stack deployed in {self.deploy_seconds:.1f} s")
         return self
 
@@ -192,7 +199,14 @@ class DemoSystem:
             process.kill()
         self.processes.clear()
 
+    def drain_counters(self) -> None:
+        """Apply every stream record written so far (status then reads exact counters)."""
+        if self.counters is not None:
+            self.counters.drain()
+
     def stop(self) -> None:
+        if self.counters is not None:
+            self.counters.stop()
         self.stop_consumers()
         for proxy in (self.kill_proxy, self.ses_proxy):
             if proxy is not None:

@@ -4,6 +4,9 @@
     pk = campaign#<id>, sk = content         its content (templates, up to 300 KB), written once with it
     pk = campaign#<id>, sk = batch#<batch>   one published batch: its body and whether it reached SQS
     pk = campaign#<id>, sk = group#<group>   batch mode: one send group's frozen membership
+    pk = counters#<id>, ...                  its counters (adapters/dynamodb/counters.py): add_batch
+                                             counts each batch record there; `counted` stores mark a
+                                             campaign counted from its creation
 
 `list` queries the sparse, keys-only index CAMPAIGNS_BY_STATE_INDEX (state, campaign_id):
 only campaign state items carry `state`, so it never reads batches, groups, counters or
@@ -22,6 +25,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from sendonce.adapters.dynamodb.counters import recorded_key
 from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX
 from sendonce.domain.errors import CampaignBusyError, CampaignNotFoundError, IllegalTransitionError
 from sendonce.domain.models import BatchMessage, Campaign, CampaignState, Content, SendGroup
@@ -71,8 +75,12 @@ class DynamoDBCampaignStore:
         sleep: Callable[[float], None] = time.sleep,
         jitter: Callable[[], float] = random.random,
         on_read: Callable[[Campaign], None] | None = None,
+        counted: bool = False,
     ):
         self._client = client
+        # Campaigns this store creates are counted from their creation (their status is read
+        # from the counters a stream aggregator keeps): only where that aggregator runs.
+        self._counted = counted
         self._table = table_name
         # Told of every campaign read (wiring passes the ledger's shard-count cache, so the
         # consumer's read of the campaign per message spares the ledger a read of its own).
@@ -116,9 +124,14 @@ class DynamoDBCampaignStore:
             **self._key(campaign.campaign_id, "content"),
             "content": _ser.serialize(campaign.content.model_dump(mode="json", exclude_none=True)),
         }
+        items = [item, content]
+        if self._counted:
+            items.append(
+                {**recorded_key(campaign.campaign_id), "since_creation": {"BOOL": True}, "batches": {"N": "0"}}
+            )
         puts = [
             {"Put": {"TableName": self._table, "Item": i, "ConditionExpression": "attribute_not_exists(pk)"}}
-            for i in (item, content)
+            for i in items
         ]
         try:
             self._client.transact_write_items(TransactItems=puts)
@@ -266,6 +279,16 @@ class DynamoDBCampaignStore:
                             "Key": self._key(batch.campaign_id),
                             "UpdateExpression": "ADD open_batches :one",
                             "ConditionExpression": "attribute_exists(pk)",
+                            "ExpressionAttributeValues": {":one": {"N": "1"}},
+                        }
+                    },
+                    {
+                        # The counters' watermark: a campaign is complete by its counters only
+                        # once they have counted every batch recorded here.
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": recorded_key(batch.campaign_id),
+                            "UpdateExpression": "ADD batches :one",
                             "ExpressionAttributeValues": {":one": {"N": "1"}},
                         }
                     },

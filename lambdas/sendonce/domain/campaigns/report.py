@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus
+from sendonce.domain.campaigns.service import CampaignService
+from sendonce.domain.campaigns.status import DeliveryStatus
 from sendonce.domain.ports import ReportAggregatesStore
 
 MINUTE_MS = 60_000

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +19,13 @@ from pydantic import ValidationError
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.batches import OversizedRecipientError, batch_id_for, pack
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
+from sendonce.domain.campaigns.status import (
+    DeliveryStatus,
+    Reconciliation,
+    complete_if_done,
+    delivery_status,
+    reconcile,
+)
 from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S, UnknownOutcomes
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError, UnknownProviderError
 from sendonce.domain.jobs.models import Job, JobKind
@@ -36,7 +42,7 @@ from sendonce.domain.models import (
     DeliveryState,
     Recipient,
 )
-from sendonce.domain.ports import BatchStatus, CampaignStore, Ledger, Queue, ReopenReport
+from sendonce.domain.ports import BatchStatus, CampaignCounters, CampaignStore, Ledger, Queue, ReopenReport
 from sendonce.domain.sending.rendering import RenderError, check_content
 
 logger = logging.getLogger(__name__)
@@ -55,49 +61,6 @@ class PublishReport:
     batches_new: int = 0
     batches_already_enqueued: int = 0  # published before: not sent again (resume does that)
     messages_sent: int = 0
-
-
-@dataclass(frozen=True)
-class DeliveryStatus:
-    campaign_id: str
-    state: CampaignState
-    total: int
-    pending: int
-    in_progress: int
-    sent: int
-    failed: int
-    suppressed: int
-    unknown: int
-    cancelled: int
-    dead_lettered: int
-    state_reason: str | None = None
-
-    @property
-    def remaining(self) -> int:
-        return self.pending + self.in_progress + self.dead_lettered
-
-    @property
-    def done(self) -> bool:
-        """Every published recipient has ended (the campaign may not have completed yet)."""
-        return self.total > 0 and self.remaining == 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "campaign_id": self.campaign_id,
-            "state": self.state.value,
-            "state_reason": self.state_reason,
-            "total": self.total,
-            "pending": self.pending,
-            "in_progress": self.in_progress,
-            "sent": self.sent,
-            "failed": self.failed,
-            "suppressed": self.suppressed,
-            "unknown": self.unknown,
-            "cancelled": self.cancelled,
-            "dead_lettered": self.dead_lettered,
-            "remaining": self.remaining,
-            "done": self.done,
-        }
 
 
 @dataclass(frozen=True)
@@ -149,57 +112,6 @@ class DeadLetterSummary:
         }
 
 
-def delivery_status(campaigns: CampaignStore, ledger: Ledger, campaign_id: str) -> DeliveryStatus:
-    """Counts of every published recipient by ledger state. A pure read."""
-    campaign = campaigns.get(campaign_id)
-    recipient_ids: set[str] = set()
-    for batch, _ in campaigns.batches(campaign_id):
-        recipient_ids.update(r.recipient_id for r in batch.recipients)
-    counts: Counter[DeliveryState] = Counter()
-    for record in ledger.records(campaign_id):
-        recipient_ids.discard(record.recipient_id)
-        counts[record.state] += 1
-    counts[DeliveryState.PENDING] += len(recipient_ids)  # published, never claimed
-    return DeliveryStatus(
-        campaign_id=campaign_id,
-        state=campaign.state,
-        state_reason=campaign.state_reason,
-        total=sum(counts.values()),
-        pending=counts[DeliveryState.PENDING],
-        in_progress=counts[DeliveryState.CLAIMED] + counts[DeliveryState.IN_FLIGHT],
-        sent=counts[DeliveryState.SENT],
-        failed=counts[DeliveryState.FAILED],
-        suppressed=counts[DeliveryState.SUPPRESSED],
-        unknown=counts[DeliveryState.UNKNOWN],
-        cancelled=counts[DeliveryState.CANCELLED],
-        dead_lettered=counts[DeliveryState.DEAD_LETTERED],
-    )
-
-
-def complete_if_done(campaigns: CampaignStore, ledger: Ledger, campaign_id: str, *, now_ms: int) -> Campaign | None:
-    """The `complete` event, when the ledger says every published recipient ended. The
-    write is conditional on the campaign still sending and no publish lease live, so a
-    publish under way keeps it open. Returns the completed campaign, or None."""
-    status = delivery_status(campaigns, ledger, campaign_id)
-    if status.state is not CampaignState.SENDING or not status.done:
-        return None
-    reason = f"{status.unknown} outcome(s) unknown" if status.unknown else "every recipient ended"
-    try:
-        return lifecycle.apply(
-            campaigns,
-            campaign_id,
-            CampaignEvent.COMPLETE,
-            by=lifecycle.AUTOMATIC,
-            reason=reason,
-            # Every published recipient has ended, so messages still queued carry only ended
-            # ones: the count starts again from nothing (a reopening publish adds to it).
-            unless_publishing_at_ms=now_ms,
-            open_batches=0,
-        )
-    except IllegalTransitionError:
-        return None
-
-
 def _system_clock() -> int:
     return int(time.time() * 1000)
 
@@ -220,8 +132,10 @@ class CampaignService:
         operator: str = "operator",
         clock_ms: Callable[[], int] = _system_clock,
         jobs: JobService | None = None,
+        counters: CampaignCounters | None = None,
     ):
         self._clock_ms = clock_ms
+        self._counters = counters
         self._campaigns = campaigns
         self._ledger = ledger
         self._queue = queue
@@ -477,12 +391,20 @@ class CampaignService:
         return campaign, job, report
 
     def status(self, campaign_id: str) -> DeliveryStatus:
-        """Counts by ledger state. Never changes the campaign: completion is the consumer's
+        """Counts by ledger state (from the counters when the campaign has them). Never changes the campaign: completion is the consumer's
         `complete` event (or `complete_if_done`)."""
-        return delivery_status(self._campaigns, self._ledger, campaign_id)
+        return delivery_status(self._campaigns, self._ledger, campaign_id, self._counters)
 
     def complete_if_done(self, campaign_id: str) -> Campaign | None:
-        return complete_if_done(self._campaigns, self._ledger, campaign_id, now_ms=self._clock_ms())
+        return complete_if_done(
+            self._campaigns, self._ledger, campaign_id, now_ms=self._clock_ms(), counters=self._counters
+        )
+
+    def reconcile(self, campaign_id: str) -> Reconciliation:
+        """The counters against a full read of the ledger: every drift (O(recipients))."""
+        if self._counters is None:
+            raise InvalidCampaignError("reconcile: this service keeps no counters")
+        return reconcile(self._campaigns, self._ledger, self._counters, campaign_id)
 
     def records(self, campaign_id: str) -> Iterator[DeliveryRecord]:
         return self._ledger.records(campaign_id)
@@ -498,6 +420,7 @@ class CampaignService:
             operator=operator,
             clock_ms=self._clock_ms,
             jobs=self._jobs,
+            counters=self._counters,
         )
 
     def delivery(self, campaign_id: str, recipient_id: str) -> DeliveryRecord | None:

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import AUTOMATIC_HALT, CampaignEvent
-from sendonce.domain.campaigns.service import complete_if_done
+from sendonce.domain.campaigns.status import complete_if_done
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
 from sendonce.domain.errors import (
     CampaignNotFoundError,
@@ -43,6 +43,7 @@ from sendonce.domain.models import (
     is_valid_email,
 )
 from sendonce.domain.ports import (
+    CampaignCounters,
     CampaignStore,
     DeliveryGuard,
     EmailProvider,
@@ -103,8 +104,10 @@ class DeliveryService:
         instance_id: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        counters: CampaignCounters | None = None,
     ):
         self._ledger = ledger
+        self._counters = counters
         self._guard = guard
         self._campaigns = campaigns
         self._providers = providers
@@ -239,7 +242,9 @@ class DeliveryService:
         decrement only brings the check earlier; the ledger decides)."""
         try:
             if self._campaigns.batch_settled(campaign_id) <= 0:
-                completed = complete_if_done(self._campaigns, self._ledger, campaign_id, now_ms=self._clock_ms())
+                completed = complete_if_done(
+                    self._campaigns, self._ledger, campaign_id, now_ms=self._clock_ms(), counters=self._counters
+                )
                 if completed is not None:
                     logger.info(
                         "campaign completed", extra={"campaign_id": campaign_id, "reason": completed.state_reason}

@@ -1,0 +1,186 @@
+"""Per-campaign counters in the campaigns table (domain/campaigns/counters.py says why).
+
+    pk = counters#<campaign>, sk = recorded             batch records written (ADD in add_batch's
+                                                        transaction); `since_creation` when the
+                                                        campaign is counted from its creation
+    pk = counters#<campaign>#<j>, sk = from#<stream>    one stream position's counts: `seq` (the
+                                                        last sequence number applied), `n_<state>`,
+                                                        `published`, `batches`
+    pk = published#<campaign>#<k>, sk = <recipient_id>  marker: `first_batch`, the batch that
+                                                        published the recipient first
+
+Sequence numbers are decimal strings of 21 to 40 digits, more than a DynamoDB number holds
+(38): `seq` is stored zero-padded to 40 characters, so that comparing the strings compares
+the integers. Markers are spread over MARKER_SHARDS partition-key values, as the ledger is;
+counter items over COUNTER_PARTITIONS: an aggregator batch writes up to one item per ledger
+shard of a campaign, which on one partition-key value would take ~0.5 write units per
+recipient (the hottest key must stay under 0.1); a status read is then that many Queries,
+in parallel.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from sendonce.domain.models import DeliveryState
+from sendonce.domain.ports import CounterTotals, Counts
+from sendonce.domain.sending.shards import shard_of
+
+SEQUENCE_DIGITS = 40
+MARKER_SHARDS = 256
+COUNTER_PARTITIONS = 16
+# Marker writes in flight at once (one conditional PutItem each: a batch's markers cannot
+# be written in one request, since a batch write takes no condition).
+MARKER_WORKERS = 8
+RECORDED = "recorded"
+_STATE_PREFIX = "n_"
+
+
+def recorded_key(campaign_id: str) -> dict[str, Any]:
+    """The item add_batch's transaction counts batch records on (campaigns.py)."""
+    return {"pk": {"S": f"counters#{campaign_id}"}, "sk": {"S": RECORDED}}
+
+
+def counter_partitions(campaign_id: str, partitions: int = COUNTER_PARTITIONS) -> list[str]:
+    return [f"counters#{campaign_id}#{j}" for j in range(partitions)]
+
+
+def stream_key(campaign_id: str, stream: str, partitions: int = COUNTER_PARTITIONS) -> dict[str, Any]:
+    """One stream position's counter item."""
+    partition = counter_partitions(campaign_id, partitions)[shard_of(stream, partitions)]
+    return {"pk": {"S": partition}, "sk": {"S": f"from#{stream}"}}
+
+
+def _padded(sequence: int) -> str:
+    text = str(sequence)
+    if len(text) > SEQUENCE_DIGITS:
+        raise ValueError(f"sequence number {text} is longer than {SEQUENCE_DIGITS} digits")
+    return text.zfill(SEQUENCE_DIGITS)
+
+
+class DynamoDBCounters:
+    def __init__(
+        self,
+        *,
+        client: Any,
+        table_name: str,
+        marker_workers: int = MARKER_WORKERS,
+        partitions: int = COUNTER_PARTITIONS,
+    ):
+        self._client = client
+        self._table = table_name
+        self._workers = marker_workers
+        # Every reader and writer of a table's counters must agree on it (the model check,
+        # whose in-process moto lists the whole table per Query, uses 1).
+        self._partitions = partitions
+
+    def applied_through(self, campaign_id: str, stream: str) -> int | None:
+        response = self._client.get_item(
+            TableName=self._table,
+            Key=stream_key(campaign_id, stream, self._partitions),
+            ProjectionExpression="seq",
+            ConsistentRead=True,
+        )
+        item = response.get("Item")
+        return int(item["seq"]["S"]) if item and "seq" in item else None
+
+    def advance(self, campaign_id: str, stream: str, *, expected: int | None, through: int, delta: Counts) -> bool:
+        values: dict[str, Any] = {":to": {"S": _padded(through)}}
+        names: dict[str, str] = {}
+        adds = []
+        amounts: dict[str, int] = {
+            **{f"{_STATE_PREFIX}{state.value}": n for state, n in delta.states.items() if n},
+            "published": delta.published,
+            "batches": delta.batches,
+        }
+        for i, (attribute, amount) in enumerate(a for a in amounts.items() if a[1]):
+            names[f"#a{i}"] = attribute
+            values[f":a{i}"] = {"N": str(amount)}
+            adds.append(f"#a{i} :a{i}")
+        update = "SET seq = :to" + (f" ADD {', '.join(adds)}" if adds else "")
+        if expected is None:
+            condition = "attribute_not_exists(seq)"
+        else:
+            condition = "seq = :from"
+            values[":from"] = {"S": _padded(expected)}
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": stream_key(campaign_id, stream, self._partitions),
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+        }
+        if names:
+            request["ExpressionAttributeNames"] = names
+        try:
+            self._client.update_item(**request)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def mark_published(self, campaign_id: str, batch_id: str, recipient_ids: Iterable[str]) -> int:
+        ids = list(dict.fromkeys(recipient_ids))
+        if not ids:
+            return 0
+        with ThreadPoolExecutor(max_workers=min(self._workers, len(ids))) as pool:
+            return sum(pool.map(lambda r: self._mark(campaign_id, batch_id, r), ids))
+
+    def _mark(self, campaign_id: str, batch_id: str, recipient_id: str) -> int:
+        try:
+            self._client.put_item(
+                TableName=self._table,
+                Item={
+                    "pk": {"S": f"published#{campaign_id}#{shard_of(recipient_id, MARKER_SHARDS)}"},
+                    "sk": {"S": recipient_id},
+                    "first_batch": {"S": batch_id},
+                },
+                ConditionExpression="attribute_not_exists(pk) OR first_batch = :b",
+                ExpressionAttributeValues={":b": {"S": batch_id}},
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return 0  # another batch published it first
+            raise
+        return 1
+
+    def totals(self, campaign_id: str) -> CounterTotals | None:
+        recorded = self._client.get_item(TableName=self._table, Key=recorded_key(campaign_id), ConsistentRead=True)
+        item = recorded.get("Item")
+        if not item or not item.get("since_creation", {}).get("BOOL"):
+            return None
+        counts = Counts()
+        with ThreadPoolExecutor(max_workers=min(self._workers, self._partitions)) as pool:
+            for items in pool.map(self._query, counter_partitions(campaign_id, self._partitions)):
+                for counter in items:
+                    counts.add(_counts(counter))
+        return CounterTotals(recorded_batches=int(item.get("batches", {}).get("N", "0")), counts=counts)
+
+    def _query(self, partition: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        for page in self._client.get_paginator("query").paginate(
+            TableName=self._table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": partition}},
+            ConsistentRead=True,
+        ):
+            items.extend(page["Items"])
+        return items
+
+
+def _counts(item: dict[str, Any]) -> Counts:
+    states: Counter[DeliveryState] = Counter()
+    for attribute, value in item.items():
+        if attribute.startswith(_STATE_PREFIX):
+            states[DeliveryState(attribute[len(_STATE_PREFIX) :])] += int(value["N"])
+    return Counts(
+        states=states,
+        published=int(item.get("published", {}).get("N", "0")),
+        batches=int(item.get("batches", {}).get("N", "0")),
+    )

@@ -1,0 +1,68 @@
+"""Lambda's DynamoDB stream records, as the counters need them (domain/campaigns/counters.py).
+
+A ledger record is any change of a delivery's item: its state before and after. A
+campaigns-table record counts only when it inserts a batch record (once per batch id);
+every other item of that table (the campaign, groups, counters, markers, limiter slots)
+counts nothing.
+
+Lambda's event does not say which stream shard a record came from, so the position a
+counter item keeps is per partition-key value of the changed item: every change of one
+partition-key value is in one shard at a time (DynamoDB orders a stream per item, and a
+shard holds one table partition's changes), so its records arrive in sequence order.
+The ledger's partition-key values are the campaign's shards (`<campaign>#<k>`); the
+campaigns table's batch records share `campaign#<id>`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from sendonce.domain.campaigns.counters import BatchRecorded, Change, DeliveryChange, StreamPosition
+from sendonce.domain.models import DeliveryState
+from sendonce.domain.sending.shards import campaign_of
+
+LEDGER = "ledger"
+CAMPAIGNS = "campaigns"
+
+
+def _state(image: dict[str, Any] | None) -> DeliveryState | None:
+    if not image or "state" not in image:
+        return None
+    return DeliveryState(image["state"]["S"])
+
+
+def change_of(record: dict[str, Any]) -> Change | None:
+    """The change one stream record makes to the counts; None when it makes none."""
+    stream = record["dynamodb"]
+    keys = stream["Keys"]
+    sequence = int(stream["SequenceNumber"])
+    if "recipient_id" in keys and "campaign_id" in keys:
+        partition = keys["campaign_id"]["S"]
+        old, new = _state(stream.get("OldImage")), _state(stream.get("NewImage"))
+        if old is new:
+            return None  # an annotation (a provider event), or a write that changed no state
+        return DeliveryChange(
+            campaign_id=campaign_of(partition),
+            position=StreamPosition(source=LEDGER, shard_id=partition, sequence=sequence),
+            old=old,
+            new=new,
+        )
+    pk, sk = keys.get("pk", {}).get("S", ""), keys.get("sk", {}).get("S", "")
+    if record.get("eventName") != "INSERT" or not pk.startswith("campaign#") or not sk.startswith("batch#"):
+        return None
+    body = json.loads(stream["NewImage"]["body"]["S"])
+    return BatchRecorded(
+        campaign_id=pk.removeprefix("campaign#"),
+        position=StreamPosition(source=CAMPAIGNS, shard_id=pk, sequence=sequence),
+        batch_id=sk.removeprefix("batch#"),
+        recipient_ids=tuple(r["recipient_id"] for r in body["recipients"]),
+    )
+
+
+def changes_of(records: Iterable[dict[str, Any]]) -> Iterator[Change]:
+    for record in records:
+        change = change_of(record)
+        if change is not None:
+            yield change

@@ -1,0 +1,183 @@
+"""Counters on moto: the real consumer sends, the stream poller feeds the real aggregator,
+and the counters equal a full read of the ledger — after a crash mid-batch, and after the
+whole stream is applied again."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Iterator
+
+import boto3
+import pytest
+
+from sendonce.adapters.dynamodb.counters import DynamoDBCounters
+from sendonce.domain.campaigns.counters import CounterAggregator
+from sendonce.domain.campaigns.service import CampaignService
+from sendonce.domain.models import CampaignState
+from sendonce.handlers import aggregator
+from sendonce.settings import AggregatorSettings, ApiSettings
+from sendonce.wiring import assemble_aggregator, campaign_service
+from sendonce_local.resources import create_local_resources, verify_ses_sender
+from sendonce_local.stream_poller import StreamPoller, counters_poller
+from tests.integration.conftest import LocalSystem
+
+
+@pytest.fixture
+def counted(aws_env, moto, resend_server, monkeypatch) -> Iterator[LocalSystem]:
+    """The `system` fixture's local sendonce, with the tables' streams on."""
+    resources = create_local_resources(visibility_timeout_s=2, max_receive_count=5, streams=True)
+    domain = f"{uuid.uuid4().hex[:8]}.example.com"
+    verify_ses_sender(boto3.session.Session(), domain)
+    env = resources.consumer_env(
+        SENDONCE_PROVIDER_TIMEOUT_SECONDS=5,
+        SENDONCE_SAFETY_MARGIN_MS=5000,
+        SENDONCE_SEND_CONCURRENCY=4,
+        SENDONCE_RESEND_REQUESTS_PER_SECOND=1000,
+        SENDONCE_SES_SEND_RATE=1000,
+        RESEND_API_URL=resend_server.url,
+    )
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    local = LocalSystem(resources=resources, resend=resend_server, endpoint=moto.endpoint, env=env, domain=domain)
+    yield local
+    for poller in local.pollers:
+        poller.stop()
+
+
+def operator(local: LocalSystem) -> CampaignService:
+    return campaign_service(
+        ApiSettings(
+            ledger_table=local.resources.ledger_table,
+            campaigns_table=local.resources.campaigns_table,
+            queue_url=local.resources.queue_url,
+            dead_letter_queue_url=local.resources.dead_letter_queue_url,
+            counters=True,
+        )
+    )
+
+
+def streams(local: LocalSystem, service: CounterAggregator | None = None, batch_size: int = 1000) -> StreamPoller:
+    """A stream poller starting from the streams' beginning, as a new mapping would."""
+    service = service or assemble_aggregator(AggregatorSettings(campaigns_table=local.resources.campaigns_table))
+    return counters_poller(
+        boto3.session.Session(),
+        ledger_table=local.resources.ledger_table,
+        campaigns_table=local.resources.campaigns_table,
+        handler=functools.partial(aggregator.lambda_handler, service=service),
+        batch_size=batch_size,
+    )
+
+
+def create(local: LocalSystem, service: CampaignService, campaign_id: str):
+    from sendonce.domain.models import Campaign, Content
+
+    return service.create(
+        Campaign(
+            campaign_id=campaign_id,
+            name="Counted",
+            provider="resend",
+            ledger_shards=8,
+            sender=f"news@{local.domain}",
+            content=Content(subject="Hello {{ name }}", html="<p>Hi {{ name }}</p>", text="Hi {{ name }}"),
+        )
+    )
+
+
+def send(local: LocalSystem, service: CampaignService, campaign_id: str) -> None:
+    create(local, service, campaign_id)
+    service.publish(campaign_id, local.recipients(30), batch_size=10)
+    # Overlapping, packed differently: r20..r29 are published twice, counted once.
+    service.publish(campaign_id, local.recipients(25, start=20), batch_size=7)
+    local.poller(concurrency=1, batch_size=1).run_until_idle(idle_seconds=1.0, max_seconds=120)
+
+
+def assert_exact(service: CampaignService, campaign_id: str) -> None:
+    reconciliation = service.reconcile(campaign_id)
+    assert reconciliation.counted and reconciliation.drifts == ()
+    status = service.status(campaign_id)
+    assert (status.total, status.sent, status.remaining) == (45, 45, 0)
+
+
+def test_counters_equal_a_full_read_and_the_campaign_completes(counted):
+    service = operator(counted)
+    aggregating = streams(counted, batch_size=50).start()  # alongside the consumer, as deployed
+
+    send(counted, service, "c1")
+    aggregating.stop()
+    aggregating.drain()
+
+    assert_exact(service, "c1")
+    assert service.get("c1").state is CampaignState.COMPLETED
+    assert sorted(counted.deliveries().values()) == [1] * 45
+
+
+def test_an_aggregator_killed_mid_batch_and_restarted_gives_the_same_counters(counted):
+    service = operator(counted)
+    send(counted, service, "c1")
+    send(counted, service, "c2")  # one batch of records holds both campaigns' items
+    client = boto3.client("dynamodb")
+
+    class Dying(DynamoDBCounters):
+        writes = 0
+
+        def advance(self, *args, **kwargs):
+            if Dying.writes == 5:
+                raise RuntimeError("aggregator killed")
+            Dying.writes += 1
+            return super().advance(*args, **kwargs)
+
+    dying = CounterAggregator(
+        counters=Dying(client=client, table_name=counted.resources.campaigns_table),
+        campaigns=service._campaigns,
+        clock_ms=lambda: 0,
+    )
+    first = streams(counted, dying)
+    # Died after 5 counter items of the ledger's batch (and at once in the campaigns table's).
+    assert first.poll_once() == 0 and first.counters.errors == 2 and Dying.writes == 5
+
+    streams(counted).drain()  # restarted: the batch comes again
+
+    for campaign_id in ("c1", "c2"):
+        assert_exact(service, campaign_id)
+        assert service.get(campaign_id).state is CampaignState.COMPLETED
+
+
+def test_the_whole_stream_applied_again_changes_no_count(counted):
+    service = operator(counted)
+    send(counted, service, "c1")
+    streams(counted).drain()
+    before = service.status("c1")
+
+    replay = streams(counted).drain()  # a second mapping from the streams' beginning
+
+    assert replay.records > 0 and service.status("c1") == before
+    assert_exact(service, "c1")
+
+
+def test_the_cli_reconciles_a_campaign_and_names_every_drift(counted):
+    from tests.integration.operator_helpers import as_json, sendonce
+
+    service = operator(counted)
+    send(counted, service, "c1")
+    streams(counted).drain()
+    env = {"SENDONCE_COUNTERS": "1"}
+    assert as_json(sendonce(counted, "campaign", "reconcile", "c1", "--json", env=env))["drifts"] == []
+
+    # A counter item that lost one `sent` (as a dead-lettered stream batch would leave it).
+    client = boto3.client("dynamodb")
+    [item] = [
+        i
+        for i in client.scan(TableName=counted.resources.campaigns_table, ConsistentRead=True)["Items"]
+        if i["pk"]["S"].startswith("counters#c1#") and "n_sent" in i
+    ][:1]
+    client.update_item(
+        TableName=counted.resources.campaigns_table,
+        Key={"pk": item["pk"], "sk": item["sk"]},
+        UpdateExpression="ADD n_sent :minus",
+        ExpressionAttributeValues={":minus": {"N": "-1"}},
+    )
+
+    result = sendonce(counted, "campaign", "reconcile", "c1", env=env)
+    assert result.exit_code == 1
+    assert "sent" in result.stdout and "44" in result.stdout and "45" in result.stdout
