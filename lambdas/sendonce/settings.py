@@ -75,6 +75,19 @@ class ApiSettings(BaseModel):
     campaigns_table: str = Field(min_length=3, max_length=255)
     queue_url: str = Field(pattern=r"^https?://")
     dead_letter_queue_url: str = Field(pattern=r"^https?://")
+    # Scheduled sends (docs/operations-campaigns.md): the stack's schedule group, the role
+    # EventBridge Scheduler assumes, and the function each campaign's schedule invokes.
+    # All three or none (none: a send_at is refused).
+    scheduler_group: str | None = Field(default=None, pattern=r"^[0-9a-zA-Z-_.]{1,64}$")
+    scheduler_role_arn: str | None = Field(default=None, pattern=r"^arn:[^:]+:iam::\d{12}:role/.+$")
+    scheduled_start_function_arn: str | None = Field(default=None, pattern=r"^arn:[^:]+:lambda:.+$")
+
+    @model_validator(mode="after")
+    def _scheduler_settings_go_together(self) -> ApiSettings:
+        given = [self.scheduler_group, self.scheduler_role_arn, self.scheduled_start_function_arn]
+        if any(given) and not all(given):
+            raise ValueError("scheduler_group, scheduler_role_arn and scheduled_start_function_arn go together")
+        return self
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ApiSettings:

@@ -23,6 +23,7 @@ from sendonce.adapters.dynamodb.test_sends import DynamoDBTestSendLog
 from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
 from sendonce.adapters.providers.resend_provider import ResendProvider
 from sendonce.adapters.providers.ses_provider import SEND_CLIENT_CONFIG, SesProvider
+from sendonce.adapters.scheduler import EventBridgeScheduler
 from sendonce.adapters.sqs_queue import SqsQueue
 from sendonce.adapters.svix_webhooks import SvixWebhookVerifier
 from sendonce.domain.campaigns.preview import PreviewService, TestSendService
@@ -166,6 +167,14 @@ def campaign_service(settings: ApiSettings, operator: str = "operator") -> Campa
     session = boto3.session.Session()
     dynamodb = session.client("dynamodb")
     campaigns, shards = campaign_store(dynamodb, settings.campaigns_table)
+    scheduler = None
+    if settings.scheduler_group and settings.scheduler_role_arn and settings.scheduled_start_function_arn:
+        scheduler = EventBridgeScheduler(
+            client=session.client("scheduler"),
+            group_name=settings.scheduler_group,
+            target_arn=settings.scheduled_start_function_arn,
+            role_arn=settings.scheduler_role_arn,
+        )
     return CampaignService(
         campaigns=campaigns,
         ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table, shards_of=shards),
@@ -176,6 +185,7 @@ def campaign_service(settings: ApiSettings, operator: str = "operator") -> Campa
         ),
         provider_names=PROVIDER_NAMES,
         operator=operator,
+        scheduler=scheduler,
     )
 
 

@@ -10,13 +10,15 @@ from typing import Any
 
 # The operations on one campaign, which every answer naming a campaign links to by its
 # `campaign_id` (OpenAPI links): a client, or Schemathesis' stateful phase, goes from a
-# created campaign to publishing, pausing, resuming and cancelling that same campaign.
+# created campaign to publishing, pausing, resuming, (re/un)scheduling and cancelling that same campaign.
 CAMPAIGN_OPERATIONS = {
     "GetCampaign": ("get", "/campaigns/{campaign_id}"),
     "Publish": ("post", "/campaigns/{campaign_id}/publish"),
     "Pause": ("post", "/campaigns/{campaign_id}/pause"),
     "Resume": ("post", "/campaigns/{campaign_id}/resume"),
     "Cancel": ("post", "/campaigns/{campaign_id}/cancel"),
+    "Reschedule": ("post", "/campaigns/{campaign_id}/reschedule"),
+    "Unschedule": ("post", "/campaigns/{campaign_id}/unschedule"),
     "DeliveryStatus": ("get", "/campaigns/{campaign_id}/delivery-status"),
 }
 # Not linked: preview and test sends change nothing about the campaign, and a stateful

@@ -19,6 +19,13 @@ from pydantic import ValidationError
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.batches import OversizedRecipientError, batch_id_for, pack
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
+from sendonce.domain.campaigns.scheduling import (
+    MESSAGES_PER_SEND,
+    PUBLISH_LEASE_MS,
+    ScheduledSends,
+    check_future,
+    iso,
+)
 from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S, UnknownOutcomes
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError, UnknownProviderError
 from sendonce.domain.models import (
@@ -33,15 +40,10 @@ from sendonce.domain.models import (
     DeliveryState,
     Recipient,
 )
-from sendonce.domain.ports import BatchStatus, CampaignStore, Ledger, Queue, ReopenReport
+from sendonce.domain.ports import BatchStatus, CampaignScheduler, CampaignStore, Ledger, Queue, ReopenReport
 from sendonce.domain.sending.rendering import RenderError, check_content
 
 logger = logging.getLogger(__name__)
-
-MESSAGES_PER_SEND = 10  # SQS SendMessageBatch takes ten entries
-# A publish holds a lease on the campaign, renewed before every request to the queue; a
-# publisher that dies lets the campaign complete this long after its last request.
-PUBLISH_LEASE_MS = 5 * 60 * 1000
 
 
 @dataclass
@@ -52,6 +54,9 @@ class PublishReport:
     batches_new: int = 0
     batches_already_enqueued: int = 0  # published before: not sent again (resume does that)
     messages_sent: int = 0
+    # Scheduled (publish --at, or a spec's send_at): recorded, enqueued when the send starts.
+    batches_recorded: int = 0
+    send_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -201,7 +206,7 @@ def _system_clock() -> int:
     return int(time.time() * 1000)
 
 
-class CampaignService:
+class CampaignService(ScheduledSends):
     def __init__(
         self,
         *,
@@ -212,8 +217,10 @@ class CampaignService:
         batch_provider_names: Iterable[str] = ("resend",),
         operator: str = "operator",
         clock_ms: Callable[[], int] = _system_clock,
+        scheduler: CampaignScheduler | None = None,
     ):
         self._clock_ms = clock_ms
+        self._scheduler = scheduler
         self._campaigns = campaigns
         self._ledger = ledger
         self._queue = queue
@@ -233,6 +240,9 @@ class CampaignService:
             )
         if campaign.content is None:
             raise InvalidCampaignError("content: required")
+        if campaign.send_at_ms is not None:
+            self._require_scheduler()
+            check_future(campaign.send_at_ms, now_ms=self._clock_ms())
         try:
             check_content(campaign.content)
         except RenderError as exc:
@@ -252,14 +262,26 @@ class CampaignService:
         *,
         batch_size: int = MAX_RECIPIENTS_PER_BATCH,
         on_batch: Callable[[PublishReport], None] | None = None,
+        send_at_ms: int | None = None,
     ) -> PublishReport:
         """Record and enqueue recipients in batches; safe to repeat (batch ids are content-addressed
-        and the ledger dedups deliveries). Streams: holds one batch and the set of ids seen."""
+        and the ledger dedups deliveries). Streams: holds one batch and the set of ids seen.
+        With `send_at_ms` (or a draft whose spec set send_at) the campaign is scheduled: the
+        batches are recorded and none enqueued until its schedule starts the send."""
         if not 1 <= batch_size <= MAX_RECIPIENTS_PER_BATCH:
             raise InvalidCampaignError(f"batch_size must be 1..{MAX_RECIPIENTS_PER_BATCH}")
-        self._open_publish(campaign_id)
+        before = self._campaigns.get(campaign_id)
+        if send_at_ms is None and before.state is CampaignState.DRAFT:
+            send_at_ms = before.send_at_ms  # the spec's send_at
+        if send_at_ms is not None:
+            self._require_scheduler()
+            check_future(send_at_ms, now_ms=self._clock_ms())
+        report = PublishReport(campaign_id=campaign_id, send_at=iso(send_at_ms) if send_at_ms else None)
+        opened = self._open_publish(campaign_id, send_at_ms=send_at_ms)
         try:
-            report = PublishReport(campaign_id=campaign_id)
+            if before.state is CampaignState.DRAFT and opened.state is CampaignState.SENDING:
+                # Batches an unschedule left recorded go out with this publish.
+                report.messages_sent += self._enqueue_recorded(campaign_id)
             seen: set[str] = set()
 
             def unique() -> Iterator[Recipient]:
@@ -294,6 +316,9 @@ class CampaignService:
                     on_batch(report)
         finally:
             self._campaigns.end_publish(campaign_id)
+        if send_at_ms is not None:
+            self._set_schedule(campaign_id, send_at_ms)
+            return report
         # Read after the lease is gone: a consumer that settled the last open batch while it
         # was live could not complete the campaign, so the publisher does; one that settles
         # later sees no lease and completes it. Nothing sent: no consumer will settle a batch
@@ -302,20 +327,28 @@ class CampaignService:
             self.complete_if_done(campaign_id)
         return report
 
-    def _open_publish(self, campaign_id: str) -> Campaign:
-        """Take (or renew) the publish lease; a draft or completed campaign starts sending."""
+    def _open_publish(self, campaign_id: str, *, send_at_ms: int | None = None) -> Campaign:
+        """Take (or renew) the publish lease; a draft or completed campaign starts sending, a
+        draft given `send_at_ms` is scheduled."""
+        scheduling = send_at_ms is not None
         try:
             return lifecycle.apply(
                 self._campaigns,
                 campaign_id,
-                CampaignEvent.PUBLISH,
+                CampaignEvent.SCHEDULE if scheduling else CampaignEvent.PUBLISH,
                 by=self._operator,
-                reason="published",
+                reason=f"scheduled for {iso(send_at_ms)}" if send_at_ms is not None else "published",
                 publishing_until_ms=self._clock_ms() + PUBLISH_LEASE_MS,
+                send_at_ms=send_at_ms,
             )
         except IllegalTransitionError as exc:
             # A valid request the campaign's state refuses: a conflict (409), as for pause or resume.
             state = self._campaigns.get(campaign_id).state
+            if scheduling:
+                raise IllegalTransitionError(
+                    f"campaign {campaign_id!r} is {state.value}; only a draft can be scheduled"
+                    + (" (reschedule moves it)" if state is CampaignState.SCHEDULED else "")
+                ) from exc
             raise IllegalTransitionError(
                 f"campaign {campaign_id!r} is {state.value}; nothing can be published to it"
             ) from exc
@@ -340,7 +373,12 @@ class CampaignService:
             batches.append(batch)
         if not batches:
             return
-        self._open_publish(campaign_id)  # renew the lease before each request to the queue
+        # Renew the lease before each request to the queue, and read the state in the same
+        # write: while scheduled, the batches stay recorded and the start enqueues them (it
+        # cannot have read them yet: they were recorded before this renewal saw `scheduled`).
+        if self._open_publish(campaign_id).state is CampaignState.SCHEDULED:
+            report.batches_recorded += len(batches)
+            return
         self._queue.publish([b.to_body() for b in batches])
         report.messages_sent += len(batches)
         for batch in batches:
@@ -355,6 +393,8 @@ class CampaignService:
         attempt may have been accepted. A delivery a live consumer holds ends as that
         consumer decides; one a dead consumer held is closed when its lease has run out."""
         campaign = lifecycle.apply(self._campaigns, campaign_id, CampaignEvent.CANCEL, by=self._operator, reason=reason)
+        if campaign.send_at_ms is not None and self._scheduler is not None:
+            self._scheduler.delete(campaign_id)  # a firing would find it cancelled anyway
         remaining = self._not_ended(
             campaign_id,
             {DeliveryState.PENDING, DeliveryState.DEAD_LETTERED, DeliveryState.CLAIMED, DeliveryState.IN_FLIGHT},
@@ -475,6 +515,7 @@ class CampaignService:
             batch_provider_names=self._batch_provider_names,
             operator=operator,
             clock_ms=self._clock_ms,
+            scheduler=self._scheduler,
         )
 
     def delivery(self, campaign_id: str, recipient_id: str) -> DeliveryRecord | None:
