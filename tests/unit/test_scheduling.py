@@ -330,3 +330,19 @@ def test_a_schedule_name_fits_64_characters_and_stays_unique():
     long_a, long_b = "a" * 99 + "1", "a" * 99 + "2"
     assert len(schedule_name(long_a)) == 64 and schedule_name(long_a) != schedule_name(long_b)
     assert at_expression(parse_instant("2026-12-02T09:00:00+01:00")) == "at(2026-12-02T08:00:00)"
+
+
+def test_a_time_given_to_the_millisecond_is_kept_to_the_second_so_its_firing_matches(service, queue, scheduler):
+    # Regression (found by the model check): a caller of the service may pass any epoch ms;
+    # the schedule and its firing carry whole seconds, so a finer send_at could never start.
+    service.publish("c1", recipients(2), send_at_ms=NOW + MINUTE + 750)
+    assert service.get("c1").send_at_ms == scheduler.schedules["c1"] == NOW + MINUTE
+
+    firing = Firing.from_event(Firing("c1", scheduler.schedules["c1"]).as_event())
+    assert service.start_scheduled(firing).started
+
+
+def test_reschedule_keeps_the_time_to_the_second(service, scheduler):
+    service.publish("c1", recipients(1), send_at_ms=NOW + MINUTE)
+    service.reschedule("c1", NOW + 2 * MINUTE + 1)
+    assert service.get("c1").send_at_ms == scheduler.schedules["c1"] == NOW + 2 * MINUTE

@@ -56,7 +56,9 @@ def parse_instant(text: object, *, what: str = "send_at") -> int:
 
 
 def check_future(send_at_ms: int, *, now_ms: int, what: str = "send_at") -> int:
-    """Refuse an instant in the past (or now), or further ahead than limits allow."""
+    """The instant to the second (what a schedule and its firing carry: a finer one could never
+    equal the firing's), refused in the past (or now) or further ahead than limits allow."""
+    send_at_ms -= send_at_ms % 1000
     if send_at_ms <= now_ms:
         raise InvalidCampaignError(
             f"{what}: {iso(send_at_ms)} is in the past (now is {iso(now_ms)}); choose a later time"
@@ -169,7 +171,7 @@ class ScheduledSends:
     def reschedule(self, campaign_id: str, send_at_ms: int, *, reason: str | None = None) -> Campaign:
         """Move a scheduled campaign's start; a firing for the old time then starts nothing."""
         self._require_scheduler()
-        check_future(send_at_ms, now_ms=self._clock_ms())
+        send_at_ms = check_future(send_at_ms, now_ms=self._clock_ms())
         campaign = lifecycle.apply(
             self._campaigns,
             campaign_id,

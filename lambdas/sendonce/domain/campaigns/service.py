@@ -275,7 +275,7 @@ class CampaignService(ScheduledSends):
             send_at_ms = before.send_at_ms  # the spec's send_at
         if send_at_ms is not None:
             self._require_scheduler()
-            check_future(send_at_ms, now_ms=self._clock_ms())
+            send_at_ms = check_future(send_at_ms, now_ms=self._clock_ms())
         report = PublishReport(campaign_id=campaign_id, send_at=iso(send_at_ms) if send_at_ms else None)
         opened = self._open_publish(campaign_id, send_at_ms=send_at_ms)
         try:
