@@ -186,7 +186,6 @@ class ScheduledSends:
     def unschedule(self, campaign_id: str, *, reason: str | None = None) -> Campaign:
         """Back to draft, schedule deleted. The recorded recipients stay recorded and unsent: the
         next publish (now or --at) sends them with its own; cancel closes them."""
-        scheduler = self._require_scheduler()
         campaign = lifecycle.apply(
             self._campaigns,
             campaign_id,
@@ -195,7 +194,8 @@ class ScheduledSends:
             reason=reason or "unscheduled",
             clear_send_at=True,
         )
-        scheduler.delete(campaign_id)
+        if self._scheduler is not None:  # without one no schedule was set here; a stray firing finds a draft
+            self._scheduler.delete(campaign_id)
         return campaign
 
     def _take_start(self, campaign_id: str, send_at_ms: int) -> Campaign:
