@@ -346,3 +346,12 @@ def test_reschedule_keeps_the_time_to_the_second(service, scheduler):
     service.publish("c1", recipients(1), send_at_ms=NOW + MINUTE)
     service.reschedule("c1", NOW + 2 * MINUTE + 1)
     assert service.get("c1").send_at_ms == scheduler.schedules["c1"] == NOW + 2 * MINUTE
+
+
+def test_enqueueing_the_recorded_batches_stops_when_the_campaign_is_cancelled(service, queue):
+    service.publish("c1", recipients(3), batch_size=1, send_at_ms=NOW + MINUTE)
+    service.cancel("c1")
+    closing = list(queue.published)
+
+    assert service._enqueue_recorded("c1") == 0  # the lease renewal is refused: nothing more is sent
+    assert queue.published == closing

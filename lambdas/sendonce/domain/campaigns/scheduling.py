@@ -136,14 +136,17 @@ class ScheduledSends:
         cancelled meanwhile (cancel closes the recorded recipients itself)."""
         count = 0
         chunk: list[BatchMessage] = []
-        for batch, enqueued in self._campaigns.batches(campaign_id):
-            if not enqueued:
-                chunk.append(batch)
-            if len(chunk) == MESSAGES_PER_SEND:
+        try:
+            for batch, enqueued in self._campaigns.batches(campaign_id):
+                if not enqueued:
+                    chunk.append(batch)
+                if len(chunk) == MESSAGES_PER_SEND:
+                    count += self._enqueue_batches(campaign_id, chunk)
+                    chunk = []
+            if chunk:
                 count += self._enqueue_batches(campaign_id, chunk)
-                chunk = []
-        if chunk:
-            count += self._enqueue_batches(campaign_id, chunk)
+        except IllegalTransitionError:  # cancelled meanwhile: the lease renewal is refused
+            logger.info("campaign cancelled while its recorded batches were enqueued", extra={"enqueued": count})
         return count
 
     def _enqueue_batches(self, campaign_id: str, batches: list[BatchMessage]) -> int:
