@@ -43,6 +43,7 @@ from sendonce_cdk.providers.base import ProviderStack
 from sendonce_cdk.providers.registry import context_defaults, registered
 from sendonce_cdk.public_api import PublicApi
 from sendonce_cdk.queues import SendQueues
+from sendonce_cdk.scheduled_start import ScheduledStart
 
 # What `grant_publish` allows on the operator API: create, publish, read.
 PUBLISH_ROUTES = (
@@ -159,6 +160,16 @@ class SendOnce(Construct):
             removal_policy=removal_policy,
             code=code,
         )
+        self.scheduled_start = ScheduledStart(
+            self,
+            "ScheduledStart",
+            ledger_table=self.tables.ledger,
+            campaigns_table=self.tables.campaigns,
+            queue=self.queues.queue,
+            dead_letter_queue=self.queues.dead_letter_queue,
+            removal_policy=removal_policy,
+            code=code,
+        )
         self.operator_api = OperatorApi(
             self,
             "OperatorApi",
@@ -166,6 +177,11 @@ class SendOnce(Construct):
             campaigns_table=self.tables.campaigns,
             queue=self.queues.queue,
             dead_letter_queue=self.queues.dead_letter_queue,
+            scheduling={
+                "scheduler_group": self.scheduled_start.group_name,
+                "scheduler_role_arn": self.scheduled_start.scheduler_role.role_arn,
+                "scheduled_start_function_arn": self.scheduled_start.function.function_arn,
+            },
             reserved_concurrency=config.api_reserved_concurrency,
             removal_policy=removal_policy,
             code=code,
@@ -217,6 +233,7 @@ class SendOnce(Construct):
         self._grant_aggregator()
         self._grant_consumer()
         self._grant_operator_api()
+        self._grant_scheduled_start()
         self._grant_provider_events()
         self._grant_unsubscribe()
 
@@ -394,6 +411,33 @@ class SendOnce(Construct):
                 )
             )
 
+    def _grant_scheduled_start(self) -> None:
+        """The API function sets and deletes the schedules of the stack's group and passes the
+        scheduler role to them; the scheduled-start function starts a campaign: the campaign
+        (GetItem, UpdateItem), its batches (Query; marked enqueued with UpdateItem), the
+        completion check (ledger Query), and the queue (SendMessage)."""
+        parts = self.scheduled_start
+        api = self.operator_api.function
+        api.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="SetCampaignSchedules",
+                actions=["scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule"],
+                resources=[parts.schedules_arn],
+            )
+        )
+        api.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="PassSchedulerRole",
+                actions=["iam:PassRole"],
+                resources=[parts.scheduler_role.role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
+            )
+        )
+        function = parts.function
+        self.tables.ledger.grant(function, "dynamodb:Query")
+        self._grant_campaigns(function, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query")
+        self._allow_send(function, self.queues.queue)
+
     def _grant_provider_events(self) -> None:
         function = self.provider_events.function
         # Annotations and unknown -> sent on the ledger (conditional UpdateItem, or an Update
@@ -453,6 +497,7 @@ class SendOnce(Construct):
         for function in (
             self.consumer_parts.function,
             self.operator_api.function,
+            self.scheduled_start.function,
             self.provider_events.function,
             self.public_api.unsubscribe_function,
             self.aggregator.function,
@@ -470,6 +515,16 @@ class SendOnce(Construct):
             )
         for stack in self.config.deployed:
             stack.acknowledge(self)
+        cdk.Validations.of(self.operator_api.role).acknowledge(
+            cdk.Acknowledgment(
+                id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{_nag_rendering(cdk.Stack.of(self).resolve(self.scheduled_start.schedules_arn))}]",
+                reason=(
+                    "Only scheduler:CreateSchedule/UpdateSchedule/DeleteSchedule (statement SetCampaignSchedules)"
+                    " on the schedules of this stack's one schedule group: a schedule is named after the"
+                    " campaign it starts, known at request time. No other group, no schedule group changes."
+                ),
+            )
+        )
         if self.config.recipients_bucket:
             cdk.Validations.of(self.operator_api.role).acknowledge(
                 cdk.Acknowledgment(

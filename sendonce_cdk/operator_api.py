@@ -1,6 +1,8 @@
-"""The operator HTTP API: campaign create/publish/pause/resume/cancel/status, IAM-authorized."""
+"""The operator HTTP API: campaign create/publish/(re/un)schedule/pause/resume/cancel/status, IAM-authorized."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import aws_cdk as cdk
 from aws_cdk import aws_apigatewayv2 as apigwv2
@@ -24,6 +26,8 @@ ROUTES = (
     (POST, "/campaigns/{id}/pause"),
     (POST, "/campaigns/{id}/resume"),
     (POST, "/campaigns/{id}/cancel"),
+    (POST, "/campaigns/{id}/reschedule"),
+    (POST, "/campaigns/{id}/unschedule"),
     (GET, "/campaigns/{id}/delivery-status"),
     # Test sends need the consumer's sending settings on this function (docs/api.md); preview
     # without the unsubscribe key shows no List-Unsubscribe header.
@@ -52,6 +56,7 @@ class OperatorApi(Construct):
         campaigns_table: dynamodb.ITable,
         queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
+        scheduling: Mapping[str, str] | None = None,
         reserved_concurrency: int | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
@@ -70,6 +75,8 @@ class OperatorApi(Construct):
                 "dead_letter_queue_url": dead_letter_queue.queue_url,
                 # The stack runs the counters' aggregator: campaigns are counted from creation.
                 "counters": "true",
+                # scheduler_group, scheduler_role_arn, scheduled_start_function_arn (ScheduledStart).
+                **(scheduling or {}),
             },
             timeout=TIMEOUT,
             memory_size=512,

@@ -55,6 +55,9 @@ class SendonceStack(cdk.Stack):
             Output.SUPPRESSIONS_TABLE_NAME: mail.suppressions_table.table_name,
             Output.EVENTS_FUNCTION_NAME: mail.provider_events.function.function_name,
             Output.EVENTS_DEAD_LETTER_QUEUE_URL: mail.provider_events.dead_letter_queue.queue_url,
+            Output.SCHEDULE_GROUP_NAME: mail.scheduled_start.group_name,
+            Output.SCHEDULER_ROLE_ARN: mail.scheduled_start.scheduler_role.role_arn,
+            Output.SCHEDULED_START_FUNCTION_ARN: mail.scheduled_start.function.function_arn,
             # execute-api URLs built from the APIs' Refs (moto creates no HTTP API: there they
             # read https://None.execute-api...).
             Output.API_URL: mail.operator_api_url,

@@ -270,13 +270,22 @@ class FakeCampaignStore:
         unless_publishing_at_ms=None,
         stays=False,
         open_batches=None,
+        send_at_ms=None,
+        clear_send_at=False,
+        if_send_at_ms=None,
     ) -> Campaign:
         campaign = self.get(campaign_id)
         if campaign.state not in set(allowed_from):
             raise IllegalTransitionError(f"{campaign.state} -> {to}")
         if unless_publishing_at_ms is not None and (campaign.publishing_until_ms or 0) >= unless_publishing_at_ms:
             raise IllegalTransitionError(f"{campaign_id} is being published")
+        if if_send_at_ms is not None and campaign.send_at_ms != if_send_at_ms:
+            raise IllegalTransitionError(f"{campaign_id} is scheduled for another time")
         update = {} if stays else {"state": to, "state_changed_by": by, "state_reason": reason}
+        if send_at_ms is not None:
+            update["send_at_ms"] = send_at_ms
+        if clear_send_at:
+            update["send_at_ms"] = None
         if publishing_until_ms is not None:
             update["publishing_until_ms"] = publishing_until_ms
         if open_batches is not None:
@@ -325,6 +334,19 @@ class FakeCampaignStore:
                 (c for c in self.campaigns.values() if state is None or c.state == state), key=lambda c: c.campaign_id
             )
         )
+
+
+class FakeScheduler:
+    """EventBridge Scheduler's one-time schedules, by campaign: the instant each is set for."""
+
+    def __init__(self):
+        self.schedules: dict[str, int] = {}
+
+    def set(self, campaign_id: str, send_at_ms: int) -> None:
+        self.schedules[campaign_id] = send_at_ms
+
+    def delete(self, campaign_id: str) -> None:
+        self.schedules.pop(campaign_id, None)
 
 
 class FakeQueue:

@@ -93,5 +93,8 @@ class Output(StrEnum):
     CONSUMER_FUNCTION_NAME = "ConsumerFunctionName"
     EVENTS_FUNCTION_NAME = "EventsFunctionName"
     EVENTS_DEAD_LETTER_QUEUE_URL = "EventsDeadLetterQueueUrl"
+    SCHEDULE_GROUP_NAME = "ScheduleGroupName"
+    SCHEDULER_ROLE_ARN = "SchedulerRoleArn"
+    SCHEDULED_START_FUNCTION_ARN = "ScheduledStartFunctionArn"
     API_URL = "ApiUrl"
     PUBLIC_API_URL = "PublicApiUrl"

@@ -117,6 +117,19 @@ class ApiSettings(BaseModel):
     # Campaigns created here are counted from their creation: set where the counters'
     # aggregator runs (the stack always; local runs with the stream poller).
     counters: bool = False
+    # Scheduled sends (docs/operations-campaigns.md): the stack's schedule group, the role
+    # EventBridge Scheduler assumes, and the function each campaign's schedule invokes.
+    # All three or none (none: a send_at is refused).
+    scheduler_group: str | None = Field(default=None, pattern=r"^[0-9a-zA-Z-_.]{1,64}$")
+    scheduler_role_arn: str | None = Field(default=None, pattern=r"^arn:[^:]+:iam::\d{12}:role/.+$")
+    scheduled_start_function_arn: str | None = Field(default=None, pattern=r"^arn:[^:]+:lambda:.+$")
+
+    @model_validator(mode="after")
+    def _scheduler_settings_go_together(self) -> ApiSettings:
+        given = [self.scheduler_group, self.scheduler_role_arn, self.scheduled_start_function_arn]
+        if any(given) and not all(given):
+            raise ValueError("scheduler_group, scheduler_role_arn and scheduled_start_function_arn go together")
+        return self
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ApiSettings:

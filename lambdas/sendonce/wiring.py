@@ -27,6 +27,7 @@ from sendonce.adapters.dynamodb.test_sends import DynamoDBTestSendLog
 from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
 from sendonce.adapters.providers import registry
 from sendonce.adapters.providers.descriptor import Provider, ProviderEnv, event_readers
+from sendonce.adapters.scheduler import EventBridgeScheduler
 from sendonce.adapters.sqs_queue import SqsJobQueue, SqsQueue
 from sendonce.domain.audit.service import CampaignAudit
 from sendonce.domain.campaigns.counters import CounterAggregator
@@ -223,6 +224,19 @@ def assemble_campaign_service(
         campaign_queue=queue,
         clock=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
     )
+    scheduler = None
+    if (
+        isinstance(settings, ApiSettings)
+        and settings.scheduler_group
+        and settings.scheduler_role_arn
+        and settings.scheduled_start_function_arn
+    ):
+        scheduler = EventBridgeScheduler(
+            client=session.client("scheduler"),
+            group_name=settings.scheduler_group,
+            target_arn=settings.scheduled_start_function_arn,
+            role_arn=settings.scheduler_role_arn,
+        )
     return CampaignService(
         campaigns=campaigns,
         ledger=ledger,
@@ -232,6 +246,7 @@ def assemble_campaign_service(
         operator=operator,
         counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
         jobs=jobs,
+        scheduler=scheduler,
     )
 
 

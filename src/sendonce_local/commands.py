@@ -29,8 +29,20 @@ def local() -> None:
 @local.command("api")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option(
+    "--fire-schedules",
+    is_flag=True,
+    help="Also fire the stack's campaign schedules when due, in this process (moto never fires them).",
+)
+@click.option(
+    "--clock-ahead",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="With --fire-schedules: fire by a clock this many seconds ahead of this machine's.",
+)
 @pass_cli
-def local_api(cli: Cli, host: str, port: int) -> None:
+def local_api(cli: Cli, host: str, port: int, fire_schedules: bool, clock_ahead: float) -> None:
     """Serve the operator HTTP API's handler on loopback, as API Gateway would call it.
 
     Requests carry your AWS identity as the IAM caller, so state changes record it.
@@ -38,6 +50,7 @@ def local_api(cli: Cli, host: str, port: int) -> None:
     from sendonce.handlers import api
     from sendonce_local.http_api import LocalHttpApi
 
+    firer = _schedule_firer(cli, clock_ahead) if fire_schedules else None
     handler = functools.partial(api.lambda_handler, service=cli.service())
     server = LocalHttpApi(handler, caller_arn=cli.operator(), host=host, port=port, function_name="sendonce-api")
     cli.warn(
@@ -56,3 +69,35 @@ def local_api(cli: Cli, host: str, port: int) -> None:
         pass
     finally:
         server.close()
+        if firer is not None:
+            firer.stop()
+
+
+def _schedule_firer(cli: Cli, clock_ahead: float) -> Any:
+    """The local EventBridge Scheduler: fires the stack's schedule group, invoking the
+    scheduled-start handler in process with the stack's own settings."""
+
+    from sendonce.domain.campaigns import lifecycle
+    from sendonce.handlers import scheduled_start
+    from sendonce.wiring import campaign_service
+    from sendonce_local.scheduler_poller import LocalClock, SchedulePoller
+
+    settings = cli.endpoints.api_settings()
+    if not (settings.scheduler_group and settings.scheduled_start_function_arn):
+        raise click.UsageError("--fire-schedules: the stack has no schedule group (ScheduleGroupName output)")
+    start_settings = settings.model_copy(
+        update={"scheduler_group": None, "scheduler_role_arn": None, "scheduled_start_function_arn": None}
+    )
+    service = campaign_service(start_settings, operator=lifecycle.AUTOMATIC)
+    clock = LocalClock()
+    clock.advance(clock_ahead)
+    firer = SchedulePoller(
+        client=cli.session.client("scheduler"),
+        handlers={
+            settings.scheduled_start_function_arn: functools.partial(scheduled_start.lambda_handler, service=service)
+        },
+        group_names=[settings.scheduler_group],
+        clock=clock,
+    )
+    cli.warn(f"firing schedules of group {settings.scheduler_group} (clock {clock_ahead:g} s ahead)")
+    return firer.start()

@@ -34,6 +34,9 @@ from typing import Any
 import boto3
 import botocore.exceptions
 
+from sendonce.contract import Output
+from sendonce_local.resources import ensure_schedule_group
+
 DEFAULT_REGION = "us-east-1"
 FAKE_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "aws_session_token": "testing"}
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
@@ -185,6 +188,9 @@ def deploy_to_moto(
         )
         _put_bootstrap_version(clients, assembly_dir / stack["template_file"])
         outputs = _create_or_update(clients, stack["stack_name"], template_location, region, timeout_s)
+        group = outputs.get(Output.SCHEDULE_GROUP_NAME.value)
+        if group:  # moto's CloudFormation skips AWS::Scheduler::ScheduleGroup
+            ensure_schedule_group(clients.get("scheduler"), group)
         if disable_event_source_mappings:
             _disable_event_source_mappings(clients, stack["stack_name"])
         return outputs

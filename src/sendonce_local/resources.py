@@ -191,3 +191,58 @@ def create_deliverability_resources(
         webhook_secret_name=webhook_name,
         webhook_secret=webhook_secret,
     )
+
+
+# --- scheduled sends ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SchedulingResources:
+    """The schedule group, the role EventBridge Scheduler assumes and the scheduled-start
+    function's ARN (locally a name only: the SchedulePoller runs its handler in process)."""
+
+    group_name: str
+    role_arn: str
+    start_function_arn: str
+
+    def env(self) -> dict[str, str]:
+        return {
+            "SENDONCE_SCHEDULER_GROUP": self.group_name,
+            "SENDONCE_SCHEDULER_ROLE_ARN": self.role_arn,
+            "SENDONCE_SCHEDULED_START_FUNCTION_ARN": self.start_function_arn,
+        }
+
+
+def ensure_schedule_group(scheduler: Any, group_name: str) -> None:
+    """Create the group unless it exists (moto's CloudFormation skips AWS::Scheduler::*)."""
+    try:
+        scheduler.get_schedule_group(Name=group_name)
+    except scheduler.exceptions.ResourceNotFoundException:
+        scheduler.create_schedule_group(Name=group_name)
+
+
+def create_scheduling_resources(
+    session: boto3.session.Session | None = None, *, prefix: str | None = None
+) -> SchedulingResources:
+    session = session or boto3.session.Session()
+    prefix = prefix or f"t{uuid.uuid4().hex[:8]}"
+    account = session.client("sts").get_caller_identity()["Account"]
+    region = session.region_name or "us-east-1"
+    role = session.client("iam").create_role(
+        RoleName=f"{prefix}-scheduler",
+        AssumeRolePolicyDocument=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {"Effect": "Allow", "Principal": {"Service": "scheduler.amazonaws.com"}, "Action": "sts:AssumeRole"}
+                ],
+            }
+        ),
+    )["Role"]["Arn"]
+    group = f"{prefix}-campaigns"
+    ensure_schedule_group(session.client("scheduler"), group)
+    return SchedulingResources(
+        group_name=group,
+        role_arn=role,
+        start_function_arn=f"arn:aws:lambda:{region}:{account}:function:{prefix}-scheduled-start",
+    )

@@ -48,10 +48,12 @@ from sendonce.domain.campaigns.operator_input import (
     format_for,
     publish_file,
 )
+from sendonce.domain.campaigns.scheduling import iso
 from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus, PublishReport
 from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S
 from sendonce.domain.errors import (
     CampaignNotFoundError,
+    CampaignScheduleError,
     IllegalTransitionError,
     InvalidCampaignError,
     JobNotFoundError,
@@ -68,6 +70,7 @@ from sendonce_ops.preview_cli import (
     latest_test_sends,
     print_test_sends,
 )
+from sendonce_ops.schedule_cli import at_option, campaign_reschedule, campaign_unschedule, instant
 from sendonce_ops.specs import SpecError, load_spec, locate
 
 
@@ -141,6 +144,9 @@ class Cli:
 
     def sqs(self) -> Any:
         return self.session.client("sqs")
+
+    def transition_output(self, campaign: Campaign, verb: str, as_json: bool) -> None:
+        _transition_output(self, campaign, verb, as_json)
 
     def json(self, data: Any) -> None:
         click.echo(json.dumps(data, default=str))
@@ -221,6 +227,8 @@ def _classify(exc: Exception) -> tuple[ExitCode, str]:
         return ExitCode.BAD_INPUT, "\n".join(exc.problems) + "\nnothing was created"
     if isinstance(exc, IllegalTransitionError):
         return ExitCode.CONFLICT, f"error: {exc}"
+    if isinstance(exc, CampaignScheduleError):  # scheduled and recorded; only the schedule is missing
+        return ExitCode.PARTIAL, f"error: {exc}"
     if isinstance(exc, (CampaignNotFoundError, JobNotFoundError, InvalidCampaignError, EndpointsError, SettingsError)):
         return ExitCode.BAD_INPUT, f"error: {exc}"
     if isinstance(exc, NoRegionError):
@@ -299,6 +307,7 @@ def campaign_summary(campaign: Campaign) -> dict[str, Any]:
         "state_reason": campaign.state_reason,
         "state_changed_by": campaign.state_changed_by,
         "updated_at": campaign.updated_at,
+        "send_at": iso(campaign.send_at_ms) if campaign.send_at_ms is not None else None,
     }
 
 
@@ -385,6 +394,7 @@ def campaign_create(cli: Cli, spec_path: Path, as_json: bool) -> None:
 @click.option(
     "--batch-size", type=click.IntRange(1, 100), default=100, show_default=True, help="Recipients per SQS message."
 )
+@at_option(required=False)
 @json_option
 @pass_cli
 def campaign_publish(
@@ -395,9 +405,11 @@ def campaign_publish(
     strict: bool,
     dedupe_addresses: bool,
     batch_size: int,
+    at: str | None,
     as_json: bool,
 ) -> None:
-    """Publish recipients from a file, streamed: a draft starts sending.
+    """Publish recipients from a file, streamed: a draft starts sending (with --at, or a spec's
+    send_at, it is scheduled: recipients recorded now, sent from that time).
 
     Every row is validated; a bad row is reported as FILE:LINE: reason and not sent. A
     recipient_id repeated in the file is sent once and reported; so is an address repeated
@@ -406,6 +418,7 @@ def campaign_publish(
     """
     name = str(recipients_path)
     file_format = format_for(name, fmt)
+    send_at_ms = instant(at)  # a bad time fails before the file is read
     progress: dict[str, Any] = {}
 
     def report(row: Row) -> None:
@@ -434,6 +447,7 @@ def campaign_publish(
                 on_report=report,
                 batch_size=batch_size,
                 on_batch=on_batch,
+                send_at_ms=send_at_ms,
             )
         except RejectedFileError as exc:
             _fail(ExitCode.BAD_INPUT, f"rejected: {exc} (fix them, or publish without --strict to skip them)")
@@ -456,11 +470,16 @@ def campaign_publish(
         "batches_new": result.batches_new,
         "batches_already_enqueued": result.batches_already_enqueued,
         "messages_sent": result.messages_sent,
+        "batches_recorded": result.batches_recorded,
+        "send_at": result.send_at,
     }
     if as_json:
         cli.json(summary)
     else:
-        click.echo(f"published to {campaign_id}")
+        if result.send_at:
+            click.echo(f"scheduled {campaign_id} for {result.send_at}: recorded now, sent from then")
+        else:
+            click.echo(f"published to {campaign_id}")
         table = Table(show_header=False)
         table.add_column(style="bold")
         table.add_column(justify="right")
@@ -474,6 +493,8 @@ def campaign_publish(
         table.add_row("batches new", str(result.batches_new))
         table.add_row("batches already enqueued", str(result.batches_already_enqueued))
         table.add_row("SQS messages sent", str(result.messages_sent))
+        if result.send_at:
+            table.add_row("batches recorded (sent at the start)", str(result.batches_recorded))
         cli.out.print(table)
     if tally.bad:
         raise click.exceptions.Exit(int(ExitCode.PARTIAL))
@@ -596,6 +617,8 @@ def _transition_output(cli: Cli, campaign: Campaign, verb: str, as_json: bool, *
         cli.json({**campaign_summary(campaign), **extra})
         return
     reason = f" ({campaign.state_reason})" if campaign.state_reason else ""
+    if campaign.state is CampaignState.SCHEDULED and campaign.send_at_ms is not None:
+        reason = f" (for {iso(campaign.send_at_ms)})"
     line = f"{verb} {campaign.campaign_id}: now {campaign.state.value}{reason}, by {campaign.state_changed_by}"
     job = extra.get("job")
     if job is not None and job["state"] == "running":
@@ -723,7 +746,8 @@ def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
     """Counts of the campaign's deliveries by outcome, its state and why."""
     service = cli.service()
     status = service.status(campaign_id)
-    delivery_mode = service.get(campaign_id).delivery_mode
+    current = service.get(campaign_id)
+    delivery_mode = current.delivery_mode
     dead = service.dead_lettered(campaign_id) if status.dead_lettered else []
     tests, tests_count = latest_test_sends(cli, campaign_id)
     if as_json:
@@ -731,6 +755,7 @@ def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
             {
                 **status.as_dict(),
                 "delivery_mode": delivery_mode,
+                "send_at": iso(current.send_at_ms) if current.send_at_ms is not None else None,
                 "test_sends": json_of_test_sends(tests, tests_count),
                 "dead_lettered_recipients": [
                     {"recipient_id": r.recipient_id, "reason": r.reason, "updated_at": r.updated_at} for r in dead[:100]
@@ -1035,6 +1060,8 @@ campaign.add_command(campaign_audit)
 cli.add_command(job)
 campaign.add_command(campaign_preview)
 campaign.add_command(campaign_test_send)
+campaign.add_command(campaign_reschedule)
+campaign.add_command(campaign_unschedule)
 
 # --- the cost model (docs/benchmarks.md) ---
 

@@ -35,6 +35,9 @@ OPTIONAL = {
     for field, output in (
         ("queue_arn", Output.QUEUE_ARN),
         ("dead_letter_queue_arn", Output.DEAD_LETTER_QUEUE_ARN),
+        ("scheduler_group", Output.SCHEDULE_GROUP_NAME),
+        ("scheduler_role_arn", Output.SCHEDULER_ROLE_ARN),
+        ("scheduled_start_function_arn", Output.SCHEDULED_START_FUNCTION_ARN),
     )
 }
 
@@ -51,6 +54,9 @@ class Endpoints:
     campaigns_table: str
     queue_arn: str | None = None
     dead_letter_queue_arn: str | None = None
+    scheduler_group: str | None = None
+    scheduler_role_arn: str | None = None
+    scheduled_start_function_arn: str | None = None
     stack: str | None = None  # the stack read, if any
     # Campaigns created through this CLI are counted from their creation (ApiSettings.counters):
     # where the stack was read (it runs the counters' aggregator), or SENDONCE_COUNTERS says so.
@@ -64,6 +70,9 @@ class Endpoints:
                 queue_url=self.queue_url,
                 dead_letter_queue_url=self.dead_letter_queue_url,
                 counters=self.counters,
+                scheduler_group=self.scheduler_group,
+                scheduler_role_arn=self.scheduler_role_arn,
+                scheduled_start_function_arn=self.scheduled_start_function_arn,
             )
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())

@@ -20,11 +20,18 @@ ACKNOWLEDGED = {
 }
 # Only with `recipients_bucket`: s3:GetObject on that bucket's objects (keys come with each publish).
 RECIPIENT_FILES = "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{bucket}/*]"
+# The operator API sets and deletes the schedules of the stack's one group (named per campaign).
+SCHEDULES = (
+    "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:scheduler:<AWS::Region>:<AWS::AccountId>:schedule/{group}/*]"
+)
 
 
 def _expected(synth: Synthesized) -> set[str]:
     bucket = synth.config.recipients_bucket
-    return ACKNOWLEDGED | ({RECIPIENT_FILES.format(bucket=bucket)} if bucket else set())
+    [group] = [r["Properties"]["Name"] for r in synth.of_type("AWS::Scheduler::ScheduleGroup").values()]
+    return (
+        ACKNOWLEDGED | {SCHEDULES.format(group=group)} | ({RECIPIENT_FILES.format(bucket=bucket)} if bucket else set())
+    )
 
 
 def _aws_solutions(synth: Synthesized) -> dict:

@@ -25,7 +25,15 @@ API_HANDLER = "sendonce.handlers.api.lambda_handler"
 EVENTS_HANDLER = "sendonce.handlers.events.lambda_handler"
 UNSUBSCRIBE_HANDLER = "sendonce.handlers.unsubscribe.lambda_handler"
 AGGREGATOR_HANDLER = "sendonce.handlers.aggregator.lambda_handler"
-HANDLERS = (CONSUMER_HANDLER, API_HANDLER, EVENTS_HANDLER, UNSUBSCRIBE_HANDLER, AGGREGATOR_HANDLER)
+SCHEDULED_START_HANDLER = "sendonce.handlers.scheduled_start.lambda_handler"
+HANDLERS = (
+    CONSUMER_HANDLER,
+    API_HANDLER,
+    EVENTS_HANDLER,
+    UNSUBSCRIBE_HANDLER,
+    AGGREGATOR_HANDLER,
+    SCHEDULED_START_HANDLER,
+)
 
 # What would let a role lose, overwrite or enumerate delivery records (issue 10).
 LEDGER_FORBIDDEN = (
@@ -105,7 +113,22 @@ def _labels(synth: Synthesized) -> dict[str, str]:
         labels[f"stream:{table_id}"] = f"{name}/stream"
     for handler in HANDLERS:
         labels[_ref(_function(synth, handler)["LoggingConfig"]["LogGroup"])] = f"logs:{handler.split('.')[2]}"
+        labels[_function_id(synth, handler)] = f"function:{handler.split('.')[2]}"
+    [scheduler_role] = [
+        role_id
+        for role_id, role in synth.of_type("AWS::IAM::Role").items()
+        if role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"].get("Service")
+        == "scheduler.amazonaws.com"
+    ]
+    labels[scheduler_role] = "scheduler_role"
     return labels
+
+
+def _function_id(synth: Synthesized, handler: str) -> str:
+    [function_id] = [
+        fid for fid, r in synth.of_type("AWS::Lambda::Function").items() if r["Properties"]["Handler"] == handler
+    ]
+    return function_id
 
 
 def _resource_label(resource: Any, labels: dict[str, str]) -> str | None:
@@ -123,10 +146,10 @@ def _resource_label(resource: Any, labels: dict[str, str]) -> str | None:
         if len(tables) == 1 and tables[0] and isinstance(parts[-1], str) and parts[-1].startswith("/index/"):
             return f"{tables[0]}{parts[-1]}"
         text = "".join(p if isinstance(p, str) else "" for p in parts)
-        for marker in (":secret:", ":ses:", ":s3:::"):
+        for marker in (":secret:", ":ses:", ":s3:::", ":scheduler:"):
             if marker in text:
                 tail = text.split(marker, 1)[1]
-                if marker == ":ses:":
+                if marker in (":ses:", ":scheduler:"):
                     tail = tail.lstrip(":")  # region and account are intrinsics
                 return f"{marker.strip(':')}:{tail}"
     return json.dumps(resource)
@@ -191,6 +214,13 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
             },
             "campaigns/index/campaigns-by-state": {"dynamodb:Query"},
             "queue": {"sqs:SendMessage"},
+            # One-time schedules per campaign in the stack's group, each passed the scheduler role.
+            f"scheduler:schedule/{_schedule_group(synth)}/*": {
+                "scheduler:CreateSchedule",
+                "scheduler:UpdateSchedule",
+                "scheduler:DeleteSchedule",
+            },
+            "scheduler_role": {"iam:PassRole"},
         }
         if config.recipients_bucket:
             expected[f"s3:{config.recipients_bucket}/*"] = {"s3:GetObject"}
@@ -212,6 +242,13 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
             "campaigns": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
             "counters_dead_letter_queue": {"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"},
         }
+    elif handler == SCHEDULED_START_HANDLER:
+        expected |= {
+            # The completion check reads the ledger; the start never writes it.
+            "ledger": {"dynamodb:Query"},
+            "campaigns": {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"},
+            "queue": {"sqs:SendMessage"},
+        }
     elif handler == UNSUBSCRIBE_HANDLER:
         expected |= {
             "suppressions": {"dynamodb:GetItem", "dynamodb:PutItem"},
@@ -219,6 +256,11 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
             f"secret:{config.unsubscribe_key_secret_name}-??????": {"secretsmanager:GetSecretValue"},
         }
     return expected
+
+
+def _schedule_group(synth: Synthesized) -> str:
+    [group] = [r["Properties"]["Name"] for r in synth.of_type("AWS::Scheduler::ScheduleGroup").values()]
+    return str(group)
 
 
 def _may_cover_ledger(resource: Any, ledger_id: str) -> bool:
@@ -288,3 +330,26 @@ def test_every_function_role_is_its_own(assembly: Synthesized) -> None:
     # A shared role would hand one function's grants to another.
     roles = [_ref(_function(assembly, handler)["Role"]) for handler in HANDLERS]
     assert len(set(roles)) == len(HANDLERS)
+
+
+# --- scheduled sends -----------------------------------------------------------------------
+
+
+def test_the_scheduler_role_may_invoke_the_scheduled_start_function_only(assembly: Synthesized) -> None:
+    labels = _labels(assembly)
+    [role_id] = [r for r, label in labels.items() if label == "scheduler_role"]
+    trust = assembly.resources[role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert [s["Condition"]["StringEquals"] for s in trust] == [{"aws:SourceAccount": {"Ref": "AWS::AccountId"}}]
+    granted: dict[str, set[str]] = {}
+    for statement in _role_statements(assembly, role_id):
+        for resource in _as_list(statement["Resource"]):
+            granted.setdefault(_resource_label(resource, labels) or "", set()).update(_as_list(statement["Action"]))
+    assert granted == {"function:scheduled_start": {"lambda:InvokeFunction"}}
+
+
+def test_the_api_passes_the_scheduler_role_to_eventbridge_scheduler_only(assembly: Synthesized) -> None:
+    labels = _labels(assembly)
+    statements = _role_statements(assembly, _ref(_function(assembly, API_HANDLER)["Role"]))
+    [passing] = [s for s in statements if "iam:PassRole" in _as_list(s["Action"])]
+    assert [_resource_label(r, labels) for r in _as_list(passing["Resource"])] == ["scheduler_role"]
+    assert passing["Condition"] == {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}

@@ -107,6 +107,8 @@ OPERATOR_ROUTES = {
     "POST /campaigns/{id}/pause",
     "POST /campaigns/{id}/resume",
     "POST /campaigns/{id}/cancel",
+    "POST /campaigns/{id}/reschedule",
+    "POST /campaigns/{id}/unschedule",
     "GET /campaigns/{id}/delivery-status",
     "POST /campaigns/{id}/preview",
     "POST /campaigns/{id}/test-sends",
@@ -192,6 +194,10 @@ def _with_placeholders(environment: dict[str, Any]) -> dict[str, str]:
             values[name] = value
         elif name.endswith("_URL"):
             values[name] = "https://sqs.us-east-1.amazonaws.com/123456789012/queue"
+        elif name.endswith("_ROLE_ARN"):
+            values[name] = "arn:aws:iam::123456789012:role/scheduler"
+        elif name.endswith("_FUNCTION_ARN"):
+            values[name] = "arn:aws:lambda:us-east-1:123456789012:function:scheduled-start"
         else:
             values[name] = "table-name"
     return values

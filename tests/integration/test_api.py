@@ -69,6 +69,8 @@ def test_campaign_lifecycle_over_the_api_records_the_iam_caller(system):
             "batches_new": 1,
             "batches_already_enqueued": 0,
             "messages_sent": 1,
+            "batches_recorded": 0,
+            "send_at": None,
         },
     )
     assert paused[0] == 200
@@ -257,6 +259,8 @@ def test_the_openapi_document_describes_every_route(system):
         "/campaigns/{campaign_id}/pause",
         "/campaigns/{campaign_id}/resume",
         "/campaigns/{campaign_id}/cancel",
+        "/campaigns/{campaign_id}/reschedule",
+        "/campaigns/{campaign_id}/unschedule",
         "/campaigns/{campaign_id}/delivery-status",
         "/campaigns/{campaign_id}/preview",
         "/campaigns/{campaign_id}/test-sends",

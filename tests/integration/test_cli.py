@@ -39,6 +39,8 @@ def test_create_publish_status_and_completion(system, tmp_path):
         "batches_new": 1,
         "batches_already_enqueued": 0,
         "messages_sent": 1,
+        "batches_recorded": 0,
+        "send_at": None,
     }
     assert (before["state"], before["total"], before["pending"], before["remaining"]) == ("sending", 25, 25, 25)
     counts = ("pending", "in_progress", "sent", "failed", "suppressed", "unknown", "cancelled", "dead_lettered")

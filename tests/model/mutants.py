@@ -31,6 +31,7 @@ from moto import mock_aws
 from sendonce.adapters import idempotency as idempotency_module
 from sendonce.adapters.dynamodb import ledger as dynamodb_ledger
 from sendonce.domain.campaigns import counters as counters_module
+from sendonce.domain.campaigns import scheduling as scheduling_module
 from sendonce.domain.campaigns import service as campaigns_module
 from sendonce.domain.campaigns import unknowns as unknowns_module
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
@@ -156,6 +157,19 @@ def _every_record_unapplied(changes, applied_through):
     return sorted(changes, key=lambda c: c.position.sequence)
 
 
+def _start_at_any_instant(self, campaign_id, send_at_ms):
+    # Before: a firing took `start` on any scheduled campaign, whatever instant it carried.
+    from sendonce.domain.campaigns import lifecycle
+
+    return lifecycle.apply(
+        self._campaigns,
+        campaign_id,
+        lifecycle.CampaignEvent.START,
+        by=lifecycle.AUTOMATIC,
+        publishing_until_ms=self._clock_ms() + scheduling_module.PUBLISH_LEASE_MS,
+    )
+
+
 R1, RB, SES = model.ResendSingle, model.ResendBatch, model.SesSingle
 # Which machines may catch a mutant, most likely first, and each mutant's share of the
 # example budget (a multiple of EXAMPLES per machine: the rare ones get more).
@@ -173,11 +187,14 @@ MACHINES = {
     "7": (R1, SES, RB),
     "8": (SES, R1, RB),
     "9": (R1, RB),
+    "10": (R1, SES),
 }
 BUDGET = {"3c": 2.0, "2": 1.5}
 # The explorer's depth per mutant (default: its own); 7 needs a halt, a cancel and the last
 # receive's crash: three actions.
-EXPLORER_DEPTH = {"7": 3}
+# 8 is the campaign lifecycle's (a schedule's firing), which the explorer's small world of one
+# delivery does not hold: depth 0 lets the model decide at once.
+EXPLORER_DEPTH = {"7": 3, "10": 0}
 
 MUTANTS = {
     "1 refused takeover forgets the first attempt": lambda: replaced(dynamodb_ledger, "_LIFT_GUARD", ""),
@@ -213,6 +230,9 @@ MUTANTS = {
         unknowns_module.UnknownOutcomes, "reopen", _reopens_without_proof(unknowns_module.UnknownOutcomes.reopen)
     ),
     "9 a replayed stream record counts again": lambda: replaced(counters_module, "unapplied", _every_record_unapplied),
+    "10 a schedule's firing starts the campaign whatever instant it carries": lambda: replaced(
+        scheduling_module.ScheduledSends, "_take_start", _start_at_any_instant
+    ),
 }
 
 

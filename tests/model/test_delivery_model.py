@@ -27,9 +27,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from moto import mock_aws
 
+from sendonce.domain.campaigns.scheduling import Firing
 from sendonce.domain.campaigns.status import reconcile
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError
-from sendonce.domain.models import CampaignState, DeliveryState
+from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryState
 from sendonce.domain.sending.protocol import FINAL, HELD
 from tests.model.edges import CRASHES, FAMILIES, FIGURES, HOUR, LEASE_MS, SWARM, VISIBILITY_MS, EdgeRules, family
 from tests.model.world import Clock, Rig
@@ -130,6 +131,10 @@ class DeliveryModel(EdgeRules, RuleBasedStateMachine):
         self.risky: set[str] = set()
         self.operator.publish("c1", self.people[:first], batch_size=BATCH_SIZE)
         self.published.update(r.recipient_id for r in self.people[:first])
+        # The scheduled campaign s1: every instant it was ever scheduled for (a firing may carry
+        # any of them, late), and the one it is scheduled for now (None: not scheduled).
+        self.s1_instants: list[int] = []
+        self.s1_at: int | None = None
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -400,6 +405,124 @@ class DeliveryModel(EdgeRules, RuleBasedStateMachine):
         if crash_after is not None:
             FIGURES["aggregator_crashes"] += 1
         self.rig.aggregate(limit=limit, crash_after=crash_after)
+
+    # --- scheduled sends: campaign s1 ---------------------------------------------------------
+
+    def _s1(self):
+        try:
+            return self.store.get("s1")
+        except Exception:  # noqa: BLE001 - CampaignNotFoundError: created on first use
+            return self.operator.create(
+                Campaign(
+                    campaign_id="s1",
+                    name="scheduled",
+                    provider=self.provider_name,
+                    sender="news@example.com",
+                    delivery_mode=self.mode,
+                    ledger_shards=2,
+                    content=Content(subject="Hi {{ name }}", text="Hello {{ name }}"),
+                )
+            )
+
+    @family("schedule")
+    @rule(ahead=st.sampled_from([60_000, HOUR, 25 * HOUR]), size=st.integers(1, RECIPIENTS))
+    def schedule_s1(self, ahead, size):
+        """publish --at (a draft), or publish more to a scheduled campaign."""
+        self._step("schedule")
+        state = self._s1().state
+        at = self.clock() + ahead
+        try:
+            if state is CampaignState.SCHEDULED:
+                self.operator.publish("s1", self.people[:size], batch_size=BATCH_SIZE)
+                return
+            self.operator.publish("s1", self.people[:size], batch_size=BATCH_SIZE, send_at_ms=at)
+        except IllegalTransitionError:
+            assert state is not CampaignState.DRAFT, "a draft refused a schedule"
+            return
+        assert state is CampaignState.DRAFT
+        self.s1_at = at // 1000 * 1000
+        self.s1_instants.append(self.s1_at)
+
+    @family("schedule")
+    @rule(verb=st.sampled_from(["reschedule", "unschedule", "cancel"]), ahead=st.sampled_from([1_000, 2 * HOUR]))
+    def operator_steers_s1(self, verb, ahead):
+        self._step(f"s1_{verb}")
+        self._s1()
+        try:
+            if verb == "reschedule":
+                at = self.clock() + ahead
+                self.operator.reschedule("s1", at)
+                self.s1_at = at // 1000 * 1000
+                self.s1_instants.append(self.s1_at)
+            else:
+                getattr(self.operator, verb)("s1")
+                self.s1_at = None
+        except IllegalTransitionError:
+            assert verb == "cancel" or self.s1_at is None, f"{verb} refused on a scheduled campaign"
+
+    @family("schedule")
+    @precondition(lambda self: bool(getattr(self, "s1_instants", None)))
+    @rule(which=st.integers(0, 3), times=st.integers(1, 3))
+    def s1_schedule_fires(self, which, times):
+        """A firing carrying one of the instants s1 was ever scheduled for, at or after that
+        instant, perhaps several times (EventBridge Scheduler retries for up to 24 h)."""
+        self._step("s1_fires")
+        self._fire_s1(self.s1_instants[-1 - which % len(self.s1_instants)], times)
+
+    @family("schedule")
+    @rule(
+        first=st.sampled_from([60_000, HOUR]),
+        second=st.sampled_from([1_000, 2 * HOUR]),
+        via_draft=st.booleans(),
+        firings=st.sampled_from(["old", "old,new", "new,new", "new,old"]),
+    )
+    def s1_moved_while_a_firing_is_in_flight(self, first, second, via_draft, firings):
+        """Scheduled, then moved (reschedule, or unschedule and schedule again) while the old
+        time's firing may still arrive; then the firings arrive in some order, late."""
+        self._step("s1_moved")
+        if self._s1().state is not CampaignState.DRAFT:
+            return
+        self.operator.publish("s1", self.people[:2], batch_size=BATCH_SIZE, send_at_ms=self.clock() + first)
+        old = self._s1_scheduled()
+        at = self.clock() + second
+        if via_draft:
+            self.operator.unschedule("s1")
+            self.s1_at = None
+            self.operator.publish("s1", self.people[1:3], batch_size=BATCH_SIZE, send_at_ms=at)
+        else:
+            self.operator.reschedule("s1", at)
+        new = self._s1_scheduled()
+        for name in firings.split(","):
+            self._fire_s1(old if name == "old" else new, 1)
+
+    def _s1_scheduled(self) -> int:
+        campaign = self.store.get("s1")
+        assert campaign.state is CampaignState.SCHEDULED and campaign.send_at_ms is not None
+        self.s1_at = campaign.send_at_ms
+        self.s1_instants.append(campaign.send_at_ms)
+        return campaign.send_at_ms
+
+    def _fire_s1(self, instant: int, times: int) -> None:
+        if self.clock() < instant:
+            self.clock.advance(instant - self.clock())
+        expected = self.s1_at == instant and self.store.get("s1").state is CampaignState.SCHEDULED
+        results = [self.operator.start_scheduled(Firing("s1", instant)) for _ in range(times)]
+        assert [r.started for r in results] == [expected] + [False] * (times - 1), (
+            f"firing for {instant} (scheduled for {self.s1_at}): {[r.reason for r in results]}"
+        )
+        if expected:
+            self.s1_at = None
+
+    @invariant()
+    def nobody_of_a_campaign_not_started_is_sent(self):
+        if not hasattr(self, "s1_instants") or not self.s1_instants:
+            return
+        state = self.store.get("s1").state
+        if self.s1_at is not None:
+            assert state is CampaignState.SCHEDULED, f"s1 is {state.value}, expected scheduled for {self.s1_at}"
+        if state in (CampaignState.DRAFT, CampaignState.SCHEDULED):  # never started: none leads back here
+            sent = {rid for (campaign, rid), n in self.provider.accepted.items() if campaign == "s1" and n}
+            assert not sent, f"s1 is {state.value} but {sorted(sent)} were sent"
 
     def teardown(self):
         if hasattr(self, "ledger"):

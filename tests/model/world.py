@@ -355,7 +355,7 @@ class Rig:
         from sendonce.domain.models import Campaign, Content, Recipient
         from sendonce.domain.sending.delivery import DeliveryService
         from sendonce_local.resources import create_tables
-        from tests.fakes import FakeSuppressions
+        from tests.fakes import FakeScheduler, FakeSuppressions
 
         self.clock, self.lease_ms, self.mode, self._client = clock, lease_ms, mode, client
         self.faults = Faults()
@@ -394,8 +394,14 @@ class Rig:
             sleep=lambda s: None,
             clock_ms=clock,
         )
+        self.scheduler = FakeScheduler()
         self.operator = CampaignService(
-            campaigns=self.store, ledger=self.ledger, queue=self.queue, provider_names=[provider], clock_ms=clock
+            campaigns=self.store,
+            ledger=self.ledger,
+            queue=self.queue,
+            provider_names=[provider],
+            clock_ms=clock,
+            scheduler=self.scheduler,
         )
         self.operator.create(
             Campaign(

@@ -40,6 +40,11 @@ class CampaignBusyError(SendonceError):
     records batches in transactions) after bounded retries; nothing was written, try again."""
 
 
+class CampaignScheduleError(SendonceError):
+    """The campaign is scheduled, but its one-time schedule could not be set; the message says
+    how to set it again (reschedule)."""
+
+
 class SuppressionsUnavailableError(SendonceError):
     """The suppression list could not be read in full: nobody of the message may be sent."""
 

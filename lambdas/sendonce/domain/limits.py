@@ -54,3 +54,8 @@ INLINE_RECIPIENTS = 1_000
 TEST_SEND_ADDRESSES = 5
 # What `campaign status` shows of a campaign's test sends (with the count of all of them).
 TEST_SENDS_SHOWN = 5
+
+# --- schedules (docs/operations-campaigns.md) ------------------------------------------
+# How far ahead a send may be scheduled: a year, past which a campaign's content and
+# audience are rarely still what was meant (EventBridge Scheduler itself has no limit).
+SCHEDULE_AHEAD_DAYS = 366

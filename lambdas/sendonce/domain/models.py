@@ -83,6 +83,7 @@ class BatchMessage(BaseModel):
 
 class CampaignState(StrEnum):
     DRAFT = "draft"
+    SCHEDULED = "scheduled"
     SENDING = "sending"
     PAUSED = "paused"
     COMPLETED = "completed"
@@ -137,6 +138,10 @@ class Campaign(BaseModel):
     # fixed at creation. The campaign store reads an item without it as one shard: the
     # layout of campaigns created before shards existed.
     ledger_shards: int = Field(default=DEFAULT_LEDGER_SHARDS, ge=1, le=MAX_LEDGER_SHARDS)
+    # When the send starts (epoch ms, whole seconds): from the spec's `send_at` or `publish
+    # --at`. A firing of the campaign's schedule starts it only while it is scheduled for
+    # exactly this instant (campaigns/scheduling.py).
+    send_at_ms: int | None = None
     version: int = 0
 
     @model_validator(mode="before")

@@ -213,6 +213,9 @@ class CampaignStore(Protocol):
         unless_publishing_at_ms: int | None = None,
         stays: bool = False,
         open_batches: int | None = None,
+        send_at_ms: int | None = None,
+        clear_send_at: bool = False,
+        if_send_at_ms: int | None = None,
     ) -> Campaign:
         """Conditional state change (`stays`: the state is kept, and so are who set it and why); raises IllegalTransitionError when the current state is
         not allowed (or, with `unless_publishing_at_ms`, while a publish lease is live then).
@@ -313,6 +316,19 @@ class CampaignCounters(Protocol):
 
     def totals(self, campaign_id: str) -> CounterTotals | None:
         """The campaign's counters summed; None when the campaign is not counted."""
+        ...
+
+
+class CampaignScheduler(Protocol):
+    """The one-time schedule per campaign that starts a scheduled send (EventBridge Scheduler).
+    Its firing carries the campaign id and the instant it was set for."""
+
+    def set(self, campaign_id: str, send_at_ms: int) -> None:
+        """Create the campaign's schedule, or move it to `send_at_ms`."""
+        ...
+
+    def delete(self, campaign_id: str) -> None:
+        """Delete the campaign's schedule; nothing when there is none."""
         ...
 
 

@@ -25,6 +25,7 @@ from sendonce.adapters.s3_objects import S3ObjectLines
 from sendonce.domain import limits
 from sendonce.domain.campaigns.operator_input import (
     LINE_PATTERN,
+    SEND_AT_PATTERN,
     CampaignSpec,
     InlineRecipient,
     RecipientReader,
@@ -37,8 +38,15 @@ from sendonce.domain.campaigns.operator_input import (
     publish_file,
     strict_json_loads,
 )
+from sendonce.domain.campaigns.scheduling import iso, parse_instant
 from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus, PublishReport
-from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, InvalidCampaignError, JobNotFoundError
+from sendonce.domain.errors import (
+    CampaignNotFoundError,
+    CampaignScheduleError,
+    IllegalTransitionError,
+    InvalidCampaignError,
+    JobNotFoundError,
+)
 from sendonce.domain.jobs.models import Job
 from sendonce.domain.models import ID_PATTERN, Campaign, CampaignState
 from sendonce.handlers import preview_routes
@@ -76,6 +84,9 @@ class CampaignView(BaseModel):
     state_changed_by: str | None = None
     created_at: str | None = None
     updated_at: str | None = None
+    send_at: str | None = Field(
+        default=None, description="When the send starts (or started), UTC; set while scheduled."
+    )
 
     @classmethod
     def of(cls, campaign: Campaign) -> "CampaignView":
@@ -92,6 +103,7 @@ class CampaignView(BaseModel):
             state_changed_by=campaign.state_changed_by,
             created_at=campaign.created_at,
             updated_at=campaign.updated_at,
+            send_at=iso(campaign.send_at_ms) if campaign.send_at_ms is not None else None,
         )
 
 
@@ -151,6 +163,13 @@ class PublishBody(BaseModel):
         description="Send an address given under several recipient ids once (the first). Without it each is sent "
         "and the repeats are counted in duplicate_addresses.",
     )
+    send_at: str = Field(
+        default=None,
+        pattern=SEND_AT_PATTERN,
+        json_schema_extra={"format": "date-time"},
+        description="Schedule the send (a draft only): ISO 8601 with a UTC offset, in the future. The recipients "
+        "are recorded now and none enqueued; the campaign waits in `scheduled` until then.",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> "PublishBody":
@@ -174,6 +193,8 @@ class PublishResult(BaseModel):
     batches_new: int
     batches_already_enqueued: int
     messages_sent: int
+    batches_recorded: int = Field(default=0, description="Scheduled: batches recorded, enqueued when the send starts.")
+    send_at: str | None = Field(default=None, description="Scheduled: when the send starts, UTC.")
 
 
 class TransitionBody(BaseModel):
@@ -196,6 +217,14 @@ class JobView(BaseModel):
     @classmethod
     def of(cls, job: Job) -> "JobView":
         return cls(**job.model_dump(include=set(cls.model_fields), mode="json"))
+
+
+class RescheduleBody(TransitionBody):
+    send_at: str = Field(
+        pattern=SEND_AT_PATTERN,
+        json_schema_extra={"format": "date-time"},
+        description="The new start: ISO 8601 with a UTC offset, in the future.",
+    )
 
 
 class ResumeResult(CampaignView):
@@ -251,6 +280,7 @@ _ERROR_MEANINGS = {
     409: "Not allowed in the campaign's current state, or the id exists already",
     422: "The request does not match the schema; `detail` names each field",
     500: "Not caused by the request (AWS unreachable, a bug): logged with its traceback",
+    503: "Scheduled, but the one-time schedule could not be set: reschedule with the same time sets it",
 }
 
 
@@ -305,14 +335,18 @@ def get_campaign(campaign_id: CampaignId) -> CampaignView:
 
 @app.post(
     "/campaigns/<campaign_id>/publish",
-    responses=_responses(200, "Published (a draft starts sending)", PublishResult, 400, 404, 409),
+    responses=_responses(
+        200, "Published (a draft starts sending, or is scheduled with send_at)", PublishResult, 400, 404, 409, 503
+    ),
 )
 def publish(campaign_id: CampaignId, body: Annotated[PublishBody, Body()]) -> PublishResult:
     service = _service()
+    send_at_ms = parse_instant(body.send_at) if body.send_at is not None else None
     if body.recipients is not None:
         tally = RowTally(dedupe_addresses=body.dedupe_addresses)
         recipients = list(tally.recipients(inline_rows(body.recipients)))
-        return _publish_result(service.publish(campaign_id, recipients), tally, where="recipients.")
+        report = service.publish(campaign_id, recipients, send_at_ms=send_at_ms)
+        return _publish_result(report, tally, where="recipients.")
     location = body.s3
     name = f"s3://{location.bucket}/{location.key}"
     fmt = format_for(location.key, location.format)
@@ -324,6 +358,7 @@ def publish(campaign_id: CampaignId, body: Annotated[PublishBody, Body()]) -> Pu
         name=name,
         strict=body.strict,
         dedupe_addresses=body.dedupe_addresses,
+        send_at_ms=send_at_ms,
     )
     return _publish_result(report, tally)
 
@@ -342,6 +377,8 @@ def _publish_result(report: PublishReport, tally: RowTally, where: str = "") -> 
         batches_new=report.batches_new,
         batches_already_enqueued=report.batches_already_enqueued,
         messages_sent=report.messages_sent,
+        batches_recorded=report.batches_recorded,
+        send_at=report.send_at,
     )
 
 
@@ -379,6 +416,25 @@ def cancel(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body(
 @app.get("/jobs/<job_id>", responses=_responses(200, "A job and its progress", JobView, 404))
 def get_job(job_id: Annotated[str, Path(min_length=1, max_length=300)]) -> JobView:
     return JobView.of(_service().jobs.get(job_id))
+
+
+@app.post(
+    "/campaigns/<campaign_id>/reschedule",
+    responses=_responses(200, "Scheduled for the new time", CampaignView, 400, 404, 409, 503),
+)
+def reschedule(campaign_id: CampaignId, body: Annotated[RescheduleBody, Body()]) -> CampaignView:
+    send_at_ms = parse_instant(body.send_at)
+    return CampaignView.of(_service().reschedule(campaign_id, send_at_ms, reason=body.reason))
+
+
+@app.post(
+    "/campaigns/<campaign_id>/unschedule",
+    responses=_responses(
+        200, "Back to draft; recorded recipients kept, sent by the next publish", CampaignView, 400, 404, 409
+    ),
+)
+def unschedule(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body()] = None) -> CampaignView:
+    return CampaignView.of(_service().unschedule(campaign_id, reason=body.reason if body else None))
 
 
 @app.get(
@@ -434,6 +490,11 @@ def _job_not_found(exc: JobNotFoundError) -> Response:
 @app.exception_handler(IllegalTransitionError)
 def _conflict(exc: IllegalTransitionError) -> Response:
     return _error(409, "IllegalTransition", str(exc))
+
+
+@app.exception_handler(CampaignScheduleError)
+def _schedule_not_set(exc: CampaignScheduleError) -> Response:
+    return _error(503, "ScheduleNotSet", str(exc))
 
 
 @app.exception_handler(InvalidCampaignError)

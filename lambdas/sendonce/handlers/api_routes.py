@@ -19,12 +19,18 @@ CAMPAIGN_OPERATIONS = {
     "Cancel": ("post", "/campaigns/{campaign_id}/cancel"),
     "DeliveryStatus": ("get", "/campaigns/{campaign_id}/delivery-status"),
 }
-# Not linked from a campaign: preview and test sends change nothing about the campaign, and
-# a stateful fuzz that followed them would reach the operations that do less often.
+# Not linked: preview and test sends change nothing about the campaign, and a stateful
+# fuzz that followed them would reach the operations that do less often; reschedule and
+# unschedule act only on a scheduled campaign, which a link from an answer rarely is (a
+# publish with send_at in the future is needed first): followed, they answer 409 and take
+# the same share from the others. A job is named by a resume's or cancel's answer, not a
+# campaign.
 UNLINKED_OPERATIONS = {
     ("post", "/campaigns/{campaign_id}/preview"),
     ("post", "/campaigns/{campaign_id}/test-sends"),
-    ("get", "/jobs/{job_id}"),  # named by a resume's or cancel's answer (its job_id), not a campaign
+    ("post", "/campaigns/{campaign_id}/reschedule"),
+    ("post", "/campaigns/{campaign_id}/unschedule"),
+    ("get", "/jobs/{job_id}"),
 }
 
 

@@ -48,7 +48,7 @@ def _campaign(item: dict[str, Any]) -> Campaign:
     # Campaigns created before the content had its own item carry it here (read as is).
     data = {k: _de.deserialize(v) for k, v in item.items() if k not in ("pk", "sk")}
     data.pop("total", None)  # stored by earlier versions; status counts recipients from the ledger
-    for name in ("open_batches", "version", "publishing_until_ms", "ledger_shards"):
+    for name in ("open_batches", "version", "publishing_until_ms", "ledger_shards", "send_at_ms"):
         if name in data:
             data[name] = int(data[name])
     # Written before shards existed: its ledger records are under the plain campaign id.
@@ -174,6 +174,9 @@ class DynamoDBCampaignStore:
         unless_publishing_at_ms: int | None = None,
         stays: bool = False,
         open_batches: int | None = None,
+        send_at_ms: int | None = None,
+        clear_send_at: bool = False,
+        if_send_at_ms: int | None = None,
     ) -> Campaign:
         allowed = list(allowed_from)
         states = {f":from{i}": {"S": s.value} for i, s in enumerate(allowed)}
@@ -192,6 +195,13 @@ class DynamoDBCampaignStore:
         if unless_publishing_at_ms is not None:
             condition += " AND (attribute_not_exists(publishing_until_ms) OR publishing_until_ms < :at)"
             values[":at"] = {"N": str(unless_publishing_at_ms)}
+        if send_at_ms is not None:
+            update += ", send_at_ms = :send_at"
+            values[":send_at"] = {"N": str(send_at_ms)}
+        if if_send_at_ms is not None:
+            condition += " AND send_at_ms = :scheduled_for"
+            values[":scheduled_for"] = {"N": str(if_send_at_ms)}
+        removed = ["send_at_ms"] if clear_send_at else []
         if stays:
             update += " ADD version :one"
         elif reason:
@@ -199,7 +209,10 @@ class DynamoDBCampaignStore:
             values[":reason"] = {"S": reason[:500]}
             update += " ADD version :one"
         else:
-            update += " REMOVE state_reason ADD version :one"
+            removed.append("state_reason")
+            update += " ADD version :one"
+        if removed:
+            update += f" REMOVE {', '.join(removed)}"
         try:
             response = self._update_campaign(
                 Key=self._key(campaign_id),
@@ -217,6 +230,11 @@ class DynamoDBCampaignStore:
             if not old:
                 raise CampaignNotFoundError(f"campaign {campaign_id!r} does not exist") from exc
             current = _de.deserialize(old["state"])
+            scheduled_for = int(_de.deserialize(old["send_at_ms"])) if "send_at_ms" in old else None
+            if current in {s.value for s in allowed} and if_send_at_ms not in (None, scheduled_for):
+                raise IllegalTransitionError(
+                    f"campaign {campaign_id!r} is scheduled for another time; it cannot move to {to.value}"
+                ) from exc
             if current in {s.value for s in allowed}:
                 raise IllegalTransitionError(
                     f"campaign {campaign_id!r} is being published; it cannot move to {to.value} now"

@@ -25,6 +25,10 @@ AUTOMATIC_HALT = "sendonce (automatic halt)"
 
 class CampaignEvent(StrEnum):
     PUBLISH = "publish"
+    SCHEDULE = "schedule"
+    RESCHEDULE = "reschedule"
+    UNSCHEDULE = "unschedule"
+    START = "start"
     PAUSE = "pause"
     HALT = "halt"
     BRAKE = "brake"
@@ -46,7 +50,18 @@ class CampaignTransition:
 T = CampaignTransition
 E = CampaignEvent
 TRANSITIONS: tuple[CampaignTransition, ...] = (
-    T(E.PUBLISH, C.DRAFT, C.SENDING, "operator", "opens a publish lease"),
+    T(E.PUBLISH, C.DRAFT, C.SENDING, "operator", "opens a publish lease; enqueues batches an unschedule left"),
+    T(E.PUBLISH, C.SCHEDULED, C.SCHEDULED, "operator", "opens a publish lease; recorded, enqueued at the start"),
+    T(E.SCHEDULE, C.DRAFT, C.SCHEDULED, "operator", "publish --at: opens a publish lease; records, enqueues nothing"),
+    T(E.RESCHEDULE, C.SCHEDULED, C.SCHEDULED, "operator", "moves send_at and its one-time schedule"),
+    T(E.UNSCHEDULE, C.SCHEDULED, C.DRAFT, "operator", "deletes the schedule; recorded recipients kept"),
+    T(
+        E.START,
+        C.SCHEDULED,
+        C.SENDING,
+        "sendonce",
+        "the schedule fired for exactly send_at; no publish lease live; enqueues every recorded batch",
+    ),
     T(E.PUBLISH, C.SENDING, C.SENDING, "operator", "opens a publish lease"),
     T(E.PUBLISH, C.PAUSED, C.PAUSED, "operator", "opens a publish lease; recorded, sent on resume"),
     T(E.PUBLISH, C.COMPLETED, C.SENDING, "operator", "new recipients reopen it; opens a publish lease"),
@@ -57,6 +72,7 @@ TRANSITIONS: tuple[CampaignTransition, ...] = (
     T(E.RESUME, C.SENDING, C.SENDING, "operator", "republishes every recipient that has not ended"),
     T(E.REOPEN_UNKNOWN, C.COMPLETED, C.PAUSED, "operator", "some unknown outcomes reopened (resume follows)"),
     T(E.CANCEL, C.DRAFT, C.CANCELLED, "operator", "republishes the rest so consumers close them"),
+    T(E.CANCEL, C.SCHEDULED, C.CANCELLED, "operator", "deletes the schedule; closes the recorded recipients"),
     T(E.CANCEL, C.SENDING, C.CANCELLED, "operator", "republishes the rest so consumers close them"),
     T(E.CANCEL, C.PAUSED, C.CANCELLED, "operator", "republishes the rest so consumers close them"),
     T(
@@ -97,9 +113,14 @@ def apply(
     publishing_until_ms: int | None = None,
     unless_publishing_at_ms: int | None = None,
     open_batches: int | None = None,
+    send_at_ms: int | None = None,
+    clear_send_at: bool = False,
+    if_send_at_ms: int | None = None,
 ) -> Campaign:
     """Take `event` on the campaign: one conditional write per target state of the event
-    (most events have one), tried until one matches the campaign's current state."""
+    (most events have one), tried until one matches the campaign's current state.
+    `send_at_ms` sets the start time, `clear_send_at` removes it, `if_send_at_ms` makes the
+    write conditional on it (a schedule's firing starts only the time it was set for)."""
     last: IllegalTransitionError | None = None
     for target, allowed, stays in writes(event):
         try:
@@ -113,6 +134,9 @@ def apply(
                 publishing_until_ms=publishing_until_ms,
                 unless_publishing_at_ms=unless_publishing_at_ms,
                 open_batches=open_batches,
+                send_at_ms=send_at_ms,
+                clear_send_at=clear_send_at,
+                if_send_at_ms=if_send_at_ms,
             )
         except IllegalTransitionError as exc:
             last = exc

@@ -12,6 +12,7 @@ sendonce.domain.limits (docs/limits.md).
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import itertools
 import json
 import math
@@ -24,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.config import JsonDict
 
 from sendonce.domain import limits
+from sendonce.domain.campaigns.scheduling import EXAMPLE as SEND_AT_EXAMPLE
+from sendonce.domain.campaigns.scheduling import parse_instant
 from sendonce.domain.campaigns.service import CampaignService, PublishReport
 from sendonce.domain.errors import InvalidCampaignError
 from sendonce.domain.models import (
@@ -57,6 +60,8 @@ SENDER_PATTERN = rf"^(?:{_ADDRESS}|{_NAME} ?<{_ADDRESS}>)$"
 SUBJECT_PATTERN = rf"^[^{_CONTROL_BUT_TAB}]+$"
 LINE_PATTERN = rf"^[^{_CONTROL}]+$"
 PROVIDER_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
+# An instant with its UTC offset (the rest of ISO 8601 is checked by the validator).
+SEND_AT_PATTERN = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|z|[+-]\d\d:?\d\d)$"
 # Variable values may span lines (a postal address in the text part) but hold no other control.
 _VALUE_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -71,6 +76,7 @@ _PATTERN_RULES = {
     "name": "must be one line without control characters",
     "provider": "must be the name of a registered provider",
     "bucket": "not a valid S3 bucket name",
+    "send_at": "must be an ISO 8601 time with a UTC offset, such as 2026-12-02T09:00:00+01:00",
 }
 
 
@@ -176,6 +182,14 @@ class CampaignSpec(BaseModel):
         f"The default ({DEFAULT_LEDGER_SHARDS}) keeps the hottest one under 0.1 write units per recipient "
         "(docs/scale.md); fewer make whole-campaign reads cheaper for small campaigns.",
     )
+    send_at: str | None = Field(
+        default=None,
+        pattern=SEND_AT_PATTERN,
+        json_schema_extra={"format": "date-time"},
+        description="When the send starts: ISO 8601 with a UTC offset (2026-12-02T09:00:00+01:00 or ...Z), to "
+        "the second, in the future. Publishing records the recipients at once and the campaign waits in "
+        "`scheduled` until then (docs/operations-campaigns.md).",
+    )
 
     @field_validator("ledger_shards", mode="before")
     @classmethod
@@ -183,6 +197,21 @@ class CampaignSpec(BaseModel):
         # JSON Schema's integer: 71 and 71.0 are the same number; "71" and true are not numbers.
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError("not a number")
+        return value
+
+    @field_validator("send_at", mode="before")
+    @classmethod
+    def _instant(cls, value: Any) -> Any:
+        # YAML reads an unquoted time as a datetime: back to the text it was, offset and all.
+        if isinstance(value, dt.datetime):
+            if value.tzinfo is None:
+                raise ValueError(f"has no UTC offset; say which zone it is in ({SEND_AT_EXAMPLE}, or Z for UTC)")
+            return value.isoformat()
+        if isinstance(value, str):
+            try:
+                parse_instant(value, what="send_at")
+            except InvalidCampaignError as exc:
+                raise ValueError(str(exc).removeprefix("send_at: ")) from None
         return value
 
     @field_validator("html")
@@ -211,6 +240,7 @@ class CampaignSpec(BaseModel):
             content=Content(subject=self.subject, html=self.html, text=self.text),
             delivery_mode=self.delivery_mode,
             ledger_shards=self.ledger_shards,
+            send_at_ms=parse_instant(self.send_at) if self.send_at else None,
         )
 
 
@@ -562,6 +592,7 @@ def publish_file(
     on_report: Callable[[Row], None] | None = None,
     batch_size: int = MAX_RECIPIENTS_PER_BATCH,
     on_batch: Callable[[PublishReport], None] | None = None,
+    send_at_ms: int | None = None,
 ) -> tuple[PublishReport, RowTally]:
     """Publish a recipient file's good rows. `rows()` opens the file afresh: strict mode reads
     it twice (check every row, then publish) so that memory stays flat however long it is."""
@@ -573,7 +604,7 @@ def publish_file(
             raise RejectedFileError(name, check)
     tally = RowTally(dedupe_addresses=dedupe_addresses)
     recipients = require_some(tally.recipients(rows(), None if strict else on_report), name)
-    report = service.publish(campaign_id, recipients, batch_size=batch_size, on_batch=on_batch)
+    report = service.publish(campaign_id, recipients, batch_size=batch_size, on_batch=on_batch, send_at_ms=send_at_ms)
     return report, tally
 
 

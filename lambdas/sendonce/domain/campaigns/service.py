@@ -19,6 +19,13 @@ from pydantic import ValidationError
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.batches import OversizedRecipientError, batch_id_for, pack
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
+from sendonce.domain.campaigns.scheduling import (
+    MESSAGES_PER_SEND,
+    PUBLISH_LEASE_MS,
+    ScheduledSends,
+    check_future,
+    iso,
+)
 from sendonce.domain.campaigns.status import (
     DeliveryStatus,
     Reconciliation,
@@ -42,15 +49,18 @@ from sendonce.domain.models import (
     DeliveryState,
     Recipient,
 )
-from sendonce.domain.ports import BatchStatus, CampaignCounters, CampaignStore, Ledger, Queue, ReopenReport
+from sendonce.domain.ports import (
+    BatchStatus,
+    CampaignCounters,
+    CampaignScheduler,
+    CampaignStore,
+    Ledger,
+    Queue,
+    ReopenReport,
+)
 from sendonce.domain.sending.rendering import RenderError, check_content
 
 logger = logging.getLogger(__name__)
-
-MESSAGES_PER_SEND = 10  # SQS SendMessageBatch takes ten entries
-# A publish holds a lease on the campaign, renewed before every request to the queue; a
-# publisher that dies lets the campaign complete this long after its last request.
-PUBLISH_LEASE_MS = 5 * 60 * 1000
 
 
 @dataclass
@@ -61,6 +71,9 @@ class PublishReport:
     batches_new: int = 0
     batches_already_enqueued: int = 0  # published before: not sent again (resume does that)
     messages_sent: int = 0
+    # Scheduled (publish --at, or a spec's send_at): recorded, enqueued when the send starts.
+    batches_recorded: int = 0
+    send_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -120,7 +133,7 @@ def _iso_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
-class CampaignService:
+class CampaignService(ScheduledSends):
     def __init__(
         self,
         *,
@@ -133,9 +146,11 @@ class CampaignService:
         clock_ms: Callable[[], int] = _system_clock,
         jobs: JobService | None = None,
         counters: CampaignCounters | None = None,
+        scheduler: CampaignScheduler | None = None,
     ):
         self._clock_ms = clock_ms
         self._counters = counters
+        self._scheduler = scheduler
         self._campaigns = campaigns
         self._ledger = ledger
         self._queue = queue
@@ -170,6 +185,9 @@ class CampaignService:
             )
         if campaign.content is None:
             raise InvalidCampaignError("content: required")
+        if campaign.send_at_ms is not None:
+            self._require_scheduler()
+            check_future(campaign.send_at_ms, now_ms=self._clock_ms())
         try:
             check_content(campaign.content)
         except RenderError as exc:
@@ -189,14 +207,26 @@ class CampaignService:
         *,
         batch_size: int = MAX_RECIPIENTS_PER_BATCH,
         on_batch: Callable[[PublishReport], None] | None = None,
+        send_at_ms: int | None = None,
     ) -> PublishReport:
         """Record and enqueue recipients in batches; safe to repeat (batch ids are content-addressed
-        and the ledger dedups deliveries). Streams: holds one batch and the set of ids seen."""
+        and the ledger dedups deliveries). Streams: holds one batch and the set of ids seen.
+        With `send_at_ms` (or a draft whose spec set send_at) the campaign is scheduled: the
+        batches are recorded and none enqueued until its schedule starts the send."""
         if not 1 <= batch_size <= MAX_RECIPIENTS_PER_BATCH:
             raise InvalidCampaignError(f"batch_size must be 1..{MAX_RECIPIENTS_PER_BATCH}")
-        self._open_publish(campaign_id)
+        before = self._campaigns.get(campaign_id)
+        if send_at_ms is None and before.state is CampaignState.DRAFT:
+            send_at_ms = before.send_at_ms  # the spec's send_at
+        if send_at_ms is not None:
+            self._require_scheduler()
+            send_at_ms = check_future(send_at_ms, now_ms=self._clock_ms())
+        report = PublishReport(campaign_id=campaign_id, send_at=iso(send_at_ms) if send_at_ms else None)
+        opened = self._open_publish(campaign_id, send_at_ms=send_at_ms)
         try:
-            report = PublishReport(campaign_id=campaign_id)
+            if before.state is CampaignState.DRAFT and opened.state is CampaignState.SENDING:
+                # Batches an unschedule left recorded go out with this publish.
+                report.messages_sent += self._enqueue_recorded(campaign_id)
             seen: set[str] = set()
 
             def unique() -> Iterator[Recipient]:
@@ -231,6 +261,9 @@ class CampaignService:
                     on_batch(report)
         finally:
             self._campaigns.end_publish(campaign_id)
+        if send_at_ms is not None:
+            self._set_schedule(campaign_id, send_at_ms)
+            return report
         # Read after the lease is gone: a consumer that settled the last open batch while it
         # was live could not complete the campaign, so the publisher does; one that settles
         # later sees no lease and completes it. Nothing sent: no consumer will settle a batch
@@ -239,20 +272,28 @@ class CampaignService:
             self.complete_if_done(campaign_id)
         return report
 
-    def _open_publish(self, campaign_id: str) -> Campaign:
-        """Take (or renew) the publish lease; a draft or completed campaign starts sending."""
+    def _open_publish(self, campaign_id: str, *, send_at_ms: int | None = None) -> Campaign:
+        """Take (or renew) the publish lease; a draft or completed campaign starts sending, a
+        draft given `send_at_ms` is scheduled."""
+        scheduling = send_at_ms is not None
         try:
             return lifecycle.apply(
                 self._campaigns,
                 campaign_id,
-                CampaignEvent.PUBLISH,
+                CampaignEvent.SCHEDULE if scheduling else CampaignEvent.PUBLISH,
                 by=self._operator,
-                reason="published",
+                reason=f"scheduled for {iso(send_at_ms)}" if send_at_ms is not None else "published",
                 publishing_until_ms=self._clock_ms() + PUBLISH_LEASE_MS,
+                send_at_ms=send_at_ms,
             )
         except IllegalTransitionError as exc:
             # A valid request the campaign's state refuses: a conflict (409), as for pause or resume.
             state = self._campaigns.get(campaign_id).state
+            if scheduling:
+                raise IllegalTransitionError(
+                    f"campaign {campaign_id!r} is {state.value}; only a draft can be scheduled"
+                    + (" (reschedule moves it)" if state is CampaignState.SCHEDULED else "")
+                ) from exc
             raise IllegalTransitionError(
                 f"campaign {campaign_id!r} is {state.value}; nothing can be published to it"
             ) from exc
@@ -277,7 +318,12 @@ class CampaignService:
             batches.append(batch)
         if not batches:
             return
-        self._open_publish(campaign_id)  # renew the lease before each request to the queue
+        # Renew the lease before each request to the queue, and read the state in the same
+        # write: while scheduled, the batches stay recorded and the start enqueues them (it
+        # cannot have read them yet: they were recorded before this renewal saw `scheduled`).
+        if self._open_publish(campaign_id).state is CampaignState.SCHEDULED:
+            report.batches_recorded += len(batches)
+            return
         self._queue.publish([b.to_body() for b in batches])
         report.messages_sent += len(batches)
         for batch in batches:
@@ -302,6 +348,8 @@ class CampaignService:
             campaign = self._campaigns.get(campaign_id)
             if campaign.state is not CampaignState.CANCELLED:
                 raise
+        if campaign.send_at_ms is not None and self._scheduler is not None:
+            self._scheduler.delete(campaign_id)  # a firing would find it cancelled anyway
         job = self._jobs.start_republish(
             campaign_id,
             {DeliveryState.PENDING, DeliveryState.DEAD_LETTERED, DeliveryState.CLAIMED, DeliveryState.IN_FLIGHT},
@@ -421,6 +469,7 @@ class CampaignService:
             clock_ms=self._clock_ms,
             jobs=self._jobs,
             counters=self._counters,
+            scheduler=self._scheduler,
         )
 
     def delivery(self, campaign_id: str, recipient_id: str) -> DeliveryRecord | None:

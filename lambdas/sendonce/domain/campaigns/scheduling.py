@@ -1,0 +1,258 @@
+"""Scheduled sends: when a campaign's send starts, and what a schedule's firing does.
+
+`publish --at` (or a spec's `send_at`) records the recipients at once and enqueues none of
+them; the campaign waits in `scheduled` with its `send_at`, and a one-time schedule (the
+CampaignScheduler port: EventBridge Scheduler) fires at that instant carrying it. The firing
+takes `start` only while the campaign is still scheduled for exactly the instant it carries,
+in the same conditional write: a schedule that fires twice (EventBridge Scheduler retries a
+target for up to 24 h), a stale firing after a reschedule, and one after an unschedule or a
+cancel each change nothing and say why.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sendonce.domain import limits
+from sendonce.domain.campaigns import lifecycle
+from sendonce.domain.campaigns.lifecycle import CampaignEvent
+from sendonce.domain.errors import CampaignScheduleError, IllegalTransitionError, InvalidCampaignError
+from sendonce.domain.models import BatchMessage, Campaign, CampaignState
+from sendonce.domain.ports import CampaignScheduler, CampaignStore, Queue
+
+logger = logging.getLogger(__name__)
+
+MESSAGES_PER_SEND = 10  # SQS SendMessageBatch takes ten entries
+# A publish holds a lease on the campaign, renewed before every request to the queue; a
+# publisher that dies lets the campaign complete this long after its last request.
+PUBLISH_LEASE_MS = 5 * 60 * 1000
+
+EXAMPLE = "2026-12-02T09:00:00+01:00"
+
+
+def iso(ms: int) -> str:
+    """An instant as ISO 8601 in UTC, to the second (what status, logs and firings carry)."""
+    return dt.datetime.fromtimestamp(ms // 1000, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse_instant(text: object, *, what: str = "send_at") -> int:
+    """ISO 8601 with a UTC offset (`Z` or `+01:00`) -> epoch ms, to the second (EventBridge
+    Scheduler's `at()` has no finer grain; a fraction is dropped)."""
+    if not isinstance(text, str):
+        raise InvalidCampaignError(f"{what}: expected an ISO 8601 time such as {EXAMPLE}")
+    try:
+        value = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidCampaignError(f"{what}: {text!r} is not an ISO 8601 time (write it as {EXAMPLE})") from None
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidCampaignError(
+            f"{what}: {text!r} has no UTC offset; say which zone it is in ({EXAMPLE}, or Z for UTC)"
+        )
+    return int(value.timestamp()) * 1000
+
+
+def check_future(send_at_ms: int, *, now_ms: int, what: str = "send_at") -> int:
+    """The instant to the second (what a schedule and its firing carry: a finer one could never
+    equal the firing's), refused in the past (or now) or further ahead than limits allow."""
+    send_at_ms -= send_at_ms % 1000
+    if send_at_ms <= now_ms:
+        raise InvalidCampaignError(
+            f"{what}: {iso(send_at_ms)} is in the past (now is {iso(now_ms)}); choose a later time"
+        )
+    most = limits.SCHEDULE_AHEAD_DAYS * 24 * 3600 * 1000
+    if send_at_ms > now_ms + most:
+        raise InvalidCampaignError(
+            f"{what}: {iso(send_at_ms)} is more than {limits.SCHEDULE_AHEAD_DAYS} days ahead; see docs/limits.md"
+        )
+    return send_at_ms
+
+
+def parse_send_at(text: str, *, now_ms: int, what: str = "send_at") -> int:
+    return check_future(parse_instant(text, what=what), now_ms=now_ms, what=what)
+
+
+@dataclass(frozen=True)
+class Firing:
+    """One firing of a campaign's schedule: the event EventBridge Scheduler delivers (our
+    schedule's input, the same at every retry but for the execution id)."""
+
+    campaign_id: str
+    send_at_ms: int
+    execution_id: str | None = None
+
+    def as_event(self) -> dict[str, Any]:
+        event: dict[str, Any] = {"campaign_id": self.campaign_id, "send_at": iso(self.send_at_ms)}
+        if self.execution_id is not None:
+            event["execution_id"] = self.execution_id
+        return event
+
+    @classmethod
+    def from_event(cls, event: Any) -> Firing:
+        if not isinstance(event, dict) or not isinstance(event.get("campaign_id"), str):
+            raise InvalidCampaignError("firing: expected {campaign_id, send_at}")
+        execution_id = event.get("execution_id")
+        return cls(
+            campaign_id=event["campaign_id"],
+            send_at_ms=parse_instant(event.get("send_at"), what="firing send_at"),
+            execution_id=execution_id if isinstance(execution_id, str) else None,
+        )
+
+
+@dataclass(frozen=True)
+class FiringResult:
+    campaign_id: str
+    send_at: str
+    started: bool
+    reason: str
+    batches_enqueued: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class ScheduledSends:
+    """The campaign service's scheduled sends (CampaignService inherits them): reschedule,
+    unschedule, and what a firing does."""
+
+    _campaigns: CampaignStore
+    _queue: Queue
+    _scheduler: CampaignScheduler | None
+    _clock_ms: Callable[[], int]
+    _operator: str
+
+    def _open_publish(self, campaign_id: str, *, send_at_ms: int | None = None) -> Campaign:
+        raise NotImplementedError
+
+    def complete_if_done(self, campaign_id: str) -> Campaign | None:
+        raise NotImplementedError
+
+    def _enqueue_recorded(self, campaign_id: str) -> int:
+        """Enqueue every batch recorded and never confirmed on the queue, ten per request,
+        renewing the publish lease before each; returns how many. Stops if the campaign is
+        cancelled meanwhile (cancel closes the recorded recipients itself)."""
+        count = 0
+        chunk: list[BatchMessage] = []
+        try:
+            for batch, enqueued in self._campaigns.batches(campaign_id):
+                if not enqueued:
+                    chunk.append(batch)
+                if len(chunk) == MESSAGES_PER_SEND:
+                    count += self._enqueue_batches(campaign_id, chunk)
+                    chunk = []
+            if chunk:
+                count += self._enqueue_batches(campaign_id, chunk)
+        except IllegalTransitionError:  # cancelled meanwhile: the lease renewal is refused
+            logger.info("campaign cancelled while its recorded batches were enqueued", extra={"enqueued": count})
+        return count
+
+    def _enqueue_batches(self, campaign_id: str, batches: list[BatchMessage]) -> int:
+        self._open_publish(campaign_id)
+        self._queue.publish([b.to_body() for b in batches])
+        for batch in batches:
+            self._campaigns.mark_batch_enqueued(campaign_id, batch.batch_id)
+        return len(batches)
+
+    def _require_scheduler(self) -> CampaignScheduler:
+        if self._scheduler is None:
+            raise InvalidCampaignError("send_at: this deployment has no scheduler (EventBridge Scheduler)")
+        return self._scheduler
+
+    def _set_schedule(self, campaign_id: str, send_at_ms: int) -> None:
+        try:
+            self._require_scheduler().set(campaign_id, send_at_ms)
+        except Exception as exc:
+            # The campaign is scheduled and its recipients recorded; only the schedule is missing.
+            raise CampaignScheduleError(
+                f"campaign {campaign_id!r} is scheduled for {iso(send_at_ms)} but its schedule could not be"
+                f" set ({type(exc).__name__}); run reschedule with the same time to set it"
+            ) from exc
+
+    def reschedule(self, campaign_id: str, send_at_ms: int, *, reason: str | None = None) -> Campaign:
+        """Move a scheduled campaign's start; a firing for the old time then starts nothing."""
+        self._require_scheduler()
+        send_at_ms = check_future(send_at_ms, now_ms=self._clock_ms())
+        campaign = lifecycle.apply(
+            self._campaigns,
+            campaign_id,
+            CampaignEvent.RESCHEDULE,
+            by=self._operator,
+            reason=reason or f"rescheduled for {iso(send_at_ms)}",
+            send_at_ms=send_at_ms,
+        )
+        self._set_schedule(campaign_id, send_at_ms)
+        return campaign
+
+    def unschedule(self, campaign_id: str, *, reason: str | None = None) -> Campaign:
+        """Back to draft, schedule deleted. The recorded recipients stay recorded and unsent: the
+        next publish (now or --at) sends them with its own; cancel closes them."""
+        campaign = lifecycle.apply(
+            self._campaigns,
+            campaign_id,
+            CampaignEvent.UNSCHEDULE,
+            by=self._operator,
+            reason=reason or "unscheduled",
+            clear_send_at=True,
+        )
+        if self._scheduler is not None:  # without one no schedule was set here; a stray firing finds a draft
+            self._scheduler.delete(campaign_id)
+        return campaign
+
+    def _take_start(self, campaign_id: str, send_at_ms: int) -> Campaign:
+        """`start`, conditional on the campaign being scheduled for exactly `send_at_ms`."""
+        return lifecycle.apply(
+            self._campaigns,
+            campaign_id,
+            CampaignEvent.START,
+            by=lifecycle.AUTOMATIC,
+            reason=f"scheduled for {iso(send_at_ms)}",
+            publishing_until_ms=self._clock_ms() + PUBLISH_LEASE_MS,
+            if_send_at_ms=send_at_ms,
+        )
+
+    def start_scheduled(self, firing: Firing) -> FiringResult:
+        """A schedule fired: start the send if the campaign is still scheduled for exactly the
+        firing's instant (one conditional write), then enqueue every recorded batch. Any other
+        firing changes nothing and says why; a repeat of the firing that started the campaign
+        only enqueues batches an interrupted first firing left unqueued (the ledger sends
+        each recipient once whatever is enqueued twice)."""
+        at = iso(firing.send_at_ms)
+        try:
+            self._take_start(firing.campaign_id, firing.send_at_ms)
+        except IllegalTransitionError:
+            campaign = self._campaigns.get(firing.campaign_id)
+            if campaign.state is CampaignState.SENDING and campaign.send_at_ms == firing.send_at_ms:
+                try:
+                    left = self._enqueue_recorded(firing.campaign_id)
+                finally:
+                    self._campaigns.end_publish(firing.campaign_id)
+                reason = "already started by this schedule" + (
+                    f"; enqueued {left} batch(es) an earlier firing left" if left else ""
+                )
+                return self._firing_result(firing, False, reason, left)
+            reason = f"campaign is {campaign.state.value}"
+            if campaign.state is CampaignState.SCHEDULED and campaign.send_at_ms is not None:
+                reason += f" for {iso(campaign.send_at_ms)}, not {at}"
+            return self._firing_result(firing, False, reason + "; nothing started")
+        try:
+            enqueued = self._enqueue_recorded(firing.campaign_id)
+        finally:
+            self._campaigns.end_publish(firing.campaign_id)
+        if self._campaigns.get(firing.campaign_id).open_batches <= 0:
+            self.complete_if_done(firing.campaign_id)
+        return self._firing_result(firing, True, f"started: scheduled for {at}", enqueued)
+
+    @staticmethod
+    def _firing_result(firing: Firing, started: bool, reason: str, enqueued: int = 0) -> FiringResult:
+        result = FiringResult(
+            campaign_id=firing.campaign_id,
+            send_at=iso(firing.send_at_ms),
+            started=started,
+            reason=reason,
+            batches_enqueued=enqueued,
+        )
+        logger.info("schedule fired", extra={**result.as_dict(), "execution_id": firing.execution_id})
+        return result
