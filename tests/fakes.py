@@ -660,6 +660,7 @@ class FakeCounters:
         self.recorded: dict[str, int] = {}  # counted campaigns -> batches recorded
         self.markers: dict[tuple[str, str], str] = {}  # (campaign, recipient) -> first batch
         self.writes = 0
+        self.reports: dict[str, list] = {}  # campaign -> the report increments written with its counters
         self.crash_after: int | None = None
         self.before_advance: Callable[[], None] | None = None
 
@@ -673,7 +674,7 @@ class FakeCounters:
         item = self.items.get((campaign_id, stream))
         return item[0] if item else None
 
-    def advance(self, campaign_id, stream, *, expected, through, delta) -> bool:
+    def advance(self, campaign_id, stream, *, expected, through, delta, report=None) -> bool:
         if self.before_advance is not None:
             hook, self.before_advance = self.before_advance, None
             hook()
@@ -687,6 +688,8 @@ class FakeCounters:
             counts.add(current[1])
         counts.add(delta)
         self.items[(campaign_id, stream)] = (through, counts)
+        if report:
+            self.reports.setdefault(campaign_id, []).append(report)
         self.writes += 1
         return True
 

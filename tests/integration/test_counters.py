@@ -12,6 +12,7 @@ import boto3
 import pytest
 
 from sendonce.adapters.dynamodb.counters import DynamoDBCounters
+from sendonce.adapters.dynamodb.report_aggregates import DynamoDBReportAggregates
 from sendonce.domain.campaigns.counters import CounterAggregator
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.models import CampaignState
@@ -92,11 +93,21 @@ def send(local: LocalSystem, service: CampaignService, campaign_id: str) -> None
     local.poller(concurrency=1, batch_size=1).run_until_idle(idle_seconds=1.0, max_seconds=120)
 
 
-def assert_exact(service: CampaignService, campaign_id: str) -> None:
+def report_of(local: LocalSystem, campaign_id: str):
+    return DynamoDBReportAggregates(
+        client=boto3.client("dynamodb"), table_name=local.resources.campaigns_table
+    ).aggregates(campaign_id)
+
+
+def assert_exact(service: CampaignService, campaign_id: str, local: LocalSystem | None = None) -> None:
     reconciliation = service.reconcile(campaign_id)
     assert reconciliation.counted and reconciliation.drifts == ()
     status = service.status(campaign_id)
     assert (status.total, status.sent, status.remaining) == (45, 45, 0)
+    if local is not None:
+        # The report's per-minute outcomes ride in the counters' writes: exactly once too.
+        sent = sum(b.counts.get("sent", 0) for b in report_of(local, campaign_id).outcomes_per_minute)
+        assert sent == 45
 
 
 def test_counters_equal_a_full_read_and_the_campaign_completes(counted):
@@ -139,7 +150,7 @@ def test_an_aggregator_killed_mid_batch_and_restarted_gives_the_same_counters(co
     streams(counted).drain()  # restarted: the batch comes again
 
     for campaign_id in ("c1", "c2"):
-        assert_exact(service, campaign_id)
+        assert_exact(service, campaign_id, counted)
         assert service.get(campaign_id).state is CampaignState.COMPLETED
 
 
@@ -147,12 +158,12 @@ def test_the_whole_stream_applied_again_changes_no_count(counted):
     service = operator(counted)
     send(counted, service, "c1")
     streams(counted).drain()
-    before = service.status("c1")
+    before = service.status("c1"), report_of(counted, "c1")
 
     replay = streams(counted).drain()  # a second mapping from the streams' beginning
 
-    assert replay.records > 0 and service.status("c1") == before
-    assert_exact(service, "c1")
+    assert replay.records > 0 and (service.status("c1"), report_of(counted, "c1")) == before
+    assert_exact(service, "c1", counted)
 
 
 def test_the_cli_reconciles_a_campaign_and_names_every_drift(counted):

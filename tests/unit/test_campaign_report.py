@@ -108,3 +108,47 @@ def test_the_report_takes_its_figures_from_the_status_and_says_when_tracking_is_
     }
     assert report.unknowns == {"open": 1, "settled_sent": 0, "settled_not_sent": 1}
     assert report.engagement is None and "not recorded" in (report.engagement_off_reason or "")
+
+
+def test_a_batch_with_too_many_domains_or_minutes_fits_one_transaction_with_the_same_totals():
+    from sendonce.adapters.dynamodb.report_aggregates import fit, item_count
+    from sendonce.domain.campaigns.report import ReportIncrements
+
+    increments = ReportIncrements()
+    for i in range(300):  # 300 minutes (an aggregator catching up after hours) and 300 domains
+        increments.outcomes[(T0 + i * MINUTE_MS, "sent")] += 1
+        increments.feedback[(f"d{i}.example", "bounced")] += 1 + i % 3
+
+    fitted = fit(increments, 99)
+
+    assert item_count(fitted) <= 99
+    assert sum(fitted.outcomes.values()) == 300
+    assert sum(fitted.feedback.values()) == sum(increments.feedback.values())
+    assert (OTHER_DOMAINS, "bounced") in fitted.feedback
+
+
+def test_a_stream_record_names_the_events_a_write_appended_with_their_domains():
+    from sendonce.adapters.dynamodb.stream_records import change_of
+
+    def image(state, *events):
+        return {
+            "state": {"S": state},
+            "provider_events": {"L": [{"M": {"event": {"S": k}, "domain": {"S": d}}} for k, d in events]},
+        }
+
+    record = {
+        "eventName": "MODIFY",
+        "dynamodb": {
+            "Keys": {"campaign_id": {"S": "c1#3"}, "recipient_id": {"S": "r1"}},
+            "SequenceNumber": "100",
+            "ApproximateCreationDateTime": T0 / 1000,
+            "OldImage": image("sent", ("sent", "a.example")),
+            "NewImage": image("sent", ("sent", "a.example"), ("bounced", "a.example")),
+        },
+    }
+
+    change = change_of(record)
+
+    assert change is not None and change.new_events == (("bounced", "a.example"),) and change.at_ms == T0
+    unchanged = {**record, "dynamodb": {**record["dynamodb"], "NewImage": record["dynamodb"]["OldImage"]}}
+    assert change_of(unchanged) is None

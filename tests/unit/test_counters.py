@@ -216,10 +216,16 @@ def test_without_the_sequence_condition_a_replay_counts_twice(world):
 def _unconditional(counters):
     original = FakeCounters.advance
 
-    def advance(campaign_id, stream, *, expected, through, delta):
+    def advance(campaign_id, stream, *, expected, through, delta, report=None):
         current = counters.items.get((campaign_id, stream))
         return original(
-            counters, campaign_id, stream, expected=current[0] if current else None, through=through, delta=delta
+            counters,
+            campaign_id,
+            stream,
+            expected=current[0] if current else None,
+            through=through,
+            delta=delta,
+            report=report,
         )
 
     return advance

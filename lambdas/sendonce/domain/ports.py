@@ -33,7 +33,7 @@ from sendonce.domain.models import (
 from sendonce.domain.sending.protocol import Event
 
 if TYPE_CHECKING:  # report.py reads the service's DeliveryStatus, which reads these ports
-    from sendonce.domain.campaigns.report import ReportAggregates
+    from sendonce.domain.campaigns.report import ReportAggregates, ReportIncrements
     from sendonce.domain.jobs.models import Job
 
 
@@ -304,9 +304,19 @@ class CampaignCounters(Protocol):
         """The last sequence number applied from `stream` (None: nothing yet); a consistent read."""
         ...
 
-    def advance(self, campaign_id: str, stream: str, *, expected: int | None, through: int, delta: Counts) -> bool:
-        """Add `delta` and set the position to `through`, if the position is still
-        `expected`; False (nothing written) when another writer moved it."""
+    def advance(
+        self,
+        campaign_id: str,
+        stream: str,
+        *,
+        expected: int | None,
+        through: int,
+        delta: Counts,
+        report: ReportIncrements | None = None,
+    ) -> bool:
+        """Add `delta` (and `report` to the campaign's report aggregates, in the same atomic
+        write) and set the position to `through`, if the position is still `expected`;
+        False (nothing written) when another writer moved it."""
         ...
 
     def mark_published(self, campaign_id: str, batch_id: str, recipient_ids: Iterable[str]) -> int:

@@ -27,6 +27,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from sendonce.adapters.dynamodb.report_aggregates import fit, increment_updates
+from sendonce.domain.campaigns.report import ReportIncrements
 from sendonce.domain.models import DeliveryState
 from sendonce.domain.ports import CounterTotals, Counts
 from sendonce.domain.sending.shards import shard_of
@@ -34,6 +36,10 @@ from sendonce.domain.sending.shards import shard_of
 SEQUENCE_DIGITS = 40
 MARKER_SHARDS = 256
 COUNTER_PARTITIONS = 16
+# The report's aggregates take ADDs from every stream position of a campaign: spread over this
+# many writers' items (ADDs commute; exactly-once comes from the counter write they ride with).
+REPORT_WRITERS = 8
+TRANSACTION_ITEMS = 100
 # Marker writes in flight at once (one conditional PutItem each: a batch's markers cannot
 # be written in one request, since a batch write takes no condition).
 MARKER_WORKERS = 8
@@ -89,7 +95,16 @@ class DynamoDBCounters:
         item = response.get("Item")
         return int(item["seq"]["S"]) if item and "seq" in item else None
 
-    def advance(self, campaign_id: str, stream: str, *, expected: int | None, through: int, delta: Counts) -> bool:
+    def advance(
+        self,
+        campaign_id: str,
+        stream: str,
+        *,
+        expected: int | None,
+        through: int,
+        delta: Counts,
+        report: ReportIncrements | None = None,
+    ) -> bool:
         values: dict[str, Any] = {":to": {"S": _padded(through)}}
         names: dict[str, str] = {}
         adds = []
@@ -117,10 +132,30 @@ class DynamoDBCounters:
         }
         if names:
             request["ExpressionAttributeNames"] = names
+        if report:
+            return self._advance_with_report(campaign_id, stream, request, report)
         try:
             self._client.update_item(**request)
         except ClientError as exc:
             if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def _advance_with_report(
+        self, campaign_id: str, stream: str, request: dict[str, Any], report: ReportIncrements
+    ) -> bool:
+        """The counter's conditional update and the report's ADDs in one transaction: the
+        report counts each stream record exactly when the counters do."""
+        writer = f"w{shard_of(stream, REPORT_WRITERS)}"
+        updates = increment_updates(self._table, campaign_id, writer, fit(report, TRANSACTION_ITEMS - 1))
+        try:
+            self._client.transact_write_items(TransactItems=[{"Update": request}, *updates])
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            if reasons and reasons[0] == "ConditionalCheckFailed":
                 return False
             raise
         return True

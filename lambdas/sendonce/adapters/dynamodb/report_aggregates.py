@@ -19,13 +19,57 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sendonce.domain.campaigns.report import Bucket, ReportAggregates, ReportIncrements
+from sendonce.domain.campaigns.report import MINUTE_MS, OTHER_DOMAINS, Bucket, ReportAggregates, ReportIncrements
 
 MINUTE, DOMAIN, UNKNOWNS = "minute#", "domain#", "unknowns#"
 
 
 def partition(campaign_id: str) -> str:
     return f"report#{campaign_id}"
+
+
+def item_count(increments: ReportIncrements) -> int:
+    minutes = {m for m, _ in increments.outcomes} | set(increments.prevented)
+    domains = {d for d, _ in increments.feedback}
+    return len(minutes) + len(domains) + (1 if increments.unknowns_settled else 0)
+
+
+def fit(increments: ReportIncrements, max_items: int) -> ReportIncrements:
+    """The same counts in at most `max_items` items, so that they go in one transaction with
+    the counter write: the least busy domains are summed as OTHER_DOMAINS, then (a batch that
+    spans more minutes than that, after a long lag) minutes are merged pairwise. Totals stay
+    exact; only the finest detail of such a batch is coarser."""
+    fitted = ReportIncrements(
+        outcomes=Counter(increments.outcomes),
+        prevented=Counter(increments.prevented),
+        feedback=Counter(increments.feedback),
+        unknowns_settled=Counter(increments.unknowns_settled),
+    )
+    while item_count(fitted) > max_items:
+        by_domain: Counter[str] = Counter()
+        for (domain, _), n in fitted.feedback.items():
+            by_domain[domain] += n
+        foldable = [d for d in by_domain if d != OTHER_DOMAINS]
+        if foldable:
+            quietest = min(foldable, key=lambda d: (by_domain[d], d))
+            for (domain, kind), n in list(fitted.feedback.items()):
+                if domain == quietest:
+                    del fitted.feedback[(domain, kind)]
+                    fitted.feedback[(OTHER_DOMAINS, kind)] += n
+            continue
+        width = 2 * MINUTE_MS
+        while True:
+            merged_outcomes: Counter[tuple[int, str]] = Counter()
+            for (minute, outcome), n in fitted.outcomes.items():
+                merged_outcomes[(minute - minute % width, outcome)] += n
+            merged_prevented: Counter[int] = Counter()
+            for minute, n in fitted.prevented.items():
+                merged_prevented[minute - minute % width] += n
+            candidate = ReportIncrements(merged_outcomes, merged_prevented, fitted.feedback, fitted.unknowns_settled)
+            if item_count(candidate) <= max_items:
+                return candidate
+            width *= 2
+    return fitted
 
 
 def increment_updates(table: str, campaign_id: str, writer: str, increments: ReportIncrements) -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
 """Lambda's DynamoDB stream records, as the counters need them (domain/campaigns/counters.py).
 
-A ledger record is any change of a delivery's item: its state before and after. A
+A ledger record is any change of a delivery's item: its state before and after, and the
+provider events it appended (for the report's aggregates). A
 campaigns-table record counts only when it inserts a batch record (once per batch id);
 every other item of that table (the campaign, groups, counters, markers, limiter slots)
 counts nothing.
@@ -33,6 +34,19 @@ def _state(image: dict[str, Any] | None) -> DeliveryState | None:
     return DeliveryState(image["state"]["S"])
 
 
+def _new_events(old: dict[str, Any] | None, new: dict[str, Any] | None) -> tuple[tuple[str, str | None], ...]:
+    """The provider events the write appended (`provider_events` only grows): (kind, domain)."""
+    before = len(((old or {}).get("provider_events") or {}).get("L", []))
+    after = ((new or {}).get("provider_events") or {}).get("L", [])
+    found = []
+    for entry in after[before:]:
+        fields = entry.get("M", {})
+        kind = fields.get("event", {}).get("S")
+        if kind:
+            found.append((kind, fields.get("domain", {}).get("S")))
+    return tuple(found)
+
+
 def change_of(record: dict[str, Any]) -> Change | None:
     """The change one stream record makes to the counts; None when it makes none."""
     stream = record["dynamodb"]
@@ -41,13 +55,16 @@ def change_of(record: dict[str, Any]) -> Change | None:
     if "recipient_id" in keys and "campaign_id" in keys:
         partition = keys["campaign_id"]["S"]
         old, new = _state(stream.get("OldImage")), _state(stream.get("NewImage"))
-        if old is new:
-            return None  # an annotation (a provider event), or a write that changed no state
+        events = _new_events(stream.get("OldImage"), stream.get("NewImage"))
+        if old is new and not events:
+            return None  # a write that changed neither the state nor the provider events
         return DeliveryChange(
             campaign_id=campaign_of(partition),
             position=StreamPosition(source=LEDGER, shard_id=partition, sequence=sequence),
             old=old,
             new=new,
+            at_ms=int(float(stream.get("ApproximateCreationDateTime", 0)) * 1000),
+            new_events=events,
         )
     pk, sk = keys.get("pk", {}).get("S", ""), keys.get("sk", {}).get("S", "")
     if record.get("eventName") != "INSERT" or not pk.startswith("campaign#") or not sk.startswith("batch#"):

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
+from sendonce.domain.campaigns.report import LedgerChange, increments_of
 from sendonce.domain.errors import CampaignBusyError, CampaignNotFoundError, IllegalTransitionError
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
 from sendonce.domain.ports import CampaignCounters, CampaignStore, Counts
@@ -68,6 +69,10 @@ class DeliveryChange:
     position: StreamPosition
     old: DeliveryState | None
     new: DeliveryState | None
+    # For the campaign's report (domain/campaigns/report.py): when the change was made, and
+    # the provider events it added, as (kind, recipient domain or None).
+    at_ms: int = 0
+    new_events: tuple[tuple[str, str | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -188,16 +193,22 @@ class CounterAggregator:
             if not fresh:
                 return 0
             delta = Counts()
+            ledger_changes = []
             for change in fresh:
                 if isinstance(change, DeliveryChange):
                     delta.states.update(delta_of(change))
+                    old, new = (s.value if s else None for s in (change.old, change.new))
+                    ledger_changes.append(LedgerChange(old, new, change.at_ms, change.new_events))
                 else:
                     # Markers first: a crash before the counter write replays this batch,
                     # which finds its own markers and counts them again.
                     delta.published += self._counters.mark_published(campaign_id, change.batch_id, change.recipient_ids)
                     delta.batches += 1
             through = fresh[-1].position.sequence
-            if self._counters.advance(campaign_id, stream, expected=applied_through, through=through, delta=delta):
+            report = increments_of(ledger_changes)
+            if self._counters.advance(
+                campaign_id, stream, expected=applied_through, through=through, delta=delta, report=report or None
+            ):
                 return len(fresh)
         raise CampaignBusyError(f"counters of {campaign_id!r} ({stream}): {self._attempts} conflicting writes")
 

@@ -12,11 +12,12 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sendonce.domain.campaigns.service import CampaignService
-from sendonce.domain.campaigns.status import DeliveryStatus
-from sendonce.domain.ports import ReportAggregatesStore
+if TYPE_CHECKING:  # the counters' aggregator imports this module, and the service imports them
+    from sendonce.domain.campaigns.service import CampaignService
+    from sendonce.domain.campaigns.status import DeliveryStatus
+    from sendonce.domain.ports import ReportAggregatesStore
 
 MINUTE_MS = 60_000
 MAX_POINTS = 240  # bars on the timeline: readable on one screen at any campaign length
