@@ -35,6 +35,7 @@ from sendonce_cdk.config import COMMON_DEFAULTS, DEFAULTS, MAX_RECEIVE_COUNT, Se
 from sendonce_cdk.consumer import Consumer
 from sendonce_cdk.dashboard import Dashboard
 from sendonce_cdk.http_api import RouteThrottle
+from sendonce_cdk.jobs import JobsWorker
 from sendonce_cdk.ledger import LedgerTables
 from sendonce_cdk.oncall import OnCall
 from sendonce_cdk.operator_api import OperatorApi
@@ -62,8 +63,8 @@ class SendOnce(Construct):
     Public attributes: `queue`, `dead_letter_queue`, `ledger_table`, `campaigns_table`,
     `suppressions_table`, `consumer` (the consumer function), `on_call_topic`,
     `operator_api_url`, `public_api_url`, and `config` (the validated settings); the parts
-    themselves as `queues`, `tables`, `consumer_parts`, `operator_api`, `provider_events`,
-    `public_api`, `oncall`, `dashboard`.
+    themselves as `queues`, `tables`, `consumer_parts`, `jobs` (the jobs worker and its
+    queue), `operator_api`, `provider_events`, `public_api`, `oncall`, `dashboard`.
     """
 
     def __init__(
@@ -160,6 +161,16 @@ class SendOnce(Construct):
             removal_policy=removal_policy,
             code=code,
         )
+        self.jobs = JobsWorker(
+            self,
+            "Jobs",
+            ledger_table=self.tables.ledger,
+            campaigns_table=self.tables.campaigns,
+            campaign_queue=self.queues.queue,
+            campaign_dead_letter_queue=self.queues.dead_letter_queue,
+            removal_policy=removal_policy,
+            code=code,
+        )
         self.scheduled_start = ScheduledStart(
             self,
             "ScheduledStart",
@@ -182,6 +193,7 @@ class SendOnce(Construct):
                 "scheduler_role_arn": self.scheduled_start.scheduler_role.role_arn,
                 "scheduled_start_function_arn": self.scheduled_start.function.function_arn,
             },
+            jobs_queue=self.jobs.queue,
             reserved_concurrency=config.api_reserved_concurrency,
             removal_policy=removal_policy,
             code=code,
@@ -234,6 +246,7 @@ class SendOnce(Construct):
         self._grant_consumer()
         self._grant_operator_api()
         self._grant_scheduled_start()
+        self._grant_jobs()
         self._grant_provider_events()
         self._grant_unsubscribe()
 
@@ -400,8 +413,9 @@ class SendOnce(Construct):
             query_index=CAMPAIGNS_BY_STATE_INDEX,
         )
         # Publish enqueues batches (SendMessageBatch is authorized by SendMessage); the API
-        # never consumes them.
+        # never consumes them. Resume and cancel submit their job's first step.
         self._allow_send(function, self.queues.queue)
+        self._allow_send(function, self.jobs.queue)
         if self.config.recipients_bucket:
             # Recipient files are streamed from S3 by a publish naming bucket and key.
             bucket = s3.Bucket.from_bucket_name(self, "RecipientsBucket", self.config.recipients_bucket)
@@ -437,6 +451,19 @@ class SendOnce(Construct):
         self.tables.ledger.grant(function, "dynamodb:Query")
         self._grant_campaigns(function, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query")
         self._allow_send(function, self.queues.queue)
+
+    def _grant_jobs(self) -> None:
+        function = self.jobs.function
+        # A page of deliveries (BatchGetItem); the completion check when a resume's job has
+        # read the whole campaign (Query). Never a ledger write.
+        self.tables.ledger.grant(function, "dynamodb:BatchGetItem", "dynamodb:Query")
+        # Job items (GetItem; conditional PutItem to move one on), the campaign's batch
+        # records a page at a time (Query), the campaign and its completion (GetItem, UpdateItem).
+        self._grant_campaigns(function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
+        # Republished batches onto the campaign queue; its own next step onto the jobs queue
+        # (the event source's grant covers receiving and deleting).
+        self._allow_send(function, self.queues.queue)
+        self._allow_send(function, self.jobs.queue)
 
     def _grant_provider_events(self) -> None:
         function = self.provider_events.function
@@ -501,6 +528,7 @@ class SendOnce(Construct):
             self.provider_events.function,
             self.public_api.unsubscribe_function,
             self.aggregator.function,
+            self.jobs.function,
         ):
             cdk.Validations.of(function).acknowledge(
                 cdk.Acknowledgment(

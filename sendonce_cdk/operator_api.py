@@ -29,6 +29,7 @@ ROUTES = (
     (POST, "/campaigns/{id}/reschedule"),
     (POST, "/campaigns/{id}/unschedule"),
     (GET, "/campaigns/{id}/delivery-status"),
+    (GET, "/jobs/{id}"),
     # Test sends need the consumer's sending settings on this function (docs/api.md); preview
     # without the unsubscribe key shows no List-Unsubscribe header.
     (POST, "/campaigns/{id}/preview"),
@@ -57,6 +58,7 @@ class OperatorApi(Construct):
         queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
         scheduling: Mapping[str, str] | None = None,
+        jobs_queue: sqs.IQueue,
         reserved_concurrency: int | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
@@ -77,6 +79,7 @@ class OperatorApi(Construct):
                 "counters": "true",
                 # scheduler_group, scheduler_role_arn, scheduled_start_function_arn (ScheduledStart).
                 **(scheduling or {}),
+                "jobs_queue_url": jobs_queue.queue_url,
             },
             timeout=TIMEOUT,
             memory_size=512,

@@ -26,6 +26,7 @@ EVENTS_HANDLER = "sendonce.handlers.events.lambda_handler"
 UNSUBSCRIBE_HANDLER = "sendonce.handlers.unsubscribe.lambda_handler"
 AGGREGATOR_HANDLER = "sendonce.handlers.aggregator.lambda_handler"
 SCHEDULED_START_HANDLER = "sendonce.handlers.scheduled_start.lambda_handler"
+JOBS_HANDLER = "sendonce.handlers.jobs.lambda_handler"
 HANDLERS = (
     CONSUMER_HANDLER,
     API_HANDLER,
@@ -33,6 +34,7 @@ HANDLERS = (
     UNSUBSCRIBE_HANDLER,
     AGGREGATOR_HANDLER,
     SCHEDULED_START_HANDLER,
+    JOBS_HANDLER,
 )
 
 # What would let a role lose, overwrite or enumerate delivery records (issue 10).
@@ -89,9 +91,20 @@ def _function(synth: Synthesized, handler: str) -> dict[str, Any]:
 
 def _labels(synth: Synthesized) -> dict[str, str]:
     """Logical id -> a readable name for the resources policies point at."""
+
+    def queue_of(handler: str) -> str:
+        function_ids = {
+            i for i, r in synth.of_type("AWS::Lambda::Function").items() if r["Properties"]["Handler"] == handler
+        }
+        [mapping] = [
+            m
+            for m in synth.of_type("AWS::Lambda::EventSourceMapping").values()
+            if _ref(m["Properties"]["FunctionName"]) in function_ids
+        ]
+        return _ref(mapping["Properties"]["EventSourceArn"])
+
     mappings = synth.of_type("AWS::Lambda::EventSourceMapping").values()
-    [mapping] = [m for m in mappings if "StartingPosition" not in m["Properties"]]  # the queue's
-    queue_id = _ref(mapping["Properties"]["EventSourceArn"])
+    queue_id, jobs_queue_id = queue_of(CONSUMER_HANDLER), queue_of(JOBS_HANDLER)
     [counters_dead_letter_id] = {
         _ref(m["Properties"]["DestinationConfig"]["OnFailure"]["Destination"])
         for m in mappings
@@ -106,6 +119,7 @@ def _labels(synth: Synthesized) -> dict[str, str]:
         _table_id(synth, "fp"): "suppressions",
         queue_id: "queue",
         dead_letter_id: "dead_letter_queue",
+        jobs_queue_id: "jobs_queue",
         events_dead_letter_id: "events_dead_letter_queue",
         counters_dead_letter_id: "counters_dead_letter_queue",
     }
@@ -221,6 +235,7 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
                 "scheduler:DeleteSchedule",
             },
             "scheduler_role": {"iam:PassRole"},
+            "jobs_queue": {"sqs:SendMessage"},
         }
         if config.recipients_bucket:
             expected[f"s3:{config.recipients_bucket}/*"] = {"s3:GetObject"}
@@ -248,6 +263,13 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
             "ledger": {"dynamodb:Query"},
             "campaigns": {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"},
             "queue": {"sqs:SendMessage"},
+        }
+    elif handler == JOBS_HANDLER:
+        expected |= {
+            "ledger": {"dynamodb:BatchGetItem", "dynamodb:Query"},
+            "campaigns": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
+            "queue": {"sqs:SendMessage"},
+            "jobs_queue": {"sqs:SendMessage", *EVENT_SOURCE},
         }
     elif handler == UNSUBSCRIBE_HANDLER:
         expected |= {
