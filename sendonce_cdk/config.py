@@ -43,6 +43,8 @@ EVENT_SECONDS = 0.05
 EVENTS_HEADROOM = 2
 MIN_EVENTS_RESERVED = 10
 AGGREGATOR_RESERVED = 10
+# The jobs worker (resume, cancel: an operator's, a handful at once; sendonce_cdk/jobs.py).
+JOBS_RESERVED = 5
 S3_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 # The context keys every deployment has; each provider adds its own (sendonce_cdk/providers/).
@@ -337,6 +339,7 @@ class SendonceConfig:
     def reserved_concurrency_total(self) -> int:
         return (
             self.aggregator_reserved_concurrency
+            + JOBS_RESERVED
             + self.consumer_reserved_concurrency
             + self.events_reserved_concurrency
             + self.unsubscribe_reserved_concurrency

@@ -13,6 +13,7 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from sendonce_cdk.config import JOBS_RESERVED
 from sendonce_cdk.function import ServiceFunction
 
 HANDLER = "sendonce.handlers.jobs.lambda_handler"
@@ -24,9 +25,6 @@ VISIBILITY = cdk.Duration.seconds(360)
 # A step that keeps failing (its job item unreadable, the campaign queue refusing) is kept
 # for on-call after this many tries; `sendonce job status` shows the job still running.
 MAX_RECEIVE_COUNT = 10
-# Jobs are few (an operator's resume or cancel): a handful at once is plenty, and bounds
-# what a runaway loop could take from the account's pool.
-RESERVED_CONCURRENCY = 5
 
 
 class JobsWorker(Construct):
@@ -78,7 +76,9 @@ class JobsWorker(Construct):
             },
             timeout=TIMEOUT,
             memory_size=512,
-            reserved_concurrency=RESERVED_CONCURRENCY,
+            # Jobs are few (an operator's resume or cancel): a handful at once is plenty, and
+            # bounds what a runaway loop could take from the account's pool.
+            reserved_concurrency=JOBS_RESERVED,
             removal_policy=removal_policy,
             code=code,
         )

@@ -64,12 +64,9 @@ def campaign_spec_schema() -> dict[str, Any]:
     from sendonce.adapters.providers import registry
     from sendonce.domain.campaigns.operator_input import CampaignSpec
 
-    schema = _schema(CampaignSpec, schema_id=CAMPAIGN_SPEC_ID, description=_CAMPAIGN_SPEC_NOTES)
-    schema["properties"]["provider"]["enum"] = list(registry.names())
-    for branch in schema["oneOf"]:
-        if branch["properties"]["delivery_mode"]["enum"] == ["batch"]:
-            branch["properties"]["provider"] = {"enum": list(registry.batch_names())}
-    return schema
+    return registry.annotate_spec_schema(
+        _schema(CampaignSpec, schema_id=CAMPAIGN_SPEC_ID, description=_CAMPAIGN_SPEC_NOTES)
+    )
 
 
 def openapi_document() -> dict[str, Any]:

@@ -18,7 +18,14 @@ from pydantic import BaseModel
 
 from sendonce import contract
 from sendonce.contract import Metric, Output, env_name
-from sendonce.settings import AggregatorSettings, ApiSettings, ConsumerSettings, EventsSettings, UnsubscribeSettings
+from sendonce.settings import (
+    AggregatorSettings,
+    ApiSettings,
+    ConsumerSettings,
+    EventsSettings,
+    JobsSettings,
+    UnsubscribeSettings,
+)
 from sendonce_cdk.metrics import NOT_WATCHED
 from sendonce_ops.endpoints import OPTIONAL, SOURCES
 from tests.infra.synthesis import Synthesized
@@ -33,6 +40,7 @@ SETTINGS_BY_HANDLER: dict[str, type[BaseModel]] = {
     "sendonce.handlers.unsubscribe.lambda_handler": UnsubscribeSettings,
     "sendonce.handlers.aggregator.lambda_handler": AggregatorSettings,
     "sendonce.handlers.scheduled_start.lambda_handler": ApiSettings,
+    "sendonce.handlers.jobs.lambda_handler": JobsSettings,
 }
 API_HANDLER = "sendonce.handlers.api.lambda_handler"
 # Read by Powertools, not by the settings models; set on every function.

@@ -184,7 +184,11 @@ def test_cli_deploy_deliverability_and_api_functions(cli_deployed: Deployed, aws
         "sendonce.handlers.events.lambda_handler",
         "sendonce.handlers.unsubscribe.lambda_handler",
         "sendonce.handlers.aggregator.lambda_handler",
+        "sendonce.handlers.scheduled_start.lambda_handler",
+        "sendonce.handlers.jobs.lambda_handler",
     }
+    jobs = functions["sendonce.handlers.jobs.lambda_handler"]["Environment"]["Variables"]
+    assert jobs[env_name("queue_url")] == outputs[Output.QUEUE_URL]
     aggregator = functions["sendonce.handlers.aggregator.lambda_handler"]["Environment"]["Variables"]
     assert aggregator[env_name("campaigns_table")] == outputs[Output.CAMPAIGNS_TABLE_NAME]
     events = functions["sendonce.handlers.events.lambda_handler"]
@@ -209,7 +213,8 @@ def test_cli_deploy_deliverability_and_api_functions(cli_deployed: Deployed, aws
 
 
 def test_cli_deploy_reserves_concurrency_for_every_function(cli_deployed: Deployed, aws: Any) -> None:
-    # Defaults: the consumer's MaximumConcurrency (2), events 10, unsubscribe 10, API 10.
+    # Defaults: the consumer's MaximumConcurrency (2), events 10, unsubscribe 10, API 10,
+    # the counters' aggregator 10, the jobs worker 5; the scheduled start reserves nothing.
     functions = _functions_by_handler(aws, CLI_STACK)
 
     reserved = {
@@ -225,6 +230,8 @@ def test_cli_deploy_reserves_concurrency_for_every_function(cli_deployed: Deploy
         "sendonce.handlers.events.lambda_handler": 10,
         "sendonce.handlers.unsubscribe.lambda_handler": 10,
         "sendonce.handlers.aggregator.lambda_handler": 10,
+        "sendonce.handlers.scheduled_start.lambda_handler": None,
+        "sendonce.handlers.jobs.lambda_handler": 5,
     }
 
 
@@ -251,7 +258,7 @@ def test_cli_deploy_function_is_arm64_in_the_deployed_template(cli_deployed: Dep
     body = aws("cloudformation").get_template(StackName=CLI_STACK)["TemplateBody"]
     template = body if isinstance(body, dict) else json.loads(body)
     functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
-    assert len(functions) == 5  # consumer, operator API, events, unsubscribe, counters
+    assert len(functions) == 7  # consumer, operator API, events, unsubscribe, counters, scheduled start, jobs
     assert all(f["Properties"]["Architectures"] == ["arm64"] for f in functions)
 
 

@@ -47,11 +47,17 @@ def _ref(value: dict[str, Any]) -> str:
 
 
 def _event_source(synth: Synthesized) -> dict[str, Any]:
-    """The queue's mapping (the counters' aggregator has two on the tables' streams)."""
+    """The campaign queue's mapping (the counters' aggregator has two on the tables' streams,
+    the jobs worker one on the jobs queue)."""
+    consumers = {
+        i
+        for i, r in synth.of_type("AWS::Lambda::Function").items()
+        if r["Properties"]["Handler"] == "sendonce.handlers.consumer.lambda_handler"
+    }
     [properties] = [
         m["Properties"]
         for m in synth.of_type("AWS::Lambda::EventSourceMapping").values()
-        if "StartingPosition" not in m["Properties"]
+        if _ref(m["Properties"]["FunctionName"]) in consumers
     ]
     return properties
 

@@ -6,6 +6,7 @@ from the models below is served at GET /openapi.json (Swagger UI at GET /swagger
 
 # No `from __future__ import annotations`: Powertools reads these annotations at runtime.
 
+import copy
 import functools
 import json
 import os
@@ -21,12 +22,12 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sendonce.adapters.providers import registry
 from sendonce.adapters.s3_objects import S3ObjectLines
 from sendonce.domain import limits
 from sendonce.domain.campaigns.operator_input import (
     LINE_PATTERN,
     SEND_AT_PATTERN,
-    CampaignSpec,
     InlineRecipient,
     RecipientReader,
     RejectedFileError,
@@ -37,6 +38,9 @@ from sendonce.domain.campaigns.operator_input import (
     inline_rows,
     publish_file,
     strict_json_loads,
+)
+from sendonce.domain.campaigns.operator_input import (
+    CampaignSpec as SpecModel,
 )
 from sendonce.domain.campaigns.scheduling import iso, parse_instant
 from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus, PublishReport
@@ -195,6 +199,19 @@ class PublishResult(BaseModel):
     messages_sent: int
     batches_recorded: int = Field(default=0, description="Scheduled: batches recorded, enqueued when the send starts.")
     send_at: str | None = Field(default=None, description="Scheduled: when the send starts, UTC.")
+
+
+def _spec_schema(schema: dict[str, Any]) -> None:
+    # CampaignSpec's own schema rules, then the registry's providers (the OpenAPI document
+    # says which providers exist, as the published JSON Schema does).
+    schema.update(copy.deepcopy(SpecModel.model_config.get("json_schema_extra") or {}))  # type: ignore[arg-type]
+    registry.annotate_spec_schema(schema)
+
+
+class CampaignSpec(SpecModel):
+    """A campaign as an operator writes it; which providers exist is the registry's to say."""
+
+    model_config = ConfigDict(json_schema_extra=_spec_schema)
 
 
 class TransitionBody(BaseModel):

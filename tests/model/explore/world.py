@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.errors import LeaseLostError, PermanentProviderError
+from sendonce.domain.jobs.service import InMemoryJobStore, JobService
 from sendonce.domain.models import (
     Campaign,
     Content,
@@ -292,6 +293,7 @@ class Snapshot:
     dlq: tuple
     risky: frozenset
     suppressed: dict
+    jobs: dict
 
 
 @dataclass
@@ -311,12 +313,23 @@ class World:
         self.provider = Provider(self.provider_name, self.provider_name == "resend", self.clock, self.faults)
         self.suppressions = FakeSuppressions()
         self.consumers = [self._consumer(), self._consumer()]
+        # Jobs (resume, cancel) run in process; their items are state like the ledger's: a
+        # job id names a campaign version, which a restored state has again.
+        self.job_store = InMemoryJobStore()
         self.operator = CampaignService(
             campaigns=self.store,
             ledger=self.ledger,
             queue=self.queue,
             provider_names=[self.provider_name],
             clock_ms=self.clock,
+            jobs=JobService(
+                jobs=self.job_store,
+                queue=None,
+                campaigns=self.store,
+                ledger=self.ledger,
+                campaign_queue=self.queue,
+                clock=lambda: str(self.clock()),
+            ),
         )
         self.operator.create(
             Campaign(
@@ -395,6 +408,7 @@ class World:
             dlq=tuple(m.body for m in self.queue.dlq),
             risky=frozenset(self.risky),
             suppressed=dict(self.suppressions.items),
+            jobs=dict(self.job_store.jobs),
         )
 
     def restore(self, snap: Snapshot) -> None:
@@ -413,6 +427,7 @@ class World:
         self.faults.interrupt_at, self.faults.interrupt, self.faults.nested = None, None, False
         self.risky = set(snap.risky)
         self.suppressions.items = dict(snap.suppressed)
+        self.job_store.jobs = dict(snap.jobs)
 
 
 def _age(now: int, then: int | None, cap: int) -> int | None:

@@ -9,6 +9,7 @@ time; a test adds a provider of its own to a copy (`with_provider`), never to th
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from sendonce.adapters.providers.descriptor import Provider
 from sendonce.adapters.providers.resend.provider import PROVIDER as RESEND
@@ -37,3 +38,14 @@ def batch_names(providers: Mapping[str, Provider] | None = None) -> tuple[str, .
     """The providers that accept batch mode (their capabilities say so)."""
     providers = providers if providers is not None else registered()
     return tuple(name for name, p in providers.items() if p.capabilities.sends_batches)
+
+
+def annotate_spec_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A campaign spec's JSON Schema with this registry's answer to which providers exist
+    and which accept batch mode (the domain's model knows no provider's name): for the
+    published schema (`make contracts`) and the operator API's OpenAPI document alike."""
+    schema["properties"]["provider"]["enum"] = list(names())
+    for branch in schema.get("oneOf", []):
+        if branch["properties"]["delivery_mode"]["enum"] == ["batch"]:
+            branch["properties"]["provider"] = {"enum": list(batch_names())}
+    return schema

@@ -196,18 +196,18 @@ class InMemoryJobStore:
     still goes a page a step, but nothing outlives the call."""
 
     def __init__(self) -> None:
-        self._jobs: dict[str, Job] = {}
+        self.jobs: dict[str, Job] = {}
 
     def create(self, job: Job) -> Job:
-        return self._jobs.setdefault(job.job_id, job)
+        return self.jobs.setdefault(job.job_id, job)
 
     def get(self, job_id: str) -> Job:
-        if job_id not in self._jobs:
+        if job_id not in self.jobs:
             raise JobNotFoundError(f"job {job_id!r} does not exist")
-        return self._jobs[job_id]
+        return self.jobs[job_id]
 
     def advance(self, old: Job, new: Job) -> bool:
-        if self._jobs[old.job_id].version != old.version:
+        if self.jobs[old.job_id].version != old.version:
             return False
-        self._jobs[old.job_id] = new
+        self.jobs[old.job_id] = new
         return True
