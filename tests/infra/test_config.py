@@ -133,7 +133,7 @@ def test_flood_protection_defaults() -> None:
     assert (defaults.unsubscribe_reserved_concurrency, defaults.api_reserved_concurrency) == (10, 10)
     assert defaults.account_concurrency == 1000
     assert defaults.aggregator_reserved_concurrency == 10
-    assert defaults.reserved_concurrency_total == 42
+    assert defaults.reserved_concurrency_total == 47  # + the jobs worker's 5
 
 
 @pytest.mark.parametrize(
@@ -163,12 +163,13 @@ def test_flood_protection_from_command_line_strings() -> None:
 
 
 def test_reservations_that_leave_lambda_too_little_unreserved_are_refused() -> None:
-    # 2 + 10 + 10 + 10 + 10 (counters) = 42 fits a 1,000 quota; 2 + 869 + 10 + 10 + 10 = 901 > 1,000 - 100.
-    assert config(events_reserved_concurrency=868).reserved_concurrency_total == 900
+    # 2 + 10 + 10 + 10 + 10 (counters) + 5 (jobs) = 47 fits a 1,000 quota;
+    # 2 + 864 + 10 + 10 + 10 + 5 = 901 > 1,000 - 100.
+    assert config(events_reserved_concurrency=863).reserved_concurrency_total == 900
     with pytest.raises(
-        ConfigError, match=r"reserve 901 .*consumer 2 = max_concurrency.*events 869.*account_concurrency 1000"
+        ConfigError, match=r"reserve 901 .*consumer 2 = max_concurrency.*events 864.*jobs 5.*account_concurrency 1000"
     ):
-        config(events_reserved_concurrency=869)
+        config(events_reserved_concurrency=864)
     # The consumer's share grows with max_concurrency: the same check covers it.
     with pytest.raises(ConfigError, match="max_concurrency"):
         config(max_concurrency=900)

@@ -63,10 +63,17 @@ def aws(moto_endpoint: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def bootstrapped(moto_endpoint: str, aws: Any) -> float:
+def bootstrapped(moto_endpoint: str, aws: Any, tmp_path_factory: pytest.TempPathFactory) -> float:
     account = aws("sts").get_caller_identity()["Account"]
     started = time.monotonic()
-    run_cdk(["bootstrap", f"aws://{account}/{REGION}"], env=cdk_env(moto_endpoint), project_dir=REPO_ROOT)
+    # Its own --output: the CLI locks the cloud assembly directory it synthesizes into, and
+    # another test's CLI may be synthesizing into the repository's cdk.out at the same time.
+    output = tmp_path_factory.mktemp("bootstrap") / "cdk.out"
+    run_cdk(
+        ["bootstrap", f"aws://{account}/{REGION}", "--output", str(output)],
+        env=cdk_env(moto_endpoint),
+        project_dir=REPO_ROOT,
+    )
     return time.monotonic() - started
 
 
