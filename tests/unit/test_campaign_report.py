@@ -150,5 +150,13 @@ def test_a_stream_record_names_the_events_a_write_appended_with_their_domains():
     change = change_of(record)
 
     assert change is not None and change.new_events == (("bounced", "a.example"),) and change.at_ms == T0
+    # Read through boto3's DynamoDB Streams client (the local poller), the time is a datetime.
+    import datetime as dt
+
+    read = {
+        **record,
+        "dynamodb": {**record["dynamodb"], "ApproximateCreationDateTime": dt.datetime.fromtimestamp(T0 / 1000, dt.UTC)},
+    }
+    assert change_of(read).at_ms == T0
     unchanged = {**record, "dynamodb": {**record["dynamodb"], "NewImage": record["dynamodb"]["OldImage"]}}
     assert change_of(unchanged) is None

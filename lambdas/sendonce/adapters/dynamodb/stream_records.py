@@ -16,6 +16,7 @@ campaigns table's batch records share `campaign#<id>`.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -32,6 +33,16 @@ def _state(image: dict[str, Any] | None) -> DeliveryState | None:
     if not image or "state" not in image:
         return None
     return DeliveryState(image["state"]["S"])
+
+
+def _epoch_ms(when: Any) -> int:
+    """Lambda's event gives seconds since the epoch; the DynamoDB Streams API, read through
+    boto3 (the local poller, the model), a datetime."""
+    if when is None:
+        return 0
+    if isinstance(when, dt.datetime):
+        return int(when.timestamp() * 1000)
+    return int(float(when) * 1000)
 
 
 def _new_events(old: dict[str, Any] | None, new: dict[str, Any] | None) -> tuple[tuple[str, str | None], ...]:
@@ -63,7 +74,7 @@ def change_of(record: dict[str, Any]) -> Change | None:
             position=StreamPosition(source=LEDGER, shard_id=partition, sequence=sequence),
             old=old,
             new=new,
-            at_ms=int(float(stream.get("ApproximateCreationDateTime", 0)) * 1000),
+            at_ms=_epoch_ms(stream.get("ApproximateCreationDateTime")),
             new_events=events,
         )
     pk, sk = keys.get("pk", {}).get("S", ""), keys.get("sk", {}).get("S", "")
