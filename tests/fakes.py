@@ -621,27 +621,6 @@ class FakeTestSendLog:
         return mine[:limit], len(mine)
 
 
-class FakeJobStore:
-    def __init__(self) -> None:
-        self.jobs: dict = {}
-
-    def create(self, job):
-        return self.jobs.setdefault(job.job_id, job)
-
-    def get(self, job_id: str):
-        from sendonce.domain.errors import JobNotFoundError
-
-        if job_id not in self.jobs:
-            raise JobNotFoundError(f"job {job_id!r} does not exist")
-        return self.jobs[job_id]
-
-    def advance(self, old, new) -> bool:
-        if self.jobs[old.job_id].version != old.version:
-            return False
-        self.jobs[old.job_id] = new
-        return True
-
-
 class FakeJobQueue:
     def __init__(self) -> None:
         self.submitted: list[str] = []

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from sendonce.domain.jobs.models import JobState
-from sendonce.domain.jobs.service import JobService
+from sendonce.domain.jobs.service import InMemoryJobStore, JobService
 from sendonce.domain.models import SCHEMA_VERSION, BatchMessage, DeliveryRecord, DeliveryState
-from tests.fakes import FakeCampaignStore, FakeJobQueue, FakeJobStore, FakeLedger, FakeQueue
+from tests.fakes import FakeCampaignStore, FakeJobQueue, FakeLedger, FakeQueue
 from tests.unit.helpers import World, recipients
 
 NOT_ENDED = (DeliveryState.PENDING, DeliveryState.CLAIMED, DeliveryState.IN_FLIGHT, DeliveryState.DEAD_LETTERED)
@@ -20,7 +20,7 @@ class Jobs:
     """A campaign of 7 batches of 10 recipients: r0-r19 sent, r20-r24 dead-lettered, the
     rest never claimed; jobs read 3 batch records a step."""
 
-    def __init__(self, *, queued: bool = False, store: FakeJobStore | None = None):
+    def __init__(self, *, queued: bool = False, store: InMemoryJobStore | None = None):
         world = World()
         world.campaign()
         self.campaigns: FakeCampaignStore = world.campaigns
@@ -40,7 +40,7 @@ class Jobs:
             self.ledger.items[("c1", f"r{i}")] = DeliveryRecord(campaign_id="c1", recipient_id=f"r{i}", state=state)
         self.queue = FakeQueue()
         self.job_queue = FakeJobQueue() if queued else None
-        self.store = store or FakeJobStore()
+        self.store = store or InMemoryJobStore()
         self.service = JobService(
             jobs=self.store,
             queue=self.job_queue,
@@ -85,7 +85,7 @@ def test_a_queued_job_goes_a_step_a_message_and_the_last_step_submits_nothing():
 
 
 def test_a_worker_that_dies_after_its_page_leaves_the_job_where_it_was_and_the_page_is_done_again():
-    class DiesOnce(FakeJobStore):
+    class DiesOnce(InMemoryJobStore):
         died = False
 
         def advance(self, old, new):
@@ -114,7 +114,7 @@ def test_a_worker_that_dies_after_its_page_leaves_the_job_where_it_was_and_the_p
 
 
 def test_two_workers_on_the_same_step_one_goes_on_and_the_other_stops():
-    class StaleOnce(FakeJobStore):
+    class StaleOnce(InMemoryJobStore):
         stale = None
 
         def get(self, job_id):
@@ -143,7 +143,7 @@ def test_starting_a_job_twice_with_its_id_starts_it_once():
 def test_a_job_on_a_campaign_that_is_gone_fails_with_the_reason():
     jobs = Jobs()
     job = JobService(
-        jobs=FakeJobStore(),
+        jobs=InMemoryJobStore(),
         queue=None,
         campaigns=_Missing(),
         ledger=jobs.ledger,
