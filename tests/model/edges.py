@@ -10,7 +10,9 @@ Mixed into the machines of test_delivery_model.py (issue 18: every reverted fix 
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
+from collections.abc import Iterator
 
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
@@ -38,6 +40,22 @@ FOCUSES = (
     frozenset({"time", "operator"}),
 )
 SWARM = st.sampled_from(FOCUSES) | st.frozensets(st.sampled_from(FAMILIES), min_size=1)
+# Directed swarm: the mutants' harness may fix the families of every example to the ones its
+# mutant's escape is made of (tests/model/mutants.py, FOCUS); None lets SWARM choose.
+FOCUS: list[frozenset[str] | None] = [None]
+
+
+@contextlib.contextmanager
+def focused(families: frozenset[str] | None) -> Iterator[None]:
+    """Every example of the block enables exactly these families (rules in no family stay on)."""
+    unknown = (families or frozenset()) - set(FAMILIES)
+    if unknown:
+        raise ValueError(f"no such rule family: {sorted(unknown)}")
+    FOCUS[0] = families
+    try:
+        yield
+    finally:
+        FOCUS[0] = None
 
 
 def family(name: str):
