@@ -122,3 +122,20 @@ def test_list_campaigns_reads_the_store_by_id_and_state_and_sends_nothing(servic
     assert [c.campaign_id for c in service.list_campaigns(CampaignState.DRAFT)] == ["a0"]
     assert service.list_campaigns(CampaignState.CANCELLED) == []
     assert queue.published == sent_before
+
+
+def test_dead_letter_summary_reads_the_letters_recipients_only_never_the_whole_campaign(
+    service, ledger, queue, monkeypatch
+):
+    # A campaign of millions may have one message in the DLQ: `dlq list` must cost that message.
+    service.publish("c1", recipients(4))
+    batch = BatchMessage.model_validate_json(queue.published[0])
+    ledger.close_unclaimed("c1", ["r1"], state=DeliveryState.DEAD_LETTERED, reason="timeout", batch_id=batch.batch_id)
+
+    def whole_campaign(campaign_id):
+        raise AssertionError(f"dlq list read every delivery of {campaign_id}")
+
+    monkeypatch.setattr(ledger, "records", whole_campaign)
+    summary = service.dead_letter_summary([DeadLetter(message_id="m1", body=batch.to_body(), sent_at_ms=1)])
+
+    assert [(g.campaign_id, g.dead_lettered) for g in summary.groups] == [("c1", 1)]

@@ -495,10 +495,10 @@ class CampaignService(ScheduledSends):
             if batch:
                 members.setdefault(batch.campaign_id, set()).update(r.recipient_id for r in batch.recipients)
         dead: dict[tuple[str, str], DeliveryRecord] = {}
-        for campaign_id, ids in members.items():
-            for record in self._ledger.records(campaign_id):
-                if record.state is DeliveryState.DEAD_LETTERED and record.recipient_id in ids:
-                    dead[(campaign_id, record.recipient_id)] = record
+        for campaign_id, ids in members.items():  # the letters' recipients only, never the whole campaign
+            for recipient_id, record in self._ledger.get_many(campaign_id, sorted(ids)).items():
+                if record.state is DeliveryState.DEAD_LETTERED:
+                    dead[(campaign_id, recipient_id)] = record
         messages: list[DeadLetterMessage] = []
         for letter, batch in parsed:
             keys = [(batch.campaign_id, r.recipient_id) for r in batch.recipients] if batch else []
