@@ -446,11 +446,14 @@ def _calls(action: Callable[[], Any]) -> Counter[str]:
         action()
     finally:
         profiler.disable()
-    moto_root = str(Path(moto.__file__).resolve().parents[1]) + os.sep
+    # Code objects carry the path moto was imported by; through a symlinked virtualenv (the
+    # helpers' worktrees) that is not the resolved one.
+    moto_roots = {str(Path(moto.__file__).parents[1]) + os.sep, str(Path(moto.__file__).resolve().parents[1]) + os.sep}
     calls: Counter[str] = Counter()
     for (filename, _line, function), (_primitive, total, *_rest) in pstats.Stats(profiler).stats.items():
-        if filename.startswith(moto_root):
-            filename = filename[len(moto_root) :]
+        root = next((r for r in moto_roots if filename.startswith(r)), None)
+        if root is not None:
+            filename = filename[len(root) :]
         elif filename == copy_module.__file__:
             filename = "copy"
         calls[f"{filename}:{function}"] += total
