@@ -19,7 +19,7 @@ object the table no longer holds.
 moto 5.2.5 answers DescribeStream with one shard per table and keeps every record. Its own
 stream mappings (``AWS::Lambda::EventSourceMapping`` on a stream) would invoke a function
 on every write and, failing without Docker, drop the shard's records; the defect fix
-``stream_mappings_invoke_enabled_only`` (moto_patches.py) makes a disabled mapping do
+``stream_mappings_invoke_enabled_only`` (moto_patches/dynamodb_streams.py) makes a disabled mapping do
 nothing, and ``disable_moto_event_source_mappings`` disables it.
 """
 

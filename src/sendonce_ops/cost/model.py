@@ -1,27 +1,16 @@
-"""What a campaign costs on AWS, and how much of it is the ledger: `sendonce cost`.
-
-Registered on the main command line by `cli.add_command(cost)` (sendonce_ops/cli.py).
-Pure arithmetic from list prices and the counts the benchmark measured (bench/run.py,
-docs/benchmarks.md); no AWS call.
-
-Every price, its source and date, and which are unconfirmed, are in one table in
-docs/benchmarks.md ("What a campaign costs"); `PRICE_SOURCES` below holds the same rows.
-What each provider charges, and whether through AWS, is its folder's (`Provider.billing`,
-sendonce/adapters/providers/); the providers, their default rates, which send batches and
-how their events arrive come from the provider registry.
-"""
+"""The cost model: the assumptions (the stack's defaults and what the benchmark measured) and
+the arithmetic that turns a campaign's size, provider and mode into line items, each with the
+share it belongs to (ledger, limiter, pipeline, events, observability). Pure; no AWS call."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import click
-
 from sendonce.adapters.providers import registry
 from sendonce.adapters.providers.descriptor import Plan, Provider
+from sendonce_ops.cost.prices import PLANNED, PRICES, REGISTERED, Prices
 
 KB = 1024
 SQS_CHUNK_BYTES = 64 * KB  # each 64 KB of a request's payload is billed as one request
@@ -29,122 +18,12 @@ SQS_BATCH_ENTRIES = 10
 DYNAMODB_ITEM_OVERHEAD_BYTES = 100  # storage counts 100 bytes per item besides its data
 GB = 1024**3
 
-REGISTERED = registry.registered()
 PROVIDERS = tuple(REGISTERED)
 MODES = ("single", "batch")
 # The consumer's defaults (each provider's settings): its rate less the reserve the
 # limiter keeps (SES 14 recipients/s; Resend's default team limit 5 requests/s less 1).
 DEFAULT_SEND_RATE = {name: provider.default_rate() for name, provider in REGISTERED.items()}
-# The providers billed per email under a plan (`--<provider>-plan`, e.g. --ses-plan).
-PLANNED = {name: p for name, p in REGISTERED.items() if p.billing.plans}
 HOURS_PER_MONTH = 730  # CloudWatch prorates a metric by the hour
-
-
-@dataclass(frozen=True)
-class Prices:
-    """US East (N. Virginia) list prices; sources and dates in PRICE_SOURCES."""
-
-    as_of: str = (
-        "us-east-1 list prices as last known (2025) and not re-checked offline; SES plan prices unconfirmed;"
-        " see docs/benchmarks.md, 'What a campaign costs'"
-    )
-    lambda_gb_second_arm64: float = 0.0000133334
-    lambda_request: float = 0.20 / 1_000_000
-    dynamodb_write_request_unit: float = 0.625 / 1_000_000  # on-demand, after the Nov 2024 cut
-    dynamodb_read_request_unit: float = 0.125 / 1_000_000
-    dynamodb_storage_gb_month: float = 0.25  # Standard table class
-    sqs_request: float = 0.40 / 1_000_000  # standard queue, after the free tier
-    api_gateway_http_request: float = 1.00 / 1_000_000  # HTTP API, first 300 M a month, per 512 KB
-    eventbridge_event: float = 1.00 / 1_000_000  # an event published to a bus (see PRICE_SOURCES)
-    cloudwatch_logs_ingested_gb: float = 0.50  # Standard log class
-    cloudwatch_logs_stored_gb_month: float = 0.03
-    cloudwatch_metric_month: float = 0.30  # a custom metric (EMF creates them), first 10,000
-
-
-@dataclass(frozen=True)
-class PriceSource:
-    price: str
-    figure: str
-    source: str
-    as_of: str
-    confirmed: bool
-
-
-# One row per price: docs/benchmarks.md prints the same table (tests/unit/test_cost.py checks it).
-# The providers' own rows (what they charge per email) come from their folders.
-AWS_PRICE_SOURCES: tuple[PriceSource, ...] = (
-    PriceSource("lambda_request", "$0.20 per 1M requests", "aws.amazon.com/lambda/pricing, us-east-1", "2025", False),
-    PriceSource(
-        "lambda_gb_second_arm64", "$0.0000133334 per GB-s (arm64)", "aws.amazon.com/lambda/pricing", "2025", False
-    ),
-    PriceSource(
-        "dynamodb_write_request_unit",
-        "$0.625 per 1M WRU (on-demand)",
-        "aws.amazon.com/dynamodb/pricing (Nov 2024 cut)",
-        "2024-11",
-        False,
-    ),
-    PriceSource(
-        "dynamodb_read_request_unit",
-        "$0.125 per 1M RRU (on-demand)",
-        "aws.amazon.com/dynamodb/pricing",
-        "2024-11",
-        False,
-    ),
-    PriceSource(
-        "dynamodb_storage_gb_month", "$0.25 per GB-month (Standard)", "aws.amazon.com/dynamodb/pricing", "2025", False
-    ),
-    PriceSource(
-        "sqs_request", "$0.40 per 1M requests (standard, per 64 KB)", "aws.amazon.com/sqs/pricing", "2025", False
-    ),
-    PriceSource(
-        "api_gateway_http_request",
-        "$1.00 per 1M HTTP API requests (first 300M/month)",
-        "aws.amazon.com/api-gateway/pricing",
-        "2025",
-        False,
-    ),
-    PriceSource(
-        "eventbridge_event",
-        "$1.00 per 1M events published",
-        "aws.amazon.com/eventbridge/pricing; events AWS "
-        "services publish to the default bus may be free: SES's event destination may cost nothing here",
-        "2025",
-        False,
-    ),
-    PriceSource(
-        "cloudwatch_logs_ingested_gb",
-        "$0.50 per GB ingested (Standard)",
-        "aws.amazon.com/cloudwatch/pricing",
-        "2025",
-        False,
-    ),
-    PriceSource(
-        "cloudwatch_logs_stored_gb_month",
-        "$0.03 per GB-month stored",
-        "aws.amazon.com/cloudwatch/pricing",
-        "2025",
-        False,
-    ),
-    PriceSource(
-        "cloudwatch_metric_month",
-        "$0.30 per metric-month, prorated by the hour (first 10,000)",
-        "aws.amazon.com/cloudwatch/pricing",
-        "2025",
-        False,
-    ),
-)
-PRICE_SOURCES: tuple[PriceSource, ...] = AWS_PRICE_SOURCES + tuple(
-    PriceSource(*row) for provider in REGISTERED.values() for row in provider.billing.price_sources
-)
-
-
-def resolve_plan(provider: str, name: str, *, per_1000: float | None = None, monthly_fee: float | None = None) -> Plan:
-    """The provider's pricing plan with the caller's figures; an unconfirmed plan needs them."""
-    return REGISTERED[provider].billing.plan(name, per_1000=per_1000, monthly_fee=monthly_fee)
-
-
-PRICES = Prices()
 
 
 @dataclass(frozen=True)
@@ -498,126 +377,3 @@ def campaign_cost(
         plan=plan,
         sending_hours=sending_seconds / 3600,
     )
-
-
-def _money(value: float) -> str:
-    return f"${value:,.2f}" if value >= 1 else f"${value:,.4f}" if value >= 0.0001 else f"${value:.6f}"
-
-
-def render_text(result: CampaignCost) -> str:
-    data = result.as_dict()
-    rate = result.assumptions.rate(result.provider)
-    rate_unit = "requests/s" if result.mode == "batch" else "emails/s"
-    lines = [
-        f"Campaign of {result.recipients:,} recipients, {result.provider}, {result.mode} mode: {result.messages:,} messages,"
-        f" {result.seconds_per_message:.1f} s of Lambda each (send rate {rate:g} {rate_unit},"
-        f" {result.assumptions.max_concurrency} invocations at once)",
-        "",
-        f"{'service':<9} {'item':<58} {'quantity':>14} {'unit':<9} {'cost':>10}  share",
-    ]
-    for item in result.items:
-        lines.append(
-            f"{item.service:<9} {item.item:<58} {item.quantity:>14,.1f} {item.unit:<9} {_money(item.cost):>10}"
-            f"  {item.share}"
-        )
-    lines += [
-        "",
-        f"AWS total          {_money(data['aws_total'])}  ({_money(data['per_1000_recipients'])} per 1,000 recipients)",
-        f"  ledger's share   {_money(data['ledger_share'])}  ({data['ledger_share_pct']:.0f} %: ledger table, send groups,"
-        " batch records, Lambda time waiting on them)",
-        f"  limiter's share  {_money(data['limiter_share'])}",
-        f"  provider events  {_money(data['events_share'])}  (EventBridge or webhook requests, events function)",
-        f"  logs and metrics {_money(data['observability_share'])}",
-        f"storage kept       {result.storage_gb * 1024:,.1f} MB: {_money(result.storage_per_month)} per month, every month"
-        " (records never expire)",
-        result.provider_note,
-        f"Prices: {result.prices.as_of}.",
-    ]
-    return "\n".join(lines)
-
-
-def _plan_options(command):
-    """--<provider>-plan, --<provider>-price-per-1000, --<provider>-plan-monthly-fee for each
-    provider billed under a plan (SES: GetAccount's PricingAttributes.CurrentPlan)."""
-    for name, provider in reversed(PLANNED.items()):
-        title = provider.title
-        command = click.option(
-            f"--{name}-plan-monthly-fee",
-            type=click.FloatRange(min=0),
-            default=None,
-            help="The plan's monthly fee in USD, if any (reported, not in the campaign's total).",
-        )(command)
-        command = click.option(
-            f"--{name}-price-per-1000",
-            type=click.FloatRange(min=0),
-            default=None,
-            help="USD per 1,000 emails on the plan (required where the plan's price is unconfirmed here).",
-        )(command)
-        command = click.option(
-            f"--{name}-plan",
-            type=click.Choice(tuple(p.name for p in provider.billing.plans)),
-            default=provider.billing.plans[0].name,
-            show_default=True,
-            help=f"The account's {title} pricing plan.",
-        )(command)
-    return command
-
-
-def _rates_help() -> str:
-    rates = ", ".join(f"{p.title} {DEFAULT_SEND_RATE[n]:g}" for n, p in REGISTERED.items())
-    return f"Shared send rate: emails/s (single) or requests/s (batch). Default: {rates} (limit less the reserve)."
-
-
-@click.command("cost")
-@click.option("--recipients", type=click.IntRange(min=1), required=True, help="Recipients in the campaign.")
-@click.option("--provider", type=click.Choice(PROVIDERS), required=True, help="Email provider.")
-@click.option(
-    "--mode",
-    type=click.Choice(MODES),
-    default="single",
-    show_default=True,
-    help="single: one provider call per recipient; batch: one batch request per message"
-    f" ({', '.join(registry.batch_names(REGISTERED))}).",
-)
-@click.option("--send-rate", type=click.FloatRange(min=0, min_open=True), default=None, help=_rates_help())
-@_plan_options
-@click.option("--opens-clicks", is_flag=True, help="Open and click tracking on: 0.3 opens and 0.03 clicks per email.")
-@click.option(
-    "--max-concurrency",
-    type=click.IntRange(min=1),
-    default=2,
-    show_default=True,
-    help="Concurrent consumer invocations.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text.")
-def cost(
-    recipients: int,
-    provider: str,
-    mode: str,
-    send_rate: float | None,
-    opens_clicks: bool,
-    max_concurrency: int,
-    as_json: bool,
-    **plan_options: Any,
-) -> None:
-    """Estimate a campaign's AWS cost and the ledger's share of it (list prices; no AWS call)."""
-    try:
-        plan = None
-        if provider in PLANNED:
-            plan = resolve_plan(
-                provider,
-                plan_options[f"{provider}_plan"],
-                per_1000=plan_options[f"{provider}_price_per_1000"],
-                monthly_fee=plan_options[f"{provider}_plan_monthly_fee"],
-            )
-        tracking = {"open_rate": 0.3, "click_rate": 0.03} if opens_clicks else {}
-        result = campaign_cost(
-            recipients,
-            provider,
-            mode,
-            plan=plan,
-            assumptions=Assumptions(send_rate=send_rate, max_concurrency=max_concurrency, **tracking),
-        )
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
-    click.echo(json.dumps(result.as_dict(), indent=2) if as_json else render_text(result))

@@ -1,55 +1,23 @@
-"""A local stand-in for Lambda's SQS event source mapping, run against moto's server.
-
-moto cannot run Lambda code (invoke needs Docker), and its own event source mapping
-raises receive counts without running anything, so local runs switch moto's mappings
-off (``disable_moto_event_source_mappings``) and poll with ``EventSourcePoller``:
-
-- each of ``max_concurrency`` workers long-polls the queue for up to ``batch_size``
-  messages and invokes the handler with Lambda's SQS event shape and a context whose
-  remaining time counts down from the function timeout;
-- on a normal return it deletes every message except the ``batchItemFailures``
-  (an invalid response fails the whole batch, as Lambda does);
-- if the handler raises, or runs past the function timeout, it deletes nothing and the
-  batch returns after the visibility timeout. A timed-out handler cannot be killed: it
-  keeps running in the background like a stale consumer, which the ledger must fence.
-
-Redrive to the dead-letter queue after ``maxReceiveCount`` is left to the queue itself.
-
-As a process (so chaos tests can kill a real consumer)::
-
-    python -m sendonce_local.poller --queue-url URL --handler module:function \
-        [--init module:function] [--batch-size N] [--timeout S] [--concurrency N] \
-        [--function-name NAME] [--idle-seconds S] [--max-seconds S]
-
-``--init`` is called once before polling starts, as Lambda runs a function's
-initialisation outside its timeout: a runtime built there does not eat the first
-invocation's time budget.
-
-Clients come from the environment (``AWS_ENDPOINT_URL`` ...). Handler output goes to
-stdout as usual; the poller's last stdout line is one JSON object of counters.
-"""
+"""``EventSourcePoller``: Lambda's SQS event source mapping, run locally. Each of
+``max_concurrency`` workers long-polls the queue, invokes the handler on a thread of its own
+(abandoned, still running, when it outlives the function timeout), and deletes the messages
+the handler did not report in ``batchItemFailures``."""
 
 from __future__ import annotations
 
-import argparse
-import base64
 import dataclasses
-import importlib
 import json
 import logging
-import signal
-import sys
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from types import FrameType, TracebackType
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from sendonce_local.poller.lambda_event import Handler, LocalLambdaContext, build_sqs_event
 
-Handler = Callable[[dict[str, Any], Any], Any]
+logger = logging.getLogger(__name__)
 
 _DELETE_BATCH_LIMIT = 10
 _QUEUE_CHECK_INTERVAL_S = 0.5
@@ -61,76 +29,6 @@ class NotIdleError(TimeoutError):
     def __init__(self, message: str, counters: PollerCounters) -> None:
         super().__init__(message)
         self.counters = counters
-
-
-@dataclass
-class LocalLambdaContext:
-    """The Lambda context object's attributes, with a real countdown to the timeout.
-
-    Like the Python runtime, ``memory_limit_in_mb`` is a string (the runtime copies it
-    from ``AWS_LAMBDA_FUNCTION_MEMORY_SIZE``).
-    """
-
-    function_name: str
-    invoked_function_arn: str
-    timeout_s: float
-    function_version: str = "$LATEST"
-    memory_limit_in_mb: str = "256"
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    log_group_name: str = ""
-    log_stream_name: str = ""
-    client_context: Any = None
-    identity: Any = None
-    tenant_id: str | None = None
-    started_at: float = field(default_factory=time.monotonic)
-
-    def __post_init__(self) -> None:
-        if not self.log_group_name:
-            self.log_group_name = f"/aws/lambda/{self.function_name}"
-        if not self.log_stream_name:
-            day = time.strftime("%Y/%m/%d", time.gmtime())
-            self.log_stream_name = f"{day}/[{self.function_version}]{uuid.uuid4().hex}"
-
-    @property
-    def deadline(self) -> float:
-        """``time.monotonic()`` value at which the invocation times out."""
-        return self.started_at + self.timeout_s
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self.deadline - time.monotonic()) * 1000))
-
-
-def build_sqs_event(messages: Iterable[Mapping[str, Any]], queue_arn: str, region: str) -> dict[str, Any]:
-    """Lambda's SQS event for messages as boto3's ``receive_message`` returns them."""
-    return {"Records": [_sqs_record(message, queue_arn, region) for message in messages]}
-
-
-def _sqs_record(message: Mapping[str, Any], queue_arn: str, region: str) -> dict[str, Any]:
-    return {
-        "messageId": message["MessageId"],
-        "receiptHandle": message["ReceiptHandle"],
-        "body": message["Body"],
-        "attributes": dict(message.get("Attributes", {})),
-        "messageAttributes": {
-            name: _lambda_message_attribute(value) for name, value in message.get("MessageAttributes", {}).items()
-        },
-        "md5OfBody": message["MD5OfBody"],
-        "eventSource": "aws:sqs",
-        "eventSourceARN": queue_arn,
-        "awsRegion": region,
-    }
-
-
-def _lambda_message_attribute(value: Mapping[str, Any]) -> dict[str, Any]:
-    attribute: dict[str, Any] = {}
-    if "StringValue" in value:
-        attribute["stringValue"] = value["StringValue"]
-    if "BinaryValue" in value:
-        attribute["binaryValue"] = base64.b64encode(value["BinaryValue"]).decode("ascii")
-    attribute["stringListValues"] = list(value.get("StringListValues", []))
-    attribute["binaryListValues"] = [base64.b64encode(v).decode("ascii") for v in value.get("BinaryListValues", [])]
-    attribute["dataType"] = value["DataType"]
-    return attribute
 
 
 @dataclass(frozen=True)
@@ -437,125 +335,8 @@ class _Invocation:
             self.error = exc
 
 
-def disable_moto_event_source_mappings(lambda_client: Any, function_name: str) -> list[dict[str, Any]]:
-    """Switch off a function's event source mappings in moto and return their settings.
-
-    moto's own mapping receives messages on every SendMessage, fails to invoke (no
-    Docker) and makes them visible again, pushing them towards the dead-letter queue
-    unseen. The returned settings are what a local poller should mimic: ``uuid``,
-    ``queue_arn``, ``batch_size``, ``max_concurrency`` (ScalingConfig.MaximumConcurrency,
-    None if unset), ``function_response_types``, ``maximum_batching_window_s`` and
-    ``state`` (before disabling).
-    """
-    settings = []
-    paginator = lambda_client.get_paginator("list_event_source_mappings")
-    for page in paginator.paginate():
-        for mapping in page.get("EventSourceMappings", []):
-            if not _is_function(mapping.get("FunctionArn", ""), function_name):
-                continue
-            settings.append(
-                {
-                    "uuid": mapping["UUID"],
-                    "queue_arn": mapping.get("EventSourceArn"),
-                    "batch_size": mapping.get("BatchSize"),
-                    "max_concurrency": (mapping.get("ScalingConfig") or {}).get("MaximumConcurrency"),
-                    "function_response_types": list(mapping.get("FunctionResponseTypes") or []),
-                    "maximum_batching_window_s": mapping.get("MaximumBatchingWindowInSeconds"),
-                    "state": mapping.get("State"),
-                }
-            )
-            lambda_client.update_event_source_mapping(UUID=mapping["UUID"], Enabled=False)
-    return settings
-
-
-def _is_function(function_arn: str, function_name: str) -> bool:
-    if function_arn == function_name:
-        return True
-    parts = function_arn.split(":")
-    return len(parts) >= 7 and parts[5] == "function" and parts[6] == function_name
-
-
 def _arn_parts(arn: str) -> tuple[str, str, str, str, str, str]:
     parts = arn.split(":", 5)
     if len(parts) != 6:
         raise ValueError(f"not an ARN: {arn!r}")
     return parts[0], parts[1], parts[2], parts[3], parts[4], parts[5]
-
-
-def import_handler(path: str) -> Handler:
-    """``package.module:function`` -> the function."""
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"handler must look like module:function, got {path!r}")
-    target: Any = importlib.import_module(module_name)
-    for part in attribute.split("."):
-        target = getattr(target, part)
-    if not callable(target):
-        raise TypeError(f"{path} is not callable")
-    return target
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m sendonce_local.poller",
-        description="Poll an SQS queue and invoke a handler like Lambda's event source mapping.",
-        epilog="Exit codes: 0 idle, stopped by SIGTERM/SIGINT or --max-seconds reached without --idle-seconds; "
-        "3 --max-seconds reached before the queue went idle.",
-    )
-    parser.add_argument("--queue-url", required=True)
-    parser.add_argument("--handler", required=True, help="module:function, called as handler(event, context)")
-    parser.add_argument(
-        "--init", default=None, help="module:function, called once before polling (Lambda's init phase)"
-    )
-    parser.add_argument("--batch-size", type=int, default=10)
-    parser.add_argument("--timeout", type=float, default=60.0, help="function timeout in seconds")
-    parser.add_argument("--concurrency", type=int, default=2)
-    parser.add_argument("--function-name", default="sendonce-consumer")
-    parser.add_argument("--visibility-timeout", type=int, default=None)
-    parser.add_argument("--idle-seconds", type=float, default=None, help="exit once the queue is idle this long")
-    parser.add_argument("--max-seconds", type=float, default=None, help="exit after this long at most")
-    args = parser.parse_args(argv)
-
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(threadName)s %(message)s")
-    import boto3  # imported here so the module stays importable in handler-only test environments
-
-    if args.init:
-        import_handler(args.init)()
-    poller = EventSourcePoller(
-        sqs_client=boto3.client("sqs"),
-        queue_url=args.queue_url,
-        handler=import_handler(args.handler),
-        function_name=args.function_name,
-        batch_size=args.batch_size,
-        function_timeout_s=args.timeout,
-        max_concurrency=args.concurrency,
-        visibility_timeout_s=args.visibility_timeout,
-    )
-    stop_requested = threading.Event()
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        logger.info("signal %d: finishing invocations in progress", signum)
-        stop_requested.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
-
-    deadline = time.monotonic() + args.max_seconds if args.max_seconds is not None else float("inf")
-    exit_code = 0
-    poller.start()
-    try:
-        if args.idle_seconds is not None:
-            idle = poller._wait_until_idle(args.idle_seconds, deadline, interrupted=stop_requested)
-            if not idle and not stop_requested.is_set():
-                exit_code = 3
-        else:
-            while not stop_requested.is_set() and time.monotonic() < deadline:
-                stop_requested.wait(min(1.0, max(0.0, deadline - time.monotonic())))
-    finally:
-        counters = poller.stop()
-        print(json.dumps({**counters.as_dict(), "exit_code": exit_code}), flush=True)
-    return exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())
