@@ -193,6 +193,14 @@ class FakeLedger:
     def records(self, campaign_id: str) -> Iterator[DeliveryRecord]:
         return iter([r for (c, _), r in sorted(self.items.items()) if c == campaign_id])
 
+    def records_page(self, campaign_id: str, cursor: str | None, limit: int) -> tuple[list[DeliveryRecord], str | None]:
+        # Keyed on the last recipient id read, as a Query's ExclusiveStartKey is.
+        ordered = [
+            r for (c, rid), r in sorted(self.items.items()) if c == campaign_id and (cursor is None or rid > cursor)
+        ]
+        page = ordered[:limit]
+        return page, page[-1].recipient_id if len(ordered) > limit else None
+
     def state_of(self, campaign_id: str, recipient_id: str) -> DeliveryState | None:
         record = self.items.get((campaign_id, recipient_id))
         return record.state if record else None

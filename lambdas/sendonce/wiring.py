@@ -216,6 +216,7 @@ def assemble_campaign_service(
     campaigns, shards = campaign_store(dynamodb, settings.campaigns_table, counted=settings.counters)
     ledger = DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table, shards_of=shards)
     queue = SqsQueue(client=sqs, queue_url=settings.queue_url, dead_letter_queue_url=settings.dead_letter_queue_url)
+    counters = DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table)
     jobs = JobService(
         jobs=DynamoDBJobStore(client=dynamodb, table_name=settings.campaigns_table),
         queue=SqsJobQueue(client=sqs, queue_url=settings.jobs_queue_url) if settings.jobs_queue_url else None,
@@ -223,6 +224,7 @@ def assemble_campaign_service(
         ledger=ledger,
         campaign_queue=queue,
         clock=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+        counters=counters,
     )
     scheduler = None
     if (
@@ -244,7 +246,7 @@ def assemble_campaign_service(
         provider_names=registry.names(registered),
         batch_provider_names=registry.batch_names(registered),
         operator=operator,
-        counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
+        counters=counters,
         jobs=jobs,
         scheduler=scheduler,
     )

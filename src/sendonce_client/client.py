@@ -178,8 +178,15 @@ class Client:
         return self._request("POST", f"/campaigns/{_segment(campaign_id)}/cancel", body=_reason(reason))
 
     def job(self, job_id: str) -> dict[str, Any]:
-        """GET /jobs/{id}: a resume's or cancel's job: `state` (running, done, failed), `progress`."""
+        """GET /jobs/{id}: a job (resume, cancel, reconcile): `state` (running, done, failed),
+        `progress`, and once done its `result`."""
         return self._request("GET", f"/jobs/{_segment(job_id)}")
+
+    def reconcile(self, campaign_id: str) -> dict[str, Any]:
+        """POST /campaigns/{id}/reconcile (202): a job that compares the campaign's counters
+        with its ledger; once `job(job_id)` is done, its `result` holds the drifts. Each call
+        starts a new job (a retry only reads the ledger once more); no 409 is ever success."""
+        return self._request("POST", f"/campaigns/{_segment(campaign_id)}/reconcile")
 
     # --- publishing ----------------------------------------------------------------
 

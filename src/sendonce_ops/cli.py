@@ -787,24 +787,30 @@ def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
 def campaign_reconcile(cli: Cli, campaign_id: str, as_json: bool) -> None:
     """Compare the campaign's counters with a full read of its ledger; print every drift.
 
-    Reads every delivery (over the ledger's shards, in parallel): O(recipients). While the
-    campaign sends, the counters lag the ledger by the stream's delay; at rest, any drift is
-    a fault. Exits 1 when there is one."""
-    result = cli.service().reconcile(campaign_id)
+    Runs as a job in this process (`sendonce job status ID` shows it; `job run ID` takes up
+    one whose CLI died), reading the ledger a page of one shard a step: O(recipients). While
+    the campaign sends, the counters lag the ledger by the stream's delay; at rest, any drift
+    is a fault. Exits 1 when there is one."""
+    job = cli.service().start_reconcile(campaign_id)
+    if job.result is None:
+        click.echo(describe_job(job), err=True)
+        raise SystemExit(ExitCode.PARTIAL)
+    result = job.result
     if as_json:
-        cli.json(result.as_dict())
-    elif not result.counted:
+        cli.json(result)
+    elif not result["counted"]:
         click.echo(f"campaign {campaign_id}: created before counters (or without them): its status is a full read")
-    elif not result.drifts:
-        click.echo(f"campaign {campaign_id}: counters equal the ledger ({result.ledger.total:,} recipients)")
+    elif not result["drifts"]:
+        total = sum(result["ledger"].values())
+        click.echo(f"campaign {campaign_id}: counters equal the ledger ({total:,} recipients)")
     else:
         table = Table(title=f"campaign {campaign_id}: counters differ from the ledger", title_justify="left")
         for column in ("state", "counter", "ledger"):
             table.add_column(column, justify="left" if column == "state" else "right")
-        for drift in result.drifts:
-            table.add_row(drift.state, str(drift.counter), str(drift.ledger))
+        for drift in result["drifts"]:
+            table.add_row(drift["state"], str(drift["counter"]), str(drift["ledger"]))
         cli.out.print(table)
-    if result.drifts:
+    if result["drifts"]:
         raise SystemExit(1)
 
 
@@ -1050,6 +1056,7 @@ def ledger_show(cli: Cli, campaign_id: str, recipient_id: str, as_json: bool) ->
 
 from sendonce_ops.audit_cli import campaign_audit  # noqa: E402
 from sendonce_ops.deliverability_cli import campaign_unknowns, suppression  # noqa: E402
+from sendonce_ops.jobs_cli import describe as describe_job  # noqa: E402
 from sendonce_ops.jobs_cli import job  # noqa: E402
 from sendonce_ops.report_cli import campaign_report  # noqa: E402
 

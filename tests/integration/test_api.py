@@ -248,6 +248,22 @@ def test_publish_from_s3_streams_the_object_and_strict_rejects_a_bad_file_whole(
     assert system.operator.status("c1").total == 150
 
 
+def test_reconcile_answers_202_with_its_job_and_the_job_holds_the_drifts(system):
+    system.campaign(ledger_shards=2)
+    system.operator.publish("c1", system.recipients(5))
+    system.poller().run_until_idle(idle_seconds=1, max_seconds=60)
+
+    status, job = call(system, "POST", "/campaigns/c1/reconcile")
+    missing = call(system, "POST", "/campaigns/nope/reconcile")
+
+    assert status == 202 and job["kind"] == "reconcile" and job["campaign_id"] == "c1"
+    # Without a jobs queue (as here) the job ran in the call; GET /jobs/{id} shows it.
+    status, shown = call(system, "GET", f"/jobs/{job['job_id']}")
+    assert status == 200 and shown["state"] == "done" and shown["progress"]["ledger_sent"] == 5
+    assert shown["result"]["ledger"]["sent"] == 5 and shown["result"]["drifts"] == []
+    assert missing[0] == 404
+
+
 def test_the_openapi_document_describes_every_route(system):
     status, document = call(system, "GET", "/openapi.json")
 
@@ -264,6 +280,7 @@ def test_the_openapi_document_describes_every_route(system):
         "/campaigns/{campaign_id}/delivery-status",
         "/campaigns/{campaign_id}/preview",
         "/campaigns/{campaign_id}/test-sends",
+        "/campaigns/{campaign_id}/reconcile",
         "/jobs/{job_id}",
     }
     create = document["paths"]["/campaigns"]["post"]

@@ -252,6 +252,22 @@ def test_state_changes_go_through_and_a_lost_answer_is_reconciled(system, record
     assert client.get_campaign("c1")["state"] == "cancelled"
 
 
+def test_reconcile_starts_a_job_whose_result_the_client_reads_and_a_missing_campaign_is_an_error(
+    system, recording_api, client
+):
+    client.create_campaign(spec(system))
+    client.publish("c1", people(system, 3))
+
+    started = client.reconcile("c1")
+
+    assert started["kind"] == "reconcile" and started["campaign_id"] == "c1"
+    job = client.job(started["job_id"])
+    # Nothing claimed yet: no ledger records (this API keeps no counters: nothing to compare)
+    assert job["state"] == "done" and job["progress"]["records_read"] == 0 and job["result"]["drifts"] == []
+    with pytest.raises(NotFound):
+        client.reconcile("nope")
+
+
 def test_a_lost_create_answer_returns_the_created_campaign(system, recording_api, client):
     handler, _ = recording_api
     handler.lose_first_answers.add("/campaigns")

@@ -162,6 +162,12 @@ class Ledger(Protocol):
 
     def records(self, campaign_id: str) -> Iterator[DeliveryRecord]: ...
 
+    def records_page(self, campaign_id: str, cursor: str | None, limit: int) -> tuple[list[DeliveryRecord], str | None]:
+        """At most `limit` of the campaign's records from `cursor` (None: the start), shard
+        by shard, and the cursor of the next page (None: there is none). The cursor is
+        opaque: a shard and the last key read in it."""
+        ...
+
     # Batch mode: a send group is claimed, completed or released in one transaction.
     def claim_group(
         self,

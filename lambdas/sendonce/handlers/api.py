@@ -228,6 +228,9 @@ class JobView(BaseModel):
     steps: int = Field(description="Pages done so far (each a bounded read of the campaign).")
     progress: dict[str, int] = Field(description="What the pages did so far, e.g. batches_read, republished.")
     error: str | None = None
+    result: dict[str, Any] | None = Field(
+        default=None, description="What a finished job found (reconcile: counters, ledger and drifts); else null."
+    )
     created_at: str | None = None
     updated_at: str | None = None
 
@@ -428,6 +431,17 @@ def cancel(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body(
     campaign, job = _service().cancel(campaign_id, reason=body.reason if body else None)
     result = CancelResult(**CampaignView.of(campaign).model_dump(), job=JobView.of(job))
     return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=result)
+
+
+@app.post(
+    "/campaigns/<campaign_id>/reconcile",
+    responses=_responses(
+        202, "A job compares the campaign's counters with its ledger (GET /jobs/{job_id})", JobView, 400, 404
+    ),
+)
+def reconcile(campaign_id: CampaignId) -> Response[JobView]:
+    job = _service().start_reconcile(campaign_id)
+    return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=JobView.of(job))
 
 
 @app.get("/jobs/<job_id>", responses=_responses(200, "A job and its progress", JobView, 404))

@@ -163,6 +163,7 @@ class CampaignService(ScheduledSends):
             ledger=ledger,
             campaign_queue=queue,
             clock=_iso_now,
+            counters=counters,
         )
         if self._jobs.on_finished is None:
             self._jobs.on_finished = self.job_finished
@@ -453,6 +454,11 @@ class CampaignService(ScheduledSends):
         if self._counters is None:
             raise InvalidCampaignError("reconcile: this service keeps no counters")
         return reconcile(self._campaigns, self._ledger, self._counters, campaign_id)
+
+    def start_reconcile(self, campaign_id: str) -> Job:
+        """`reconcile` as a job (a page of the ledger a step): its result is the
+        Reconciliation's `as_dict`. Not idempotent by id: each call reads the ledger anew."""
+        return self._jobs.start_reconcile(campaign_id, by=self._operator)
 
     def records(self, campaign_id: str) -> Iterator[DeliveryRecord]:
         return self._ledger.records(campaign_id)

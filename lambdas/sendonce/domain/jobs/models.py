@@ -14,6 +14,9 @@ class JobKind(StrEnum):
     # Publish once more every published recipient whose delivery is in the given states
     # (resume: not ended; cancel: not ended, so that consumers close each one).
     REPUBLISH = "republish"
+    # Count the campaign's ledger records by state, shard by shard, then compare the counts
+    # with the counters: the drifts are the job's result.
+    RECONCILE = "reconcile"
 
 
 class JobState(StrEnum):
@@ -36,6 +39,8 @@ class Job(BaseModel):
     steps: int = 0
     progress: dict[str, int] = Field(default_factory=dict)
     error: str | None = None
+    # What a finished job found (e.g. a reconciliation's drifts); None while it runs.
+    result: dict[str, Any] | None = None
     by: str | None = None
     created_at: str | None = None
     updated_at: str | None = None

@@ -23,16 +23,21 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sendonce.domain.campaigns.batches import bodies_for
+from sendonce.domain.campaigns.status import reconciliation_of
 from sendonce.domain.errors import CampaignNotFoundError, InvalidCampaignError, JobNotFoundError
 from sendonce.domain.jobs.models import Job, JobKind, JobState
 from sendonce.domain.models import DeliveryState, Recipient
-from sendonce.domain.ports import CampaignStore, JobQueue, JobStore, Ledger, Queue
+from sendonce.domain.ports import CampaignCounters, CampaignStore, JobQueue, JobStore, Ledger, Queue
 
 logger = logging.getLogger(__name__)
 
 PAGE_BATCHES = 25  # batch records per step: at most 2,500 recipients, 25 ledger BatchGetItems
+PAGE_RECORDS = 1_000  # ledger records per reconcile step: one Query (at most 1 MB)
+# A reconcile job's progress: records read, and one count per ledger state ("ledger_sent", ...).
+LEDGER_PREFIX = "ledger_"
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,8 @@ class Page:
 
     cursor: str | None
     progress: dict[str, int] = field(default_factory=dict)
+    # The last page's (cursor None): what the job found, from its whole progress.
+    result: Callable[[dict[str, int]], dict[str, Any]] | None = None
 
 
 class JobService:
@@ -55,6 +62,8 @@ class JobService:
         clock: Callable[[], str],
         on_finished: Callable[[Job], None] | None = None,
         page_batches: int = PAGE_BATCHES,
+        counters: CampaignCounters | None = None,
+        page_records: int = PAGE_RECORDS,
     ) -> None:
         self._jobs = jobs
         self._queue = queue
@@ -64,7 +73,12 @@ class JobService:
         self._clock = clock
         self.on_finished = on_finished  # set once by the service whose jobs these are
         self._page_batches = page_batches
-        self._pages: dict[JobKind, Callable[[Job], Page]] = {JobKind.REPUBLISH: self._republish_page}
+        self._counters = counters
+        self._page_records = page_records
+        self._pages: dict[JobKind, Callable[[Job], Page]] = {
+            JobKind.REPUBLISH: self._republish_page,
+            JobKind.RECONCILE: self._reconcile_page,
+        }
 
     # --- starting and reading -----------------------------------------------------------
 
@@ -86,6 +100,21 @@ class JobService:
             kind=JobKind.REPUBLISH,
             campaign_id=campaign_id,
             params={"states": sorted(s.value for s in states), "prefix": prefix, "reason": reason},
+            by=by,
+            created_at=self._clock(),
+        )
+        return self._start(job)
+
+    def start_reconcile(self, campaign_id: str, *, by: str, job_id: str | None = None) -> Job:
+        """A job counting the campaign's ledger records by state, a page of one shard a
+        step, then comparing the counts with the counters (its result: the drifts)."""
+        if self._counters is None:
+            raise InvalidCampaignError("reconcile: this service keeps no counters")
+        self._campaigns.get(campaign_id)  # raises CampaignNotFoundError
+        job = Job(
+            job_id=job_id or f"{campaign_id}-{JobKind.RECONCILE.value}-{uuid.uuid4().hex[:12]}",
+            kind=JobKind.RECONCILE,
+            campaign_id=campaign_id,
             by=by,
             created_at=self._clock(),
         )
@@ -129,6 +158,7 @@ class JobService:
         for name, n in page.progress.items():
             progress[name] = progress.get(name, 0) + n
         finished = page.cursor is None or error is not None
+        result = page.result(progress) if page.result is not None and error is None and page.cursor is None else None
         moved = job.model_copy(
             update={
                 "cursor": page.cursor,
@@ -136,6 +166,7 @@ class JobService:
                 "progress": progress,
                 "state": (JobState.FAILED if error else JobState.DONE) if finished else JobState.RUNNING,
                 "error": error,
+                "result": result,
                 "updated_at": self._clock(),
                 "version": job.version + 1,
             }
@@ -189,6 +220,29 @@ class JobService:
                 "messages": len(bodies),
             },
         )
+
+    def _reconcile_page(self, job: Job) -> Page:
+        # Each record is counted once: the counts go into the job with the same write that
+        # moves its cursor past them (a page read twice is counted by one write only).
+        records, cursor = self._ledger.records_page(job.campaign_id, job.cursor, self._page_records)
+        progress: dict[str, int] = {"records_read": len(records)}
+        for record in records:
+            name = LEDGER_PREFIX + record.state.value
+            progress[name] = progress.get(name, 0) + 1
+        return Page(
+            cursor=cursor, progress=progress, result=self._reconciled(job.campaign_id) if cursor is None else None
+        )
+
+    def _reconciled(self, campaign_id: str) -> Callable[[dict[str, int]], dict[str, Any]]:
+        def result(progress: dict[str, int]) -> dict[str, Any]:
+            recorded = {
+                name.removeprefix(LEDGER_PREFIX): n for name, n in progress.items() if name.startswith(LEDGER_PREFIX)
+            }
+            # Read after the ledger: at rest, both say the same.
+            totals = self._counters.totals(campaign_id) if self._counters is not None else None
+            return reconciliation_of(campaign_id, totals, recorded).as_dict()
+
+        return result
 
 
 class InMemoryJobStore:
