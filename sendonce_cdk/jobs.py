@@ -17,11 +17,13 @@ from sendonce_cdk.config import JOBS_RESERVED
 from sendonce_cdk.function import ServiceFunction
 
 HANDLER = "sendonce.handlers.jobs.lambda_handler"
-# One step reads 25 batch records and their deliveries (25 BatchGetItems) and publishes what
-# is left: seconds. A minute leaves room on a throttled table; the queue's visibility is six
-# times that, as for the consumer, so a step still running is not given to a second worker.
-TIMEOUT = cdk.Duration.seconds(60)
-VISIBILITY = cdk.Duration.seconds(360)
+# A republish step reads 25 batch records and their deliveries (25 BatchGetItems) and
+# publishes what is left: seconds; a reconcile step, one Query per shard up to 1,000 records.
+# An S3 publish part publishes one byte range (2 MB: ~20,000 recipients, 200 batch records):
+# tens of seconds. Five minutes leaves room on a throttled table; the queue's visibility is
+# six times that, as for the consumer, so a step still running is not given to a second worker.
+TIMEOUT = cdk.Duration.minutes(5)
+VISIBILITY = cdk.Duration.minutes(30)
 # A step that keeps failing (its job item unreadable, the campaign queue refusing) is kept
 # for on-call after this many tries; `sendonce job status` shows the job still running.
 MAX_RECEIVE_COUNT = 10
@@ -65,7 +67,7 @@ class JobsWorker(Construct):
             self,
             "Handler",
             handler=HANDLER,
-            description="sendonce jobs worker: resume and cancel, a page of a campaign a step",
+            description="sendonce jobs worker: resume, cancel, reconcile, S3 publish, a page or part a step",
             # sendonce.settings.JobsSettings, by field.
             settings={
                 "ledger_table": ledger_table.table_name,

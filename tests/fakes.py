@@ -632,9 +632,13 @@ class FakeTestSendLog:
 class FakeJobQueue:
     def __init__(self) -> None:
         self.submitted: list[str] = []
+        self.parts: list[tuple[str, int]] = []
 
     def submit(self, job_id: str) -> None:
         self.submitted.append(job_id)
+
+    def submit_parts(self, job_id: str, parts) -> None:
+        self.parts.extend((job_id, n) for n in parts)
 
 
 class FakeCounters:

@@ -27,18 +27,21 @@ from sendonce.adapters.dynamodb.test_sends import DynamoDBTestSendLog
 from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
 from sendonce.adapters.providers import registry
 from sendonce.adapters.providers.descriptor import Provider, ProviderEnv, event_readers
+from sendonce.adapters.s3_objects import S3ObjectLines
 from sendonce.adapters.scheduler import EventBridgeScheduler
 from sendonce.adapters.sqs_queue import SqsJobQueue, SqsQueue
 from sendonce.domain.audit.service import CampaignAudit
 from sendonce.domain.campaigns.counters import CounterAggregator
 from sendonce.domain.campaigns.preview import PreviewService, TestSendService
 from sendonce.domain.campaigns.report import ReportService
+from sendonce.domain.campaigns.s3_publish import S3Publish
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes
 from sendonce.domain.deliverability.provider_events import BrakeSettings, ProviderEventService, WebhookReader
 from sendonce.domain.deliverability.suppressions import SuppressionService
 from sendonce.domain.deliverability.unsubscribe import KeySet, UnsubscribeLinks, UnsubscribeService, UnsubscribeTokens
 from sendonce.domain.errors import SettingsError
+from sendonce.domain.jobs.models import JobKind
 from sendonce.domain.jobs.service import JobService
 from sendonce.domain.ports import (
     CampaignCounters,
@@ -239,7 +242,7 @@ def assemble_campaign_service(
             target_arn=settings.scheduled_start_function_arn,
             role_arn=settings.scheduler_role_arn,
         )
-    return CampaignService(
+    service = CampaignService(
         campaigns=campaigns,
         ledger=ledger,
         queue=queue,
@@ -250,6 +253,9 @@ def assemble_campaign_service(
         jobs=jobs,
         scheduler=scheduler,
     )
+    # S3 publish runs as a job in parts, each publishing through this service.
+    jobs.parted[JobKind.PUBLISH_S3] = S3Publish(service=service, objects=S3ObjectLines(client=session.client("s3")))
+    return service
 
 
 def job_service(settings: JobsSettings) -> JobService:

@@ -182,6 +182,29 @@ class Client:
         `progress`, and once done its `result`."""
         return self._request("GET", f"/jobs/{_segment(job_id)}")
 
+    def publish_s3(
+        self,
+        campaign_id: str,
+        bucket: str,
+        key: str,
+        *,
+        format: str | None = None,
+        strict: bool = True,
+        dedupe_addresses: bool = False,
+    ) -> dict[str, Any]:
+        """POST /campaigns/{id}/publish naming an S3 object (202): the `publish_s3` job that
+        publishes it server-side, its byte ranges in parallel; follow it with `job(job_id)`
+        (`progress`: ranges_done of ranges, accepted, bad_rows; `result.problems` by line;
+        a strict publish with a bad row fails, naming them, having published nothing). Safe
+        to call again: the same object publishes the same batches, recorded once."""
+        source: dict[str, Any] = {"bucket": bucket, "key": key}
+        if format is not None:
+            source["format"] = format
+        body: dict[str, Any] = {"s3": source, "strict": strict}
+        if dedupe_addresses:
+            body["dedupe_addresses"] = True
+        return self._request("POST", f"/campaigns/{_segment(campaign_id)}/publish", body=body)
+
     def reconcile(self, campaign_id: str) -> dict[str, Any]:
         """POST /campaigns/{id}/reconcile (202): a job that compares the campaign's counters
         with its ledger; once `job(job_id)` is done, its `result` holds the drifts. Each call

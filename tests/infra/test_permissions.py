@@ -271,6 +271,9 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
             "queue": {"sqs:SendMessage"},
             "jobs_queue": {"sqs:SendMessage", *EVENT_SOURCE},
         }
+        if config.recipients_bucket:
+            # An S3 publish's parts read their byte ranges.
+            expected[f"s3:{config.recipients_bucket}/*"] = {"s3:GetObject"}
     elif handler == UNSUBSCRIBE_HANDLER:
         expected |= {
             "suppressions": {"dynamodb:GetItem", "dynamodb:PutItem"},

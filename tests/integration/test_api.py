@@ -214,7 +214,7 @@ def test_a_path_the_api_does_not_serve_is_a_404(system, method, path):
     assert body["message"] == f"no route for {method} {path}"
 
 
-def test_publish_from_s3_streams_the_object_and_strict_rejects_a_bad_file_whole(system):
+def test_publish_from_s3_is_a_job_and_strict_rejects_a_bad_file_whole(system):
     s3 = boto3.client("s3")
     bucket = f"sendonce-{uuid.uuid4().hex[:12]}"
     s3.create_bucket(Bucket=bucket)
@@ -235,16 +235,22 @@ def test_publish_from_s3_streams_the_object_and_strict_rejects_a_bad_file_whole(
     )
     again = call(system, "POST", "/campaigns/c1/publish", {"s3": {"bucket": bucket, "key": "lists/good.csv"}})
 
-    assert strict[0] == 400
-    assert strict[1]["message"] == (
+    # Without a jobs queue (as here) the job runs in the call; the answer is the job.
+    assert strict[0] == 202 and (strict[1]["kind"], strict[1]["state"]) == ("publish_s3", "failed")
+    assert strict[1]["error"] == (
         f"s3://{bucket}/lists/bad.csv: 2 bad row(s); nothing was published: "
         "line 2: email: not a valid email address; line 153: expected 3 columns, found 2"
     )
-    assert missing[0] == 400 and "cannot be read (NoSuchKey)" in missing[1]["message"]
-    assert lenient[0] == 200
-    assert (lenient[1]["accepted"], lenient[1]["bad_rows"], lenient[1]["batches_new"]) == (150, 2, 2)
-    assert lenient[1]["problems"] == ["2: email: not a valid email address", "153: expected 3 columns, found 2"]
-    assert (again[1]["accepted"], again[1]["batches_new"], again[1]["messages_sent"]) == (150, 0, 0)
+    assert missing[0] == 400 and "cannot be read (404)" in missing[1]["message"]  # the HEAD, before any job
+    assert lenient[0] == 202 and lenient[1]["state"] == "done"
+    progress = lenient[1]["progress"]
+    assert (progress["accepted"], progress["bad_rows"], progress["batches_new"]) == (150, 2, 2)
+    assert lenient[1]["result"]["problems"] == [
+        "2: email: not a valid email address",
+        "153: expected 3 columns, found 2",
+    ]
+    again = again[1]["progress"]
+    assert (again["accepted"], again["batches_new"], again["messages_sent"]) == (150, 0, 0)
     assert system.operator.status("c1").total == 150
 
 

@@ -626,3 +626,29 @@ class JobQueue(Protocol):
     def submit(self, job_id: str) -> None:
         """Ask a worker for the job's next step."""
         ...
+
+    def submit_parts(self, job_id: str, parts: Iterable[int]) -> None:
+        """Ask workers for these parts of a job in parts, one message each."""
+        ...
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An object as a HEAD of it says: its size and the ETag (and version) that pin it."""
+
+    size: int
+    etag: str
+    version_id: str | None = None
+
+
+class ObjectLines(Protocol):
+    """Text lines of a stored object (S3), read whole or by byte range."""
+
+    def head(self, bucket: str, key: str) -> StoredObject:
+        """Raises RecipientFileError when it cannot be read."""
+        ...
+
+    def lines_in_range(self, bucket: str, key: str, start: int, end: int, *, pinned: StoredObject) -> Iterator[str]:
+        """The lines that start at a byte in [start, end) (the last one read to its end), of
+        the object as `pinned` says it is; RecipientFileError if it changed since."""
+        ...

@@ -10,10 +10,8 @@ import copy
 import functools
 import json
 import os
-from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-import boto3
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
@@ -23,20 +21,16 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sendonce.adapters.providers import registry
-from sendonce.adapters.s3_objects import S3ObjectLines
 from sendonce.domain import limits
 from sendonce.domain.campaigns.operator_input import (
     LINE_PATTERN,
     SEND_AT_PATTERN,
     InlineRecipient,
-    RecipientReader,
     RejectedFileError,
     RowTally,
     describe_row,
-    format_for,
     friendly_message,
     inline_rows,
-    publish_file,
     strict_json_loads,
 )
 from sendonce.domain.campaigns.operator_input import (
@@ -51,7 +45,7 @@ from sendonce.domain.errors import (
     InvalidCampaignError,
     JobNotFoundError,
 )
-from sendonce.domain.jobs.models import Job
+from sendonce.domain.jobs.models import Job, JobKind
 from sendonce.domain.models import ID_PATTERN, Campaign, CampaignState
 from sendonce.handlers import preview_routes
 from sendonce.handlers.api_routes import ServedPaths, campaign_links
@@ -353,34 +347,46 @@ def get_campaign(campaign_id: CampaignId) -> CampaignView:
     return CampaignView.of(_service().get(campaign_id))
 
 
-@app.post(
-    "/campaigns/<campaign_id>/publish",
-    responses=_responses(
-        200, "Published (a draft starts sending, or is scheduled with send_at)", PublishResult, 400, 404, 409, 503
-    ),
-)
-def publish(campaign_id: CampaignId, body: Annotated[PublishBody, Body()]) -> PublishResult:
+def _publish_responses() -> dict[int, Any]:
+    responses = _responses(
+        200,
+        "Inline recipients published (a draft starts sending, or is scheduled with send_at)",
+        PublishResult,
+        400,
+        404,
+        409,
+        503,
+    )
+    responses[202] = _json(
+        "An S3 object (checked with a HEAD): a publish_s3 job publishes it in byte ranges, in parallel; "
+        "GET /jobs/{job_id} shows ranges done, recipients published and rejected rows by line",
+        JobView,
+    )
+    return responses
+
+
+@app.post("/campaigns/<campaign_id>/publish", responses=_publish_responses())
+def publish(campaign_id: CampaignId, body: Annotated[PublishBody, Body()]) -> Response[PublishResult | JobView]:
     service = _service()
     send_at_ms = parse_instant(body.send_at) if body.send_at is not None else None
     if body.recipients is not None:
         tally = RowTally(dedupe_addresses=body.dedupe_addresses)
         recipients = list(tally.recipients(inline_rows(body.recipients)))
         report = service.publish(campaign_id, recipients, send_at_ms=send_at_ms)
-        return _publish_result(report, tally, where="recipients.")
+        result = _publish_result(report, tally, where="recipients.")
+        return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=result)
     location = body.s3
-    name = f"s3://{location.bucket}/{location.key}"
-    fmt = format_for(location.key, location.format)
-    objects = app.context["objects"]
-    report, tally = publish_file(
-        service,
+    job = service.jobs.parted[JobKind.PUBLISH_S3].start(  # type: ignore[attr-defined]
         campaign_id,
-        lambda: RecipientReader(objects.lines(location.bucket, location.key), fmt, name=name),
-        name=name,
+        bucket=location.bucket,
+        key=location.key,
+        fmt=location.format,
         strict=body.strict,
         dedupe_addresses=body.dedupe_addresses,
         send_at_ms=send_at_ms,
+        by=_caller(),
     )
-    return _publish_result(report, tally)
+    return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=JobView.of(job))
 
 
 def _publish_result(report: PublishReport, tally: RowTally, where: str = "") -> PublishResult:
@@ -604,7 +610,6 @@ def lambda_handler(
     event: dict[str, Any],
     context: LambdaContext,
     service: CampaignService | None = None,
-    objects: S3ObjectLines | None = None,
     sending: Any = None,
 ) -> dict[str, Any]:
     refused = _refuse_non_json(event)
@@ -612,7 +617,7 @@ def lambda_handler(
         return refused
     service = service or campaign_service(ApiSettings.from_env(os.environ))
     sending = sending or preview_routes.SendingOnDemand(os.environ)
-    app.append_context(service=service, objects=objects or _S3OnDemand(), sending=sending)
+    app.append_context(service=service, sending=sending)
     return app.resolve(event, context)
 
 
@@ -635,10 +640,3 @@ def _refuse_non_json(event: dict[str, Any]) -> dict[str, Any] | None:
         "body": json.dumps(body),
         "isBase64Encoded": False,
     }
-
-
-class _S3OnDemand:
-    """The S3 reader, with its client built only when a publish names an S3 object."""
-
-    def lines(self, bucket: str, key: str) -> Iterator[str]:
-        return S3ObjectLines(client=boto3.session.Session().client("s3")).lines(bucket, key)

@@ -17,6 +17,9 @@ class JobKind(StrEnum):
     # Count the campaign's ledger records by state, shard by shard, then compare the counts
     # with the counters: the drifts are the job's result.
     RECONCILE = "reconcile"
+    # Publish a recipient file from S3 in parts (byte ranges), each part a step of its own
+    # that any worker takes, in parallel (domain/campaigns/s3_publish.py).
+    PUBLISH_S3 = "publish_s3"
 
 
 class JobState(StrEnum):
@@ -39,6 +42,9 @@ class Job(BaseModel):
     steps: int = 0
     progress: dict[str, int] = Field(default_factory=dict)
     error: str | None = None
+    # A job in parts: each part's outcome, recorded once (by the write that adds it here),
+    # by part number; cleared when the job goes on to its next phase.
+    parts: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # What a finished job found (e.g. a reconciliation's drifts); None while it runs.
     result: dict[str, Any] | None = None
     by: str | None = None

@@ -23,7 +23,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sendonce.domain.campaigns.batches import bodies_for
 from sendonce.domain.campaigns.status import reconciliation_of
@@ -48,6 +48,30 @@ class Page:
     progress: dict[str, int] = field(default_factory=dict)
     # The last page's (cursor None): what the job found, from its whole progress.
     result: Callable[[dict[str, int]], dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class PhaseEnd:
+    """What a job in parts does once every part of its phase is recorded: finish (DONE or
+    FAILED, with its result or error), or go on to a next phase of `parts` parts."""
+
+    state: JobState = JobState.RUNNING
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)  # merged into the job's (next phase)
+
+
+class PartedWork(Protocol):
+    """The work of one kind of job in parts (each part on any worker, in any order)."""
+
+    def part(self, job: Job, part: int) -> dict[str, Any]:
+        """Do one part; its outcome (JSON), of which `counts` (name -> int) go into the
+        job's progress. Safe to repeat: a part done twice is recorded once."""
+        ...
+
+    def phase_end(self, job: Job) -> PhaseEnd:
+        """Every part of the job's phase recorded (`job.parts`): what comes next."""
+        ...
 
 
 class JobService:
@@ -79,6 +103,9 @@ class JobService:
             JobKind.REPUBLISH: self._republish_page,
             JobKind.RECONCILE: self._reconcile_page,
         }
+        # Kinds done in parts (params["parts"] of them, params["phase"] names the phase),
+        # registered by whoever can do them (wiring: S3 publish).
+        self.parted: dict[JobKind, PartedWork] = {}
 
     # --- starting and reading -----------------------------------------------------------
 
@@ -126,8 +153,21 @@ class JobService:
             return job
         if self._queue is None:
             return self.run(job.job_id)
-        self._queue.submit(job.job_id)
+        if job.kind in self.parted:
+            self._queue.submit_parts(job.job_id, self._missing_parts(job))
+        else:
+            self._queue.submit(job.job_id)
         return job
+
+    def start_parted(self, job: Job) -> Job:
+        """Start a job in parts (its kind registered in `parted`): one message a part."""
+        if job.kind not in self.parted:
+            raise InvalidCampaignError(f"jobs of kind {job.kind.value!r} cannot be run here")
+        return self._start(job if job.created_at else job.model_copy(update={"created_at": self._clock()}))
+
+    @staticmethod
+    def _missing_parts(job: Job) -> list[int]:
+        return [n for n in range(int(job.params["parts"])) if str(n) not in job.parts]
 
     def get(self, job_id: str) -> Job:
         return self._jobs.get(job_id)
@@ -136,7 +176,10 @@ class JobService:
         """Submit a running job's next step again (after its messages were dead-lettered)."""
         job = self._jobs.get(job_id)
         if not job.done and self._queue is not None:
-            self._queue.submit(job.job_id)
+            if job.kind in self.parted:
+                self._queue.submit_parts(job.job_id, self._missing_parts(job))
+            else:
+                self._queue.submit(job.job_id)
         return job
 
     # --- stepping -----------------------------------------------------------------------
@@ -187,10 +230,84 @@ class JobService:
         return moved
 
     def run(self, job_id: str) -> Job:
-        """Every step, in process, until the job is finished."""
+        """Every step (or every part not yet recorded), in process, until the job is finished."""
+        job = self._jobs.get(job_id)
+        if job.kind in self.parted:
+            while not job.done:
+                for part in self._missing_parts(job):
+                    self.work_part(job_id, part, submit=False)
+                job = self._jobs.get(job_id)
+            return job
         while (moved := self.step(job_id)) is not None and not moved.done:
             pass
         return self._jobs.get(job_id)
+
+    # --- jobs in parts ------------------------------------------------------------------
+
+    def work_part(self, job_id: str, part: int, *, submit: bool = True) -> Job | None:
+        """A worker's turn on one part: do it, then record its outcome with a write
+        conditional on the job's version, unless the part is recorded already (a message
+        received twice, a worker that died after the write) or the job moved to another
+        phase. The write that records the phase's last part ends the phase; after it the
+        next phase's parts are submitted. Returns the job as moved, or None."""
+        job = self._jobs.get(job_id)
+        if job.done or str(part) in job.parts:
+            return None
+        phase = job.params.get("phase")
+        try:
+            outcome = self.parted[job.kind].part(job, part)
+        except (CampaignNotFoundError, InvalidCampaignError) as exc:
+            return self._fail(job_id, str(exc))
+        while True:
+            job = self._jobs.get(job_id)
+            if job.done or job.params.get("phase") != phase or str(part) in job.parts:
+                return None
+            progress = dict(job.progress)
+            for name, n in outcome.get("counts", {}).items():
+                progress[name] = progress.get(name, 0) + n
+            kept = {name: value for name, value in outcome.items() if name != "counts"}  # counts: in progress
+            moved = job.model_copy(
+                update={
+                    "parts": {**job.parts, str(part): kept},
+                    "progress": progress,
+                    "steps": job.steps + 1,
+                    "updated_at": self._clock(),
+                    "version": job.version + 1,
+                }
+            )
+            if len(moved.parts) == int(job.params["parts"]):
+                moved = self._end_phase(moved)
+            if self._jobs.advance(job, moved):
+                break
+        if moved.done:
+            logger.info("job finished", extra={"job_id": job_id, "state": moved.state.value, **moved.progress})
+            if self.on_finished is not None and moved.state is JobState.DONE:
+                self.on_finished(moved)
+        elif not moved.parts and submit and self._queue is not None:
+            self._queue.submit_parts(job_id, self._missing_parts(moved))
+        return moved
+
+    def _end_phase(self, job: Job) -> Job:
+        end = self.parted[job.kind].phase_end(job)
+        if end.state is JobState.RUNNING:
+            return job.model_copy(update={"params": {**job.params, **end.params}, "parts": {}})
+        return job.model_copy(update={"state": end.state, "result": end.result, "error": end.error})
+
+    def _fail(self, job_id: str, error: str) -> Job | None:
+        while True:
+            job = self._jobs.get(job_id)
+            if job.done:
+                return None
+            moved = job.model_copy(
+                update={
+                    "state": JobState.FAILED,
+                    "error": error,
+                    "updated_at": self._clock(),
+                    "version": job.version + 1,
+                }
+            )
+            if self._jobs.advance(job, moved):
+                return moved
 
     # --- the kinds of page --------------------------------------------------------------
 
