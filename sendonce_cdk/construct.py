@@ -168,6 +168,7 @@ class SendOnce(Construct):
             campaigns_table=self.tables.campaigns,
             campaign_queue=self.queues.queue,
             campaign_dead_letter_queue=self.queues.dead_letter_queue,
+            provider_settings=_prefixed([(stack, stack.audit_settings(config)) for stack in config.deployed]),
             removal_policy=removal_policy,
             code=code,
         )
@@ -466,6 +467,9 @@ class SendOnce(Construct):
         # (the event source's grant covers receiving and deleting).
         self._allow_send(function, self.queues.queue)
         self._allow_send(function, self.jobs.queue)
+        # An audit job reads the campaign's provider's own records (sendonce_cdk/providers/).
+        for stack in self.config.deployed:
+            stack.grant_audit(self, function)
         if self.config.recipients_bucket:
             # An S3 publish's parts: each reads its byte range of the object (GetObject).
             function.add_to_role_policy(

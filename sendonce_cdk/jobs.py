@@ -6,6 +6,8 @@ Grants on the tables and the campaign queue are the stack's to make (SendOnce._g
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
@@ -41,6 +43,7 @@ class JobsWorker(Construct):
         campaigns_table: dynamodb.ITable,
         campaign_queue: sqs.IQueue,
         campaign_dead_letter_queue: sqs.IQueue,
+        provider_settings: Mapping[str, str] | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
     ) -> None:
@@ -75,6 +78,8 @@ class JobsWorker(Construct):
                 "queue_url": campaign_queue.queue_url,
                 "dead_letter_queue_url": campaign_dead_letter_queue.queue_url,
                 "jobs_queue_url": self.queue.queue_url,
+                # An audit job's provider reads (ProviderStack.audit_settings, prefixed).
+                **(provider_settings or {}),
             },
             timeout=TIMEOUT,
             memory_size=512,

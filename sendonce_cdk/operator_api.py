@@ -30,6 +30,7 @@ ROUTES = (
     (POST, "/campaigns/{id}/unschedule"),
     (GET, "/campaigns/{id}/delivery-status"),
     (POST, "/campaigns/{id}/reconcile"),
+    (POST, "/campaigns/{id}/audit"),
     (GET, "/jobs/{id}"),
     # Test sends need the consumer's sending settings on this function (docs/api.md); preview
     # without the unsubscribe key shows no List-Unsubscribe header.

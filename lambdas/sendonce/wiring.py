@@ -460,8 +460,20 @@ def campaign_store(dynamodb, table_name: str, *, counted: bool = False) -> tuple
     return campaigns, shards
 
 
+def auditor_of(
+    settings: Callable[[], ConsumerSettings | JobsSettings], session: boto3.session.Session | None = None
+) -> Callable[[str], CampaignAudit]:
+    """An audit job's auditor (JobService.auditor): the campaign's provider's own records,
+    with that provider's settings (`settings()`, read when an audit runs)."""
+
+    def auditor(provider: str) -> CampaignAudit:
+        return campaign_audit(settings(), provider, session)
+
+    return auditor
+
+
 def campaign_audit(
-    settings: ConsumerSettings,
+    settings: ConsumerSettings | JobsSettings,
     provider: str,
     session: boto3.session.Session | None = None,
     *,

@@ -205,6 +205,12 @@ class Client:
             body["dedupe_addresses"] = True
         return self._request("POST", f"/campaigns/{_segment(campaign_id)}/publish", body=body)
 
+    def audit(self, campaign_id: str) -> dict[str, Any]:
+        """POST /campaigns/{id}/audit (202): a job that sets the provider's own records
+        against the ledger; once `job(job_id)` is done, `result` holds `clean`, the verdict
+        `counts`, `duplicates` and the findings' `digest`. Read-only; each call audits anew."""
+        return self._request("POST", f"/campaigns/{_segment(campaign_id)}/audit")
+
     def reconcile(self, campaign_id: str) -> dict[str, Any]:
         """POST /campaigns/{id}/reconcile (202): a job that compares the campaign's counters
         with its ledger; once `job(job_id)` is done, its `result` holds the drifts. Each call

@@ -117,6 +117,7 @@ OPERATOR_ROUTES = {
     "POST /campaigns/{id}/unschedule",
     "GET /campaigns/{id}/delivery-status",
     "POST /campaigns/{id}/reconcile",
+    "POST /campaigns/{id}/audit",
     "GET /jobs/{id}",
     "POST /campaigns/{id}/preview",
     "POST /campaigns/{id}/test-sends",

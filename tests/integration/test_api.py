@@ -287,6 +287,7 @@ def test_the_openapi_document_describes_every_route(system):
         "/campaigns/{campaign_id}/preview",
         "/campaigns/{campaign_id}/test-sends",
         "/campaigns/{campaign_id}/reconcile",
+        "/campaigns/{campaign_id}/audit",
         "/jobs/{job_id}",
     }
     create = document["paths"]["/campaigns"]["post"]

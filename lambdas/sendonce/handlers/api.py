@@ -50,8 +50,8 @@ from sendonce.domain.models import ID_PATTERN, Campaign, CampaignState
 from sendonce.handlers import preview_routes
 from sendonce.handlers.api_routes import ServedPaths, campaign_links
 from sendonce.handlers.observability import logger
-from sendonce.settings import ApiSettings
-from sendonce.wiring import campaign_service
+from sendonce.settings import ApiSettings, ConsumerSettings
+from sendonce.wiring import auditor_of, campaign_service
 
 # Bodies are parsed strictly (no NaN, no lone surrogates, bounded nesting): what would fail
 # later in DynamoDB or at the provider is refused here as a 400 naming the body.
@@ -450,6 +450,22 @@ def reconcile(campaign_id: CampaignId) -> Response[JobView]:
     return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=JobView.of(job))
 
 
+@app.post(
+    "/campaigns/<campaign_id>/audit",
+    responses=_responses(
+        202,
+        "A job audits the campaign against its provider's own records (GET /jobs/{job_id}: its result holds the "
+        "verdict counts, clean, and the findings' digest)",
+        JobView,
+        400,
+        404,
+    ),
+)
+def audit(campaign_id: CampaignId) -> Response[JobView]:
+    job = _service().jobs.start_audit(campaign_id, by=_caller())
+    return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=JobView.of(job))
+
+
 @app.get("/jobs/<job_id>", responses=_responses(200, "A job and its progress", JobView, 404))
 def get_job(job_id: Annotated[str, Path(min_length=1, max_length=300)]) -> JobView:
     return JobView.of(_service().jobs.get(job_id))
@@ -616,6 +632,10 @@ def lambda_handler(
     if refused is not None:
         return refused
     service = service or campaign_service(ApiSettings.from_env(os.environ))
+    if service.jobs.auditor is None:
+        # An audit job runs here when there is no jobs queue (the local stack, tests), with
+        # the consumer's sending settings when this process has them.
+        service.jobs.auditor = auditor_of(lambda: ConsumerSettings.from_env(os.environ))
     sending = sending or preview_routes.SendingOnDemand(os.environ)
     app.append_context(service=service, sending=sending)
     return app.resolve(event, context)

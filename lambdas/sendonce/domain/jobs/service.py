@@ -25,9 +25,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sendonce.domain.audit.service import AuditOutsideRetentionError, CampaignAudit
 from sendonce.domain.campaigns.batches import bodies_for
 from sendonce.domain.campaigns.status import reconciliation_of
-from sendonce.domain.errors import CampaignNotFoundError, InvalidCampaignError, JobNotFoundError
+from sendonce.domain.errors import CampaignNotFoundError, InvalidCampaignError, JobNotFoundError, SettingsError
 from sendonce.domain.jobs.models import Job, JobKind, JobState
 from sendonce.domain.models import DeliveryState, Recipient
 from sendonce.domain.ports import CampaignCounters, CampaignStore, JobQueue, JobStore, Ledger, Queue
@@ -102,7 +103,11 @@ class JobService:
         self._pages: dict[JobKind, Callable[[Job], Page]] = {
             JobKind.REPUBLISH: self._republish_page,
             JobKind.RECONCILE: self._reconcile_page,
+            JobKind.AUDIT: self._audit_page,
         }
+        # The audit of a campaign of a given provider (set by the wiring from the sending
+        # settings; None: this process cannot audit, and an audit job fails saying so).
+        self.auditor: Callable[[str], CampaignAudit] | None = None
         # Kinds done in parts (params["parts"] of them, params["phase"] names the phase),
         # registered by whoever can do them (wiring: S3 publish).
         self.parted: dict[JobKind, PartedWork] = {}
@@ -141,6 +146,20 @@ class JobService:
         job = Job(
             job_id=job_id or f"{campaign_id}-{JobKind.RECONCILE.value}-{uuid.uuid4().hex[:12]}",
             kind=JobKind.RECONCILE,
+            campaign_id=campaign_id,
+            by=by,
+            created_at=self._clock(),
+        )
+        return self._start(job)
+
+    def start_audit(self, campaign_id: str, *, by: str, job_id: str | None = None) -> Job:
+        """A job auditing the campaign against its provider's own records, read-only (it
+        settles nothing: `sendonce campaign audit --settle` does, with the operator's
+        credentials). Its result: the verdict counts, clean or not, and the findings' digest."""
+        self._campaigns.get(campaign_id)  # raises CampaignNotFoundError
+        job = Job(
+            job_id=job_id or f"{campaign_id}-{JobKind.AUDIT.value}-{uuid.uuid4().hex[:12]}",
+            kind=JobKind.AUDIT,
             campaign_id=campaign_id,
             by=by,
             created_at=self._clock(),
@@ -348,6 +367,34 @@ class JobService:
             progress[name] = progress.get(name, 0) + 1
         return Page(
             cursor=cursor, progress=progress, result=self._reconciled(job.campaign_id) if cursor is None else None
+        )
+
+    def _audit_page(self, job: Job) -> Page:
+        campaign = self._campaigns.get(job.campaign_id)
+        if self.auditor is None:
+            raise InvalidCampaignError("audit: this process has no sending settings to read the provider's records")
+        try:
+            audited = self.auditor(campaign.provider).run(job.campaign_id, settle=False)
+        except (AuditOutsideRetentionError, SettingsError) as exc:
+            raise InvalidCampaignError(f"audit: {exc}") from exc
+        artefact = audited.artefact()
+        findings, run = artefact["findings"], artefact["run"]
+        summary = {
+            "clean": findings["clean"],
+            "digest": artefact["digest"],
+            "provider": findings["provider"],
+            "listing_complete": findings["listing_complete"],
+            "proves_absence": findings["proves_absence"],
+            "counts": findings["counts"],
+            # Bounded: the full artefact is the CLI's (`campaign audit --out FILE`).
+            "duplicates": [d["recipient_id"] for d in findings["duplicates"]][:100],
+            "must_run_before": run["must_run_before"],
+            "provider_requests": run["provider_requests"],
+        }
+        return Page(
+            cursor=None,
+            progress={"recipients_judged": sum(findings["counts"].values()), "listed_emails": run["listed_emails"]},
+            result=lambda _progress: summary,
         )
 
     def _reconciled(self, campaign_id: str) -> Callable[[dict[str, int]], dict[str, Any]]:
