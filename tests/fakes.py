@@ -525,6 +525,12 @@ class FakeLedgerEvents:
                     proven_not_sent=slot in self.proven_not_sent,
                 )
 
+    def unknowns_page(self, campaign_id: str, cursor: str | None, limit: int):
+        # Keyed on the last recipient id read, as the adapter's cursor is.
+        every = [u for u in self.unknowns(campaign_id) if cursor is None or u.recipient_id > cursor]
+        page = every[:limit]
+        return page, page[-1].recipient_id if len(every) > limit else None
+
     def prove_not_sent(self, key: DeliveryKey, *, audit: str) -> bool:
         slot = (key.campaign_id, key.recipient_id)
         record = self.ledger.items.get(slot)

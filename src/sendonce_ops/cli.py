@@ -131,7 +131,13 @@ class Cli:
         """The operator service; `writes` records who changes state (an STS call, made only then)."""
         if writes not in self._services:
             operator = self.operator() if writes else "operator"
-            self._services[writes] = campaign_service(self.endpoints.api_settings(), operator=operator)
+            service = campaign_service(self.endpoints.api_settings(), operator=operator)
+            endpoints, session = self.endpoints, self.session
+            # `resume --include-unknown` (and `job run` of one) reads and reopens unknowns.
+            service.jobs.unknown_outcomes = lambda accept: unknown_outcomes(
+                endpoints.ledger_table, endpoints.campaigns_table, session, accept_possible_duplicates=accept
+            )
+            self._services[writes] = service
         return self._services[writes]
 
     def operator(self) -> str:
@@ -687,24 +693,27 @@ def campaign_resume(
     if accept_possible_duplicates and not include_unknown:
         _fail(ExitCode.BAD_INPUT, "error: --accept-possible-duplicates needs --include-unknown")
     if include_unknown:
-        outcomes = unknown_outcomes(
-            cli.endpoints.ledger_table,
-            cli.endpoints.campaigns_table,
-            cli.session,
+        # A resume_unknown job, run here a page of unknowns at a time (`job run ID` takes it up).
+        service = cli.service(writes=True)
+        reopening = service.start_resume_including_unknown(
+            campaign_id,
+            recipient_ids=recipient_ids or None,
+            older_than_s=unknown_older_than,
             accept_possible_duplicates=accept_possible_duplicates,
+            reason=reason,
         )
-        resumed, job, report = cli.service(writes=True).resume_including_unknown(
-            campaign_id, outcomes, recipient_ids=recipient_ids or None, older_than_s=unknown_older_than, reason=reason
-        )
+        if reopening.result is None:
+            _fail(ExitCode.PARTIAL, describe_job(reopening))
+        republish = reopening.result["republish_job"]
         _transition_output(
             cli,
-            resumed,
+            service.get(campaign_id),
             "resumed",
             as_json,
-            **_job_extra(job),
-            reopened=report.reopened,
-            confirmed_sent=report.confirmed_sent,
-            not_reopened=report.skipped,
+            **_job_extra(service.jobs.get(republish) if republish else None),
+            reopened=reopening.listed.get("reopened", []),
+            confirmed_sent=reopening.listed.get("confirmed_sent", []),
+            not_reopened=reopening.listed.get("not_reopened", []),
         )
         return
     if recipient_ids:

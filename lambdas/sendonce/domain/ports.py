@@ -578,6 +578,13 @@ class LedgerEvents(Protocol):
 
     def unknowns(self, campaign_id: str) -> Iterator[UnknownDelivery]: ...
 
+    def unknowns_page(
+        self, campaign_id: str, cursor: str | None, limit: int
+    ) -> tuple[list[UnknownDelivery], str | None]:
+        """Up to `limit` unknown deliveries from `cursor` (opaque; None: the start), shard by
+        shard, and the next page's cursor (None: no more)."""
+        ...
+
     def prove_not_sent(self, key: DeliveryKey, *, audit: str) -> bool:
         """Record that an audit proved the unknown delivery absent at the provider
         (unknown -> unknown); conditional on unknown and on no provider 'sent' evidence."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import json
 import logging
 import re
 from collections.abc import Iterable, Iterator
@@ -21,7 +20,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from sendonce.adapters.dynamodb.ledger_keys import PARTITION_ATTR, SORT_ATTR, LedgerKeys, ShardsOf, campaign_id_of
+from sendonce.adapters.dynamodb.ledger_keys import LedgerKeys, ShardsOf, campaign_id_of
 from sendonce.domain.errors import LeaseLostError
 from sendonce.domain.models import (
     DeliveryKey,
@@ -207,10 +206,6 @@ _LIFT = "maybe_sent_at_ms, maybe_sent_by, group_key"
 _LIFT_GUARD = " AND maybe_sent_by = :me"
 # The mark keeps the *first* possibly accepted attempt: the key's 24 h count from there.
 _FIRST_MARK = "if_not_exists(maybe_sent_at_ms, :now)"
-
-
-# Queries one page of `records_page` may make (one per shard, most of them small).
-PAGE_QUERIES = 64
 
 
 class DynamoDBLedger:
@@ -519,39 +514,10 @@ class DynamoDBLedger:
             yield _record(item)
 
     def records_page(self, campaign_id: str, cursor: str | None, limit: int) -> tuple[list[DeliveryRecord], str | None]:
-        """Queries shard after shard (a campaign has up to hundreds, most small) until
-        `limit` records or PAGE_QUERIES queries: the cursor is the shard's index and the last
-        recipient id read in it, as JSON."""
-        partitions = self._keys.partitions(campaign_id)
-        shard, last = 0, None
-        if cursor is not None:
-            try:
-                position = json.loads(cursor)
-                shard, last = int(position["shard"]), position["last"]
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"not a ledger cursor: {cursor[:80]!r}") from exc
-        records: list[DeliveryRecord] = []
-        for _ in range(PAGE_QUERIES):
-            request: dict[str, Any] = {
-                "TableName": self._table,
-                "KeyConditionExpression": f"{PARTITION_ATTR} = :c",
-                "ExpressionAttributeValues": {":c": {"S": partitions[shard]}},
-                "ConsistentRead": True,
-                "Limit": limit - len(records),
-            }
-            if last is not None:
-                request["ExclusiveStartKey"] = {PARTITION_ATTR: {"S": partitions[shard]}, SORT_ATTR: {"S": last}}
-            response = self._client.query(**request)
-            records += [_record(item) for item in response["Items"]]
-            if response.get("LastEvaluatedKey"):
-                last = response["LastEvaluatedKey"][SORT_ATTR]["S"]
-            elif shard + 1 < len(partitions):
-                shard, last = shard + 1, None
-            else:
-                return records, None
-            if len(records) >= limit:
-                break
-        return records, json.dumps({"shard": shard, "last": last})
+        items, following = self._keys.query_page(
+            self._client, self._table, campaign_id, cursor, limit, ConsistentRead=True
+        )
+        return [_record(item) for item in items], following
 
     def get_many(self, campaign_id: str, recipient_ids: list[str]) -> dict[str, DeliveryRecord]:
         found: dict[str, DeliveryRecord] = {}

@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+LISTED_MOST = 1_000
+
 
 class JobKind(StrEnum):
     # Publish once more every published recipient whose delivery is in the given states
@@ -23,6 +25,9 @@ class JobKind(StrEnum):
     # Set the provider's own record of the campaign against the ledger (domain/audit): one
     # step runs the whole audit (the provider's listing is read newest first, in one pass).
     AUDIT = "audit"
+    # `resume --include-unknown`: reopen the eligible unknown deliveries a page at a time,
+    # then resume the campaign (whose republish is a job of its own).
+    RESUME_UNKNOWN = "resume_unknown"
 
 
 class JobState(StrEnum):
@@ -48,6 +53,9 @@ class Job(BaseModel):
     # A job in parts: each part's outcome, recorded once (by the write that adds it here),
     # by part number; cleared when the job goes on to its next phase.
     parts: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # Recipient ids a job names, by what happened to them (e.g. reopened), page by page;
+    # at most LISTED_MOST each (the counts in `progress` are exact).
+    listed: dict[str, list[str]] = Field(default_factory=dict)
     # What a finished job found (e.g. a reconciliation's drifts); None while it runs.
     result: dict[str, Any] | None = None
     by: str | None = None

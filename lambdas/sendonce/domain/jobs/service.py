@@ -28,8 +28,9 @@ from typing import Any, Protocol
 from sendonce.domain.audit.service import AuditOutsideRetentionError, CampaignAudit
 from sendonce.domain.campaigns.batches import bodies_for
 from sendonce.domain.campaigns.status import reconciliation_of
+from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S, UnknownOutcomes
 from sendonce.domain.errors import CampaignNotFoundError, InvalidCampaignError, JobNotFoundError, SettingsError
-from sendonce.domain.jobs.models import Job, JobKind, JobState
+from sendonce.domain.jobs.models import LISTED_MOST, Job, JobKind, JobState
 from sendonce.domain.models import DeliveryState, Recipient
 from sendonce.domain.ports import CampaignCounters, CampaignStore, JobQueue, JobStore, Ledger, Queue
 
@@ -37,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 PAGE_BATCHES = 25  # batch records per step: at most 2,500 recipients, 25 ledger BatchGetItems
 PAGE_RECORDS = 1_000  # ledger records per reconcile step: one Query (at most 1 MB)
+PAGE_UNKNOWNS = 500  # unknown deliveries a resume_unknown step reopens (a conditional write each)
 # A reconcile job's progress: records read, and one count per ledger state ("ledger_sent", ...).
 LEDGER_PREFIX = "ledger_"
 
@@ -49,6 +51,7 @@ class Page:
     progress: dict[str, int] = field(default_factory=dict)
     # The last page's (cursor None): what the job found, from its whole progress.
     result: Callable[[dict[str, int]], dict[str, Any]] | None = None
+    listed: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,13 @@ class JobService:
             JobKind.REPUBLISH: self._republish_page,
             JobKind.RECONCILE: self._reconcile_page,
             JobKind.AUDIT: self._audit_page,
+            JobKind.RESUME_UNKNOWN: self._resume_unknown_page,
         }
+        # `resume --include-unknown`'s parts, set by whoever has them: the unknown outcomes
+        # (given accept_possible_duplicates), and what resumes the campaign once every
+        # eligible unknown is reopened (the campaign service: its result is the job's).
+        self.unknown_outcomes: Callable[[bool], UnknownOutcomes] | None = None
+        self.after_reopening: Callable[[Job, dict[str, int]], dict[str, Any]] | None = None
         # The audit of a campaign of a given provider (set by the wiring from the sending
         # settings; None: this process cannot audit, and an audit job fails saying so).
         self.auditor: Callable[[str], CampaignAudit] | None = None
@@ -166,6 +175,39 @@ class JobService:
         )
         return self._start(job)
 
+    def start_resume_unknown(
+        self,
+        campaign_id: str,
+        *,
+        by: str,
+        recipient_ids: Iterable[str] | None = None,
+        older_than_s: int = DEFAULT_UNKNOWN_WINDOW_S,
+        accept_possible_duplicates: bool = False,
+        include_dead_lettered: bool = True,
+        reason: str | None = None,
+    ) -> Job:
+        """A job reopening, a page at a time, every unknown delivery an audit proved not sent
+        (accepting possible duplicates: every one unknown for `older_than_s`), then resuming
+        the campaign. Its result names the resume's republish job."""
+        if self.unknown_outcomes is None or self.after_reopening is None:
+            raise InvalidCampaignError("resume --include-unknown: this service cannot read the unknown outcomes")
+        self._campaigns.get(campaign_id)  # raises CampaignNotFoundError
+        job = Job(
+            job_id=f"{campaign_id}-{JobKind.RESUME_UNKNOWN.value}-{uuid.uuid4().hex[:12]}",
+            kind=JobKind.RESUME_UNKNOWN,
+            campaign_id=campaign_id,
+            params={
+                "recipient_ids": None if recipient_ids is None else list(dict.fromkeys(recipient_ids)),
+                "older_than_s": older_than_s,
+                "accept_possible_duplicates": accept_possible_duplicates,
+                "include_dead_lettered": include_dead_lettered,
+                "reason": reason,
+            },
+            by=by,
+            created_at=self._clock(),
+        )
+        return self._start(job)
+
     def _start(self, job: Job) -> Job:
         job = self._jobs.create(job)
         if job.done:
@@ -221,11 +263,15 @@ class JobService:
             progress[name] = progress.get(name, 0) + n
         finished = page.cursor is None or error is not None
         result = page.result(progress) if page.result is not None and error is None and page.cursor is None else None
+        listed = {name: list(ids) for name, ids in job.listed.items()}
+        for name, ids in page.listed.items():
+            listed[name] = (listed.get(name, []) + ids)[:LISTED_MOST]
         moved = job.model_copy(
             update={
                 "cursor": page.cursor,
                 "steps": job.steps + 1,
                 "progress": progress,
+                "listed": listed,
                 "state": (JobState.FAILED if error else JobState.DONE) if finished else JobState.RUNNING,
                 "error": error,
                 "result": result,
@@ -396,6 +442,37 @@ class JobService:
             progress={"recipients_judged": sum(findings["counts"].values()), "listed_emails": run["listed_emails"]},
             result=lambda _progress: summary,
         )
+
+    def _resume_unknown_page(self, job: Job) -> Page:
+        if self.unknown_outcomes is None or self.after_reopening is None:
+            raise InvalidCampaignError("resume --include-unknown: this process cannot read the unknown outcomes")
+        params = job.params
+        outcomes = self.unknown_outcomes(bool(params["accept_possible_duplicates"]))
+        report, cursor = outcomes.reopen_page(
+            job.campaign_id,
+            job.cursor,
+            PAGE_UNKNOWNS,
+            recipient_ids=params["recipient_ids"],
+            older_than_s=int(params["older_than_s"]),
+            by=job.by or "operator",
+        )
+        listed = {"reopened": report.reopened, "confirmed_sent": report.confirmed_sent}
+        counts = {"reopened": len(report.reopened), "confirmed_sent": len(report.confirmed_sent)}
+        if cursor is not None:
+            return Page(cursor=cursor, progress=counts, listed=listed)
+        after = self.after_reopening
+
+        def result(progress: dict[str, int]) -> dict[str, Any]:
+            # Resuming is safe to repeat (a resume republishes; the ledger sends each once).
+            return after(job, progress)
+
+        named = params["recipient_ids"]
+        if named is not None:
+            done = set(job.listed.get("reopened", [])) | set(report.reopened) | set(report.confirmed_sent)
+            done |= set(job.listed.get("confirmed_sent", []))
+            listed["not_reopened"] = [r for r in named if r not in done]
+            counts["not_reopened"] = len(listed["not_reopened"])
+        return Page(cursor=None, progress=counts, listed=listed, result=result)
 
     def _reconciled(self, campaign_id: str) -> Callable[[dict[str, int]], dict[str, Any]]:
         def result(progress: dict[str, int]) -> dict[str, Any]:
