@@ -53,6 +53,7 @@ RANGE_BYTES = 2 * 1024 * 1024  # a part: ~20,000 lines of 100 bytes, 200 batch r
 MOST_PARTS = 500
 PROBLEMS_KEPT = 100  # reported rows kept in the job (the first, by line)
 PROBLEM_CHARS = 200
+HEADER_BYTES = 64 * 1024
 CHECK, PUBLISH = "check", "publish"
 
 
@@ -172,16 +173,10 @@ class S3Publish:
         start = part * params["range_bytes"]
         end = min(params["size"], start + params["range_bytes"])
         if params["format"] == "csv" and part > 0:
-            header = next(
-                (
-                    line
-                    for line in self._objects.lines_in_range(
-                        params["bucket"], params["key"], 0, params["size"], pinned=pinned
-                    )
-                    if line.strip()
-                ),
-                "",
-            )
+            # The header: the first line that is not blank, among the lines starting in the
+            # object's first HEADER_BYTES (read to their end, so the read is closed).
+            head = list(self._objects.lines_in_range(params["bucket"], params["key"], 0, HEADER_BYTES, pinned=pinned))
+            header = next((line for line in head if line.strip()), "")
             count[0] += 1
             yield header
         for line in self._objects.lines_in_range(params["bucket"], params["key"], start, end, pinned=pinned):

@@ -29,7 +29,8 @@ from sendonce.domain.audit.service import AuditOutsideRetentionError, CampaignAu
 from sendonce.domain.campaigns.batches import bodies_for
 from sendonce.domain.campaigns.status import reconciliation_of
 from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S, UnknownOutcomes
-from sendonce.domain.errors import CampaignNotFoundError, InvalidCampaignError, JobNotFoundError, SettingsError
+from sendonce.domain.errors import CampaignNotFoundError, InvalidCampaignError, SettingsError
+from sendonce.domain.jobs.memory import InMemoryJobStore as InMemoryJobStore  # re-exported
 from sendonce.domain.jobs.models import LISTED_MOST, Job, JobKind, JobState
 from sendonce.domain.models import DeliveryState, Recipient
 from sendonce.domain.ports import CampaignCounters, CampaignStore, JobQueue, JobStore, Ledger, Queue
@@ -484,25 +485,3 @@ class JobService:
             return reconciliation_of(campaign_id, totals, recorded).as_dict()
 
         return result
-
-
-class InMemoryJobStore:
-    """Jobs kept in process, for a service that runs its jobs there (no jobs queue): the job
-    still goes a page a step, but nothing outlives the call."""
-
-    def __init__(self) -> None:
-        self.jobs: dict[str, Job] = {}
-
-    def create(self, job: Job) -> Job:
-        return self.jobs.setdefault(job.job_id, job)
-
-    def get(self, job_id: str) -> Job:
-        if job_id not in self.jobs:
-            raise JobNotFoundError(f"job {job_id!r} does not exist")
-        return self.jobs[job_id]
-
-    def advance(self, old: Job, new: Job) -> bool:
-        if self.jobs[old.job_id].version != old.version:
-            return False
-        self.jobs[old.job_id] = new
-        return True
