@@ -20,7 +20,10 @@ parts before it once every part is recorded.
 What a part cannot see: a recipient id (or, with dedupe_addresses, an address) repeated in
 another range is not reported as a duplicate (each range is published, the ledger sends it
 once); a CSV value quoted over several lines that a range boundary cuts is read as two bad
-rows (publish such a file from the CLI, which reads it whole).
+rows (publish such a file from the CLI, which reads it whole). Each part's publish takes and
+ends the campaign's publish lease as any publish does: between two parts, a campaign whose
+recipients so far have all ended may complete, and the next part's publish reopens it
+(completed -> sending), as new recipients always do; nobody is lost or sent twice.
 """
 
 from __future__ import annotations
