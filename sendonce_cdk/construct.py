@@ -168,6 +168,7 @@ class SendOnce(Construct):
             campaigns_table=self.tables.campaigns,
             campaign_queue=self.queues.queue,
             campaign_dead_letter_queue=self.queues.dead_letter_queue,
+            provider_settings=_prefixed([(stack, stack.audit_settings(config)) for stack in config.deployed]),
             removal_policy=removal_policy,
             code=code,
         )
@@ -417,11 +418,13 @@ class SendOnce(Construct):
         self._allow_send(function, self.queues.queue)
         self._allow_send(function, self.jobs.queue)
         if self.config.recipients_bucket:
-            # Recipient files are streamed from S3 by a publish naming bucket and key.
-            bucket = s3.Bucket.from_bucket_name(self, "RecipientsBucket", self.config.recipients_bucket)
+            # A publish naming an S3 object HEADs it (authorized by s3:GetObject); the jobs
+            # worker reads it.
             function.add_to_role_policy(
                 iam.PolicyStatement(
-                    sid="ReadRecipientFiles", actions=["s3:GetObject"], resources=[bucket.arn_for_objects("*")]
+                    sid="ReadRecipientFiles",
+                    actions=["s3:GetObject"],
+                    resources=[self._recipients_bucket().arn_for_objects("*")],
                 )
             )
 
@@ -464,6 +467,24 @@ class SendOnce(Construct):
         # (the event source's grant covers receiving and deleting).
         self._allow_send(function, self.queues.queue)
         self._allow_send(function, self.jobs.queue)
+        # An audit job reads the campaign's provider's own records (sendonce_cdk/providers/).
+        for stack in self.config.deployed:
+            stack.grant_audit(self, function)
+        if self.config.recipients_bucket:
+            # An S3 publish's parts: each reads its byte range of the object (GetObject).
+            function.add_to_role_policy(
+                iam.PolicyStatement(
+                    sid="ReadRecipientFileRanges",
+                    actions=["s3:GetObject"],
+                    resources=[self._recipients_bucket().arn_for_objects("*")],
+                )
+            )
+
+    def _recipients_bucket(self) -> s3.IBucket:
+        found = self.node.try_find_child("RecipientsBucket")
+        if found is not None:
+            return found  # type: ignore[return-value]
+        return s3.Bucket.from_bucket_name(self, "RecipientsBucket", str(self.config.recipients_bucket))
 
     def _grant_provider_events(self) -> None:
         function = self.provider_events.function
@@ -554,19 +575,20 @@ class SendOnce(Construct):
             )
         )
         if self.config.recipients_bucket:
-            cdk.Validations.of(self.operator_api.role).acknowledge(
-                cdk.Acknowledgment(
-                    id=(
-                        "AwsSolutions::AwsSolutions-IAM5"
-                        f"[Resource::arn:<AWS::Partition>:s3:::{self.config.recipients_bucket}/*]"
-                    ),
-                    reason=(
-                        "Only s3:GetObject (statement ReadRecipientFiles) on the one bucket operators publish"
-                        " recipient files from: a publish names its object key at request time, so the keys"
-                        " cannot be listed in the policy. No list, write or delete."
-                    ),
+            for role in (self.operator_api.role, self.jobs.role):
+                cdk.Validations.of(role).acknowledge(
+                    cdk.Acknowledgment(
+                        id=(
+                            "AwsSolutions::AwsSolutions-IAM5"
+                            f"[Resource::arn:<AWS::Partition>:s3:::{self.config.recipients_bucket}/*]"
+                        ),
+                        reason=(
+                            "Only s3:GetObject (statements ReadRecipientFiles, ReadRecipientFileRanges) on the one"
+                            " bucket operators publish recipient files from: a publish names its object key at"
+                            " request time, so the keys cannot be listed in the policy. No list, write or delete."
+                        ),
+                    )
                 )
-            )
         cdk.Validations.of(self.public_api.api).acknowledge(
             cdk.Acknowledgment(
                 id="AwsSolutions::AwsSolutions-APIG4",

@@ -6,6 +6,8 @@ Grants on the tables and the campaign queue are the stack's to make (SendOnce._g
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
@@ -17,11 +19,13 @@ from sendonce_cdk.config import JOBS_RESERVED
 from sendonce_cdk.function import ServiceFunction
 
 HANDLER = "sendonce.handlers.jobs.lambda_handler"
-# One step reads 25 batch records and their deliveries (25 BatchGetItems) and publishes what
-# is left: seconds. A minute leaves room on a throttled table; the queue's visibility is six
-# times that, as for the consumer, so a step still running is not given to a second worker.
-TIMEOUT = cdk.Duration.seconds(60)
-VISIBILITY = cdk.Duration.seconds(360)
+# A republish step reads 25 batch records and their deliveries (25 BatchGetItems) and
+# publishes what is left: seconds; a reconcile step, one Query per shard up to 1,000 records.
+# An S3 publish part publishes one byte range (2 MB: ~20,000 recipients, 200 batch records):
+# tens of seconds. Five minutes leaves room on a throttled table; the queue's visibility is
+# six times that, as for the consumer, so a step still running is not given to a second worker.
+TIMEOUT = cdk.Duration.minutes(5)
+VISIBILITY = cdk.Duration.minutes(30)
 # A step that keeps failing (its job item unreadable, the campaign queue refusing) is kept
 # for on-call after this many tries; `sendonce job status` shows the job still running.
 MAX_RECEIVE_COUNT = 10
@@ -39,6 +43,7 @@ class JobsWorker(Construct):
         campaigns_table: dynamodb.ITable,
         campaign_queue: sqs.IQueue,
         campaign_dead_letter_queue: sqs.IQueue,
+        provider_settings: Mapping[str, str] | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
     ) -> None:
@@ -65,7 +70,7 @@ class JobsWorker(Construct):
             self,
             "Handler",
             handler=HANDLER,
-            description="sendonce jobs worker: resume and cancel, a page of a campaign a step",
+            description="sendonce jobs worker: resume, cancel, reconcile, S3 publish, a page or part a step",
             # sendonce.settings.JobsSettings, by field.
             settings={
                 "ledger_table": ledger_table.table_name,
@@ -73,6 +78,8 @@ class JobsWorker(Construct):
                 "queue_url": campaign_queue.queue_url,
                 "dead_letter_queue_url": campaign_dead_letter_queue.queue_url,
                 "jobs_queue_url": self.queue.queue_url,
+                # An audit job's provider reads (ProviderStack.audit_settings, prefixed).
+                **(provider_settings or {}),
             },
             timeout=TIMEOUT,
             memory_size=512,

@@ -29,6 +29,8 @@ ROUTES = (
     (POST, "/campaigns/{id}/reschedule"),
     (POST, "/campaigns/{id}/unschedule"),
     (GET, "/campaigns/{id}/delivery-status"),
+    (POST, "/campaigns/{id}/reconcile"),
+    (POST, "/campaigns/{id}/audit"),
     (GET, "/jobs/{id}"),
     # Test sends need the consumer's sending settings on this function (docs/api.md); preview
     # without the unsubscribe key shows no List-Unsubscribe header.
@@ -36,7 +38,8 @@ ROUTES = (
     (POST, "/campaigns/{id}/test-sends"),
     (GET, "/openapi.json"),
 )
-# An HTTP API waits at most 30 s for its integration; a publish from S3 must finish inside it.
+# An HTTP API waits at most 30 s for its integration; long work (S3 publish, reconcile,
+# resume, cancel) is a job the API only starts.
 TIMEOUT = cdk.Duration.seconds(29)
 # Operators, not traffic: enough for scripts, low enough to bound a runaway loop's cost.
 THROTTLE = RouteThrottle(rate_limit=10, burst_limit=20)

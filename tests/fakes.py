@@ -193,6 +193,14 @@ class FakeLedger:
     def records(self, campaign_id: str) -> Iterator[DeliveryRecord]:
         return iter([r for (c, _), r in sorted(self.items.items()) if c == campaign_id])
 
+    def records_page(self, campaign_id: str, cursor: str | None, limit: int) -> tuple[list[DeliveryRecord], str | None]:
+        # Keyed on the last recipient id read, as a Query's ExclusiveStartKey is.
+        ordered = [
+            r for (c, rid), r in sorted(self.items.items()) if c == campaign_id and (cursor is None or rid > cursor)
+        ]
+        page = ordered[:limit]
+        return page, page[-1].recipient_id if len(ordered) > limit else None
+
     def state_of(self, campaign_id: str, recipient_id: str) -> DeliveryState | None:
         record = self.items.get((campaign_id, recipient_id))
         return record.state if record else None
@@ -517,6 +525,12 @@ class FakeLedgerEvents:
                     proven_not_sent=slot in self.proven_not_sent,
                 )
 
+    def unknowns_page(self, campaign_id: str, cursor: str | None, limit: int):
+        # Keyed on the last recipient id read, as the adapter's cursor is.
+        every = [u for u in self.unknowns(campaign_id) if cursor is None or u.recipient_id > cursor]
+        page = every[:limit]
+        return page, page[-1].recipient_id if len(every) > limit else None
+
     def prove_not_sent(self, key: DeliveryKey, *, audit: str) -> bool:
         slot = (key.campaign_id, key.recipient_id)
         record = self.ledger.items.get(slot)
@@ -624,9 +638,13 @@ class FakeTestSendLog:
 class FakeJobQueue:
     def __init__(self) -> None:
         self.submitted: list[str] = []
+        self.parts: list[tuple[str, int]] = []
 
     def submit(self, job_id: str) -> None:
         self.submitted.append(job_id)
+
+    def submit_parts(self, job_id: str, parts) -> None:
+        self.parts.extend((job_id, n) for n in parts)
 
 
 class FakeCounters:

@@ -136,8 +136,10 @@ class ApiSettings(BaseModel):
         return _from_env(cls, environ)
 
 
-class JobsSettings(BaseModel):
-    """The jobs worker: long operations on a campaign, a page a step (domain/jobs)."""
+class _JobsSettings(_WithProviders):
+    """The jobs worker: long operations on a campaign, a page a step (domain/jobs). The
+    providers' fields are the consumer's (an audit job reads the provider's own records
+    with the campaign's provider's settings, as the consumer sends with them)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -147,10 +149,15 @@ class JobsSettings(BaseModel):
     dead_letter_queue_url: str = Field(pattern=r"^https?://")
     jobs_queue_url: str = Field(pattern=r"^https?://")
     counters: bool = False  # as ApiSettings.counters (the worker creates no campaign)
+    provider_timeout_seconds: float = Field(default=10.0, gt=0, le=60)  # an audit's provider reads
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> JobsSettings:
+    def from_env(cls, environ: Mapping[str, str]) -> Any:
         return _from_env(cls, environ)
+
+
+class JobsSettings(_JobsSettings.for_providers(registered())):  # type: ignore[misc]
+    """The jobs worker's settings with the registered providers' fields."""
 
 
 _TABLE = dict(min_length=3, max_length=255)

@@ -27,18 +27,21 @@ from sendonce.adapters.dynamodb.test_sends import DynamoDBTestSendLog
 from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
 from sendonce.adapters.providers import registry
 from sendonce.adapters.providers.descriptor import Provider, ProviderEnv, event_readers
+from sendonce.adapters.s3_objects import S3ObjectLines
 from sendonce.adapters.scheduler import EventBridgeScheduler
 from sendonce.adapters.sqs_queue import SqsJobQueue, SqsQueue
 from sendonce.domain.audit.service import CampaignAudit
 from sendonce.domain.campaigns.counters import CounterAggregator
 from sendonce.domain.campaigns.preview import PreviewService, TestSendService
 from sendonce.domain.campaigns.report import ReportService
+from sendonce.domain.campaigns.s3_publish import S3Publish
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes
 from sendonce.domain.deliverability.provider_events import BrakeSettings, ProviderEventService, WebhookReader
 from sendonce.domain.deliverability.suppressions import SuppressionService
 from sendonce.domain.deliverability.unsubscribe import KeySet, UnsubscribeLinks, UnsubscribeService, UnsubscribeTokens
 from sendonce.domain.errors import SettingsError
+from sendonce.domain.jobs.models import JobKind
 from sendonce.domain.jobs.service import JobService
 from sendonce.domain.ports import (
     CampaignCounters,
@@ -216,6 +219,7 @@ def assemble_campaign_service(
     campaigns, shards = campaign_store(dynamodb, settings.campaigns_table, counted=settings.counters)
     ledger = DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table, shards_of=shards)
     queue = SqsQueue(client=sqs, queue_url=settings.queue_url, dead_letter_queue_url=settings.dead_letter_queue_url)
+    counters = DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table)
     jobs = JobService(
         jobs=DynamoDBJobStore(client=dynamodb, table_name=settings.campaigns_table),
         queue=SqsJobQueue(client=sqs, queue_url=settings.jobs_queue_url) if settings.jobs_queue_url else None,
@@ -223,6 +227,7 @@ def assemble_campaign_service(
         ledger=ledger,
         campaign_queue=queue,
         clock=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+        counters=counters,
     )
     scheduler = None
     if (
@@ -237,17 +242,20 @@ def assemble_campaign_service(
             target_arn=settings.scheduled_start_function_arn,
             role_arn=settings.scheduler_role_arn,
         )
-    return CampaignService(
+    service = CampaignService(
         campaigns=campaigns,
         ledger=ledger,
         queue=queue,
         provider_names=registry.names(registered),
         batch_provider_names=registry.batch_names(registered),
         operator=operator,
-        counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
+        counters=counters,
         jobs=jobs,
         scheduler=scheduler,
     )
+    # S3 publish runs as a job in parts, each publishing through this service.
+    jobs.parted[JobKind.PUBLISH_S3] = S3Publish(service=service, objects=S3ObjectLines(client=session.client("s3")))
+    return service
 
 
 def job_service(settings: JobsSettings) -> JobService:
@@ -452,8 +460,20 @@ def campaign_store(dynamodb, table_name: str, *, counted: bool = False) -> tuple
     return campaigns, shards
 
 
+def auditor_of(
+    settings: Callable[[], ConsumerSettings | JobsSettings], session: boto3.session.Session | None = None
+) -> Callable[[str], CampaignAudit]:
+    """An audit job's auditor (JobService.auditor): the campaign's provider's own records,
+    with that provider's settings (`settings()`, read when an audit runs)."""
+
+    def auditor(provider: str) -> CampaignAudit:
+        return campaign_audit(settings(), provider, session)
+
+    return auditor
+
+
 def campaign_audit(
-    settings: ConsumerSettings,
+    settings: ConsumerSettings | JobsSettings,
     provider: str,
     session: boto3.session.Session | None = None,
     *,

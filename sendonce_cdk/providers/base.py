@@ -85,6 +85,18 @@ class ProviderStack:
     def grant_events(self, mail: SendOnce, function: lambda_.IFunction) -> None:
         self._grant_secrets(mail, function, "events")
 
+    def audit_settings(self, config: SendonceConfig) -> dict[str, str]:
+        """The jobs worker's settings for this provider: an audit job reads the provider's
+        own records (its listing) with the consumer's settings; none for a provider that
+        keeps no listing (its audit reads the events the ledger recorded)."""
+        return self.consumer_settings(config) if self.descriptor.records is not None else {}
+
+    def grant_audit(self, mail: SendOnce, function: lambda_.IFunction) -> None:
+        """What reading the provider's own records needs: the consumer's secrets (the key
+        that sends also lists and retrieves); nothing for a provider without a listing."""
+        if self.descriptor.records is not None:
+            self._grant_secrets(mail, function, "consumer")
+
     def add_event_sources(self, events: ProviderEvents, config: SendonceConfig) -> None:
         """Event-bus sources that reach the events function (created in `events`' scope)."""
 

@@ -178,8 +178,44 @@ class Client:
         return self._request("POST", f"/campaigns/{_segment(campaign_id)}/cancel", body=_reason(reason))
 
     def job(self, job_id: str) -> dict[str, Any]:
-        """GET /jobs/{id}: a resume's or cancel's job: `state` (running, done, failed), `progress`."""
+        """GET /jobs/{id}: a job (resume, cancel, reconcile): `state` (running, done, failed),
+        `progress`, and once done its `result`."""
         return self._request("GET", f"/jobs/{_segment(job_id)}")
+
+    def publish_s3(
+        self,
+        campaign_id: str,
+        bucket: str,
+        key: str,
+        *,
+        format: str | None = None,
+        strict: bool = True,
+        dedupe_addresses: bool = False,
+    ) -> dict[str, Any]:
+        """POST /campaigns/{id}/publish naming an S3 object (202): the `publish_s3` job that
+        publishes it server-side, its byte ranges in parallel; follow it with `job(job_id)`
+        (`progress`: ranges_done of ranges, accepted, bad_rows; `result.problems` by line;
+        a strict publish with a bad row fails, naming them, having published nothing). Safe
+        to call again: the same object publishes the same batches, recorded once."""
+        source: dict[str, Any] = {"bucket": bucket, "key": key}
+        if format is not None:
+            source["format"] = format
+        body: dict[str, Any] = {"s3": source, "strict": strict}
+        if dedupe_addresses:
+            body["dedupe_addresses"] = True
+        return self._request("POST", f"/campaigns/{_segment(campaign_id)}/publish", body=body)
+
+    def audit(self, campaign_id: str) -> dict[str, Any]:
+        """POST /campaigns/{id}/audit (202): a job that sets the provider's own records
+        against the ledger; once `job(job_id)` is done, `result` holds `clean`, the verdict
+        `counts`, `duplicates` and the findings' `digest`. Read-only; each call audits anew."""
+        return self._request("POST", f"/campaigns/{_segment(campaign_id)}/audit")
+
+    def reconcile(self, campaign_id: str) -> dict[str, Any]:
+        """POST /campaigns/{id}/reconcile (202): a job that compares the campaign's counters
+        with its ledger; once `job(job_id)` is done, its `result` holds the drifts. Each call
+        starts a new job (a retry only reads the ledger once more); no 409 is ever success."""
+        return self._request("POST", f"/campaigns/{_segment(campaign_id)}/reconcile")
 
     # --- publishing ----------------------------------------------------------------
 

@@ -131,7 +131,13 @@ class Cli:
         """The operator service; `writes` records who changes state (an STS call, made only then)."""
         if writes not in self._services:
             operator = self.operator() if writes else "operator"
-            self._services[writes] = campaign_service(self.endpoints.api_settings(), operator=operator)
+            service = campaign_service(self.endpoints.api_settings(), operator=operator)
+            endpoints, session = self.endpoints, self.session
+            # `resume --include-unknown` (and `job run` of one) reads and reopens unknowns.
+            service.jobs.unknown_outcomes = lambda accept: unknown_outcomes(
+                endpoints.ledger_table, endpoints.campaigns_table, session, accept_possible_duplicates=accept
+            )
+            self._services[writes] = service
         return self._services[writes]
 
     def operator(self) -> str:
@@ -687,24 +693,27 @@ def campaign_resume(
     if accept_possible_duplicates and not include_unknown:
         _fail(ExitCode.BAD_INPUT, "error: --accept-possible-duplicates needs --include-unknown")
     if include_unknown:
-        outcomes = unknown_outcomes(
-            cli.endpoints.ledger_table,
-            cli.endpoints.campaigns_table,
-            cli.session,
+        # A resume_unknown job, run here a page of unknowns at a time (`job run ID` takes it up).
+        service = cli.service(writes=True)
+        reopening = service.start_resume_including_unknown(
+            campaign_id,
+            recipient_ids=recipient_ids or None,
+            older_than_s=unknown_older_than,
             accept_possible_duplicates=accept_possible_duplicates,
+            reason=reason,
         )
-        resumed, job, report = cli.service(writes=True).resume_including_unknown(
-            campaign_id, outcomes, recipient_ids=recipient_ids or None, older_than_s=unknown_older_than, reason=reason
-        )
+        if reopening.result is None:
+            _fail(ExitCode.PARTIAL, describe_job(reopening))
+        republish = reopening.result["republish_job"]
         _transition_output(
             cli,
-            resumed,
+            service.get(campaign_id),
             "resumed",
             as_json,
-            **_job_extra(job),
-            reopened=report.reopened,
-            confirmed_sent=report.confirmed_sent,
-            not_reopened=report.skipped,
+            **_job_extra(service.jobs.get(republish) if republish else None),
+            reopened=reopening.listed.get("reopened", []),
+            confirmed_sent=reopening.listed.get("confirmed_sent", []),
+            not_reopened=reopening.listed.get("not_reopened", []),
         )
         return
     if recipient_ids:
@@ -787,24 +796,30 @@ def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
 def campaign_reconcile(cli: Cli, campaign_id: str, as_json: bool) -> None:
     """Compare the campaign's counters with a full read of its ledger; print every drift.
 
-    Reads every delivery (over the ledger's shards, in parallel): O(recipients). While the
-    campaign sends, the counters lag the ledger by the stream's delay; at rest, any drift is
-    a fault. Exits 1 when there is one."""
-    result = cli.service().reconcile(campaign_id)
+    Runs as a job in this process (`sendonce job status ID` shows it; `job run ID` takes up
+    one whose CLI died), reading the ledger a page of one shard a step: O(recipients). While
+    the campaign sends, the counters lag the ledger by the stream's delay; at rest, any drift
+    is a fault. Exits 1 when there is one."""
+    job = cli.service().start_reconcile(campaign_id)
+    if job.result is None:
+        click.echo(describe_job(job), err=True)
+        raise SystemExit(ExitCode.PARTIAL)
+    result = job.result
     if as_json:
-        cli.json(result.as_dict())
-    elif not result.counted:
+        cli.json(result)
+    elif not result["counted"]:
         click.echo(f"campaign {campaign_id}: created before counters (or without them): its status is a full read")
-    elif not result.drifts:
-        click.echo(f"campaign {campaign_id}: counters equal the ledger ({result.ledger.total:,} recipients)")
+    elif not result["drifts"]:
+        total = sum(result["ledger"].values())
+        click.echo(f"campaign {campaign_id}: counters equal the ledger ({total:,} recipients)")
     else:
         table = Table(title=f"campaign {campaign_id}: counters differ from the ledger", title_justify="left")
         for column in ("state", "counter", "ledger"):
             table.add_column(column, justify="left" if column == "state" else "right")
-        for drift in result.drifts:
-            table.add_row(drift.state, str(drift.counter), str(drift.ledger))
+        for drift in result["drifts"]:
+            table.add_row(drift["state"], str(drift["counter"]), str(drift["ledger"]))
         cli.out.print(table)
-    if result.drifts:
+    if result["drifts"]:
         raise SystemExit(1)
 
 
@@ -1050,6 +1065,7 @@ def ledger_show(cli: Cli, campaign_id: str, recipient_id: str, as_json: bool) ->
 
 from sendonce_ops.audit_cli import campaign_audit  # noqa: E402
 from sendonce_ops.deliverability_cli import campaign_unknowns, suppression  # noqa: E402
+from sendonce_ops.jobs_cli import describe as describe_job  # noqa: E402
 from sendonce_ops.jobs_cli import job  # noqa: E402
 from sendonce_ops.report_cli import campaign_report  # noqa: E402
 

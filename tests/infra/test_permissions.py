@@ -271,6 +271,12 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
             "queue": {"sqs:SendMessage"},
             "jobs_queue": {"sqs:SendMessage", *EVENT_SOURCE},
         }
+        if "resend" in config.providers:
+            # An audit job lists and retrieves the campaign's emails with the sending key.
+            expected[f"secret:{config.resend_api_key_secret_name}-??????"] = {"secretsmanager:GetSecretValue"}
+        if config.recipients_bucket:
+            # An S3 publish's parts read their byte ranges.
+            expected[f"s3:{config.recipients_bucket}/*"] = {"s3:GetObject"}
     elif handler == UNSUBSCRIBE_HANDLER:
         expected |= {
             "suppressions": {"dynamodb:GetItem", "dynamodb:PutItem"},

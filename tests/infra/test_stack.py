@@ -116,6 +116,8 @@ OPERATOR_ROUTES = {
     "POST /campaigns/{id}/reschedule",
     "POST /campaigns/{id}/unschedule",
     "GET /campaigns/{id}/delivery-status",
+    "POST /campaigns/{id}/reconcile",
+    "POST /campaigns/{id}/audit",
     "GET /jobs/{id}",
     "POST /campaigns/{id}/preview",
     "POST /campaigns/{id}/test-sends",

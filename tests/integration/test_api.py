@@ -214,7 +214,7 @@ def test_a_path_the_api_does_not_serve_is_a_404(system, method, path):
     assert body["message"] == f"no route for {method} {path}"
 
 
-def test_publish_from_s3_streams_the_object_and_strict_rejects_a_bad_file_whole(system):
+def test_publish_from_s3_is_a_job_and_strict_rejects_a_bad_file_whole(system):
     s3 = boto3.client("s3")
     bucket = f"sendonce-{uuid.uuid4().hex[:12]}"
     s3.create_bucket(Bucket=bucket)
@@ -235,17 +235,39 @@ def test_publish_from_s3_streams_the_object_and_strict_rejects_a_bad_file_whole(
     )
     again = call(system, "POST", "/campaigns/c1/publish", {"s3": {"bucket": bucket, "key": "lists/good.csv"}})
 
-    assert strict[0] == 400
-    assert strict[1]["message"] == (
+    # Without a jobs queue (as here) the job runs in the call; the answer is the job.
+    assert strict[0] == 202 and (strict[1]["kind"], strict[1]["state"]) == ("publish_s3", "failed")
+    assert strict[1]["error"] == (
         f"s3://{bucket}/lists/bad.csv: 2 bad row(s); nothing was published: "
         "line 2: email: not a valid email address; line 153: expected 3 columns, found 2"
     )
-    assert missing[0] == 400 and "cannot be read (NoSuchKey)" in missing[1]["message"]
-    assert lenient[0] == 200
-    assert (lenient[1]["accepted"], lenient[1]["bad_rows"], lenient[1]["batches_new"]) == (150, 2, 2)
-    assert lenient[1]["problems"] == ["2: email: not a valid email address", "153: expected 3 columns, found 2"]
-    assert (again[1]["accepted"], again[1]["batches_new"], again[1]["messages_sent"]) == (150, 0, 0)
+    assert missing[0] == 400 and "cannot be read (404)" in missing[1]["message"]  # the HEAD, before any job
+    assert lenient[0] == 202 and lenient[1]["state"] == "done"
+    progress = lenient[1]["progress"]
+    assert (progress["accepted"], progress["bad_rows"], progress["batches_new"]) == (150, 2, 2)
+    assert lenient[1]["result"]["problems"] == [
+        "2: email: not a valid email address",
+        "153: expected 3 columns, found 2",
+    ]
+    again = again[1]["progress"]
+    assert (again["accepted"], again["batches_new"], again["messages_sent"]) == (150, 0, 0)
     assert system.operator.status("c1").total == 150
+
+
+def test_reconcile_answers_202_with_its_job_and_the_job_holds_the_drifts(system):
+    system.campaign(ledger_shards=2)
+    system.operator.publish("c1", system.recipients(5))
+    system.poller().run_until_idle(idle_seconds=1, max_seconds=60)
+
+    status, job = call(system, "POST", "/campaigns/c1/reconcile")
+    missing = call(system, "POST", "/campaigns/nope/reconcile")
+
+    assert status == 202 and job["kind"] == "reconcile" and job["campaign_id"] == "c1"
+    # Without a jobs queue (as here) the job ran in the call; GET /jobs/{id} shows it.
+    status, shown = call(system, "GET", f"/jobs/{job['job_id']}")
+    assert status == 200 and shown["state"] == "done" and shown["progress"]["ledger_sent"] == 5
+    assert shown["result"]["ledger"]["sent"] == 5 and shown["result"]["drifts"] == []
+    assert missing[0] == 404
 
 
 def test_the_openapi_document_describes_every_route(system):
@@ -264,6 +286,8 @@ def test_the_openapi_document_describes_every_route(system):
         "/campaigns/{campaign_id}/delivery-status",
         "/campaigns/{campaign_id}/preview",
         "/campaigns/{campaign_id}/test-sends",
+        "/campaigns/{campaign_id}/reconcile",
+        "/campaigns/{campaign_id}/audit",
         "/jobs/{job_id}",
     }
     create = document["paths"]["/campaigns"]["post"]

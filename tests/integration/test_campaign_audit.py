@@ -304,3 +304,38 @@ def test_ses_is_audited_on_its_recorded_send_events_and_proves_nothing_absent(sy
     assert findings["recipients"] == {"duplicate": ["r1"], "after_listing": ["r2"]}
     assert findings["counts"]["sent_once"] == 1
     assert "proves nothing absent" in text.stdout
+
+
+def test_the_api_audits_as_a_job_whose_result_names_the_duplicate_and_matches_the_cli(system):
+    from sendonce.handlers import api
+    from tests.integration.operator_helpers import api_event, lambda_context
+
+    def call(method: str, path: str):
+        response = api.lambda_handler(api_event(method, path, None), lambda_context(), service=system.operator)
+        return response["statusCode"], json.loads(response["body"])
+
+    people = run_campaign(system)
+    resend.api_url = system.resend.url
+    resend.Emails.send(
+        {
+            "from": f"news@{system.domain}",
+            "to": [people[2].email],
+            "subject": "Hello User 2",
+            "html": "<p>Hi</p>",
+            "tags": [{"name": "campaign_id", "value": "c1"}, {"name": "recipient_id", "value": "r2"}],
+        }
+    )
+
+    status, job = call("POST", "/campaigns/c1/audit")
+    # Without a jobs queue (as here) the job ran in the call; GET /jobs/{id} shows its result.
+    _, shown = call("GET", f"/jobs/{job['job_id']}")
+    _, artefact, _ = audit(system)
+
+    assert status == 202 and job["kind"] == "audit" and shown["state"] == "done"
+    result = shown["result"]
+    assert result["clean"] is False and result["duplicates"] == ["r2"]
+    assert result["counts"]["sent_once"] == 4 and result["counts"]["duplicate"] == 1
+    assert result["digest"] == artefact["digest"]  # the same findings as the CLI's artefact
+    assert call("POST", "/campaigns/nope/audit")[0] == 404
+    # Read-only: nothing settled.
+    assert states(system)["r2"] is DeliveryState.SENT

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -250,6 +251,39 @@ def test_state_changes_go_through_and_a_lost_answer_is_reconciled(system, record
     assert cancelled["state"] == "cancelled" and cancelled["state_changed_by"] == OPERATOR_ARN
     assert cancelled["job"]["job_id"] == "c1-cancel" and cancelled["job"]["state"] == "done"
     assert client.get_campaign("c1")["state"] == "cancelled"
+
+
+def test_reconcile_starts_a_job_whose_result_the_client_reads_and_a_missing_campaign_is_an_error(
+    system, recording_api, client
+):
+    client.create_campaign(spec(system))
+    client.publish("c1", people(system, 3))
+
+    started = client.reconcile("c1")
+
+    assert started["kind"] == "reconcile" and started["campaign_id"] == "c1"
+    job = client.job(started["job_id"])
+    # Nothing claimed yet: no ledger records (this API keeps no counters: nothing to compare)
+    assert job["state"] == "done" and job["progress"]["records_read"] == 0 and job["result"]["drifts"] == []
+    with pytest.raises(NotFound):
+        client.reconcile("nope")
+
+
+def test_publish_s3_answers_with_its_job_and_a_missing_object_is_an_invalid_request(system, recording_api, client):
+    s3 = boto3.client("s3")
+    bucket = f"sendonce-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    rows = "".join(f"r{i},user{i}@{system.domain}\n" for i in range(5))
+    s3.put_object(Bucket=bucket, Key="list.csv", Body=f"recipient_id,email\n{rows}x,not-an-address\n".encode())
+    client.create_campaign(spec(system))
+
+    lenient = client.publish_s3("c1", bucket, "list.csv", strict=False)
+    with pytest.raises(InvalidRequest, match="cannot be read"):
+        client.publish_s3("c1", bucket, "none.csv")
+
+    job = client.job(lenient["job_id"])
+    assert lenient["kind"] == "publish_s3" and job["state"] == "done" and job["progress"]["accepted"] == 5
+    assert job["result"]["problems"] == ["7: email: not a valid email address"]
 
 
 def test_a_lost_create_answer_returns_the_created_campaign(system, recording_api, client):

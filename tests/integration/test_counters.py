@@ -102,6 +102,10 @@ def report_of(local: LocalSystem, campaign_id: str):
 def assert_exact(service: CampaignService, campaign_id: str, local: LocalSystem | None = None) -> None:
     reconciliation = service.reconcile(campaign_id)
     assert reconciliation.counted and reconciliation.drifts == ()
+    # The same comparison as a job, a page of one ledger shard a step (real Query pages).
+    job = service.start_reconcile(campaign_id)
+    assert job.result is not None and job.result["drifts"] == [] and job.progress["records_read"] == 45
+    assert job.result["ledger"] == reconciliation.ledger.as_dict()
     status = service.status(campaign_id)
     assert (status.total, status.sent, status.remaining) == (45, 45, 0)
     if local is not None:

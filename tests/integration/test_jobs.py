@@ -12,6 +12,7 @@ import boto3
 import pytest
 
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+from sendonce.adapters.dynamodb.counters import DynamoDBCounters
 from sendonce.adapters.dynamodb.jobs import DynamoDBJobStore
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.sqs_queue import SqsJobQueue, SqsQueue
@@ -91,6 +92,60 @@ def test_the_worker_republishes_what_the_queue_lost_and_everyone_is_then_sent_on
     system.poller().run_until_idle(idle_seconds=1, max_seconds=60)
     deliveries = system.deliveries()
     assert len(deliveries) == 60 and set(deliveries.values()) == {1}
+
+
+def test_ledger_records_read_in_pages_over_the_shards_are_every_record_once(system):
+    system.campaign(ledger_shards=4)
+    system.operator.publish("c1", system.recipients(40), batch_size=10)
+    system.poller().run_until_idle(idle_seconds=1, max_seconds=60)
+    ledger = system.ledger()
+
+    seen, cursor, pages = [], None, 0
+    while True:
+        records, cursor = ledger.records_page("c1", cursor, 7)
+        seen += [r.recipient_id for r in records]
+        pages += 1
+        if cursor is None:
+            break
+
+    assert sorted(seen) == sorted(r.recipient_id for r in ledger.records("c1"))
+    assert len(seen) == 40 and 6 <= pages <= 9  # 7 a page; a shard's end may end one early
+
+
+def test_a_reconcile_job_whose_worker_died_midway_is_taken_up_and_gives_the_same_counts(system):
+    # Given a sent campaign of 40 (4 ledger shards)
+    system.campaign(ledger_shards=4)
+    system.operator.publish("c1", system.recipients(40), batch_size=10)
+    system.poller().run_until_idle(idle_seconds=1, max_seconds=60)
+    sqs, dynamodb = boto3.client("sqs"), boto3.client("dynamodb")
+    jobs_queue = sqs.create_queue(QueueName=f"jobs-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+    service = JobService(
+        jobs=DynamoDBJobStore(client=dynamodb, table_name=system.resources.campaigns_table),
+        queue=SqsJobQueue(client=sqs, queue_url=jobs_queue),
+        campaigns=DynamoDBCampaignStore(client=dynamodb, table_name=system.resources.campaigns_table),
+        ledger=system.ledger(),
+        campaign_queue=SqsQueue(client=sqs, queue_url=system.resources.queue_url),
+        clock=lambda: "2026-12-02T00:00:00.000+00:00",
+        counters=DynamoDBCounters(client=dynamodb, table_name=system.resources.campaigns_table),
+        page_records=6,
+    )
+
+    # When its worker takes two steps, the second one twice (its message received again), and dies
+    job = service.start_reconcile("c1", by="test")
+    service.step(job.job_id)
+    stale = service.get(job.job_id)
+    service.step(job.job_id)
+    assert not service._jobs.advance(stale, stale.model_copy(update={"version": stale.version + 1}))
+    sqs.purge_queue(QueueUrl=jobs_queue)  # the chain's messages lost with it
+    # ... and `sendonce job run` takes it up
+    done = service.run(job.job_id)
+
+    # Then every record was counted once, as a job never interrupted counts them
+    again = service.start_reconcile("c1", by="test")
+    again = service.run(again.job_id)
+    assert done.state is JobState.DONE and done.progress == again.progress
+    assert done.progress["records_read"] == 40 and done.progress["ledger_sent"] == 40
+    assert done.result == again.result and done.result["ledger"]["sent"] == 40
 
 
 def test_a_message_that_is_no_step_of_a_job_is_dropped_with_a_reason(system, caplog):

@@ -30,6 +30,8 @@ from moto import mock_aws
 from sendonce.domain.campaigns.scheduling import Firing
 from sendonce.domain.campaigns.status import reconcile
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError
+from sendonce.domain.jobs.models import Job, JobKind
+from sendonce.domain.jobs.service import InMemoryJobStore, JobService
 from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryState
 from sendonce.domain.sending.protocol import FINAL, HELD
 from tests.model.edges import CRASHES, FAMILIES, FIGURES, FOCUS, HOUR, LEASE_MS, SWARM, VISIBILITY_MS, EdgeRules, family
@@ -589,6 +591,27 @@ class DeliveryModel(EdgeRules, RuleBasedStateMachine):
             } - carried
             assert not hidden, f"pending on a {status.state.value} campaign with no message to bring them: {hidden}"
 
+    def _reconcile_as_a_job_killed_midway(self, expected: dict) -> None:
+        """The reconcile job, a few records a step, its first step taken twice (a worker
+        that died after the write, its message back): the same result as the full read."""
+        jobs = JobService(
+            jobs=InMemoryJobStore(),
+            queue=None,
+            campaigns=self.store,
+            ledger=self.ledger,
+            campaign_queue=None,  # type: ignore[arg-type]
+            clock=lambda: "at rest",
+            counters=self.rig.counters(),
+            page_records=7,
+        )
+        store = jobs._jobs
+        job = store.create(Job(job_id="reconcile", kind=JobKind.RECONCILE, campaign_id="c1"))
+        jobs.step(job.job_id)
+        stale = store.get(job.job_id).model_copy(update={"version": job.version})
+        assert not store.advance(stale, stale.model_copy(update={"version": job.version + 1}))
+        done = jobs.run(job.job_id)
+        assert done.result == expected, f"the reconcile job differs from a full read: {done.result} != {expected}"
+
     def _drain_and_check(self) -> None:
         """A final fault-free drain, then: nothing pending or in progress unless paused, and
         unknown only where an attempt may have been accepted without the ledger knowing."""
@@ -603,6 +626,7 @@ class DeliveryModel(EdgeRules, RuleBasedStateMachine):
         assert reconciled.counted and not reconciled.drifts, (
             f"counters differ from the ledger at rest: {reconciled.drifts}"
         )
+        self._reconcile_as_a_job_killed_midway(reconciled.as_dict())
         campaign = self.store.get("c1")
         FIGURES["drains"] += 1
         FIGURES["steps"] += 1

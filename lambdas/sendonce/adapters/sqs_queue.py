@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from sendonce.domain import limits
@@ -92,3 +92,12 @@ class SqsJobQueue:
 
     def submit(self, job_id: str) -> None:
         self._client.send_message(QueueUrl=self._queue_url, MessageBody=json.dumps({"job_id": job_id}))
+
+    def submit_parts(self, job_id: str, parts: Iterable[int]) -> None:
+        """One message a part (a part is recorded once in the job, however often it runs)."""
+        entries = [{"Id": str(n), "MessageBody": json.dumps({"job_id": job_id, "part": n})} for n in parts]
+        for start in range(0, len(entries), 10):
+            answer = self._client.send_message_batch(QueueUrl=self._queue_url, Entries=entries[start : start + 10])
+            if answer.get("Failed"):
+                failed = ", ".join(f["Id"] for f in answer["Failed"])
+                raise RuntimeError(f"jobs queue refused part(s) {failed} of job {job_id}")

@@ -162,6 +162,12 @@ class Ledger(Protocol):
 
     def records(self, campaign_id: str) -> Iterator[DeliveryRecord]: ...
 
+    def records_page(self, campaign_id: str, cursor: str | None, limit: int) -> tuple[list[DeliveryRecord], str | None]:
+        """At most `limit` of the campaign's records from `cursor` (None: the start), shard
+        by shard, and the cursor of the next page (None: there is none). The cursor is
+        opaque: a shard and the last key read in it."""
+        ...
+
     # Batch mode: a send group is claimed, completed or released in one transaction.
     def claim_group(
         self,
@@ -572,6 +578,13 @@ class LedgerEvents(Protocol):
 
     def unknowns(self, campaign_id: str) -> Iterator[UnknownDelivery]: ...
 
+    def unknowns_page(
+        self, campaign_id: str, cursor: str | None, limit: int
+    ) -> tuple[list[UnknownDelivery], str | None]:
+        """Up to `limit` unknown deliveries from `cursor` (opaque; None: the start), shard by
+        shard, and the next page's cursor (None: no more)."""
+        ...
+
     def prove_not_sent(self, key: DeliveryKey, *, audit: str) -> bool:
         """Record that an audit proved the unknown delivery absent at the provider
         (unknown -> unknown); conditional on unknown and on no provider 'sent' evidence."""
@@ -619,4 +632,30 @@ class JobStore(Protocol):
 class JobQueue(Protocol):
     def submit(self, job_id: str) -> None:
         """Ask a worker for the job's next step."""
+        ...
+
+    def submit_parts(self, job_id: str, parts: Iterable[int]) -> None:
+        """Ask workers for these parts of a job in parts, one message each."""
+        ...
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An object as a HEAD of it says: its size and the ETag (and version) that pin it."""
+
+    size: int
+    etag: str
+    version_id: str | None = None
+
+
+class ObjectLines(Protocol):
+    """Text lines of a stored object (S3), read whole or by byte range."""
+
+    def head(self, bucket: str, key: str) -> StoredObject:
+        """Raises RecipientFileError when it cannot be read."""
+        ...
+
+    def lines_in_range(self, bucket: str, key: str, start: int, end: int, *, pinned: StoredObject) -> Iterator[str]:
+        """The lines that start at a byte in [start, end) (the last one read to its end), of
+        the object as `pinned` says it is; RecipientFileError if it changed since."""
         ...

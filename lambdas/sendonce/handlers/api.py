@@ -10,10 +10,8 @@ import copy
 import functools
 import json
 import os
-from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-import boto3
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
@@ -23,20 +21,16 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sendonce.adapters.providers import registry
-from sendonce.adapters.s3_objects import S3ObjectLines
 from sendonce.domain import limits
 from sendonce.domain.campaigns.operator_input import (
     LINE_PATTERN,
     SEND_AT_PATTERN,
     InlineRecipient,
-    RecipientReader,
     RejectedFileError,
     RowTally,
     describe_row,
-    format_for,
     friendly_message,
     inline_rows,
-    publish_file,
     strict_json_loads,
 )
 from sendonce.domain.campaigns.operator_input import (
@@ -51,13 +45,13 @@ from sendonce.domain.errors import (
     InvalidCampaignError,
     JobNotFoundError,
 )
-from sendonce.domain.jobs.models import Job
+from sendonce.domain.jobs.models import Job, JobKind
 from sendonce.domain.models import ID_PATTERN, Campaign, CampaignState
 from sendonce.handlers import preview_routes
 from sendonce.handlers.api_routes import ServedPaths, campaign_links
 from sendonce.handlers.observability import logger
-from sendonce.settings import ApiSettings
-from sendonce.wiring import campaign_service
+from sendonce.settings import ApiSettings, ConsumerSettings
+from sendonce.wiring import auditor_of, campaign_service
 
 # Bodies are parsed strictly (no NaN, no lone surrogates, bounded nesting): what would fail
 # later in DynamoDB or at the provider is refused here as a 400 naming the body.
@@ -228,6 +222,9 @@ class JobView(BaseModel):
     steps: int = Field(description="Pages done so far (each a bounded read of the campaign).")
     progress: dict[str, int] = Field(description="What the pages did so far, e.g. batches_read, republished.")
     error: str | None = None
+    result: dict[str, Any] | None = Field(
+        default=None, description="What a finished job found (reconcile: counters, ledger and drifts); else null."
+    )
     created_at: str | None = None
     updated_at: str | None = None
 
@@ -350,34 +347,46 @@ def get_campaign(campaign_id: CampaignId) -> CampaignView:
     return CampaignView.of(_service().get(campaign_id))
 
 
-@app.post(
-    "/campaigns/<campaign_id>/publish",
-    responses=_responses(
-        200, "Published (a draft starts sending, or is scheduled with send_at)", PublishResult, 400, 404, 409, 503
-    ),
-)
-def publish(campaign_id: CampaignId, body: Annotated[PublishBody, Body()]) -> PublishResult:
+def _publish_responses() -> dict[int, Any]:
+    responses = _responses(
+        200,
+        "Inline recipients published (a draft starts sending, or is scheduled with send_at)",
+        PublishResult,
+        400,
+        404,
+        409,
+        503,
+    )
+    responses[202] = _json(
+        "An S3 object (checked with a HEAD): a publish_s3 job publishes it in byte ranges, in parallel; "
+        "GET /jobs/{job_id} shows ranges done, recipients published and rejected rows by line",
+        JobView,
+    )
+    return responses
+
+
+@app.post("/campaigns/<campaign_id>/publish", responses=_publish_responses())
+def publish(campaign_id: CampaignId, body: Annotated[PublishBody, Body()]) -> Response[PublishResult | JobView]:
     service = _service()
     send_at_ms = parse_instant(body.send_at) if body.send_at is not None else None
     if body.recipients is not None:
         tally = RowTally(dedupe_addresses=body.dedupe_addresses)
         recipients = list(tally.recipients(inline_rows(body.recipients)))
         report = service.publish(campaign_id, recipients, send_at_ms=send_at_ms)
-        return _publish_result(report, tally, where="recipients.")
+        result = _publish_result(report, tally, where="recipients.")
+        return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=result)
     location = body.s3
-    name = f"s3://{location.bucket}/{location.key}"
-    fmt = format_for(location.key, location.format)
-    objects = app.context["objects"]
-    report, tally = publish_file(
-        service,
+    job = service.jobs.parted[JobKind.PUBLISH_S3].start(  # type: ignore[attr-defined]
         campaign_id,
-        lambda: RecipientReader(objects.lines(location.bucket, location.key), fmt, name=name),
-        name=name,
+        bucket=location.bucket,
+        key=location.key,
+        fmt=location.format,
         strict=body.strict,
         dedupe_addresses=body.dedupe_addresses,
         send_at_ms=send_at_ms,
+        by=_caller(),
     )
-    return _publish_result(report, tally)
+    return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=JobView.of(job))
 
 
 def _publish_result(report: PublishReport, tally: RowTally, where: str = "") -> PublishResult:
@@ -428,6 +437,33 @@ def cancel(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body(
     campaign, job = _service().cancel(campaign_id, reason=body.reason if body else None)
     result = CancelResult(**CampaignView.of(campaign).model_dump(), job=JobView.of(job))
     return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=result)
+
+
+@app.post(
+    "/campaigns/<campaign_id>/reconcile",
+    responses=_responses(
+        202, "A job compares the campaign's counters with its ledger (GET /jobs/{job_id})", JobView, 400, 404
+    ),
+)
+def reconcile(campaign_id: CampaignId) -> Response[JobView]:
+    job = _service().start_reconcile(campaign_id)
+    return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=JobView.of(job))
+
+
+@app.post(
+    "/campaigns/<campaign_id>/audit",
+    responses=_responses(
+        202,
+        "A job audits the campaign against its provider's own records (GET /jobs/{job_id}: its result holds the "
+        "verdict counts, clean, and the findings' digest)",
+        JobView,
+        400,
+        404,
+    ),
+)
+def audit(campaign_id: CampaignId) -> Response[JobView]:
+    job = _service().jobs.start_audit(campaign_id, by=_caller())
+    return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=JobView.of(job))
 
 
 @app.get("/jobs/<job_id>", responses=_responses(200, "A job and its progress", JobView, 404))
@@ -590,15 +626,18 @@ def lambda_handler(
     event: dict[str, Any],
     context: LambdaContext,
     service: CampaignService | None = None,
-    objects: S3ObjectLines | None = None,
     sending: Any = None,
 ) -> dict[str, Any]:
     refused = _refuse_non_json(event)
     if refused is not None:
         return refused
     service = service or campaign_service(ApiSettings.from_env(os.environ))
+    if service.jobs.auditor is None:
+        # An audit job runs here when there is no jobs queue (the local stack, tests), with
+        # the consumer's sending settings when this process has them.
+        service.jobs.auditor = auditor_of(lambda: ConsumerSettings.from_env(os.environ))
     sending = sending or preview_routes.SendingOnDemand(os.environ)
-    app.append_context(service=service, objects=objects or _S3OnDemand(), sending=sending)
+    app.append_context(service=service, sending=sending)
     return app.resolve(event, context)
 
 
@@ -621,10 +660,3 @@ def _refuse_non_json(event: dict[str, Any]) -> dict[str, Any] | None:
         "body": json.dumps(body),
         "isBase64Encoded": False,
     }
-
-
-class _S3OnDemand:
-    """The S3 reader, with its client built only when a publish names an S3 object."""
-
-    def lines(self, bucket: str, key: str) -> Iterator[str]:
-        return S3ObjectLines(client=boto3.session.Session().client("s3")).lines(bucket, key)

@@ -24,12 +24,14 @@ CAMPAIGN_OPERATIONS = {
 # unschedule act only on a scheduled campaign, which a link from an answer rarely is (a
 # publish with send_at in the future is needed first): followed, they answer 409 and take
 # the same share from the others. A job is named by a resume's or cancel's answer, not a
-# campaign.
+# campaign. Reconcile and audit change nothing and read the whole ledger (as a job).
 UNLINKED_OPERATIONS = {
     ("post", "/campaigns/{campaign_id}/preview"),
     ("post", "/campaigns/{campaign_id}/test-sends"),
     ("post", "/campaigns/{campaign_id}/reschedule"),
     ("post", "/campaigns/{campaign_id}/unschedule"),
+    ("post", "/campaigns/{campaign_id}/reconcile"),
+    ("post", "/campaigns/{campaign_id}/audit"),
     ("get", "/jobs/{job_id}"),
 }
 

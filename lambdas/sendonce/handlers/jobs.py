@@ -18,18 +18,25 @@ from sendonce.domain.errors import JobNotFoundError
 from sendonce.domain.jobs.service import JobService
 from sendonce.handlers.observability import logger, metrics
 from sendonce.settings import JobsSettings
-from sendonce.wiring import job_service
+from sendonce.wiring import auditor_of, job_service
 
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext, service: JobService | None = None) -> dict:
-    jobs = service or job_service(JobsSettings.from_env(os.environ))
+    if service is None:
+        settings = JobsSettings.from_env(os.environ)
+        jobs = job_service(settings)
+        if jobs.auditor is None:
+            jobs.auditor = auditor_of(lambda: settings)
+    else:
+        jobs = service
 
     def record_handler(record: SQSRecord) -> None:
         try:
-            job_id = json.loads(record.body)["job_id"]
-            moved = jobs.work(job_id)
+            message = json.loads(record.body)
+            job_id, part = message["job_id"], message.get("part")
+            moved = jobs.work(job_id) if part is None else jobs.work_part(job_id, int(part))
         except (ValueError, KeyError, TypeError, JobNotFoundError) as exc:
             # Never a step of any job: taking it again cannot help (it is dropped, and said).
             logger.error("not a step of a job", extra={"message_id": record.message_id, "error": str(exc)[:200]})
@@ -38,6 +45,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext, service: JobSe
             "job step",
             extra={
                 "job_id": job_id,
+                "part": part,
                 "moved": moved is not None,
                 "state": moved.state.value if moved else None,
                 "steps": moved.steps if moved else None,

@@ -513,6 +513,12 @@ class DynamoDBLedger:
         for item in self._keys.query_campaign(self._client, self._table, campaign_id, ConsistentRead=True):
             yield _record(item)
 
+    def records_page(self, campaign_id: str, cursor: str | None, limit: int) -> tuple[list[DeliveryRecord], str | None]:
+        items, following = self._keys.query_page(
+            self._client, self._table, campaign_id, cursor, limit, ConsistentRead=True
+        )
+        return [_record(item) for item in items], following
+
     def get_many(self, campaign_id: str, recipient_ids: list[str]) -> dict[str, DeliveryRecord]:
         found: dict[str, DeliveryRecord] = {}
         for start in range(0, len(recipient_ids), 100):

@@ -348,27 +348,14 @@ class DynamoDBLedgerEvents:
             raise
 
     def unknowns(self, campaign_id: str) -> Iterator[UnknownDelivery]:
-        for item in self._keys.query_campaign(
-            self._client,
-            self._ledger,
-            campaign_id,
-            FilterExpression="#state = :unknown",
-            ProjectionExpression=(
-                "recipient_id, provider, updated_at, reason, email_fp, provider_sent_id, proven_not_sent_at"
-            ),
-            ExpressionAttributeNames={"#state": "state"},
-            ExpressionAttributeValues={":unknown": {"S": DeliveryState.UNKNOWN.value}},
-            ConsistentRead=True,
-        ):
-            yield UnknownDelivery(
-                recipient_id=item["recipient_id"]["S"],
-                provider=_s(item, "provider"),
-                since_ms=_ms(_s(item, "updated_at")),
-                reason=_s(item, "reason"),
-                email_fingerprint=_s(item, "email_fp"),
-                confirmed_message_id=_s(item, "provider_sent_id"),
-                proven_not_sent="proven_not_sent_at" in item,
-            )
+        for item in self._keys.query_campaign(self._client, self._ledger, campaign_id, **_UNKNOWNS):
+            yield _unknown(item)
+
+    def unknowns_page(
+        self, campaign_id: str, cursor: str | None, limit: int
+    ) -> tuple[list[UnknownDelivery], str | None]:
+        items, following = self._keys.query_page(self._client, self._ledger, campaign_id, cursor, limit, **_UNKNOWNS)
+        return [_unknown(item) for item in items], following
 
     def prove_not_sent(self, key: DeliveryKey, *, audit: str) -> bool:
         now = _now_iso()
@@ -461,3 +448,25 @@ class DynamoDBLedgerEvents:
                 else:
                     report.skipped.append(recipient_id)
         return report
+
+
+# A campaign's unknown deliveries: its ledger items in state unknown, with what decides them.
+_UNKNOWNS: dict[str, Any] = {
+    "FilterExpression": "#state = :unknown",
+    "ProjectionExpression": "recipient_id, provider, updated_at, reason, email_fp, provider_sent_id, proven_not_sent_at",
+    "ExpressionAttributeNames": {"#state": "state"},
+    "ExpressionAttributeValues": {":unknown": {"S": DeliveryState.UNKNOWN.value}},
+    "ConsistentRead": True,
+}
+
+
+def _unknown(item: dict[str, Any]) -> UnknownDelivery:
+    return UnknownDelivery(
+        recipient_id=item["recipient_id"]["S"],
+        provider=_s(item, "provider"),
+        since_ms=_ms(_s(item, "updated_at")),
+        reason=_s(item, "reason"),
+        email_fingerprint=_s(item, "email_fp"),
+        confirmed_message_id=_s(item, "provider_sent_id"),
+        proven_not_sent="proven_not_sent_at" in item,
+    )

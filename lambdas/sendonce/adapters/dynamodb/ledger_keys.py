@@ -11,6 +11,7 @@ copy of its campaign id (bytes on every item are write units on every write).
 from __future__ import annotations
 
 import heapq
+import json
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,8 @@ SORT_ATTR = "recipient_id"
 # Queries of one campaign's shards in flight at once (boto3 clients are thread-safe; the
 # default connection pool holds 10 connections per client).
 READ_WORKERS = 8
+# Queries one page of `query_page` may make (one per shard, most of them small).
+PAGE_QUERIES = 64
 
 ShardsOf = Callable[[str], int]
 
@@ -91,6 +94,45 @@ class LedgerKeys:
         with ThreadPoolExecutor(max_workers=min(READ_WORKERS, len(partitions))) as pool:
             shards = list(pool.map(lambda p: list(_query(client, table, p, params)), partitions))
         yield from heapq.merge(*shards, key=lambda item: item[SORT_ATTR]["S"])
+
+    def query_page(
+        self, client: Any, table: str, campaign_id: str, cursor: str | None, limit: int, **params: Any
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """At most `limit` of the campaign's items that `params` select (a Query's other
+        parameters, `:c` for the partition-key value), shard after shard from `cursor`
+        (None: the first), in at most PAGE_QUERIES Queries; and the next page's cursor
+        (None: no more). The cursor is the shard's index and the last key read in it, as JSON."""
+        partitions = self.partitions(campaign_id)
+        shard, last = 0, None
+        if cursor is not None:
+            try:
+                position = json.loads(cursor)
+                shard, last = int(position["shard"]), position["last"]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"not a ledger cursor: {cursor[:80]!r}") from exc
+        items: list[dict[str, Any]] = []
+        for _ in range(PAGE_QUERIES):
+            values = {**params.get("ExpressionAttributeValues", {}), ":c": {"S": partitions[shard]}}
+            request: dict[str, Any] = {
+                **params,
+                "TableName": table,
+                "KeyConditionExpression": f"{PARTITION_ATTR} = :c",
+                "ExpressionAttributeValues": values,
+                "Limit": limit - len(items),
+            }
+            if last is not None:
+                request["ExclusiveStartKey"] = {PARTITION_ATTR: {"S": partitions[shard]}, SORT_ATTR: {"S": last}}
+            response = client.query(**request)
+            items += response["Items"]
+            if response.get("LastEvaluatedKey"):
+                last = response["LastEvaluatedKey"][SORT_ATTR]["S"]
+            elif shard + 1 < len(partitions):
+                shard, last = shard + 1, None
+            else:
+                return items, None
+            if len(items) >= limit:
+                break
+        return items, json.dumps({"shard": shard, "last": last})
 
 
 def _query(client: Any, table: str, partition: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -163,9 +163,12 @@ class CampaignService(ScheduledSends):
             ledger=ledger,
             campaign_queue=queue,
             clock=_iso_now,
+            counters=counters,
         )
         if self._jobs.on_finished is None:
             self._jobs.on_finished = self.job_finished
+        if self._jobs.after_reopening is None:
+            self._jobs.after_reopening = self._resume_after_reopening
         self._provider_names = frozenset(provider_names)
         # None: every provider named may send batches (the wiring passes the registry's answer).
         self._batch_provider_names = frozenset(
@@ -438,6 +441,60 @@ class CampaignService(ScheduledSends):
         )
         return campaign, job, report
 
+    def start_resume_including_unknown(
+        self,
+        campaign_id: str,
+        *,
+        recipient_ids: Iterable[str] | None = None,
+        older_than_s: int = DEFAULT_UNKNOWN_WINDOW_S,
+        accept_possible_duplicates: bool = False,
+        include_dead_lettered: bool = True,
+        reason: str | None = None,
+    ) -> Job:
+        """`resume_including_unknown` as a job (a page of unknowns a step, then the resume):
+        the same rules; `jobs.unknown_outcomes` must be set (the CLI sets it). The job's
+        `listed` names the reopened recipients, its result the resume's republish job."""
+        campaign = self._campaigns.get(campaign_id)
+        if not (
+            lifecycle.can(CampaignEvent.RESUME, campaign.state)
+            or lifecycle.can(CampaignEvent.REOPEN_UNKNOWN, campaign.state)
+        ):
+            raise IllegalTransitionError(f"campaign {campaign_id!r} is {campaign.state.value}; it cannot be resumed")
+        return self._jobs.start_resume_unknown(
+            campaign_id,
+            by=self._operator,
+            recipient_ids=recipient_ids,
+            older_than_s=older_than_s,
+            accept_possible_duplicates=accept_possible_duplicates,
+            include_dead_lettered=include_dead_lettered,
+            reason=reason,
+        )
+
+    def _resume_after_reopening(self, job: Job, progress: dict[str, int]) -> dict[str, Any]:
+        """The end of a resume_unknown job, as `resume_including_unknown` ends: a completed
+        campaign with reopened unknowns is reopened, then resumed. Safe to repeat (a second
+        resume republishes once more; the ledger sends each recipient once)."""
+        reopened = progress.get("reopened", 0)
+        by = job.by or self._operator
+        campaign = self._campaigns.get(job.campaign_id)
+        if campaign.state is CampaignState.COMPLETED:
+            if not reopened:
+                return {"resumed": False, "republish_job": None, "state": campaign.state.value}
+            lifecycle.apply(
+                self._campaigns,
+                job.campaign_id,
+                CampaignEvent.REOPEN_UNKNOWN,
+                by=by,
+                reason=f"reopened {reopened} unknown outcome(s)",
+            )
+        campaign, republish = self.acting_as(by).resume(
+            job.campaign_id,
+            include_dead_lettered=bool(job.params.get("include_dead_lettered", True)),
+            reason=job.params.get("reason")
+            or (f"resumed with {reopened} reopened unknown outcome(s)" if reopened else None),
+        )
+        return {"resumed": True, "republish_job": republish.job_id, "state": campaign.state.value}
+
     def status(self, campaign_id: str) -> DeliveryStatus:
         """Counts by ledger state (from the counters when the campaign has them). Never changes the campaign: completion is the consumer's
         `complete` event (or `complete_if_done`)."""
@@ -453,6 +510,11 @@ class CampaignService(ScheduledSends):
         if self._counters is None:
             raise InvalidCampaignError("reconcile: this service keeps no counters")
         return reconcile(self._campaigns, self._ledger, self._counters, campaign_id)
+
+    def start_reconcile(self, campaign_id: str) -> Job:
+        """`reconcile` as a job (a page of the ledger a step): its result is the
+        Reconciliation's `as_dict`. Not idempotent by id: each call reads the ledger anew."""
+        return self._jobs.start_reconcile(campaign_id, by=self._operator)
 
     def records(self, campaign_id: str) -> Iterator[DeliveryRecord]:
         return self._ledger.records(campaign_id)

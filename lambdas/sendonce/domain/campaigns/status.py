@@ -9,12 +9,13 @@ record, which is also what `reconcile` compares the counters with.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sendonce.domain.campaigns.counters import StateCounts, complete, state_counts
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
-from sendonce.domain.ports import CampaignCounters, CampaignStore, Ledger
+from sendonce.domain.ports import CampaignCounters, CampaignStore, CounterTotals, Counts, Ledger
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,29 @@ def reconcile(campaigns: CampaignStore, ledger: Ledger, counters: CampaignCounte
     counted = state_counts(totals.counts)
     counted_d, full_d = counted.as_dict(), full.as_dict()
     drifts = [Drift(state=s, counter=counted_d[s], ledger=full_d[s]) for s in full_d if counted_d[s] != full_d[s]]
+    if not totals.caught_up:
+        drifts.append(Drift(state="batches", counter=totals.counts.batches, ledger=totals.recorded_batches))
+    return Reconciliation(campaign_id=campaign_id, counted=True, counters=counted, ledger=full, drifts=tuple(drifts))
+
+
+def reconciliation_of(campaign_id: str, totals: CounterTotals | None, recorded: Mapping[str, int]) -> Reconciliation:
+    """The drifts between the counters and counts of the campaign's ledger records by state
+    (`recorded`: state value -> records, read a page at a time by a reconcile job). Which
+    recipients were published is the published markers' to say (one per recipient, the
+    counters' `published`): a published recipient with no record is pending. A campaign
+    without counters has nothing to compare: its ledger counts are its records' own."""
+    states: Counter[DeliveryState] = Counter({DeliveryState(s): n for s, n in recorded.items()})
+    if totals is None:
+        ledger = StateCounts(**{state.value: states[state] for state in DeliveryState})
+        return Reconciliation(campaign_id=campaign_id, counted=False, counters=None, ledger=ledger, drifts=())
+    counted = state_counts(totals.counts)
+    full = state_counts(Counts(states=states, published=totals.counts.published))
+    counted_d, full_d = counted.as_dict(), full.as_dict()
+    drifts = [Drift(state=s, counter=counted_d[s], ledger=full_d[s]) for s in full_d if counted_d[s] != full_d[s]]
+    records = sum(n for s, n in states.items() if s is not DeliveryState.PENDING)
+    if records > totals.counts.published:
+        # More recipients recorded than published: a marker (or a publish) the counters missed.
+        drifts.append(Drift(state="published", counter=totals.counts.published, ledger=records))
     if not totals.caught_up:
         drifts.append(Drift(state="batches", counter=totals.counts.batches, ledger=totals.recorded_batches))
     return Reconciliation(campaign_id=campaign_id, counted=True, counters=counted, ledger=full, drifts=tuple(drifts))

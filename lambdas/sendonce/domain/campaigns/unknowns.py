@@ -40,9 +40,12 @@ class UnknownOutcomes:
         """Unknown for at least `seconds`, without provider evidence. Those with evidence (a
         'sent' event that arrived while a consumer still held the delivery) are resolved to
         sent on the way."""
+        return self._waiting(campaign_id, self._ledger_events.unknowns(campaign_id), seconds)
+
+    def _waiting(self, campaign_id: str, unknowns: Iterable[UnknownDelivery], seconds: int) -> list[UnknownDelivery]:
         cutoff = self._clock_ms() - seconds * 1000
         waiting: list[UnknownDelivery] = []
-        for unknown in self._ledger_events.unknowns(campaign_id):
+        for unknown in unknowns:
             if unknown.confirmed_message_id:
                 self._ledger_events.resolve_unknown(
                     DeliveryKey(campaign_id=campaign_id, recipient_id=unknown.recipient_id),
@@ -78,6 +81,30 @@ class UnknownOutcomes:
         )
         report.skipped.extend(r for r in chosen if r not in eligible)
         return report
+
+    def reopen_page(
+        self,
+        campaign_id: str,
+        cursor: str | None,
+        limit: int,
+        *,
+        recipient_ids: Iterable[str] | None = None,
+        older_than_s: int = DEFAULT_UNKNOWN_WINDOW_S,
+        by: str = "operator",
+    ) -> tuple[ReopenReport, str | None]:
+        """`reopen`, for one page of the campaign's unknowns (a job's step): the same rules.
+        Named recipients not eligible are reported by the job once every page is read."""
+        page, following = self._ledger_events.unknowns_page(campaign_id, cursor, limit)
+        if self._accept_possible_duplicates:
+            eligible = {u.recipient_id for u in self._waiting(campaign_id, page, older_than_s)}
+        else:
+            eligible = {u.recipient_id for u in self._waiting(campaign_id, page, 0) if u.proven_not_sent}
+        if recipient_ids is not None:
+            eligible &= set(recipient_ids)
+        report = self._ledger_events.reopen_unknown(
+            campaign_id, sorted(eligible), by=by, accept_possible_duplicates=self._accept_possible_duplicates
+        )
+        return report, following
 
 
 def unknowns_older_than(

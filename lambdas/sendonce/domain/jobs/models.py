@@ -9,11 +9,25 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+LISTED_MOST = 1_000
+
 
 class JobKind(StrEnum):
     # Publish once more every published recipient whose delivery is in the given states
     # (resume: not ended; cancel: not ended, so that consumers close each one).
     REPUBLISH = "republish"
+    # Count the campaign's ledger records by state, shard by shard, then compare the counts
+    # with the counters: the drifts are the job's result.
+    RECONCILE = "reconcile"
+    # Publish a recipient file from S3 in parts (byte ranges), each part a step of its own
+    # that any worker takes, in parallel (domain/campaigns/s3_publish.py).
+    PUBLISH_S3 = "publish_s3"
+    # Set the provider's own record of the campaign against the ledger (domain/audit): one
+    # step runs the whole audit (the provider's listing is read newest first, in one pass).
+    AUDIT = "audit"
+    # `resume --include-unknown`: reopen the eligible unknown deliveries a page at a time,
+    # then resume the campaign (whose republish is a job of its own).
+    RESUME_UNKNOWN = "resume_unknown"
 
 
 class JobState(StrEnum):
@@ -36,6 +50,14 @@ class Job(BaseModel):
     steps: int = 0
     progress: dict[str, int] = Field(default_factory=dict)
     error: str | None = None
+    # A job in parts: each part's outcome, recorded once (by the write that adds it here),
+    # by part number; cleared when the job goes on to its next phase.
+    parts: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # Recipient ids a job names, by what happened to them (e.g. reopened), page by page;
+    # at most LISTED_MOST each (the counts in `progress` are exact).
+    listed: dict[str, list[str]] = Field(default_factory=dict)
+    # What a finished job found (e.g. a reconciliation's drifts); None while it runs.
+    result: dict[str, Any] | None = None
     by: str | None = None
     created_at: str | None = None
     updated_at: str | None = None
