@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from sendonce.contract import BATCH_RECORD_SK_PREFIX
 from sendonce.domain.models import BatchMessage
 from sendonce.domain.sending.shards import shard_of
 
@@ -47,7 +48,7 @@ def batch_shards_for(ledger_shards: int) -> int:
     return max(1, min(DEFAULT_BATCH_SHARDS, ledger_shards))
 
 
-RECORD_PREFIX = "batch#"
+RECORD_PREFIX = BATCH_RECORD_SK_PREFIX
 ENQUEUED_PREFIX = "batch-enqueued#"
 GROUP_PREFIX = "group#"
 # What a shard's records and markers have in common (and nothing else under a campaign's keys).
