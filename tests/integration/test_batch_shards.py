@@ -101,6 +101,9 @@ def test_a_new_campaigns_batch_records_spread_over_shards_each_written_once(syst
         (bk.batch_partition("c1", b.batch_id, bk.DEFAULT_BATCH_SHARDS), bk.ENQUEUED_PREFIX + b.batch_id)
         for b in batches[:25]
     }
+    assert set(store.partitions("c1")) == {"campaign#c1"} | {r["pk"]["S"] for r in records.values()} | {
+        f"campaign#c1#b{k}" for k in range(bk.DEFAULT_BATCH_SHARDS)
+    }
     # and every read sees every shard
     assert [(b.batch_id, e) for b, e in sorted(store.batches("c1"), key=lambda x: x[0].batch_id)] == [
         (b.batch_id, i < 25) for i, b in enumerate(batches)
@@ -192,3 +195,4 @@ def test_a_campaign_created_before_batch_shards_keeps_its_records_where_they_wer
     page, cursor = store.batches_page("old", "batch#b001", 10)
     assert ([b.batch_id for b in page], cursor) == (["b002", "b003"], None)
     assert [g.group_id for g in store.groups_of_batch("old", "b003")] == ["b003-g1"]
+    assert store.partitions("old") == ["campaign#old"]

@@ -298,6 +298,13 @@ class DynamoDBCampaignStore:
             return bk.LEGACY_BATCH_SHARDS
         return self._learn_batch_shards(campaign_id, response["Item"])
 
+    def partitions(self, campaign_id: str) -> list[str]:
+        """Every partition-key value holding the campaign's items here: its own (state,
+        content, a pre-shard campaign's batches) and its batch shards (tools and benchmarks
+        that read a campaign's items whole)."""
+        shards = bk.batch_partitions(campaign_id, self._batch_shards(campaign_id))
+        return list(dict.fromkeys([bk.campaign_partition(campaign_id), *shards]))
+
     def _learn_batch_shards(self, campaign_id: str, item: dict[str, Any]) -> int:
         shards = int(item[bk.BATCH_SHARDS_ATTR]["N"]) if bk.BATCH_SHARDS_ATTR in item else bk.LEGACY_BATCH_SHARDS
         if campaign_id not in self._known_batch_shards and len(self._known_batch_shards) >= 10_000:
