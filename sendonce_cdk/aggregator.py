@@ -10,6 +10,7 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from sendonce.contract import BATCH_RECORD_SK_PREFIX
 from sendonce_cdk.function import ServiceFunction
 
 HANDLER = "sendonce.handlers.aggregator.lambda_handler"
@@ -79,7 +80,8 @@ class Aggregator(Construct):
             on_failure=event_sources.SqsDlq(self.dead_letter_queue),
         )
         self.function.add_event_source(event_sources.DynamoEventSource(ledger_table, **common))
-        # Of the campaigns table only inserted batch records count (once per batch).
+        # Of the campaigns table only inserted batch records count (once per batch), under
+        # any of a campaign's batch shard keys; their enqueued markers and groups do not pass.
         self.function.add_event_source(
             event_sources.DynamoEventSource(
                 campaigns_table,
@@ -87,7 +89,7 @@ class Aggregator(Construct):
                     lambda_.FilterCriteria.filter(
                         {
                             "eventName": lambda_.FilterRule.is_equal("INSERT"),
-                            "dynamodb": {"Keys": {"sk": {"S": lambda_.FilterRule.begins_with("batch#")}}},
+                            "dynamodb": {"Keys": {"sk": {"S": lambda_.FilterRule.begins_with(BATCH_RECORD_SK_PREFIX)}}},
                         }
                     )
                 ],

@@ -24,6 +24,10 @@ POWERTOOLS_IDEMPOTENCY_DISABLED = "POWERTOOLS_IDEMPOTENCY_DISABLED"
 # `state`), which `campaign list` queries; and the attribute its TTL reads (limiter slots).
 CAMPAIGNS_BY_STATE_INDEX = "campaigns-by-state"
 CAMPAIGNS_TTL_ATTRIBUTE = "expires_at"
+# The sort-key prefix of a published batch record in the campaigns table: the counters'
+# stream mapping passes inserted items whose `sk` begins with it, and nothing else (the
+# batch's enqueued marker is `batch-enqueued#`, its groups `group#`).
+BATCH_RECORD_SK_PREFIX = "batch#"
 
 # Every setting field `name` is read from SENDONCE_<NAME> (sendonce.settings).
 ENV_PREFIX = "SENDONCE_"

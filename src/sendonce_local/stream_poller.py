@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sendonce.contract import BATCH_RECORD_SK_PREFIX
 from sendonce_local.poller import LocalLambdaContext
 
 logger = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ RecordFilter = Callable[[dict[str, Any]], bool]
 def inserted_batch_records(record: dict[str, Any]) -> bool:
     """The stack's filter on the campaigns table's mapping (sendonce_cdk/aggregator.py)."""
     sk = record["dynamodb"].get("Keys", {}).get("sk", {}).get("S", "")
-    return bool(record.get("eventName") == "INSERT" and sk.startswith("batch#"))
+    return bool(record.get("eventName") == "INSERT" and sk.startswith(BATCH_RECORD_SK_PREFIX))
 
 
 @dataclass

@@ -9,6 +9,7 @@ import pytest
 from aws_cdk.assertions import Match
 
 from sendonce import contract
+from sendonce.adapters.dynamodb import batch_records
 from sendonce.contract import Metric, Output, env_name
 from sendonce_cdk.config import MAX_RECEIVE_COUNT
 from sendonce_cdk.providers.ses import configuration_set_name
@@ -256,6 +257,10 @@ def test_the_counters_read_both_tables_streams_retrying_bisecting_and_keeping_wh
     # Of the campaigns table only inserted batch records reach the function.
     [pattern] = [json.loads(f["Pattern"]) for f in streams[campaigns]["FilterCriteria"]["Filters"]]
     assert pattern == {"eventName": ["INSERT"], "dynamodb": {"Keys": {"sk": {"S": [{"prefix": "batch#"}]}}}}
+    # the adapter's batch records begin so under every batch shard key; its markers and groups do not
+    assert batch_records.RECORD_PREFIX == "batch#"
+    assert not batch_records.ENQUEUED_PREFIX.startswith("batch#")
+    assert not batch_records.GROUP_PREFIX.startswith("batch#")
     assert "FilterCriteria" not in streams[ledger]
 
 

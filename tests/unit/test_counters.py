@@ -133,11 +133,37 @@ def test_only_an_inserted_batch_record_counts_in_the_campaigns_table():
             },
         }
 
-    inserted = record("INSERT", "campaign#c1", "batch#b1")
+    inserted = record("INSERT", "campaign#c1", "batch#b1")  # a campaign created before batch shards
     assert list(changes_of([inserted])) == [batch(9, "b1", ["r1", "r2"])]
-    assert change_of(record("MODIFY", "campaign#c1", "batch#b1")) is None  # `enqueued` flipped
+    sharded = change_of(record("INSERT", "campaign#c1#b7", "batch#b1"))
+    assert sharded is not None and (sharded.campaign_id, sharded.position.shard_id) == ("c1", "campaign#c1#b7")
+    assert change_of(record("MODIFY", "campaign#c1", "batch#b1")) is None  # `enqueued` flipped (before markers)
+    assert change_of(record("INSERT", "campaign#c1#b7", "batch-enqueued#b1")) is None
     assert change_of(record("INSERT", "campaign#c1", "group#b1-g0")) is None
+    assert change_of(record("INSERT", "campaign#c1#b7", "group#b1-g1")) is None
     assert change_of(record("INSERT", "counters#c1", "from#ledger#c1#0")) is None
+
+
+def test_the_stream_filter_passes_inserted_batch_records_only_under_old_and_sharded_keys():
+    # The local poller's filter is the stack's (sendonce_cdk/aggregator.py: INSERT, sk
+    # begins with `batch#`; tests/infra/test_stack.py checks the template's pattern).
+    from sendonce.adapters.dynamodb import batch_records as bk
+    from sendonce_local.stream_poller import inserted_batch_records
+
+    def record(event, pk, sk):
+        return {"eventName": event, "dynamodb": {"Keys": {"pk": {"S": pk}, "sk": {"S": sk}}}}
+
+    def passes(event, pk, sk):
+        return inserted_batch_records(record(event, pk, sk))
+
+    sharded = bk.batch_partition("c1", "b1", bk.DEFAULT_BATCH_SHARDS)
+    assert sharded.startswith("campaign#c1#b")
+    assert passes("INSERT", sharded, bk.RECORD_PREFIX + "b1")
+    assert passes("INSERT", "campaign#c1", "batch#b1")  # a campaign created before batch shards
+    assert not passes("INSERT", sharded, bk.ENQUEUED_PREFIX + "b1")
+    assert not passes("INSERT", sharded, bk.GROUP_PREFIX + "b1-g1")
+    assert not passes("MODIFY", "campaign#c1", "batch#b1")
+    assert not passes("INSERT", "campaign#c1", "campaign")
 
 
 # --- exactly once ------------------------------------------------------------------------

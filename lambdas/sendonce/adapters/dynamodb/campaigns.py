@@ -2,8 +2,10 @@
 
     pk = campaign#<id>, sk = campaign        the campaign's state and settings (small: updated per message)
     pk = campaign#<id>, sk = content         its content (templates, up to 300 KB), written once with it
-    pk = campaign#<id>, sk = batch#<batch>   one published batch: its body and whether it reached SQS
-    pk = campaign#<id>, sk = group#<group>   batch mode: one send group's frozen membership
+    pk = campaign#<id>#b<k>, sk = batch#<batch>, batch-enqueued#<batch>, group#<batch>-g<n>
+                                             its published batches, whether each reached SQS, and
+                                             batch mode's send groups, over `batch_shards`
+                                             partition-key values (adapters/dynamodb/batch_records.py)
     pk = counters#<id>, ...                  its counters (adapters/dynamodb/counters.py): add_batch
                                              counts each batch record there; `counted` stores mark a
                                              campaign counted from its creation
@@ -16,7 +18,6 @@ limiter slots; and being keys-only, updates of a campaign's counts never write t
 from __future__ import annotations
 
 import datetime as dt
-import json
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -25,6 +26,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from sendonce.adapters.dynamodb import batch_records as bk
 from sendonce.adapters.dynamodb.counters import recorded_key
 from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX
 from sendonce.domain.errors import CampaignBusyError, CampaignNotFoundError, IllegalTransitionError
@@ -46,7 +48,8 @@ def _pk(campaign_id: str) -> dict[str, Any]:
 
 def _campaign(item: dict[str, Any]) -> Campaign:
     # Campaigns created before the content had its own item carry it here (read as is).
-    data = {k: _de.deserialize(v) for k, v in item.items() if k not in ("pk", "sk")}
+    # `batch_shards` is this adapter's layout, not the campaign's: read by _batch_shards.
+    data = {k: _de.deserialize(v) for k, v in item.items() if k not in ("pk", "sk", bk.BATCH_SHARDS_ATTR)}
     data.pop("total", None)  # stored by earlier versions; status counts recipients from the ledger
     for name in ("open_batches", "version", "publishing_until_ms", "ledger_shards", "send_at_ms"):
         if name in data:
@@ -90,6 +93,8 @@ class DynamoDBCampaignStore:
         self._conflict_attempts = conflict_attempts
         self._sleep = sleep
         self._jitter = jitter
+        # Batch shard counts of campaigns read or created here (fixed at creation: exact).
+        self._known_batch_shards: dict[str, int] = {}
 
     def _update_campaign(self, **request: Any) -> dict[str, Any]:
         """UpdateItem on a campaign item, retried while it meets a transaction on that item."""
@@ -120,6 +125,7 @@ class DynamoDBCampaignStore:
         state = campaign.model_dump(mode="json", exclude_none=True, exclude={"content"})
         item = {k: _ser.serialize(v) for k, v in state.items()}
         item.update(self._key(campaign.campaign_id))
+        item[bk.BATCH_SHARDS_ATTR] = {"N": str(bk.batch_shards_for(campaign.ledger_shards))}
         content = {
             **self._key(campaign.campaign_id, "content"),
             "content": _ser.serialize(campaign.content.model_dump(mode="json", exclude_none=True)),
@@ -140,6 +146,7 @@ class DynamoDBCampaignStore:
             if "ConditionalCheckFailed" in reasons:
                 raise IllegalTransitionError(f"campaign {campaign.campaign_id!r} already exists") from exc
             raise
+        self._learn_batch_shards(campaign.campaign_id, item)
         return campaign
 
     def get(self, campaign_id: str) -> Campaign:
@@ -147,6 +154,7 @@ class DynamoDBCampaignStore:
         if "Item" not in response:
             raise CampaignNotFoundError(f"campaign {campaign_id!r} does not exist")
         campaign = _campaign(response["Item"])
+        self._learn_batch_shards(campaign_id, response["Item"])
         if self._on_read is not None:
             self._on_read(campaign)
         return campaign
@@ -243,6 +251,7 @@ class DynamoDBCampaignStore:
                 f"campaign {campaign_id!r} is {current}; cannot move to {to.value} "
                 f"(only from {', '.join(s.value for s in allowed)})"
             ) from exc
+        self._learn_batch_shards(campaign_id, response["Attributes"])
         return _campaign(response["Attributes"])
 
     def end_publish(self, campaign_id: str) -> None:
@@ -272,12 +281,49 @@ class DynamoDBCampaignStore:
             ExpressionAttributeValues={":n": {"N": str(count)}},
         )
 
+    def _batch_shards(self, campaign_id: str) -> int:
+        """The campaign's batch shard count: fixed at its creation, so cached once read. A
+        campaign that does not exist is answered as one shard and not cached."""
+        shards = self._known_batch_shards.get(campaign_id)
+        if shards is not None:
+            return shards
+        response = self._client.get_item(
+            TableName=self._table,
+            Key=self._key(campaign_id),
+            ProjectionExpression="pk, #shards",
+            ExpressionAttributeNames={"#shards": bk.BATCH_SHARDS_ATTR},
+            ConsistentRead=True,
+        )
+        if "Item" not in response:
+            return bk.LEGACY_BATCH_SHARDS
+        return self._learn_batch_shards(campaign_id, response["Item"])
+
+    def partitions(self, campaign_id: str) -> list[str]:
+        """Every partition-key value holding the campaign's items here: its own (state,
+        content, a pre-shard campaign's batches) and its batch shards (tools and benchmarks
+        that read a campaign's items whole)."""
+        shards = bk.batch_partitions(campaign_id, self._batch_shards(campaign_id))
+        return list(dict.fromkeys([bk.campaign_partition(campaign_id), *shards]))
+
+    def _learn_batch_shards(self, campaign_id: str, item: dict[str, Any]) -> int:
+        shards = int(item[bk.BATCH_SHARDS_ATTR]["N"]) if bk.BATCH_SHARDS_ATTR in item else bk.LEGACY_BATCH_SHARDS
+        if campaign_id not in self._known_batch_shards and len(self._known_batch_shards) >= 10_000:
+            self._known_batch_shards.clear()
+        self._known_batch_shards[campaign_id] = shards
+        return shards
+
+    def _batch_key(self, campaign_id: str, batch_id: str, prefix: str, name: str | None = None) -> dict[str, Any]:
+        """The key of a batch's record (name None: the batch id), marker or group `name`."""
+        partition = bk.batch_partition(campaign_id, batch_id, self._batch_shards(campaign_id))
+        return {"pk": {"S": partition}, "sk": {"S": prefix + (name or batch_id)}}
+
     def add_batch(self, batch: BatchMessage) -> BatchStatus:
+        """The batch's record, written once (whether it reached SQS is a marker of its own),
+        with the open-batch count and the counters' `recorded` count in one transaction."""
         item = {
-            **self._key(batch.campaign_id, f"batch#{batch.batch_id}"),
+            **self._batch_key(batch.campaign_id, batch.batch_id, bk.RECORD_PREFIX),
             "body": {"S": batch.to_body()},
             "recipients": {"N": str(len(batch.recipients))},
-            "enqueued": {"BOOL": False},
             "created_at": {"S": _now()},
         }
         try:
@@ -320,48 +366,42 @@ class DynamoDBCampaignStore:
             reasons = [r.get("Code") for r in cancellations]
             if reasons and reasons[0] == "ConditionalCheckFailed":
                 old = cancellations[0].get("Item") or {}
-                return BatchStatus.ENQUEUED if old.get("enqueued", {}).get("BOOL") else BatchStatus.RECORDED
+                # A record written before the markers carries `enqueued` itself.
+                if old.get("enqueued", {}).get("BOOL") or self._enqueued(batch.campaign_id, batch.batch_id):
+                    return BatchStatus.ENQUEUED
+                return BatchStatus.RECORDED
             if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
                 raise CampaignNotFoundError(f"campaign {batch.campaign_id!r} does not exist") from exc
             raise
 
-    def mark_batch_enqueued(self, campaign_id: str, batch_id: str) -> None:
-        self._client.update_item(
+    def _enqueued(self, campaign_id: str, batch_id: str) -> bool:
+        response = self._client.get_item(
             TableName=self._table,
-            Key=self._key(campaign_id, f"batch#{batch_id}"),
-            UpdateExpression="SET enqueued = :t",
-            ExpressionAttributeValues={":t": {"BOOL": True}},
+            Key=self._batch_key(campaign_id, batch_id, bk.ENQUEUED_PREFIX),
+            ProjectionExpression="pk",
+            ConsistentRead=True,
         )
+        return "Item" in response
+
+    def mark_batch_enqueued(self, campaign_id: str, batch_id: str) -> None:
+        """A small marker beside the record (1 write unit), never a rewrite of its body."""
+        self._client.put_item(TableName=self._table, Item=self._batch_key(campaign_id, batch_id, bk.ENQUEUED_PREFIX))
 
     def batches(self, campaign_id: str) -> Iterator[tuple[BatchMessage, bool]]:
-        paginator = self._client.get_paginator("query")
-        for page in paginator.paginate(
-            TableName=self._table,
-            KeyConditionExpression="pk = :pk AND begins_with(sk, :b)",
-            ExpressionAttributeValues={":pk": _pk(campaign_id), ":b": {"S": "batch#"}},
-            ConsistentRead=True,
-        ):
-            for item in page["Items"]:
-                yield BatchMessage.model_validate(json.loads(item["body"]["S"])), bool(item["enqueued"]["BOOL"])
+        """Every batch with whether it reached SQS: shard by shard (in batch-id order within
+        a shard), a few shards read ahead in parallel."""
+        partitions = bk.batch_partitions(campaign_id, self._batch_shards(campaign_id))
+        return bk.read_batches(self._client, self._table, partitions)
 
     def batches_page(self, campaign_id: str, cursor: str | None, limit: int) -> tuple[list[BatchMessage], str | None]:
-        request: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :b)",
-            "ExpressionAttributeValues": {":pk": _pk(campaign_id), ":b": {"S": "batch#"}},
-            "ConsistentRead": True,
-            "Limit": limit,
-        }
-        if cursor is not None:
-            request["ExclusiveStartKey"] = self._key(campaign_id, cursor)
-        response = self._client.query(**request)
-        batches = [BatchMessage.model_validate(json.loads(item["body"]["S"])) for item in response["Items"]]
-        last = response.get("LastEvaluatedKey")
-        return batches, (last["sk"]["S"] if last else None)
+        """Up to `limit` batch records after `cursor`, shard after shard; the cursor (opaque
+        to callers) names the shard and the last key read there."""
+        partitions = bk.batch_partitions(campaign_id, self._batch_shards(campaign_id))
+        return bk.page_batches(self._client, self._table, partitions, cursor, limit)
 
     def record_group(self, group: SendGroup) -> SendGroup:
         item = {
-            **self._key(group.campaign_id, f"group#{group.group_id}"),
+            **self._group_key(group.campaign_id, group.group_id),
             "body": {"S": group.model_dump_json()},
             "created_at": {"S": _now()},
         }
@@ -375,18 +415,22 @@ class DynamoDBCampaignStore:
         assert existing is not None
         return existing
 
+    def _group_key(self, campaign_id: str, group_id: str) -> dict[str, Any]:
+        return self._batch_key(campaign_id, bk.batch_of_group(group_id), bk.GROUP_PREFIX, group_id)
+
     def get_group(self, campaign_id: str, group_id: str) -> SendGroup | None:
         response = self._client.get_item(
-            TableName=self._table, Key=self._key(campaign_id, f"group#{group_id}"), ConsistentRead=True
+            TableName=self._table, Key=self._group_key(campaign_id, group_id), ConsistentRead=True
         )
         item = response.get("Item")
         return SendGroup.model_validate_json(item["body"]["S"]) if item else None
 
     def groups_of_batch(self, campaign_id: str, batch_id: str) -> list[SendGroup]:
+        partition = bk.batch_partition(campaign_id, batch_id, self._batch_shards(campaign_id))
         response = self._client.query(
             TableName=self._table,
             KeyConditionExpression="pk = :pk AND begins_with(sk, :g)",
-            ExpressionAttributeValues={":pk": _pk(campaign_id), ":g": {"S": f"group#{batch_id}-g"}},
+            ExpressionAttributeValues={":pk": {"S": partition}, ":g": {"S": f"{bk.GROUP_PREFIX}{batch_id}-g"}},
             ConsistentRead=True,
         )
         groups = [SendGroup.model_validate_json(item["body"]["S"]) for item in response["Items"]]

@@ -11,7 +11,8 @@ counter item keeps is per partition-key value of the changed item: every change 
 partition-key value is in one shard at a time (DynamoDB orders a stream per item, and a
 shard holds one table partition's changes), so its records arrive in sequence order.
 The ledger's partition-key values are the campaign's shards (`<campaign>#<k>`); the
-campaigns table's batch records share `campaign#<id>`.
+campaigns table's batch records are spread likewise (`campaign#<id>#b<k>`, or the plain
+`campaign#<id>` for a campaign created before: adapters/dynamodb/batch_records.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from sendonce.adapters.dynamodb.batch_records import RECORD_PREFIX, campaign_of_partition
 from sendonce.domain.campaigns.counters import BatchRecorded, Change, DeliveryChange, StreamPosition
 from sendonce.domain.models import DeliveryState
 from sendonce.domain.sending.shards import campaign_of
@@ -78,13 +80,13 @@ def change_of(record: dict[str, Any]) -> Change | None:
             new_events=events,
         )
     pk, sk = keys.get("pk", {}).get("S", ""), keys.get("sk", {}).get("S", "")
-    if record.get("eventName") != "INSERT" or not pk.startswith("campaign#") or not sk.startswith("batch#"):
-        return None
+    if record.get("eventName") != "INSERT" or not pk.startswith("campaign#") or not sk.startswith(RECORD_PREFIX):
+        return None  # an enqueued marker (`batch-enqueued#`) or a group is no batch record
     body = json.loads(stream["NewImage"]["body"]["S"])
     return BatchRecorded(
-        campaign_id=pk.removeprefix("campaign#"),
+        campaign_id=campaign_of_partition(pk),
         position=StreamPosition(source=CAMPAIGNS, shard_id=pk, sequence=sequence),
-        batch_id=sk.removeprefix("batch#"),
+        batch_id=sk.removeprefix(RECORD_PREFIX),
         recipient_ids=tuple(r["recipient_id"] for r in body["recipients"]),
     )
 
