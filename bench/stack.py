@@ -300,13 +300,14 @@ class LocalStack:
         for item in keys.query_campaign(self.dynamodb, ledger_table, campaign.campaign_id):
             sizes[(ledger_table, (item["campaign_id"]["S"], item["recipient_id"]["S"]))] = item_size(item)
         paginator = self.dynamodb.get_paginator("query")
-        for page in paginator.paginate(
-            TableName=campaigns_table,
-            KeyConditionExpression="pk = :p",
-            ExpressionAttributeValues={":p": {"S": f"campaign#{campaign.campaign_id}"}},
-        ):
-            for item in page["Items"]:
-                sizes[(campaigns_table, (item["pk"]["S"], item["sk"]["S"]))] = item_size(item)
+        for partition in store.partitions(campaign.campaign_id):  # the campaign's key and its batch shards
+            for page in paginator.paginate(
+                TableName=campaigns_table,
+                KeyConditionExpression="pk = :p",
+                ExpressionAttributeValues={":p": {"S": partition}},
+            ):
+                for item in page["Items"]:
+                    sizes[(campaigns_table, (item["pk"]["S"], item["sk"]["S"]))] = item_size(item)
         return sizes
 
 
