@@ -40,7 +40,7 @@ from tests.infra.synthesis import REPO_ROOT
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]
 
-PREVIOUS_RELEASE = "e9ca0d3431818253b93b377f9f10ed9e1a1f742e"
+PREVIOUS_RELEASE = "5d1f51a39f7f5c7d1042c34a90de304072e2f227"
 CONTEXT = {"provider": "resend"}
 CAMPAIGN = "upgrade-1"
 RECIPIENTS = 200
