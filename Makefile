@@ -74,7 +74,7 @@ test-chaos: $(STAMP)
 	$(BIN)/python -m pytest -q tests/chaos
 
 # The model check's deep profile (>= 20,000 steps over the real adapters on in-process moto; its
-# three machines on three workers, so the two cores share them),
+# three machines on three workers, an idle worker taking a queued machine: the two cores share them),
 # then the mutants: each fix of the delivery protocol reverted in turn must be caught (by the
 # exhaustive explorer or the model, MUTANT_EXAMPLES examples per machine at most, stopping at
 # the first counterexample), each counterexample passing on the real code; exits 1 otherwise.
@@ -83,7 +83,7 @@ test-chaos: $(STAMP)
 MUTANT_EXAMPLES ?= 100
 verify: $(STAMP)
 	rm -f model-figures.json.gw*
-	SENDONCE_MODEL_PROFILE=deep SENDONCE_MODEL_FIGURES=model-figures.json $(BIN)/python -m pytest -q -p no:cacheprovider -n 3 --dist load tests/model
+	SENDONCE_MODEL_PROFILE=deep SENDONCE_MODEL_FIGURES=model-figures.json $(BIN)/python -m pytest -q -p no:cacheprovider -n 3 --dist worksteal tests/model
 	$(BIN)/python -m tests.model.figures model-figures.json --min-steps 20000
 	$(BIN)/python -m tests.model.mutants $(MUTANT_EXAMPLES) --out mutants.jsonl
 
