@@ -113,3 +113,29 @@ def test_one_stream_is_one_chunk_at_a_time_in_order():
 def test_streams_out_of_range_are_refused(streams):
     with pytest.raises(ValueError, match="streams must be 1..32"):
         run_in_streams(chunks(1), lambda c: None, streams=streams, landed=lambda c, r: None)
+
+
+# --- the CLI's direct path ---------------------------------------------------------------
+
+
+def test_a_chunk_refused_among_streams_names_the_recipients_that_landed():
+    from sendonce.domain.campaigns.service import PublishReport
+    from sendonce.domain.errors import InvalidCampaignError
+    from sendonce.domain.models import Recipient
+    from sendonce_ops.publish_streams import publish_in_streams
+
+    class Service:
+        """Refuses the chunk holding r12 (the third of 4 chunks of 5)."""
+
+        def publish(self, campaign_id, recipients, *, batch_size):
+            if any(r.recipient_id == "r12" for r in recipients):
+                raise InvalidCampaignError("r12 is too large")
+            return PublishReport(campaign_id=campaign_id, accepted=len(recipients), batches_new=1, messages_sent=1)
+
+    people = [Recipient(recipient_id=f"r{i}", email=f"u{i}@example.com") for i in range(20)]
+    with pytest.raises(InvalidCampaignError) as refused:
+        publish_in_streams(Service(), "c1", people, streams=3, chunk_recipients=5)  # type: ignore[arg-type]
+    # The first chunk alone, then the other three at once: the third refused, the rest landed
+    assert (
+        str(refused.value) == "r12 is too large (published in 3 streams: recipients 0-9, 15-19 landed, 10-14 did not)"
+    )
