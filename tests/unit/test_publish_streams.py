@@ -60,7 +60,8 @@ def test_at_most_streams_plus_one_chunks_are_held():
         finished.append(chunk.index)
 
     run_in_streams(chunks(50, drawn), send, streams=3, landed=done)
-    assert len(finished) == 50 and max(held) <= 3 + 1
+    # At most 3 chunks drawn and not finished (+ the one the source is building: N + 1 in all)
+    assert len(finished) == 50 and max(held) <= 3
 
 
 def test_after_a_failure_no_chunk_starts_and_the_ones_in_flight_are_reported():
