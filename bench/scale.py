@@ -442,7 +442,13 @@ def extrapolate(measured: list[dict[str, Any]], size: int) -> dict[str, Any]:
     }
 
 
-def run_scale(config: ScaleConfig, say: Callable[[str], None]) -> dict[str, Any]:
+def run_scale(
+    config: ScaleConfig,
+    say: Callable[[str], None],
+    on_campaign: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> dict[str, Any]:
+    """`on_campaign` gets the campaigns measured so far after each one (a long run's
+    figures survive an interrupted one)."""
     started = time.monotonic()
     stack = ScaleStack(config, say).start()
     measured: list[dict[str, Any]] = []
@@ -460,6 +466,8 @@ def run_scale(config: ScaleConfig, say: Callable[[str], None]) -> dict[str, Any]
                 )
                 continue
             measured.append(run_campaign(stack, size, say))
+            if on_campaign:
+                on_campaign(measured)
     finally:
         stack.stop()
     extrapolated = [
@@ -526,8 +534,11 @@ def main(argv: list[str] | None = None) -> int:
     def say(message: str) -> None:
         print(f"[bench-scale {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
+    def partial(measured: list[dict[str, Any]]) -> None:
+        args.out.write_text(json.dumps({"partial": True, "campaigns": measured}, indent=2) + "\n")
+
     with stdout_to_devnull():  # the functions' log lines and metrics, which Lambda sends to CloudWatch
-        result = run_scale(config, say)
+        result = run_scale(config, say, partial)
     text = json.dumps(result, indent=2)
     args.out.write_text(text + "\n")
     print(text)
