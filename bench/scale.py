@@ -35,7 +35,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +44,7 @@ import boto3
 
 from bench.core import machine
 from bench.run import stdout_to_devnull
+from bench.scale_figures import KeyRates, extrapolate, status_ratio
 from bench.status_bytes import ResponseBytes
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
 from sendonce.adapters.dynamodb.counters import DynamoDBCounters
@@ -82,46 +82,6 @@ class ScaleConfig:
     # of its webhooks: locally the events function runs one invocation at a time (~5/s here).
     webhook_wait_s: float = 600.0
     log_dir: Path | None = None
-
-
-class KeyRates:
-    """Write units per partition-key value per second: the accountant's totals sampled every
-    second, the most any key took in one second kept (per phase)."""
-
-    def __init__(self, accountant: WriteUnitAccountant, interval_s: float = 1.0):
-        self._accountant = accountant
-        self._interval_s = interval_s
-        self._last: dict[tuple[str, str], int] = {}
-        self.peak: Counter[tuple[str, str]] = Counter()
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="bench-key-rates", daemon=True)
-
-    def start(self) -> KeyRates:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def reset(self) -> None:
-        with self._lock:
-            self._last = self._totals()
-            self.peak.clear()
-
-    def _totals(self) -> dict[tuple[str, str], int]:
-        return {(f.table, f.partition): f.units for f in self._accountant.hottest(None, n=1_000_000)}
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            with self._lock:
-                now = self._totals()
-                for key, units in now.items():
-                    delta = units - self._last.get(key, 0)
-                    if delta > self.peak[key]:
-                        self.peak[key] = delta
-                self._last = now
 
 
 class ScaleStack:
@@ -425,23 +385,6 @@ def run_campaign(stack: ScaleStack, size: int, say: Callable[[str], None]) -> di
     return result
 
 
-def extrapolate(measured: list[dict[str, Any]], size: int) -> dict[str, Any]:
-    """A size not run: its time at the last measured size's rates (both phases scale
-    linearly in recipients here: each recipient costs the same requests)."""
-    last = measured[-1]
-    publish_rate = last["publish"]["recipients_per_s"] or 0
-    send_rate = last["send"]["recipients_per_s"] or 0
-    publish_s = size / publish_rate if publish_rate else None
-    send_s = size / send_rate if send_rate else None
-    return {
-        "recipients": size,
-        "from_size": last["recipients"],
-        "publish_s": round(publish_s) if publish_s else None,
-        "send_s": round(send_s) if send_s else None,
-        "hours": round(((publish_s or 0) + (send_s or 0)) / 3600, 1),
-    }
-
-
 def run_scale(
     config: ScaleConfig,
     say: Callable[[str], None],
@@ -477,7 +420,7 @@ def run_scale(
         "campaigns": measured,
         "skipped": skipped,
         "extrapolated": extrapolated,
-        "status_bytes_ratio": _status_ratio(measured),
+        "status_bytes_ratio": status_ratio(measured),
         "config": {
             "sizes": list(config.sizes),
             "streams": config.streams,
@@ -488,21 +431,6 @@ def run_scale(
         },
         "machine": machine(),
         "elapsed_s": round(time.monotonic() - started, 1),
-    }
-
-
-def _status_ratio(measured: list[dict[str, Any]]) -> dict[str, Any] | None:
-    if len(measured) < 2:
-        return None
-    first, last = measured[0], measured[-1]
-    return {
-        "recipients_ratio": last["recipients"] / first["recipients"],
-        "counters_bytes_ratio": round(
-            last["status"]["counters"]["bytes"] / max(1, first["status"]["counters"]["bytes"]), 2
-        ),
-        "full_read_bytes_ratio": round(
-            last["status"]["full_read"]["bytes"] / max(1, first["status"]["full_read"]["bytes"]), 2
-        ),
     }
 
 
