@@ -10,7 +10,7 @@ CHROMIUM := /usr/bin/chromium
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: venv npm contracts lint test test-slow test-unit test-integration test-infra test-wheel test-chaos verify demo bench clean
+.PHONY: venv npm contracts lint test test-slow test-unit test-integration test-infra test-wheel test-chaos verify demo bench bench-scale clean
 
 $(STAMP): requirements.txt requirements-dev.txt lambdas/sendonce/requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -92,6 +92,11 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run --quick
+
+# One campaign per size through the stack deployed into moto (not in `make test`; see docs/benchmarks.md).
+# BENCH_SCALE_ARGS="--sizes 1000000" for a million.
+bench-scale: $(STAMP)
+	$(BIN)/python -m bench.scale $(BENCH_SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache

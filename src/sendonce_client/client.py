@@ -17,8 +17,9 @@ import dataclasses
 import json
 import random
 import re
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -37,6 +38,7 @@ from sendonce_client.errors import (
     SendonceAPIError,
     error_for,
 )
+from sendonce_client.streams import DEFAULT_STREAMS, Chunk, check_streams, merged_ranges, run_in_streams
 
 SERVICE = "execute-api"
 # The API's limit on inline recipients per publish request (PublishBody in handlers/api.py).
@@ -114,10 +116,25 @@ class Client:
         self._backoff_cap_s = backoff_cap_s
         self._chunk_size = chunk_size
         self._sleep = sleep
-        self._http = requests.Session()
+        # One requests.Session per thread: publish's streams each keep their own connection.
+        self._local = threading.local()
+        self._sessions: list[requests.Session] = []
+        self._sessions_lock = threading.Lock()
 
     def close(self) -> None:
-        self._http.close()
+        with self._sessions_lock:
+            sessions, self._sessions = self._sessions, []
+        for http in sessions:
+            http.close()
+
+    @property
+    def _http(self) -> requests.Session:
+        http: requests.Session | None = getattr(self._local, "http", None)
+        if http is None:
+            http = self._local.http = requests.Session()
+            with self._sessions_lock:
+                self._sessions.append(http)
+        return http
 
     def __enter__(self) -> Client:
         return self
@@ -219,10 +236,19 @@ class Client:
 
     # --- publishing ----------------------------------------------------------------
 
-    def publish(self, campaign_id: str, recipients: Iterable[Any], *, dedupe_addresses: bool = False) -> PublishSummary:
+    def publish(
+        self,
+        campaign_id: str,
+        recipients: Iterable[Any],
+        *,
+        dedupe_addresses: bool = False,
+        streams: int = DEFAULT_STREAMS,
+    ) -> PublishSummary:
         """Publish recipients — any iterable of dicts or objects with `recipient_id`,
-        `email` and optionally `variables` — in requests of up to 1,000, streamed: one
-        request's recipients and the ids seen are held at a time. A draft starts sending.
+        `email` and optionally `variables` — in requests of up to 1,000, streamed, with up
+        to `streams` requests in flight at once (1: one after another). The first request
+        goes alone (a draft starts sending on it); at most `streams` + 1 requests'
+        recipients and the ids seen are held at a time.
 
         A repeated `recipient_id` is published once. With `dedupe_addresses=True` a repeated
         address (compared case-insensitively) is also published once, within this call, and
@@ -230,13 +256,55 @@ class Client:
         sent only when set).
 
         Safe to call again with the same recipients: nothing already enqueued is enqueued
-        again. If a request is refused, `PublishFailed` says what (its `fields` name
-        positions in `recipients`, counted from 0) and what was published before it."""
+        again. If a request is refused, no new one starts and `PublishFailed` says what (its
+        `fields` name positions in `recipients`, counted from 0), what was published
+        (`published`, and `landed`: the position ranges of the requests that landed, which
+        with several streams may include some after the refused one) and which requests
+        failed (`failed`)."""
+        check_streams(streams)
         summary = PublishSummary(campaign_id=campaign_id)
+        landed: list[tuple[int, int, int]] = []
+
+        def send(chunk: Chunk[tuple[list[dict[str, Any]], list[int]]]) -> Any:
+            items, positions = chunk.items
+            body: dict[str, Any] = {"recipients": items}
+            if dedupe_addresses:
+                body["dedupe_addresses"] = True
+            try:
+                return self._request("POST", f"/campaigns/{_segment(campaign_id)}/publish", body=body)
+            except SendonceAPIError as exc:
+                raise _in_stream_positions(exc, positions) from exc
+
+        def done(chunk: Chunk[Any], answer: Any) -> None:
+            summary.add(answer)
+            landed.append((chunk.index, chunk.first, chunk.last))
+
+        failures = run_in_streams(
+            self._chunks(recipients, summary, dedupe_addresses), send, streams=streams, landed=done
+        )
+        if failures:
+            first = failures[0].error
+            if not isinstance(first, SendonceAPIError):
+                raise first
+            raise PublishFailed(
+                first,
+                summary,
+                landed=merged_ranges(landed),
+                failed=[(f.first, f.last, f.error) for f in failures],
+            ) from first.__cause__
+        if not summary.requests:
+            raise ValueError("no recipients to publish")
+        return summary
+
+    def _chunks(
+        self, recipients: Iterable[Any], summary: PublishSummary, dedupe_addresses: bool
+    ) -> Iterator[Chunk[tuple[list[dict[str, Any]], list[int]]]]:
+        """The recipients in requests' worth, repeats dropped: one chunk built at a time."""
         seen_ids: set[str] = set()
         seen_addresses: set[str] = set()
         chunk: list[dict[str, Any]] = []
         positions: list[int] = []
+        index = 0
         for position, recipient in enumerate(recipients):
             item = recipient_dict(recipient)
             recipient_id = item.get("recipient_id")
@@ -254,30 +322,11 @@ class Client:
             chunk.append(item)
             positions.append(position)
             if len(chunk) == self._chunk_size:
-                self._publish_chunk(campaign_id, chunk, positions, summary, dedupe_addresses)
+                yield Chunk(index, positions[0], positions[-1], (chunk, positions))
                 chunk, positions = [], []
+                index += 1
         if chunk:
-            self._publish_chunk(campaign_id, chunk, positions, summary, dedupe_addresses)
-        if not summary.requests:
-            raise ValueError("no recipients to publish")
-        return summary
-
-    def _publish_chunk(
-        self,
-        campaign_id: str,
-        chunk: list[dict[str, Any]],
-        positions: list[int],
-        summary: PublishSummary,
-        dedupe_addresses: bool,
-    ) -> None:
-        body: dict[str, Any] = {"recipients": chunk}
-        if dedupe_addresses:
-            body["dedupe_addresses"] = True
-        try:
-            answer = self._request("POST", f"/campaigns/{_segment(campaign_id)}/publish", body=body)
-        except SendonceAPIError as exc:
-            raise PublishFailed(_in_stream_positions(exc, positions), summary) from exc
-        summary.add(answer)
+            yield Chunk(index, positions[0], positions[-1], (chunk, positions))
 
     # --- transport -----------------------------------------------------------------
 

@@ -63,15 +63,28 @@ class ConnectionFailed(SendonceAPIError):
 
 
 class PublishFailed(SendonceAPIError):
-    """A publish stopped part way: `published` counts what earlier chunks published.
+    """A publish stopped part way: `published` counts what the requests that landed
+    published; `landed` lists the (first, last) positions in the caller's recipients of
+    those requests (with several streams in flight, requests after the refused one may
+    have landed too); `failed` lists each request that did not, as (first, last, error).
+    The exception itself is the first failure's (`cause`).
 
     Publishing is idempotent, so calling `publish` again with the same recipients (after
     fixing what `cause` names) publishes only what is missing."""
 
-    def __init__(self, cause: SendonceAPIError, published: Any):
+    def __init__(
+        self,
+        cause: SendonceAPIError,
+        published: Any,
+        *,
+        landed: list[tuple[int, int]] | None = None,
+        failed: list[tuple[int, int, BaseException]] | None = None,
+    ):
         super().__init__(cause.status, cause.error, cause.message, cause.fields, cause.body)
         self.cause = cause
         self.published = published
+        self.landed = list(landed or [])
+        self.failed = list(failed or [])
 
 
 _BY_STATUS: dict[int, type[SendonceAPIError]] = {

@@ -46,7 +46,6 @@ from sendonce.domain.campaigns.operator_input import (
     Row,
     describe_row,
     format_for,
-    publish_file,
 )
 from sendonce.domain.campaigns.scheduling import iso
 from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus, PublishReport
@@ -62,6 +61,7 @@ from sendonce.domain.errors import (
 from sendonce.domain.jobs.models import Job
 from sendonce.domain.models import Campaign, CampaignState
 from sendonce.wiring import campaign_service, unknown_outcomes
+from sendonce_client.streams import DEFAULT_STREAMS, MAX_STREAMS
 from sendonce_ops.endpoints import DEFAULT_STACK, Endpoints, EndpointsError, queue_arn, resolve_endpoints
 from sendonce_ops.preview_cli import (
     campaign_preview,
@@ -70,6 +70,7 @@ from sendonce_ops.preview_cli import (
     latest_test_sends,
     print_test_sends,
 )
+from sendonce_ops.publish_streams import publish_file_in_streams
 from sendonce_ops.schedule_cli import at_option, campaign_reschedule, campaign_unschedule, instant
 from sendonce_ops.specs import SpecError, load_spec, locate
 
@@ -400,6 +401,13 @@ def campaign_create(cli: Cli, spec_path: Path, as_json: bool) -> None:
 @click.option(
     "--batch-size", type=click.IntRange(1, 100), default=100, show_default=True, help="Recipients per SQS message."
 )
+@click.option(
+    "--streams",
+    type=click.IntRange(1, MAX_STREAMS),
+    default=DEFAULT_STREAMS,
+    show_default=True,
+    help="Chunks of 1,000 recipients published at once (1: one after another; a scheduled publish uses 1).",
+)
 @at_option(required=False)
 @json_option
 @pass_cli
@@ -411,6 +419,7 @@ def campaign_publish(
     strict: bool,
     dedupe_addresses: bool,
     batch_size: int,
+    streams: int,
     at: str | None,
     as_json: bool,
 ) -> None:
@@ -443,10 +452,11 @@ def campaign_publish(
             return _recipient_rows(recipients_path, file_format, on_read=bar.advance)
 
         try:
-            result, tally = publish_file(
+            result, tally = publish_file_in_streams(
                 cli.service(writes=True),
                 campaign_id,
                 rows,
+                streams=streams,
                 name=name,
                 strict=strict,
                 dedupe_addresses=dedupe_addresses,

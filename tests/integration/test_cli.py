@@ -331,3 +331,33 @@ def test_completion_offers_the_subcommands_and_the_states(system):
 
     assert words.returncode == 0 and words.stdout.split() == ["plain,list"]
     assert states.returncode == 0 and states.stdout.split() == ["plain,paused"]
+
+
+def test_publish_in_parallel_streams_records_each_recipient_once_and_a_rerun_adds_nothing(system, tmp_path):
+    from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+
+    system.campaign()
+    # Given 2,500 recipients (3 chunks of 1,000), r0..r9 repeated at the end
+    recipients = write_csv(tmp_path / "people.csv", people(system, 2_500) + people(system, 10))
+
+    # When the file is published in 3 streams, then again in 2
+    first = as_json(
+        sendonce(system, "campaign", "publish", "c1", "--recipients", str(recipients), "--streams", "3", "--json")
+    )
+    again = as_json(
+        sendonce(system, "campaign", "publish", "c1", "--recipients", str(recipients), "--streams", "2", "--json")
+    )
+
+    # Then each recipient is in exactly one batch record, and the re-run enqueued nothing
+    assert (first["accepted"], first["duplicates"], first["batches_new"], first["messages_sent"]) == (2_500, 10, 25, 25)
+    assert (again["accepted"], again["batches_new"], again["batches_already_enqueued"]) == (2_500, 0, 25)
+    store = DynamoDBCampaignStore(client=boto3.client("dynamodb"), table_name=system.resources.campaigns_table)
+    ids = [r.recipient_id for batch, _ in store.batches("c1") for r in batch.recipients]
+    assert len(ids) == len(set(ids)) == 2_500
+
+
+def test_publish_streams_out_of_range_is_a_usage_error(system, tmp_path):
+    system.campaign()
+    recipients = write_csv(tmp_path / "people.csv", people(system, 1))
+    refused = sendonce(system, "campaign", "publish", "c1", "--recipients", str(recipients), "--streams", "0")
+    assert refused.exit_code == 2 and "--streams" in refused.stderr

@@ -164,7 +164,8 @@ def test_publishing_streams_large_iterables_in_requests_the_api_accepts(system, 
     again = client.publish("c1", generated())
 
     bodies = [json.loads(e["body"]) for e in handler.events if e["rawPath"] == "/campaigns/c1/publish"]
-    assert [len(b["recipients"]) for b in bodies] == [1000, 1000, 345, 1000, 1000, 345]
+    # Each call's requests are in flight together (4 streams by default), so in any order
+    assert [sorted(len(b["recipients"]) for b in call) for call in (bodies[:3], bodies[3:])] == [[345, 1000, 1000]] * 2
     assert all("dedupe_addresses" not in b for b in bodies)  # sent only when asked for
     assert (published.accepted, published.batches_new, published.requests) == (2_345, 24, 3)
     assert (again.batches_new, again.batches_already_enqueued, again.messages_sent) == (0, 24, 0)
@@ -324,3 +325,76 @@ def test_no_answer_at_all_is_retried_then_raised(aws_env):
 
     assert failed.value.status is None and failed.value.error == "ConnectionError"
     assert len(sleeps) == 2
+
+
+# --- parallel streams -------------------------------------------------------------------
+
+
+def batch_records(system, campaign_id: str) -> list[list[str]]:
+    from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+
+    store = DynamoDBCampaignStore(client=boto3.client("dynamodb"), table_name=system.resources.campaigns_table)
+    return [[r.recipient_id for r in batch.recipients] for batch, _ in store.batches(campaign_id)]
+
+
+def test_parallel_streams_publish_each_recipient_exactly_once(system, recording_api):
+    # (That 4 requests are in flight at once is tests/unit/test_publish_streams.py's: the
+    # local API runs one invocation at a time.)
+    handler, url = recording_api
+    client = Client(url, session=boto3.session.Session(), chunk_size=100)
+    client.create_campaign(spec(system))
+    # Given 1,050 recipients (11 requests of 100), 30 of them repeated further on
+    recipients = people(system, 1_050)
+    recipients[500:500] = people(system, 30, start=100)
+
+    # When they are published in 4 streams, then again
+    published = client.publish("c1", iter(recipients), streams=4)
+    again = client.publish("c1", iter(recipients), streams=4)
+
+    # Then every request was answered once (no retry), and
+    assert handler.paths().count("/campaigns/c1/publish") == 22
+    assert (published.accepted, published.duplicates, published.requests) == (1_050, 30, 11)
+    # and each recipient is in exactly one batch record; the re-run added none
+    batches = batch_records(system, "c1")
+    ids = [rid for batch in batches for rid in batch]
+    assert len(ids) == len(set(ids)) == 1_050 and len(batches) == published.batches_new == 11
+    assert (again.accepted, again.batches_new, again.batches_already_enqueued, again.messages_sent) == (1_050, 0, 11, 0)
+    # (that the consumer sends a campaign published in streams once each: the next test)
+
+
+def test_a_refused_request_among_streams_says_exactly_which_requests_landed(system, recording_api, client):
+    handler, _ = recording_api
+    client.create_campaign(spec(system))
+    # Given 12 recipients in 4 requests of 3, the third request holding a bad address
+    recipients = people(system, 12)
+    recipients[7] = {"recipient_id": "r7", "email": "not-an-address"}
+    chunked = Client(client.api_url, session=boto3.session.Session(), chunk_size=3)
+
+    # When they are published in 4 streams (the first request alone, then the other three at once)
+    with pytest.raises(PublishFailed) as failed:
+        chunked.publish("c1", recipients, streams=4)
+
+    # Then the error names the caller's position, and the requests before and after it landed
+    error = failed.value
+    assert error.status == 422 and [f.path for f in error.fields] == ["body.recipients.7.email"]
+    assert error.landed == [(0, 5), (9, 11)]
+    assert [(first, last, type(e).__name__) for first, last, e in error.failed] == [(6, 8, "InvalidRequest")]
+    assert (error.published.accepted, error.published.requests) == (9, 3)
+    assert sorted(rid for batch in batch_records(system, "c1") for rid in batch) == sorted(
+        f"r{i}" for i in (0, 1, 2, 3, 4, 5, 9, 10, 11)
+    )
+
+    # When the address is fixed and the same call made again
+    recipients[7] = people(system, 1, start=7)[0]
+    again = chunked.publish("c1", recipients, streams=4)
+    system.poller().run_until_idle(idle_seconds=1, max_seconds=30)
+
+    # Then only the refused request's recipients are new, and everyone is sent once
+    assert (again.accepted, again.batches_new, again.batches_already_enqueued) == (12, 1, 3)
+    deliveries = system.deliveries()
+    assert len(deliveries) == 12 and set(deliveries.values()) == {1}
+
+
+def test_streams_must_be_between_1_and_32(system, client):
+    with pytest.raises(ValueError, match="streams must be 1..32"):
+        client.publish("c1", people(system, 1), streams=0)

@@ -1,0 +1,71 @@
+"""`make bench-scale` on a tiny campaign: the stack deployed into moto, the campaign
+published in streams, sent in batch mode with provider events, completed; the JSON report
+has every figure, nobody is sent twice or missed, and the accountant saw the writes.
+Counts only: no timing assertion (the machine is shared).
+
+Marked slow: deploying the CDK app into moto alone takes about a minute here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPIENTS = 200
+PHASE = {
+    "seconds",
+    "recipients_per_s",
+    "dynamodb_requests_per_recipient",
+    "write_units_per_recipient",
+    "write_units_per_recipient_by_table",
+    "hottest",
+    "partition_write_units_per_s",
+}
+HOTTEST = {"key", "write_units_per_recipient", "ceiling_recipients_per_s", "peak_key", "peak_write_units_per_s"}
+
+
+@pytest.mark.timeout(900)
+def test_bench_scale_reports_every_figure_with_no_duplicate_and_nobody_missing(tmp_path):
+    out = tmp_path / "bench-scale.json"
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SENDONCE_", "RESEND_"))
+    }  # the bench starts its own moto
+    env["PYTHONPATH"] = os.pathsep.join(str(ROOT / p) for p in ("lambdas", "src", "."))
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.scale", "--sizes", str(RECIPIENTS), "--webhook-wait", "300", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=840,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    report = json.loads(run.stdout)
+    assert json.loads(out.read_text()) == report
+
+    [campaign] = report["campaigns"]
+    assert campaign["recipients"] == RECIPIENTS
+    assert (campaign["duplicates"], campaign["missing"], campaign["state"]) == (0, 0, "completed")
+    for phase in ("publish", "send"):
+        assert PHASE <= set(campaign[phase]), phase
+        assert campaign[phase]["write_units_per_recipient"] > 0  # the accountant saw the writes
+        assert all(HOTTEST <= set(h) for h in campaign[phase]["hottest"].values())
+    # Publishing writes batch records in the campaigns table; sending writes the ledger
+    # (two 100-item transactions: at least 4 units per recipient) and its events.
+    assert campaign["publish"]["hottest"]["campaigns"]["write_units_per_recipient"] > 0
+    assert campaign["send"]["write_units_per_recipient_by_table"]["ledger"] >= 4
+    assert campaign["send"]["completed"] is True and campaign["send"]["webhooks"] > 0
+    # The counters' status read and the full read agree, the counters' one is smaller
+    status = campaign["status"]
+    assert status["agree"] is True
+    assert status["counters"]["bytes"] < status["full_read"]["bytes"]
+    assert {e["recipients"] for e in report["extrapolated"]} == {100_000, 1_000_000}
+    assert report["config"]["consumers"] >= 1 and report["machine"]["nproc"] >= 1
