@@ -242,6 +242,8 @@ class ScaleStack:
                 "ceiling_recipients_per_s": round(top.ceiling(recipients)),
                 "peak_key": peak_key[1],
                 "peak_write_units_per_s": peak,
+                # The next ones too: which kinds of key come close to the hottest.
+                "top": {f.partition: round(f.per_recipient(recipients), 4) for f in self.accountant.hottest(table, 6)},
             }
         return {
             "seconds": round(seconds, 1),
