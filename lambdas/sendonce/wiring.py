@@ -42,6 +42,7 @@ from sendonce.domain.errors import SettingsError
 from sendonce.domain.jobs.service import JobService
 from sendonce.domain.ports import (
     CampaignCounters,
+    CampaignScheduler,
     CampaignStore,
     EmailProvider,
     Ledger,
@@ -106,6 +107,7 @@ class ConsumerParts:
     suppressions: Suppressions | None = None
     unsubscribe: UnsubscribeLinks | None = None
     counters: CampaignCounters | None = None
+    scheduler: CampaignScheduler | None = None
 
 
 # Ledger writes are conditional, so a retried write that had in fact succeeded fails its
@@ -164,7 +166,20 @@ def consumer_parts(
         ),
         unsubscribe=unsubscribe,
         counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
+        scheduler=scheduler_for(settings, session),
     )
+
+
+def scheduler_for(settings: ConsumerSettings | ApiSettings, session: boto3.session.Session) -> CampaignScheduler | None:
+    """EventBridge Scheduler when the settings name the schedule group, role and target."""
+    if settings.scheduler_group and settings.scheduler_role_arn and settings.scheduled_start_function_arn:
+        return EventBridgeScheduler(
+            client=session.client("scheduler"),
+            group_name=settings.scheduler_group,
+            target_arn=settings.scheduled_start_function_arn,
+            role_arn=settings.scheduler_role_arn,
+        )
+    return None
 
 
 def assemble_consumer(settings: ConsumerSettings, parts: ConsumerParts) -> ConsumerRuntime:
@@ -185,6 +200,7 @@ def assemble_consumer(settings: ConsumerSettings, parts: ConsumerParts) -> Consu
         throttle_retries=settings.throttle_retries,
         max_receive_count=settings.max_receive_count,
         counters=parts.counters,
+        scheduler=parts.scheduler,
     )
     return ConsumerRuntime(service=service, guard=guard, group_guard=group_guard, queue=parts.queue)
 
@@ -224,19 +240,7 @@ def assemble_campaign_service(
         campaign_queue=queue,
         clock=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
     )
-    scheduler = None
-    if (
-        isinstance(settings, ApiSettings)
-        and settings.scheduler_group
-        and settings.scheduler_role_arn
-        and settings.scheduled_start_function_arn
-    ):
-        scheduler = EventBridgeScheduler(
-            client=session.client("scheduler"),
-            group_name=settings.scheduler_group,
-            target_arn=settings.scheduled_start_function_arn,
-            role_arn=settings.scheduler_role_arn,
-        )
+    scheduler = scheduler_for(settings, session) if isinstance(settings, ApiSettings) else None
     return CampaignService(
         campaigns=campaigns,
         ledger=ledger,
