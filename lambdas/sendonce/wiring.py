@@ -182,7 +182,10 @@ def scheduler_for(settings: ConsumerSettings | ApiSettings, session: boto3.sessi
     return None
 
 
-def assemble_consumer(settings: ConsumerSettings, parts: ConsumerParts) -> ConsumerRuntime:
+def assemble_consumer(
+    settings: ConsumerSettings, parts: ConsumerParts, *, window_clock_ms: Callable[[], int] | None = None
+) -> ConsumerRuntime:
+    """`window_clock_ms`: what time it is for send windows (a local stack's moved clock)."""
     guard = PowertoolsDeliveryGuard(parts.ledger)
     group_guard = PowertoolsGroupGuard(parts.ledger)
     service = DeliveryService(
@@ -201,6 +204,7 @@ def assemble_consumer(settings: ConsumerSettings, parts: ConsumerParts) -> Consu
         max_receive_count=settings.max_receive_count,
         counters=parts.counters,
         scheduler=parts.scheduler,
+        window_clock_ms=window_clock_ms,
     )
     return ConsumerRuntime(service=service, guard=guard, group_guard=group_guard, queue=parts.queue)
 

@@ -108,9 +108,13 @@ class DeliveryService:
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         counters: CampaignCounters | None = None,
         scheduler: CampaignScheduler | None = None,
+        window_clock_ms: Callable[[], int] | None = None,
     ):
         self._ledger = ledger
         self._scheduler = scheduler  # sets a send window's next opening when the window pauses
+        # What time it is for send windows: the clock, unless a local stack moves its own
+        # (the one that fires its schedules) to reach an opening without waiting for it.
+        self._window_clock_ms = window_clock_ms or clock_ms
         self._counters = counters
         self._guard = guard
         self._campaigns = campaigns
@@ -154,7 +158,7 @@ class DeliveryService:
             campaign = self._campaigns.get(batch.campaign_id)
         except CampaignNotFoundError:
             return self._poison(body, f"campaign {batch.campaign_id!r} does not exist", report)
-        if outside_window(campaign, self._clock_ms()):
+        if outside_window(campaign, self._window_clock_ms()):
             campaign = self._hold_for_window(campaign)
         if campaign.state is CampaignState.CANCELLED:
             self._close_cancelled(batch, report, last_receive=receive_count >= self._max_receive_count)
@@ -316,7 +320,7 @@ class DeliveryService:
         """Its send window is closed: pause it (the next opening resumes it) and send nothing
         of this message. Returns the campaign as it is now; one that is sending again (resumed
         meanwhile, which republishes its recipients) is held as paused for this message."""
-        close_window(self._campaigns, self._scheduler, campaign, now_ms=self._clock_ms())
+        close_window(self._campaigns, self._scheduler, campaign, now_ms=self._window_clock_ms())
         campaign = self._campaigns.get(campaign.campaign_id)
         if campaign.state is CampaignState.SENDING:
             campaign = campaign.model_copy(update={"state": CampaignState.PAUSED})
