@@ -33,6 +33,7 @@ from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError
 from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryState
 from sendonce.domain.sending.protocol import FINAL, HELD
 from tests.model.edges import CRASHES, FAMILIES, FIGURES, HOUR, LEASE_MS, SWARM, VISIBILITY_MS, EdgeRules, family
+from tests.model.windows import WindowRules
 from tests.model.world import Clock, Rig
 
 S = DeliveryState
@@ -96,7 +97,7 @@ def _write_figures() -> None:
     )
 
 
-class DeliveryModel(EdgeRules, RuleBasedStateMachine):
+class DeliveryModel(EdgeRules, WindowRules, RuleBasedStateMachine):
     provider_name = "resend"
     mode = "single"
 

@@ -84,14 +84,7 @@ class WindowOpenings:
         waiting_for = campaign.window.pause_reason(firing.send_at_ms)
         opened = f"{OPENED_PREFIX}{campaign.window.local_iso(firing.send_at_ms)}"
         try:
-            lifecycle.apply(
-                self._campaigns,
-                firing.campaign_id,
-                CampaignEvent.WINDOW_OPEN,
-                by=lifecycle.AUTOMATIC,
-                reason=opened,
-                if_reason=waiting_for,
-            )
+            self._take_window_open(firing.campaign_id, opened=opened, waiting_for=waiting_for)
             verdict = f"resumed: {opened}"
             resumed = True
             # The republished messages stand for every batch not yet settled (as resume's).
@@ -113,6 +106,17 @@ class WindowOpenings:
             job_id=f"{firing.campaign_id}-window-{firing.send_at_ms // 1000}",
         )
         return self._window_result(firing, resumed, f"{verdict}; republish job {job.job_id}")
+
+    def _take_window_open(self, campaign_id: str, *, opened: str, waiting_for: str) -> Campaign:
+        """`window_open`, conditional on the pause's reason being exactly `waiting_for`."""
+        return lifecycle.apply(
+            self._campaigns,
+            campaign_id,
+            CampaignEvent.WINDOW_OPEN,
+            by=lifecycle.AUTOMATIC,
+            reason=opened,
+            if_reason=waiting_for,
+        )
 
     @staticmethod
     def _window_result(firing: Firing, resumed: bool, reason: str) -> FiringResult:
