@@ -19,12 +19,12 @@ from sendonce.adapters.scheduler import opening_schedule_name
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.windows import SendWindow
 from sendonce.domain.models import Campaign, Content
-from sendonce.handlers import consumer, scheduled_start
+from sendonce.handlers import api, consumer, scheduled_start
 from sendonce.settings import ApiSettings
 from sendonce.wiring import assemble_consumer, campaign_service, consumer_parts
 from sendonce_local.resources import SchedulingResources, create_scheduling_resources
 from sendonce_local.scheduler_poller import LocalClock, SchedulePoller
-from tests.integration.operator_helpers import as_json, sendonce, spec_file
+from tests.integration.operator_helpers import api_event, as_json, lambda_context, sendonce, spec_file
 
 pytestmark = pytest.mark.integration
 
@@ -210,3 +210,28 @@ def test_a_window_in_a_yaml_spec_is_kept(windowed, tmp_path):
     assert created.exit_code == 0, created.output
     campaign = windowed.system.operator.get("c1")
     assert campaign.window == SendWindow(days=("mon", "tue"), opens="09:00", closes="17:00", tz="Europe/Berlin")
+
+
+def test_the_api_takes_a_window_and_refuses_a_bad_one_naming_the_field(windowed):
+    system = windowed.system
+
+    def create(campaign_id: str, window: dict) -> tuple[int, dict]:
+        body = {
+            "id": campaign_id,
+            "name": "n",
+            "subject": "Hi",
+            "from": f"news@{system.domain}",
+            "text": "t",
+            "provider": "resend",
+            "window": window,
+        }
+        response = api.lambda_handler(api_event("POST", "/campaigns", body), lambda_context(), service=system.operator)
+        return response["statusCode"], json.loads(response["body"])
+
+    good = {"days": ["sat", "sun"], "from": "10:00", "to": "12:30", "tz": "America/New_York"}
+    assert create("ok", good)[0] == 201
+    assert system.operator.get("ok").window == SendWindow.model_validate(good)
+    code, refused = create("bad", {**good, "tz": "Atlantis/Capital"})
+    assert code == 422 and "window.tz" in json.dumps(refused) and "IANA" in json.dumps(refused)
+    code, refused = create("bad", {**good, "from": "13:00"})
+    assert code == 422 and "does not span midnight" in json.dumps(refused)

@@ -188,3 +188,12 @@ def test_the_window_rows_of_the_lifecycle():
 def test_a_yaml_clock_reads_as_written(text):
     window = SendWindow.model_validate({"days": ["mon"], "from": "09:00", "to": text, "tz": "UTC"})
     assert window.closes == "17:00"
+
+
+def test_a_window_openings_firing_says_so_in_its_event():
+    firing = Firing(campaign_id="c1", send_at_ms=MONDAY_OPENING, execution_id="x", window_opening=True)
+    event = firing.as_event()
+    assert event == {"campaign_id": "c1", "window_opens_at": "2026-12-07T08:00:00Z", "execution_id": "x"}
+    assert Firing.from_event(event) == firing
+    start = Firing.from_event({"campaign_id": "c1", "send_at": "2026-12-07T08:00:00Z"})
+    assert not start.window_opening and start.send_at_ms == MONDAY_OPENING
