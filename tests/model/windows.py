@@ -104,7 +104,7 @@ class WindowRules:
         after that instant, perhaps several times (EventBridge Scheduler retries)."""
         self._step("w1_fires")
         self._note_w1_opening()
-        if not self.w1_openings:
+        if not getattr(self, "w1_openings", None):
             return
         instant = self.w1_openings[-1 - which % len(self.w1_openings)]
         if self.clock() < instant:
