@@ -28,6 +28,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from sendonce import contract
 from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX
 from sendonce_cdk.aggregator import Aggregator
 from sendonce_cdk.bundling import lambda_code
@@ -179,6 +180,7 @@ class SendOnce(Construct):
             campaigns_table=self.tables.campaigns,
             queue=self.queues.queue,
             dead_letter_queue=self.queues.dead_letter_queue,
+            jobs_queue=self.jobs.queue,
             removal_policy=removal_policy,
             code=code,
         )
@@ -452,8 +454,40 @@ class SendOnce(Construct):
         )
         function = parts.function
         self.tables.ledger.grant(function, "dynamodb:Query")
-        self._grant_campaigns(function, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query")
+        # A send window's opening also resumes: its republish job item (conditional PutItem),
+        # submitted to the jobs queue (SendMessage), as the API's resume does.
+        self._grant_campaigns(function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
         self._allow_send(function, self.queues.queue)
+        self._allow_send(function, self.jobs.queue)
+        self._wire_send_windows()
+
+    def _wire_send_windows(self) -> None:
+        """A consumer that reads a sending campaign outside its send window sets the one-time
+        schedule of the next opening (create, or update when it exists; never delete) in the
+        stack's group, passing the scheduler role to it."""
+        parts = self.scheduled_start
+        function = self.consumer_parts.function
+        for name, value in {
+            "scheduler_group": parts.group_name,
+            "scheduler_role_arn": parts.scheduler_role.role_arn,
+            "scheduled_start_function_arn": parts.function.function_arn,
+        }.items():
+            function.add_environment(contract.env_name(name), value)
+        function.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="SetWindowOpeningSchedules",
+                actions=["scheduler:CreateSchedule", "scheduler:UpdateSchedule"],
+                resources=[parts.schedules_arn],
+            )
+        )
+        function.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="PassSchedulerRole",
+                actions=["iam:PassRole"],
+                resources=[parts.scheduler_role.role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
+            )
+        )
 
     def _grant_jobs(self) -> None:
         function = self.jobs.function
@@ -571,6 +605,16 @@ class SendOnce(Construct):
                     "Only scheduler:CreateSchedule/UpdateSchedule/DeleteSchedule (statement SetCampaignSchedules)"
                     " on the schedules of this stack's one schedule group: a schedule is named after the"
                     " campaign it starts, known at request time. No other group, no schedule group changes."
+                ),
+            )
+        )
+        cdk.Validations.of(self.consumer_parts.role).acknowledge(
+            cdk.Acknowledgment(
+                id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{_nag_rendering(cdk.Stack.of(self).resolve(self.scheduled_start.schedules_arn))}]",
+                reason=(
+                    "Only scheduler:CreateSchedule/UpdateSchedule (statement SetWindowOpeningSchedules) on the"
+                    " schedules of this stack's one schedule group: a send window's opening schedule is named"
+                    " after the campaign and the opening, known when the window pauses it. No delete, no other group."
                 ),
             )
         )

@@ -2,7 +2,9 @@
 group, and the role EventBridge Scheduler assumes to invoke that function (and nothing else).
 
 The operator API creates, updates and deletes the schedules (one per campaign, in this group);
-the stack grants it that, and iam:PassRole on this role only (sendonce_cdk/construct.py).
+the stack grants it that, and iam:PassRole on this role only (sendonce_cdk/construct.py). The
+consumer creates a send window's opening schedule (same group, same function) when the window
+pauses a campaign; the function's firing then resumes it with a republish job (jobs queue).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class ScheduledStart(Construct):
         campaigns_table: dynamodb.ITable,
         queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
+        jobs_queue: sqs.IQueue | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
     ) -> None:
@@ -45,13 +48,16 @@ class ScheduledStart(Construct):
             self,
             "Handler",
             handler=HANDLER,
-            description="sendonce scheduled start: a campaign's schedule fired; start it if still due at that time",
+            description="sendonce scheduled start: a campaign's schedule fired; start it (or resume it at its"
+            " send window's opening) if still due at that time",
             # sendonce.settings.ApiSettings, without the scheduler: this function never schedules.
+            # A window opening's resume republishes as a job on the jobs queue, as the API's does.
             settings={
                 "ledger_table": ledger_table.table_name,
                 "campaigns_table": campaigns_table.table_name,
                 "queue_url": queue.queue_url,
                 "dead_letter_queue_url": dead_letter_queue.queue_url,
+                **({"jobs_queue_url": jobs_queue.queue_url} if jobs_queue is not None else {}),
             },
             timeout=TIMEOUT,
             removal_policy=removal_policy,

@@ -281,6 +281,7 @@ class FakeCampaignStore:
         send_at_ms=None,
         clear_send_at=False,
         if_send_at_ms=None,
+        if_reason=None,
     ) -> Campaign:
         campaign = self.get(campaign_id)
         if campaign.state not in set(allowed_from):
@@ -289,6 +290,8 @@ class FakeCampaignStore:
             raise IllegalTransitionError(f"{campaign_id} is being published")
         if if_send_at_ms is not None and campaign.send_at_ms != if_send_at_ms:
             raise IllegalTransitionError(f"{campaign_id} is scheduled for another time")
+        if if_reason is not None and campaign.state_reason != if_reason:
+            raise IllegalTransitionError(f"{campaign_id} is {campaign.state} for another reason")
         update = {} if stays else {"state": to, "state_changed_by": by, "state_reason": reason}
         if send_at_ms is not None:
             update["send_at_ms"] = send_at_ms
@@ -349,12 +352,16 @@ class FakeScheduler:
 
     def __init__(self):
         self.schedules: dict[str, int] = {}
+        self.openings: dict[str, set[int]] = {}  # a send window's openings, by campaign
 
     def set(self, campaign_id: str, send_at_ms: int) -> None:
         self.schedules[campaign_id] = send_at_ms
 
     def delete(self, campaign_id: str) -> None:
         self.schedules.pop(campaign_id, None)
+
+    def set_opening(self, campaign_id: str, opens_at_ms: int) -> None:
+        self.openings.setdefault(campaign_id, set()).add(opens_at_ms)
 
 
 class FakeQueue:

@@ -74,6 +74,19 @@ class _ConsumerSettings(_WithProviders):
     suppressions_table: str | None = Field(default=None, min_length=3, max_length=255)
     unsubscribe_key_secret: str | None = Field(default=None, min_length=1)
     unsubscribe_base_url: str | None = Field(default=None, pattern=r"^https://")
+    # Send windows (docs/operations-campaigns.md): where a consumer sets the schedule of a
+    # window's next opening when the window pauses a campaign. All three or none (none: a
+    # window still pauses, and only an operator's resume resumes).
+    scheduler_group: str | None = Field(default=None, pattern=r"^[0-9a-zA-Z-_.]{1,64}$")
+    scheduler_role_arn: str | None = Field(default=None, pattern=r"^arn:[^:]+:iam::\d{12}:role/.+$")
+    scheduled_start_function_arn: str | None = Field(default=None, pattern=r"^arn:[^:]+:lambda:.+$")
+
+    @model_validator(mode="after")
+    def _scheduler_settings_go_together(self) -> ConsumerSettings:
+        given = [self.scheduler_group, self.scheduler_role_arn, self.scheduled_start_function_arn]
+        if any(given) and not all(given):
+            raise ValueError("scheduler_group, scheduler_role_arn and scheduled_start_function_arn go together")
+        return self
 
     @model_validator(mode="after")
     def _unsubscribe_needs_key_and_url(self) -> ConsumerSettings:

@@ -45,6 +45,7 @@ from sendonce.domain.jobs.models import JobKind
 from sendonce.domain.jobs.service import JobService
 from sendonce.domain.ports import (
     CampaignCounters,
+    CampaignScheduler,
     CampaignStore,
     EmailProvider,
     Ledger,
@@ -109,6 +110,7 @@ class ConsumerParts:
     suppressions: Suppressions | None = None
     unsubscribe: UnsubscribeLinks | None = None
     counters: CampaignCounters | None = None
+    scheduler: CampaignScheduler | None = None
 
 
 # Ledger writes are conditional, so a retried write that had in fact succeeded fails its
@@ -167,10 +169,26 @@ def consumer_parts(
         ),
         unsubscribe=unsubscribe,
         counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
+        scheduler=scheduler_for(settings, session),
     )
 
 
-def assemble_consumer(settings: ConsumerSettings, parts: ConsumerParts) -> ConsumerRuntime:
+def scheduler_for(settings: ConsumerSettings | ApiSettings, session: boto3.session.Session) -> CampaignScheduler | None:
+    """EventBridge Scheduler when the settings name the schedule group, role and target."""
+    if settings.scheduler_group and settings.scheduler_role_arn and settings.scheduled_start_function_arn:
+        return EventBridgeScheduler(
+            client=session.client("scheduler"),
+            group_name=settings.scheduler_group,
+            target_arn=settings.scheduled_start_function_arn,
+            role_arn=settings.scheduler_role_arn,
+        )
+    return None
+
+
+def assemble_consumer(
+    settings: ConsumerSettings, parts: ConsumerParts, *, window_clock_ms: Callable[[], int] | None = None
+) -> ConsumerRuntime:
+    """`window_clock_ms`: what time it is for send windows (a local stack's moved clock)."""
     guard = PowertoolsDeliveryGuard(parts.ledger)
     group_guard = PowertoolsGroupGuard(parts.ledger)
     service = DeliveryService(
@@ -188,6 +206,8 @@ def assemble_consumer(settings: ConsumerSettings, parts: ConsumerParts) -> Consu
         throttle_retries=settings.throttle_retries,
         max_receive_count=settings.max_receive_count,
         counters=parts.counters,
+        scheduler=parts.scheduler,
+        window_clock_ms=window_clock_ms,
     )
     return ConsumerRuntime(service=service, guard=guard, group_guard=group_guard, queue=parts.queue)
 
@@ -229,19 +249,7 @@ def assemble_campaign_service(
         clock=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
         counters=counters,
     )
-    scheduler = None
-    if (
-        isinstance(settings, ApiSettings)
-        and settings.scheduler_group
-        and settings.scheduler_role_arn
-        and settings.scheduled_start_function_arn
-    ):
-        scheduler = EventBridgeScheduler(
-            client=session.client("scheduler"),
-            group_name=settings.scheduler_group,
-            target_arn=settings.scheduled_start_function_arn,
-            role_arn=settings.scheduler_role_arn,
-        )
+    scheduler = scheduler_for(settings, session) if isinstance(settings, ApiSettings) else None
     service = CampaignService(
         campaigns=campaigns,
         ledger=ledger,

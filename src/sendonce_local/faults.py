@@ -120,6 +120,7 @@ def _runtime() -> ConsumerRuntime:
         limiter=parts.limiter,
         suppressions=parts.suppressions,
         unsubscribe=parts.unsubscribe,
+        scheduler=parts.scheduler,  # a send window's opening, when the window pauses a campaign
     )
     return assemble_consumer(settings, wrapped)
 

@@ -206,6 +206,9 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
             "suppressions": {"dynamodb:GetItem", "dynamodb:BatchGetItem"},
             "queue": set(EVENT_SOURCE),
             "dead_letter_queue": {"sqs:SendMessage"},
+            # A send window's next opening, when the window pauses a campaign: set, never deleted.
+            f"scheduler:schedule/{_schedule_group(synth)}/*": {"scheduler:CreateSchedule", "scheduler:UpdateSchedule"},
+            "scheduler_role": {"iam:PassRole"},
         }
         if "ses" in config.providers:
             expected[f"ses:identity/{config.sender_domain}"] = {"ses:SendEmail"}
@@ -261,8 +264,10 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
         expected |= {
             # The completion check reads the ledger; the start never writes it.
             "ledger": {"dynamodb:Query"},
-            "campaigns": {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"},
+            # A window opening's resume: its republish job item (PutItem), on the jobs queue.
+            "campaigns": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
             "queue": {"sqs:SendMessage"},
+            "jobs_queue": {"sqs:SendMessage"},
         }
     elif handler == JOBS_HANDLER:
         expected |= {
@@ -375,9 +380,12 @@ def test_the_scheduler_role_may_invoke_the_scheduled_start_function_only(assembl
     assert granted == {"function:scheduled_start": {"lambda:InvokeFunction"}}
 
 
-def test_the_api_passes_the_scheduler_role_to_eventbridge_scheduler_only(assembly: Synthesized) -> None:
+@pytest.mark.parametrize("handler", [API_HANDLER, CONSUMER_HANDLER])
+def test_the_api_and_the_consumer_pass_the_scheduler_role_to_eventbridge_scheduler_only(
+    assembly: Synthesized, handler: str
+) -> None:
     labels = _labels(assembly)
-    statements = _role_statements(assembly, _ref(_function(assembly, API_HANDLER)["Role"]))
+    statements = _role_statements(assembly, _ref(_function(assembly, handler)["Role"]))
     [passing] = [s for s in statements if "iam:PassRole" in _as_list(s["Action"])]
     assert [_resource_label(r, labels) for r in _as_list(passing["Resource"])] == ["scheduler_role"]
     assert passing["Condition"] == {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}

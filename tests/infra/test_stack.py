@@ -413,11 +413,15 @@ def test_environment_satisfies_the_consumer_settings(assembly: Synthesized) -> N
         env_name("campaigns_table"): "campaigns-table",
         env_name("suppressions_table"): "suppressions-table",
         env_name("dead_letter_queue_url"): "https://sqs.us-east-1.amazonaws.com/123456789012/dlq",
+        # Where a send window's opening schedule goes (the stack's group, role and function).
+        env_name("scheduler_role_arn"): "arn:aws:iam::123456789012:role/scheduler",
+        env_name("scheduled_start_function_arn"): "arn:aws:lambda:us-east-1:123456789012:function:start",
     }
     environment = {name: placeholders.get(name, value) for name, value in _environment(assembly).items()}
     assert all(isinstance(value, str) for value in environment.values()), environment
 
     settings = ConsumerSettings.from_env(environment)
+    assert settings.scheduler_group and settings.scheduler_role_arn and settings.scheduled_start_function_arn
 
     assert settings.max_receive_count == MAX_RECEIVE_COUNT
     assert settings.send_concurrency == assembly.config.send_concurrency

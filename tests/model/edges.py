@@ -32,7 +32,17 @@ FIGURES = Counter()
 # refusals; operators the next day), or a random subset. Hypothesis itself also switches
 # single rules off at random; this switches whole families together, so that the rare
 # sequences the past escapes were made of are common in some examples.
-FAMILIES = ("publish", "consume_more", "time", "operator", "provider", "receive_limit", "suppress", "schedule")
+FAMILIES = (
+    "publish",
+    "consume_more",
+    "time",
+    "operator",
+    "provider",
+    "receive_limit",
+    "suppress",
+    "schedule",
+    "window",
+)
 FOCUSES = (
     frozenset(FAMILIES),
     frozenset({"time"}),

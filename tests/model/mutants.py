@@ -34,6 +34,7 @@ from sendonce.domain.campaigns import counters as counters_module
 from sendonce.domain.campaigns import scheduling as scheduling_module
 from sendonce.domain.campaigns import service as campaigns_module
 from sendonce.domain.campaigns import unknowns as unknowns_module
+from sendonce.domain.campaigns import window_pauses as window_pauses_module
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
 from sendonce.domain.sending import delivery as delivery_module
 from sendonce.domain.sending import groups as groups_module
@@ -171,6 +172,15 @@ def _start_at_any_instant(self, campaign_id, send_at_ms):
     )
 
 
+def _open_whatever_paused_it(self, campaign_id, *, opened, waiting_for):
+    # Before: a window's opening took `window_open` on any paused campaign (an operator's pause too).
+    from sendonce.domain.campaigns import lifecycle
+
+    return lifecycle.apply(
+        self._campaigns, campaign_id, lifecycle.CampaignEvent.WINDOW_OPEN, by=lifecycle.AUTOMATIC, reason=opened
+    )
+
+
 R1, RB, SES = model.ResendSingle, model.ResendBatch, model.SesSingle
 # Which machines may catch a mutant, most likely first, and each mutant's share of the
 # example budget (a multiple of EXAMPLES per machine: the rare ones get more).
@@ -189,6 +199,7 @@ MACHINES = {
     "8": (SES, R1, RB),
     "9": (R1, RB),
     "10": (R1, SES),
+    "11": (R1, SES),
 }
 BUDGET = {"3c": 2.0, "2": 1.5}
 # Directed swarm: the rule families a mutant's escape is made of, fixed for every example
@@ -199,12 +210,13 @@ FOCUS = {
     "8": frozenset({"operator", "time"}),  # an unknown left by an incident, then resume --include-unknown
     "9": frozenset({"publish", "consume_more"}),  # records to count, the aggregator replaying a batch
     "10": frozenset({"schedule"}),  # a schedule moved while its old firing is in flight
+    "11": frozenset({"window"}),  # an operator's pause inside a window, then the opening's firing
 }
 # The explorer's depth per mutant (default: its own); 7 needs a halt, a cancel and the last
 # receive's crash: three actions.
 # 8 is the campaign lifecycle's (a schedule's firing), which the explorer's small world of one
 # delivery does not hold: depth 0 lets the model decide at once.
-EXPLORER_DEPTH = {"7": 3, "10": 0}
+EXPLORER_DEPTH = {"7": 3, "10": 0, "11": 0}
 
 MUTANTS = {
     "1 refused takeover forgets the first attempt": lambda: replaced(dynamodb_ledger, "_LIFT_GUARD", ""),
@@ -242,6 +254,9 @@ MUTANTS = {
     "9 a replayed stream record counts again": lambda: replaced(counters_module, "unapplied", _every_record_unapplied),
     "10 a schedule's firing starts the campaign whatever instant it carries": lambda: replaced(
         scheduling_module.ScheduledSends, "_take_start", _start_at_any_instant
+    ),
+    "11 a window's opening resumes an operator's pause": lambda: replaced(
+        window_pauses_module.WindowOpenings, "_take_window_open", _open_whatever_paused_it
     ),
 }
 

@@ -35,6 +35,7 @@ from sendonce.domain.jobs.service import InMemoryJobStore, JobService
 from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryState
 from sendonce.domain.sending.protocol import FINAL, HELD
 from tests.model.edges import CRASHES, FAMILIES, FIGURES, FOCUS, HOUR, LEASE_MS, SWARM, VISIBILITY_MS, EdgeRules, family
+from tests.model.windows import WindowRules
 from tests.model.world import Clock, Rig
 
 S = DeliveryState
@@ -100,7 +101,7 @@ def _write_figures() -> None:
     Path(path).write_text(json.dumps(figures, indent=1) + "\n")
 
 
-class DeliveryModel(EdgeRules, RuleBasedStateMachine):
+class DeliveryModel(EdgeRules, WindowRules, RuleBasedStateMachine):
     provider_name = "resend"
     mode = "single"
 

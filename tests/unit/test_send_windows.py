@@ -1,5 +1,5 @@
 """Send windows (domain/campaigns/windows.py): open and next opening in the window's own time
-zone, across daylight-saving changes. Not wired into sending yet (issue 20 item 4)."""
+zone, across daylight-saving changes. What a closed window does: test_window_pauses.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""EventBridge Scheduler as the CampaignScheduler port: one one-time schedule per campaign.
+"""EventBridge Scheduler as the CampaignScheduler port: one one-time schedule per campaign
+for its start, and one per send-window opening that resumes it (named after the campaign
+and the opening's instant, so that setting the next opening never touches one that is
+firing).
 
 Each schedule is `at(...)` in UTC, in the stack's schedule group, deleted by the service
 after it runs (ActionAfterCompletion DELETE), and invokes the scheduled-start function with
@@ -33,6 +36,10 @@ def schedule_name(campaign_id: str) -> str:
     return f"{campaign_id[: NAME_CHARS - 17]}-{digest}"
 
 
+def opening_schedule_name(campaign_id: str, opens_at_ms: int) -> str:
+    return schedule_name(f"{campaign_id}.w{opens_at_ms // 1000}")
+
+
 def at_expression(send_at_ms: int) -> str:
     return f"at({dt.datetime.fromtimestamp(send_at_ms // 1000, dt.UTC):%Y-%m-%dT%H:%M:%S})"
 
@@ -46,14 +53,22 @@ class EventBridgeScheduler:
 
     def set(self, campaign_id: str, send_at_ms: int) -> None:
         firing = Firing(campaign_id=campaign_id, send_at_ms=send_at_ms, execution_id=EXECUTION_ID)
+        self._put(schedule_name(campaign_id), firing, f"sendonce: start campaign {campaign_id}")
+
+    def set_opening(self, campaign_id: str, opens_at_ms: int) -> None:
+        firing = Firing(campaign_id=campaign_id, send_at_ms=opens_at_ms, execution_id=EXECUTION_ID, window_opening=True)
+        name = opening_schedule_name(campaign_id, opens_at_ms)
+        self._put(name, firing, f"sendonce: resume campaign {campaign_id} at its send window's opening")
+
+    def _put(self, name: str, firing: Firing, description: str) -> None:
         request = {
-            "Name": schedule_name(campaign_id),
+            "Name": name,
             "GroupName": self._group,
-            "ScheduleExpression": at_expression(send_at_ms),
+            "ScheduleExpression": at_expression(firing.send_at_ms),
             "ScheduleExpressionTimezone": "UTC",
             "FlexibleTimeWindow": {"Mode": "OFF"},
             "ActionAfterCompletion": "DELETE",
-            "Description": f"sendonce: start campaign {campaign_id}"[:512],
+            "Description": description[:512],
             "Target": {
                 "Arn": self._target_arn,
                 "RoleArn": self._role_arn,

@@ -10,6 +10,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sendonce.domain.campaigns.windows import SendWindow
 from sendonce.domain.sending.shards import DEFAULT_LEDGER_SHARDS, MAX_LEDGER_SHARDS
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -142,6 +143,9 @@ class Campaign(BaseModel):
     # --at`. A firing of the campaign's schedule starts it only while it is scheduled for
     # exactly this instant (campaigns/scheduling.py).
     send_at_ms: int | None = None
+    # When it may send (campaigns/windows.py); outside it the campaign pauses by itself and
+    # resumes at the next opening (campaigns/window_pauses.py). Fixed at creation.
+    window: SendWindow | None = None
     version: int = 0
 
     @model_validator(mode="before")

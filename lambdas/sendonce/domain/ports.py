@@ -222,6 +222,7 @@ class CampaignStore(Protocol):
         send_at_ms: int | None = None,
         clear_send_at: bool = False,
         if_send_at_ms: int | None = None,
+        if_reason: str | None = None,
     ) -> Campaign:
         """Conditional state change (`stays`: the state is kept, and so are who set it and why); raises IllegalTransitionError when the current state is
         not allowed (or, with `unless_publishing_at_ms`, while a publish lease is live then).
@@ -345,6 +346,12 @@ class CampaignScheduler(Protocol):
 
     def delete(self, campaign_id: str) -> None:
         """Delete the campaign's schedule; nothing when there is none."""
+        ...
+
+    def set_opening(self, campaign_id: str, opens_at_ms: int) -> None:
+        """Create the one-time schedule that resumes a campaign its send window paused, at
+        the window's next opening (a schedule of its own, apart from the start's); setting
+        the same opening again changes nothing."""
         ...
 
 

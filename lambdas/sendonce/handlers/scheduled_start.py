@@ -1,6 +1,8 @@
 """A campaign's one-time schedule fired (EventBridge Scheduler invokes this function with
 the schedule's input): start the send if the campaign is still scheduled for exactly that
-instant. Any other firing changes nothing; the answer and the log say why.
+instant, or, for a send window's opening, resume the campaign if the window paused it for
+exactly that opening (domain/campaigns/window_pauses.py). Any other firing changes nothing;
+the answer and the log say why.
 
 The answer is the same for a repeat, so a retried invocation is harmless; only an error
 (the campaigns table unreachable) raises, for Lambda's asynchronous retries to try again.
@@ -31,6 +33,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext, service: Campa
         return {"started": False, "reason": str(exc)}
     service = service or campaign_service(ApiSettings.from_env(os.environ), operator=lifecycle.AUTOMATIC)
     try:
+        if firing.window_opening:
+            return service.open_window(firing).as_dict()
         return service.start_scheduled(firing).as_dict()
     except CampaignNotFoundError as exc:
         logger.warning("schedule fired for no campaign; nothing started", extra={"campaign_id": firing.campaign_id})

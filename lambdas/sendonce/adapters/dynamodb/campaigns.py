@@ -185,6 +185,7 @@ class DynamoDBCampaignStore:
         send_at_ms: int | None = None,
         clear_send_at: bool = False,
         if_send_at_ms: int | None = None,
+        if_reason: str | None = None,
     ) -> Campaign:
         allowed = list(allowed_from)
         states = {f":from{i}": {"S": s.value} for i, s in enumerate(allowed)}
@@ -209,6 +210,9 @@ class DynamoDBCampaignStore:
         if if_send_at_ms is not None:
             condition += " AND send_at_ms = :scheduled_for"
             values[":scheduled_for"] = {"N": str(if_send_at_ms)}
+        if if_reason is not None:
+            condition += " AND state_reason = :if_reason"
+            values[":if_reason"] = {"S": if_reason[:500]}
         removed = ["send_at_ms"] if clear_send_at else []
         if stays:
             update += " ADD version :one"
@@ -242,6 +246,12 @@ class DynamoDBCampaignStore:
             if current in {s.value for s in allowed} and if_send_at_ms not in (None, scheduled_for):
                 raise IllegalTransitionError(
                     f"campaign {campaign_id!r} is scheduled for another time; it cannot move to {to.value}"
+                ) from exc
+            old_reason = _de.deserialize(old["state_reason"]) if "state_reason" in old else None
+            if current in {s.value for s in allowed} and if_reason is not None and old_reason != if_reason[:500]:
+                raise IllegalTransitionError(
+                    f"campaign {campaign_id!r} is {current} for another reason ({old_reason or 'none given'});"
+                    f" it cannot move to {to.value}"
                 ) from exc
             if current in {s.value for s in allowed}:
                 raise IllegalTransitionError(

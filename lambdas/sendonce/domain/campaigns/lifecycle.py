@@ -36,6 +36,8 @@ class CampaignEvent(StrEnum):
     REOPEN_UNKNOWN = "reopen_unknown"
     CANCEL = "cancel"
     COMPLETE = "complete"
+    WINDOW_CLOSE = "window_close"
+    WINDOW_OPEN = "window_open"
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class CampaignTransition:
     target: CampaignState
     by: str  # who takes it: operator, or sendonce on its own
     guard: str = ""
+    # A row that stays in its state keeps who set it and why, unless it takes the state over.
+    takes_over: bool = False
 
 
 T = CampaignTransition
@@ -66,9 +70,32 @@ TRANSITIONS: tuple[CampaignTransition, ...] = (
     T(E.PUBLISH, C.PAUSED, C.PAUSED, "operator", "opens a publish lease; recorded, sent on resume"),
     T(E.PUBLISH, C.COMPLETED, C.SENDING, "operator", "new recipients reopen it; opens a publish lease"),
     T(E.PAUSE, C.SENDING, C.PAUSED, "operator"),
+    T(
+        E.PAUSE,
+        C.PAUSED,
+        C.PAUSED,
+        "operator",
+        "the pause becomes the operator's (who, why): no window opening resumes it",
+        takes_over=True,
+    ),
     T(E.HALT, C.SENDING, C.PAUSED, "sendonce", "the provider refuses every send (quota, suspended key)"),
     T(E.BRAKE, C.SENDING, C.PAUSED, "sendonce", "complaint or bounce rate over its brake"),
+    T(
+        E.WINDOW_CLOSE,
+        C.SENDING,
+        C.PAUSED,
+        "sendonce",
+        "a consumer read the campaign outside its send window; sets the one-time schedule of the next opening",
+    ),
     T(E.RESUME, C.PAUSED, C.SENDING, "operator", "republishes every recipient that has not ended"),
+    T(
+        E.WINDOW_OPEN,
+        C.PAUSED,
+        C.SENDING,
+        "sendonce",
+        "the opening's schedule fired; only while paused by the window for exactly that opening (never an"
+        " operator's, a halt's or a brake's pause); republishes every recipient that has not ended",
+    ),
     T(E.RESUME, C.SENDING, C.SENDING, "operator", "republishes every recipient that has not ended"),
     T(E.REOPEN_UNKNOWN, C.COMPLETED, C.PAUSED, "operator", "some unknown outcomes reopened (resume follows)"),
     T(E.CANCEL, C.DRAFT, C.CANCELLED, "operator", "republishes the rest so consumers close them"),
@@ -91,11 +118,12 @@ def sources(event: CampaignEvent) -> list[CampaignState]:
 
 def writes(event: CampaignEvent) -> list[tuple[CampaignState, list[CampaignState], bool]]:
     """The conditional writes that take `event`: (target, sources, stays). A row that stays
-    in its state gets a write of its own, which keeps who changed the state and why."""
+    in its state gets a write of its own, which keeps who changed the state and why (unless
+    the row takes the state over: then it records its own)."""
     by_target: dict[tuple[CampaignState, bool], list[CampaignState]] = defaultdict(list)
     for t in TRANSITIONS:
         if t.event is event:
-            by_target[(t.target, t.source is t.target)].append(t.source)
+            by_target[(t.target, t.source is t.target and not t.takes_over)].append(t.source)
     return [(target, allowed, stays) for (target, stays), allowed in by_target.items()]
 
 
@@ -116,11 +144,13 @@ def apply(
     send_at_ms: int | None = None,
     clear_send_at: bool = False,
     if_send_at_ms: int | None = None,
+    if_reason: str | None = None,
 ) -> Campaign:
     """Take `event` on the campaign: one conditional write per target state of the event
     (most events have one), tried until one matches the campaign's current state.
     `send_at_ms` sets the start time, `clear_send_at` removes it, `if_send_at_ms` makes the
-    write conditional on it (a schedule's firing starts only the time it was set for)."""
+    write conditional on it (a schedule's firing starts only the time it was set for);
+    `if_reason` on the current state's reason (a window's opening resumes only its own pause)."""
     last: IllegalTransitionError | None = None
     for target, allowed, stays in writes(event):
         try:
@@ -137,6 +167,7 @@ def apply(
                 send_at_ms=send_at_ms,
                 clear_send_at=clear_send_at,
                 if_send_at_ms=if_send_at_ms,
+                if_reason=if_reason,
             )
         except IllegalTransitionError as exc:
             last = exc

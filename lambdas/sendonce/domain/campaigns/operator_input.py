@@ -28,6 +28,7 @@ from sendonce.domain import limits
 from sendonce.domain.campaigns.scheduling import EXAMPLE as SEND_AT_EXAMPLE
 from sendonce.domain.campaigns.scheduling import parse_instant
 from sendonce.domain.campaigns.service import CampaignService, PublishReport
+from sendonce.domain.campaigns.windows import SendWindow
 from sendonce.domain.errors import InvalidCampaignError
 from sendonce.domain.models import (
     MAX_RECIPIENTS_PER_BATCH,
@@ -91,6 +92,8 @@ def friendly_message(error: Mapping[str, Any]) -> str:
     """A pydantic error's message in our words, never quoting the input."""
     loc = error.get("loc") or ("",)
     message = str(error.get("msg", ""))
+    if error.get("type") == "string_pattern_mismatch" and loc[0] == "window":
+        return "must be a local time HH:MM, 00:00 to 23:59"
     if error.get("type") == "string_pattern_mismatch" and str(loc[-1]) in _PATTERN_RULES:
         return _PATTERN_RULES[str(loc[-1])]
     if error.get("type") == "extra_forbidden":
@@ -191,6 +194,13 @@ class CampaignSpec(BaseModel):
         "`scheduled` until then (docs/operations-campaigns.md).",
     )
 
+    window: SendWindow | None = Field(
+        default=None,
+        description="When it may send: {days: [mon..sun], from: HH:MM, to: HH:MM, tz: IANA zone}, from before to "
+        "(no window spans midnight). Outside it the campaign pauses by itself and resumes at the next opening "
+        "(docs/operations-campaigns.md).",
+    )
+
     @field_validator("ledger_shards", mode="before")
     @classmethod
     def _whole_number(cls, value: Any) -> Any:
@@ -241,6 +251,7 @@ class CampaignSpec(BaseModel):
             delivery_mode=self.delivery_mode,
             ledger_shards=self.ledger_shards,
             send_at_ms=parse_instant(self.send_at) if self.send_at else None,
+            window=self.window,
         )
 
 

@@ -78,14 +78,17 @@ def parse_send_at(text: str, *, now_ms: int, what: str = "send_at") -> int:
 @dataclass(frozen=True)
 class Firing:
     """One firing of a campaign's schedule: the event EventBridge Scheduler delivers (our
-    schedule's input, the same at every retry but for the execution id)."""
+    schedule's input, the same at every retry but for the execution id). A start's carries
+    `send_at`; a send window's opening (`window_opening`) carries `window_opens_at`."""
 
     campaign_id: str
-    send_at_ms: int
+    send_at_ms: int  # the instant the schedule was set for: the start, or the window's opening
     execution_id: str | None = None
+    window_opening: bool = False
 
     def as_event(self) -> dict[str, Any]:
-        event: dict[str, Any] = {"campaign_id": self.campaign_id, "send_at": iso(self.send_at_ms)}
+        key = "window_opens_at" if self.window_opening else "send_at"
+        event: dict[str, Any] = {"campaign_id": self.campaign_id, key: iso(self.send_at_ms)}
         if self.execution_id is not None:
             event["execution_id"] = self.execution_id
         return event
@@ -93,12 +96,15 @@ class Firing:
     @classmethod
     def from_event(cls, event: Any) -> Firing:
         if not isinstance(event, dict) or not isinstance(event.get("campaign_id"), str):
-            raise InvalidCampaignError("firing: expected {campaign_id, send_at}")
+            raise InvalidCampaignError("firing: expected {campaign_id, send_at} or {campaign_id, window_opens_at}")
         execution_id = event.get("execution_id")
+        opening = "window_opens_at" in event
+        key = "window_opens_at" if opening else "send_at"
         return cls(
             campaign_id=event["campaign_id"],
-            send_at_ms=parse_instant(event.get("send_at"), what="firing send_at"),
+            send_at_ms=parse_instant(event.get(key), what=f"firing {key}"),
             execution_id=execution_id if isinstance(execution_id, str) else None,
+            window_opening=opening,
         )
 
 

@@ -34,6 +34,7 @@ from sendonce.domain.campaigns.status import (
     reconcile,
 )
 from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S, UnknownOutcomes
+from sendonce.domain.campaigns.window_pauses import WindowOpenings
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError, UnknownProviderError
 from sendonce.domain.jobs.models import Job, JobKind
 from sendonce.domain.jobs.service import InMemoryJobStore, JobService
@@ -133,7 +134,7 @@ def _iso_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
-class CampaignService(ScheduledSends):
+class CampaignService(ScheduledSends, WindowOpenings):
     def __init__(
         self,
         *,

@@ -1,12 +1,15 @@
-"""Send windows (issue 20 item 4, not wired yet): the days and local hours a campaign may send
-in, in one IANA time zone, and the instants it opens and closes, daylight-saving changes
-included. Pure: no clock, no store; callers pass epoch ms.
+"""Send windows (issue 20 item 4): the days and local hours a campaign may send in, in one
+IANA time zone, and the instants it opens and closes, daylight-saving changes included.
+Pure: no clock, no store; callers pass epoch ms. What a closed window does to a sending
+campaign (it pauses, and resumes at the next opening) is campaigns/window_pauses.py.
 
 `window: {days: [mon, tue, wed, thu, fri], from: "09:00", to: "17:00", tz: "Europe/Berlin"}`
 is open from `from` (inclusive) to `to` (exclusive), local time, on those days. A local
 opening time that a spring-forward change skips opens when the clock jumps past it (02:30 on
 the change's night in Berlin opens at 03:00 summer time); one that an autumn change repeats
-opens at its first occurrence.
+opens at its first occurrence. A window does not span midnight (from < to): an overnight
+window is two days' windows, e.g. 20:00-24:00 written as 20:00-23:59 plus 00:00-06:00 the
+next day (one window per campaign: choose the part that matters).
 """
 
 from __future__ import annotations
@@ -25,10 +28,23 @@ _CLOCK = r"^([01]\d|2[0-3]):[0-5]\d$"
 class SendWindow(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
-    days: tuple[Day, ...] = Field(min_length=1, max_length=7, description="Days it may send, e.g. [mon, tue].")
+    days: tuple[Day, ...] = Field(
+        min_length=1,
+        max_length=7,
+        json_schema_extra={"uniqueItems": True},
+        description="Days it may send, e.g. [mon, tue]; each once.",
+    )
     opens: str = Field(alias="from", pattern=_CLOCK, description="Local time it opens, HH:MM (inclusive).")
     closes: str = Field(alias="to", pattern=_CLOCK, description="Local time it closes, HH:MM (exclusive).")
     tz: str = Field(min_length=1, max_length=64, description="IANA time zone, e.g. Europe/Berlin.")
+
+    @field_validator("opens", "closes", mode="before")
+    @classmethod
+    def _yaml_clock(cls, value: object) -> object:
+        # YAML 1.1 reads an unquoted 17:00 as the sexagesimal number 1020 (minutes): back to HH:MM.
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 24 * 60:
+            return f"{value // 60:02d}:{value % 60:02d}"
+        return value
 
     @field_validator("tz")
     @classmethod
@@ -44,6 +60,14 @@ class SendWindow(BaseModel):
         if self.opens >= self.closes:
             raise ValueError(f"from ({self.opens}) must be before to ({self.closes}); a window does not span midnight")
         return self
+
+    @field_validator("days")
+    @classmethod
+    def _each_day_once(cls, value: tuple[Day, ...]) -> tuple[Day, ...]:
+        repeated = sorted({d for d in value if value.count(d) > 1}, key=DAYS.index)
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} given more than once")
+        return value
 
     @property
     def zone(self) -> ZoneInfo:
@@ -90,3 +114,18 @@ class SendWindow(BaseModel):
         if not self.is_open(at_ms):
             return None
         return self._instant(self._local(at_ms).date(), self.closes)
+
+    def local_iso(self, at_ms: int) -> str:
+        """An instant in the window's zone, to the minute with its offset: 2026-12-07T09:00+01:00."""
+        return self._local(at_ms).isoformat(timespec="minutes")
+
+    def pause_reason(self, opens_at_ms: int) -> str:
+        """The reason of a pause the window took, waiting for the opening at `opens_at_ms`:
+        shown in status, and the condition under which that opening resumes the campaign."""
+        return f"{PAUSE_REASON_PREFIX}{self.local_iso(opens_at_ms)}"
+
+    def describe(self) -> str:
+        return f"{','.join(self.days)} {self.opens}-{self.closes} {self.tz}"
+
+
+PAUSE_REASON_PREFIX = "window: opens "

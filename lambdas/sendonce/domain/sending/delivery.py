@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import AUTOMATIC_HALT, CampaignEvent
 from sendonce.domain.campaigns.status import complete_if_done
+from sendonce.domain.campaigns.window_pauses import close_window, outside_window
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
 from sendonce.domain.errors import (
     CampaignNotFoundError,
@@ -44,6 +45,7 @@ from sendonce.domain.models import (
 )
 from sendonce.domain.ports import (
     CampaignCounters,
+    CampaignScheduler,
     CampaignStore,
     DeliveryGuard,
     EmailProvider,
@@ -105,8 +107,14 @@ class DeliveryService:
         sleep: Callable[[float], None] = time.sleep,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         counters: CampaignCounters | None = None,
+        scheduler: CampaignScheduler | None = None,
+        window_clock_ms: Callable[[], int] | None = None,
     ):
         self._ledger = ledger
+        self._scheduler = scheduler  # sets a send window's next opening when the window pauses
+        # What time it is for send windows: the clock, unless a local stack moves its own
+        # (the one that fires its schedules) to reach an opening without waiting for it.
+        self._window_clock_ms = window_clock_ms or clock_ms
         self._counters = counters
         self._guard = guard
         self._campaigns = campaigns
@@ -150,6 +158,8 @@ class DeliveryService:
             campaign = self._campaigns.get(batch.campaign_id)
         except CampaignNotFoundError:
             return self._poison(body, f"campaign {batch.campaign_id!r} does not exist", report)
+        if outside_window(campaign, self._window_clock_ms()):
+            campaign = self._hold_for_window(campaign)
         if campaign.state is CampaignState.CANCELLED:
             self._close_cancelled(batch, report, last_receive=receive_count >= self._max_receive_count)
             report.skipped_state = campaign.state
@@ -305,6 +315,16 @@ class DeliveryService:
         self._queue.dead_letter(body, reason=reason)
         logger.error("poison message moved to the dead-letter queue", extra={"reason": reason})
         return report
+
+    def _hold_for_window(self, campaign: Campaign) -> Campaign:
+        """Its send window is closed: pause it (the next opening resumes it) and send nothing
+        of this message. Returns the campaign as it is now; one that is sending again (resumed
+        meanwhile, which republishes its recipients) is held as paused for this message."""
+        close_window(self._campaigns, self._scheduler, campaign, now_ms=self._window_clock_ms())
+        campaign = self._campaigns.get(campaign.campaign_id)
+        if campaign.state is CampaignState.SENDING:
+            campaign = campaign.model_copy(update={"state": CampaignState.PAUSED})
+        return campaign
 
     def _pause_for_halt(self, run: BatchRun) -> None:
         try:
