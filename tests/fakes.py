@@ -237,6 +237,7 @@ class FakeProvider:
 
 class FakeCampaignStore:
     def __init__(self):
+        self.marks: list[tuple[str, str, str]] = []  # (campaign, event, by) of each mark left
         self.campaigns: dict[str, Campaign] = {}
         self.batch_records: dict[str, dict[str, tuple[BatchMessage, bool]]] = {}
 
@@ -273,6 +274,7 @@ class FakeCampaignStore:
         send_at_ms=None,
         clear_send_at=False,
         if_send_at_ms=None,
+        mark=None,
     ) -> Campaign:
         campaign = self.get(campaign_id)
         if campaign.state not in set(allowed_from):
@@ -292,6 +294,8 @@ class FakeCampaignStore:
             update["open_batches"] = open_batches
         campaign = campaign.model_copy(update=update)
         self.campaigns[campaign_id] = campaign
+        if mark is not None:
+            self.marks.append((campaign_id, mark, by))
         return campaign
 
     def end_publish(self, campaign_id: str) -> None:

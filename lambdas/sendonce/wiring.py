@@ -47,6 +47,7 @@ from sendonce.domain.ports import (
     Ledger,
     Queue,
     RateLimiter,
+    ReportAggregatesStore,
     Suppressions,
 )
 from sendonce.domain.sending.delivery import DeliveryService
@@ -106,6 +107,7 @@ class ConsumerParts:
     suppressions: Suppressions | None = None
     unsubscribe: UnsubscribeLinks | None = None
     counters: CampaignCounters | None = None
+    report_aggregates: ReportAggregatesStore | None = None
 
 
 # Ledger writes are conditional, so a retried write that had in fact succeeded fails its
@@ -164,6 +166,7 @@ def consumer_parts(
         ),
         unsubscribe=unsubscribe,
         counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
+        report_aggregates=DynamoDBReportAggregates(client=dynamodb, table_name=settings.campaigns_table),
     )
 
 
@@ -185,6 +188,7 @@ def assemble_consumer(settings: ConsumerSettings, parts: ConsumerParts) -> Consu
         throttle_retries=settings.throttle_retries,
         max_receive_count=settings.max_receive_count,
         counters=parts.counters,
+        report_aggregates=parts.report_aggregates,
     )
     return ConsumerRuntime(service=service, guard=guard, group_guard=group_guard, queue=parts.queue)
 

@@ -23,7 +23,7 @@ import jinja2
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from sendonce.domain.campaigns.report import FEEDBACK, OUTCOMES, CampaignReport
+from sendonce.domain.campaigns.report import FEEDBACK, OUTCOMES, CampaignReport, Mark
 
 COLOURS = {
     "sent": "#2e7d32",
@@ -37,6 +37,17 @@ COLOURS = {
     "bounced": "#c62828",
     "complained": "#ef6c00",
     "duplicates_prevented": "#1565c0",
+}
+# Stops in red, automatic stops in orange, starts in green; the rest grey.
+MARK_COLOURS = {
+    "pause": "#c62828",
+    "cancel": "#c62828",
+    "halt": "#ef6c00",
+    "brake": "#ef6c00",
+    "publish": "#2e7d32",
+    "start": "#2e7d32",
+    "resume": "#2e7d32",
+    "complete": "#1565c0",
 }
 LABELS = {name: name.replace("_", "-") for name in COLOURS}
 CONFIG = {"displaylogo": False, "responsive": True}
@@ -57,6 +68,8 @@ h1 { font-size: 1.5rem; margin-bottom: .25rem; } h2 { font-size: 1.1rem; margin-
 .figure b { display: block; font-size: 1.4rem; } .figure span { color: #616161; font-size: .85rem; }
 .note { background: #fff8e1; border-left: 4px solid #ffb300; padding: .5rem .9rem; }
 .verdict-ok { border-left-color: #2e7d32; background: #e8f5e9; }
+#marks { border-collapse: collapse; font-size: .85rem; margin-top: .5rem; }
+#marks td, #marks th { border-bottom: 1px solid #e0e0e0; padding: .2rem .8rem .2rem 0; text-align: left; }
 .chart { min-height: 320px; } .row { display: grid; grid-template-columns: 1fr 1fr; gap: 1rem; }
 </style>
 <script>{{ plotly_js | safe }}</script>
@@ -71,6 +84,9 @@ state <b data-figure="state">{{ r.status.state.value }}</b>{% if r.status.state_
 {% endfor %}</div>
 <h2>Sends over time ({{ bucket_label }} per bar)</h2>
 <div class="chart" id="timeline"></div>
+{% if r.marks %}<table id="marks"><thead><tr><th>when</th><th>move</th><th>by</th><th>why</th></tr></thead><tbody>
+{% for m in r.marks %}<tr><td>{{ when(m.at_ms) }}</td><td>{{ m.event }}</td><td>{{ m.by or "" }}</td><td>{{ m.reason or "" }}</td></tr>
+{% endfor %}</tbody></table>{% endif %}
 <div class="row">
 <div><h2>Outcomes</h2><div class="chart" id="outcomes"></div></div>
 <div><h2>Duplicates prevented</h2><div class="chart" id="duplicates"></div></div>
@@ -104,6 +120,10 @@ def _iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def _when(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _times(buckets: list[Any]) -> list[str]:
     return [dt.datetime.fromtimestamp(b.start_ms / 1000, dt.UTC).isoformat() for b in buckets]
 
@@ -127,16 +147,56 @@ def timeline_figure(report: CampaignReport) -> go.Figure:
     )
     shapes, annotations = [], []
     for mark in report.marks:
-        at = dt.datetime.fromtimestamp(mark.at_ms / 1000, dt.UTC).isoformat()
-        shapes.append({"type": "line", "x0": at, "x1": at, "yref": "paper", "y0": 0, "y1": 1, "line": {"dash": "dot"}})
-        annotations.append(
-            {"x": at, "yref": "paper", "y": 1, "text": mark.event, "showarrow": False, "yanchor": "bottom"}
+        at = _at(mark.at_ms)
+        colour = MARK_COLOURS.get(mark.event, "#616161")
+        shapes.append(
+            {
+                "type": "line",
+                "x0": at,
+                "x1": at,
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "line": {"dash": "dot", "color": colour},
+            }
         )
+        annotations.append(
+            {
+                "x": at,
+                "yref": "paper",
+                "y": 1,
+                "text": mark.event,
+                "showarrow": False,
+                "yanchor": "bottom",
+                "font": {"color": colour},
+                "hovertext": _mark_hover(mark),
+            }
+        )
+    xaxis: dict[str, Any] = {"type": "date"}
+    times = [b.start_ms for b in report.timeline] + [m.at_ms for m in report.marks]
+    if times and not report.timeline:
+        # Marks but no bars yet (nothing ended): the axis spans the marks, or plotly has no range.
+        xaxis["range"] = [_at(min(times) - 60_000), _at(max(times) + 60_000)]
     figure.update_layout(
-        _layout(barmode="stack", bargap=0.05, shapes=shapes, annotations=annotations, yaxis={"title": "recipients"}),
+        _layout(
+            barmode="stack",
+            bargap=0.05,
+            shapes=shapes,
+            annotations=annotations,
+            xaxis=xaxis,
+            yaxis={"title": "recipients"},
+        ),
         margin={"t": 30},
     )
     return figure
+
+
+def _at(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat()
+
+
+def _mark_hover(mark: Mark) -> str:
+    return f"{mark.event} by {mark.by or 'unknown'}" + (f": {mark.reason}" if mark.reason else "")
 
 
 def outcomes_figure(report: CampaignReport) -> go.Figure:
@@ -238,6 +298,7 @@ def render(report: CampaignReport) -> str:
         r=report,
         figures=report.figures(),
         generated=_iso(report.generated_at_ms),
+        when=_when,
         audit_at=_iso(report.audit.at_ms) if report.audit else "",
         bucket_label="1 minute" if minutes == 1 else f"{minutes} minutes",
         plotly_js=get_plotlyjs(),

@@ -6,12 +6,18 @@
         delivered, bounced, complained
     pk = report#<campaign>, sk = unknowns#<writer>
         sent, not_sent (unknowns settled by evidence)
+    pk = report#<campaign>, sk = mark#<campaign version, 10 digits>
+        at_ms, event, by, reason: one lifecycle move (written by the campaign store's
+        `transition`, keyed by the version it made, so a repeated write is the same item)
 
 Each writer (the stream aggregator, one per stream shard) adds to items of its own, so no
 item takes a write per recipient: a batch of stream records is one ADD per minute and per
 domain it touched, made in the aggregator's transaction that also moves the shard's
-watermark (exactly once per stream record). Reading is one Query of `report#<campaign>`,
-summed here: its size grows with the campaign's minutes and domains, not its recipients.
+watermark (exactly once per stream record). Duplicates prevented are not in the stream (a
+refused claim writes nothing): a consumer adds a message's count with one ADD of its own,
+only when it had any, on `consumer-<k>` minute items (report.prevented_writer). Reading is
+one Query of `report#<campaign>`, summed here: its size grows with the campaign's minutes,
+domains and moves, not its recipients.
 """
 
 from __future__ import annotations
@@ -19,9 +25,17 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sendonce.domain.campaigns.report import MINUTE_MS, OTHER_DOMAINS, Bucket, ReportAggregates, ReportIncrements
+from sendonce.domain.campaigns.report import (
+    MINUTE_MS,
+    OTHER_DOMAINS,
+    Bucket,
+    Mark,
+    ReportAggregates,
+    ReportIncrements,
+    minute_of,
+)
 
-MINUTE, DOMAIN, UNKNOWNS = "minute#", "domain#", "unknowns#"
+MINUTE, DOMAIN, UNKNOWNS, MARK = "minute#", "domain#", "unknowns#", "mark#"
 
 
 def partition(campaign_id: str) -> str:
@@ -102,12 +116,40 @@ def increment_updates(table: str, campaign_id: str, writer: str, increments: Rep
     return updates
 
 
+def mark_update(
+    table: str, campaign_id: str, *, version: int, at_ms: int, event: str, by: str, reason: str | None
+) -> dict[str, Any]:
+    """UpdateItem request (UpdateItem, not PutItem: every function that moves a campaign may
+    already update that table) writing one lifecycle mark."""
+    values = {":at": {"N": str(at_ms)}, ":event": {"S": event}, ":by": {"S": by}}
+    update = "SET at_ms = :at, #event = :event, #by = :by"
+    if reason:
+        update += ", reason = :reason"
+        values[":reason"] = {"S": reason[:500]}
+    return {
+        "TableName": table,
+        "Key": {"pk": {"S": partition(campaign_id)}, "sk": {"S": f"{MARK}{version:010d}"}},
+        "UpdateExpression": update,
+        "ExpressionAttributeNames": {"#event": "event", "#by": "by"},
+        "ExpressionAttributeValues": values,
+    }
+
+
 class DynamoDBReportAggregates:
     def __init__(self, *, client: Any, table_name: str):
         self._client = client
         self._table = table_name
 
+    def add_prevented(self, campaign_id: str, *, at_ms: int, count: int, writer: str) -> None:
+        self._client.update_item(
+            TableName=self._table,
+            Key={"pk": {"S": partition(campaign_id)}, "sk": {"S": f"{MINUTE}{minute_of(at_ms):013d}#{writer}"}},
+            UpdateExpression="ADD prevented :n",
+            ExpressionAttributeValues={":n": {"N": str(count)}},
+        )
+
     def aggregates(self, campaign_id: str) -> ReportAggregates:
+        marks: list[Mark] = []
         minutes: dict[int, Counter[str]] = {}
         domains: dict[str, Counter[str]] = {}
         unknowns: Counter[str] = Counter()
@@ -120,6 +162,16 @@ class DynamoDBReportAggregates:
         for page in pages:
             for item in page["Items"]:
                 sk = item["sk"]["S"]
+                if sk.startswith(MARK):
+                    marks.append(
+                        Mark(
+                            at_ms=int(item["at_ms"]["N"]),
+                            event=item["event"]["S"],
+                            by=item["by"]["S"],
+                            reason=item["reason"]["S"] if "reason" in item else None,
+                        )
+                    )
+                    continue
                 counts = Counter(
                     {name: int(value["N"]) for name, value in item.items() if name not in ("pk", "sk") and "N" in value}
                 )
@@ -143,4 +195,5 @@ class DynamoDBReportAggregates:
             duplicates_prevented_per_minute=prevented,
             feedback_by_domain={domain: dict(counts) for domain, counts in domains.items()},
             unknowns_settled=dict(unknowns),
+            marks=marks,
         )
