@@ -153,3 +153,20 @@ def test_the_page_shows_the_duplicates_prevented_and_lists_the_moves(system, pag
     rows = page.page.locator("#marks tbody tr").all_text_contents()
     assert len(rows) == 2 and "checking the template" in rows[1]
     assert page.console_errors == [] and page.requests == [path.as_uri()]
+
+
+@pytest.mark.browser
+def test_the_screenshot_command_draws_the_page_into_a_small_png(tmp_path):
+    from PIL import Image
+
+    from sendonce_ops.report_screenshot import screenshot
+    from tests.integration.test_campaign_report import million_recipient_report
+
+    page_path = write(million_recipient_report(), tmp_path / "big.html")
+
+    size = screenshot(page_path, tmp_path / "big.png")
+
+    image = Image.open(tmp_path / "big.png")
+    assert image.width == 1200 and image.height > 1200  # the whole page, not the viewport
+    assert len(image.getcolors(maxcolors=256) or []) > 20  # charts drawn, not a blank page
+    assert size < 300_000  # small enough to commit (docs/img/report.png)
