@@ -23,7 +23,7 @@ import jinja2
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from sendonce.domain.campaigns.report import FEEDBACK, OUTCOMES, CampaignReport, Mark
+from sendonce.domain.campaigns.report import FEEDBACK, OUTCOMES, CampaignReport, Mark, trouble
 
 COLOURS = {
     "sent": "#2e7d32",
@@ -146,7 +146,7 @@ def timeline_figure(report: CampaignReport) -> go.Figure:
         ]
     )
     shapes, annotations = [], []
-    for mark in report.marks:
+    for index, mark in enumerate(report.marks):
         at = _at(mark.at_ms)
         colour = MARK_COLOURS.get(mark.event, "#616161")
         shapes.append(
@@ -168,6 +168,7 @@ def timeline_figure(report: CampaignReport) -> go.Figure:
                 "text": mark.event,
                 "showarrow": False,
                 "yanchor": "bottom",
+                "yshift": 14 * (index % 2),  # marks seconds apart stay readable
                 "font": {"color": colour},
                 "hovertext": _mark_hover(mark),
             }
@@ -186,9 +187,26 @@ def timeline_figure(report: CampaignReport) -> go.Figure:
             xaxis=xaxis,
             yaxis={"title": "recipients"},
         ),
-        margin={"t": 30},
+        margin={"t": 44},
     )
     return figure
+
+
+def time_range(report: CampaignReport) -> list[str] | None:
+    """The span the timeline draws, so that the other time chart lines up with it."""
+    starts = [b.start_ms for b in report.timeline] + [m.at_ms for m in report.marks]
+    if not starts:
+        return None
+    return [_at(min(starts) - report.bucket_ms // 2), _at(max(starts) + report.bucket_ms)]
+
+
+def nothing_to_draw(figure: go.Figure, text: str) -> None:
+    """Say so in the middle of an empty chart, instead of empty axes."""
+    figure.update_layout(
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        annotations=[{"text": text, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5, "showarrow": False}],
+    )
 
 
 def _at(ms: int) -> str:
@@ -222,9 +240,14 @@ def duplicates_figure(report: CampaignReport) -> go.Figure:
             y=[sum(b.counts.values()) for b in buckets],
             name=LABELS["duplicates_prevented"],
             marker_color=COLOURS["duplicates_prevented"],
+            width=[report.bucket_ms * 0.9] * len(buckets),  # ms on a date axis: one bucket wide
         )
     )
-    figure.update_layout(_layout(yaxis={"title": "sends not repeated"}))
+    figure.update_layout(
+        _layout(xaxis={"type": "date", "range": time_range(report)}, yaxis={"title": "sends not repeated"})
+    )
+    if not buckets:
+        nothing_to_draw(figure, "none: no batch was delivered twice")
     return figure
 
 
@@ -253,6 +276,8 @@ def feedback_figure(report: CampaignReport) -> go.Figure:
         ]
     )
     figure.update_layout(_layout(barmode="group", yaxis={"autorange": "reversed"}))
+    if not any(trouble(counts) for counts in report.feedback_by_domain.values()):
+        nothing_to_draw(figure, "no bounce or complaint reported")
     return figure
 
 
@@ -270,6 +295,8 @@ def unknowns_figure(report: CampaignReport) -> go.Figure:
         )
     )
     figure.update_layout(_layout())
+    if not any(report.unknowns.values()):
+        nothing_to_draw(figure, "no outcome was unknown")
     return figure
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -24,26 +25,34 @@ class ScreenshotError(Exception):
     pass
 
 
-def screenshot(page_path: Path, out: Path, *, width: int = 1200, chromium: Path = CHROMIUM) -> int:
-    """Write `page_path`'s full-page screenshot to `out`; its size in bytes."""
-    if not chromium.exists():
-        raise ScreenshotError(f"{chromium} is missing (Debian: apt-get install chromium)")
+def screenshot(page_path: Path, out: Path, *, width: int = 1200, browser: Any = None) -> int:
+    """Write `page_path`'s full-page screenshot to `out`; its size in bytes. `browser`: a
+    Playwright browser already running (the tests' session one), else Debian's Chromium."""
+    if browser is None:
+        if not CHROMIUM.exists():
+            raise ScreenshotError(f"{CHROMIUM} is missing (Debian: apt-get install chromium)")
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as playwright:
+            launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+            try:
+                return screenshot(page_path, out, width=width, browser=launched)
+            finally:
+                launched.close()
     from PIL import Image
-    from playwright.sync_api import sync_playwright
 
     fetched: list[str] = []
     errors: list[str] = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(chromium), args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": width, "height": 900})
-            page.on("request", lambda r: fetched.append(r.url))
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(page_path.resolve().as_uri())
-            page.wait_for_function(f"document.querySelectorAll('.main-svg').length >= {CHARTS}", timeout=60_000)
-            png = page.screenshot(full_page=True, animations="disabled")
-        finally:
-            browser.close()
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        page.on("request", lambda r: fetched.append(r.url))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(page_path.resolve().as_uri())
+        page.wait_for_function(f"document.querySelectorAll('.main-svg').length >= {CHARTS}", timeout=60_000)
+        png = page.screenshot(full_page=True, animations="disabled")
+    finally:
+        context.close()
     if errors or fetched != [page_path.resolve().as_uri()]:
         raise ScreenshotError(f"{page_path}: page errors {errors}, requests {fetched}")
     image = Image.open(io.BytesIO(png)).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)

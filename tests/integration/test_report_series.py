@@ -156,7 +156,7 @@ def test_the_page_shows_the_duplicates_prevented_and_lists_the_moves(system, pag
 
 
 @pytest.mark.browser
-def test_the_screenshot_command_draws_the_page_into_a_small_png(tmp_path):
+def test_the_screenshot_command_draws_the_page_into_a_small_png(chromium, tmp_path):
     from PIL import Image
 
     from sendonce_ops.report_screenshot import screenshot
@@ -164,7 +164,7 @@ def test_the_screenshot_command_draws_the_page_into_a_small_png(tmp_path):
 
     page_path = write(million_recipient_report(), tmp_path / "big.html")
 
-    size = screenshot(page_path, tmp_path / "big.png")
+    size = screenshot(page_path, tmp_path / "big.png", browser=chromium)
 
     image = Image.open(tmp_path / "big.png")
     assert image.width == 1200 and image.height > 1200  # the whole page, not the viewport

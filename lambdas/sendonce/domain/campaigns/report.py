@@ -141,13 +141,13 @@ def fold(buckets: Iterable[Bucket], width_ms: int, *, origin: int | None = None)
     return [Bucket(start, dict(counts)) for start, counts in sorted(summed.items())]
 
 
-def _trouble(counts: Mapping[str, int]) -> int:
+def trouble(counts: Mapping[str, int]) -> int:
     return counts.get("bounced", 0) + counts.get("complained", 0)
 
 
 def top_domains(by_domain: Mapping[str, Mapping[str, int]], *, limit: int = MAX_DOMAINS) -> dict[str, dict[str, int]]:
     """The `limit` domains with the most bounces and complaints, the rest summed as OTHER_DOMAINS."""
-    ranked = sorted(by_domain.items(), key=lambda item: (-_trouble(item[1]), -sum(item[1].values()), item[0]))
+    ranked = sorted(by_domain.items(), key=lambda item: (-trouble(item[1]), -sum(item[1].values()), item[0]))
     shown = {domain: dict(counts) for domain, counts in ranked[:limit]}
     rest: Counter[str] = Counter()
     for _, counts in ranked[limit:]:
