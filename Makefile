@@ -10,7 +10,7 @@ CHROMIUM := /usr/bin/chromium
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: venv npm contracts lint test test-slow test-unit test-integration test-infra test-wheel test-chaos verify demo bench bench-scale clean
+.PHONY: venv npm contracts lint test test-slow test-unit test-integration test-infra test-wheel test-chaos verify demo report-screenshot bench bench-scale clean
 
 $(STAMP): requirements.txt requirements-dev.txt lambdas/sendonce/requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -89,6 +89,13 @@ verify: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/sendonce demo $(DEMO_ARGS)
+
+# The README's screenshot: the demo's sendonce campaign, its report (`sendonce campaign
+# report`'s page), drawn by headless Chromium. A few minutes (3,000 recipients, twice).
+report-screenshot: $(STAMP)
+	mkdir -p build
+	$(BIN)/sendonce demo --recipients 3000 --report build/report.html
+	$(BIN)/python -m sendonce_ops.report_screenshot build/report.html --out docs/img/report.png
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run --quick

@@ -11,7 +11,8 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from sendonce.contract import Metric
+from sendonce import contract
+from sendonce.contract import METRIC_CAMPAIGN_DIMENSION, METRICS_NAMESPACE, SERVICE_NAME, Metric
 from sendonce_cdk import metrics
 
 ONE_MINUTE = cdk.Duration.minutes(1)
@@ -21,6 +22,55 @@ WIDTH = 8  # three widgets per row of 24
 def own(metric: Metric, label: str | None = None) -> cw.Metric:
     """One of the handlers' metrics, per minute, labelled with its name unless told."""
     return metrics.sendonce_metric(metric, period=ONE_MINUTE, label=label or metric.value)
+
+
+# The per-campaign graphs name this placeholder as their campaign; the dashboard's `campaign`
+# variable (a pattern variable) puts the campaign chosen in its list in its place.
+CAMPAIGN_PLACEHOLDER = "sendonce-campaign"
+# The metric schema of the per-campaign series (contract.CAMPAIGN_METRICS).
+CAMPAIGN_SCHEMA = f"{{{METRICS_NAMESPACE},{METRIC_CAMPAIGN_DIMENSION},{contract.METRIC_SERVICE_DIMENSION}}}"
+
+
+def of_campaign(metric: Metric, label: str) -> cw.Metric:
+    """One of contract.CAMPAIGN_METRICS, of the campaign the dashboard's variable names."""
+    return cw.Metric(
+        namespace=METRICS_NAMESPACE,
+        metric_name=metric.value,
+        dimensions_map={
+            contract.METRIC_SERVICE_DIMENSION: SERVICE_NAME,
+            METRIC_CAMPAIGN_DIMENSION: CAMPAIGN_PLACEHOLDER,
+        },
+        statistic="Sum",
+        period=ONE_MINUTE,
+        label=label,
+    )
+
+
+def by_campaign(*names: Metric, label: str) -> cw.MathExpression:
+    """Every campaign's series of `names`, one line each, found by a SEARCH expression (no
+    list of campaigns in the template: a new campaign shows up by itself)."""
+    terms = " OR ".join(f'MetricName="{name.value}"' for name in names)
+    return cw.MathExpression(
+        expression=f"SEARCH('{CAMPAIGN_SCHEMA} {terms}', 'Sum', 60)", label=label, period=ONE_MINUTE
+    )
+
+
+def campaign_variable() -> cw.DashboardVariable:
+    return cw.DashboardVariable(
+        id="campaign",
+        type=cw.VariableType.PATTERN,
+        label="Campaign",
+        input_type=cw.VariableInputType.SELECT,
+        value=CAMPAIGN_PLACEHOLDER,
+        values=cw.Values.from_search_components(
+            namespace=METRICS_NAMESPACE,
+            dimensions=[METRIC_CAMPAIGN_DIMENSION, contract.METRIC_SERVICE_DIMENSION],
+            metric_name=Metric.EMAILS_SENT.value,
+            populate_from=METRIC_CAMPAIGN_DIMENSION,
+        ),
+        default_value=cw.DefaultValue.FIRST,
+        visible=True,
+    )
 
 
 def waiting(queue: sqs.IQueue, label: str) -> cw.Metric:
@@ -35,8 +85,9 @@ def graph(
 
 
 class Dashboard(Construct):
-    """Four rows of three graphs (sending, queues, the consumer, deliverability), then the
-    alarms' states."""
+    """Four rows of three graphs (sending, queues, the consumer, deliverability), two rows
+    per campaign (the one chosen in the `campaign` variable; every campaign, a line each),
+    then the alarms' states."""
 
     def __init__(
         self,
@@ -71,6 +122,7 @@ class Dashboard(Construct):
             "Dashboard",
             dashboard_name=dashboard_name,
             default_interval=cdk.Duration.hours(3),
+            variables=[campaign_variable()],
         )
         rows: Sequence[Sequence[cw.IWidget]] = (
             (
@@ -156,7 +208,32 @@ class Dashboard(Construct):
                 ),
             ),
         )
-        for row in rows:
+        per_campaign: Sequence[Sequence[cw.IWidget]] = (
+            (
+                graph(
+                    "Campaign: sent, duplicates prevented",
+                    [of_campaign(Metric.EMAILS_SENT, "Sent")],
+                    right=[of_campaign(Metric.DUPLICATE_SENDS_PREVENTED, "Duplicates prevented")],
+                ),
+                graph("Campaign: unknown outcomes", [of_campaign(Metric.UNKNOWN_OUTCOMES, "Unknown outcome")]),
+                graph(
+                    "Campaign: hard bounces, complaints",
+                    [of_campaign(Metric.HARD_BOUNCES, "Hard bounces"), of_campaign(Metric.COMPLAINTS, "Complaints")],
+                ),
+            ),
+            (
+                graph("Every campaign: sent", [by_campaign(Metric.EMAILS_SENT, label="")]),
+                graph(
+                    "Every campaign: duplicates prevented, unknowns",
+                    [by_campaign(Metric.DUPLICATE_SENDS_PREVENTED, Metric.UNKNOWN_OUTCOMES, label="")],
+                ),
+                graph(
+                    "Every campaign: hard bounces, complaints",
+                    [by_campaign(Metric.HARD_BOUNCES, Metric.COMPLAINTS, label="")],
+                ),
+            ),
+        )
+        for row in (*rows, *per_campaign):
             self.dashboard.add_widgets(*row)
         if alarm_names:
             # Referenced by name, not by Fn::GetAtt: moto's CloudFormation skips alarms,

@@ -245,6 +245,7 @@ class FakeProvider:
 
 class FakeCampaignStore:
     def __init__(self):
+        self.marks: list[tuple[str, str, str]] = []  # (campaign, event, by) of each mark left
         self.campaigns: dict[str, Campaign] = {}
         self.batch_records: dict[str, dict[str, tuple[BatchMessage, bool]]] = {}
 
@@ -282,6 +283,7 @@ class FakeCampaignStore:
         clear_send_at=False,
         if_send_at_ms=None,
         if_reason=None,
+        mark=None,
     ) -> Campaign:
         campaign = self.get(campaign_id)
         if campaign.state not in set(allowed_from):
@@ -303,6 +305,8 @@ class FakeCampaignStore:
             update["open_batches"] = open_batches
         campaign = campaign.model_copy(update=update)
         self.campaigns[campaign_id] = campaign
+        if mark is not None:
+            self.marks.append((campaign_id, mark, by))
         return campaign
 
     def end_publish(self, campaign_id: str) -> None:

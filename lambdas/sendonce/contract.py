@@ -74,6 +74,19 @@ class Metric(StrEnum):
     CAMPAIGNS_COMPLETED_BY_COUNTERS = "CampaignsCompletedByCounters"
 
 
+# Published a second time per campaign, with the dimension METRIC_CAMPAIGN_DIMENSION beside
+# `service` (a series of its own: the service-wide ones, which the alarms read, are
+# unchanged). Five series per campaign that sends, billed only for the hours they are
+# published; nothing per recipient.
+METRIC_CAMPAIGN_DIMENSION = "campaign"
+CAMPAIGN_METRICS = (
+    Metric.EMAILS_SENT,
+    Metric.DUPLICATE_SENDS_PREVENTED,
+    Metric.UNKNOWN_OUTCOMES,
+    Metric.HARD_BOUNCES,
+    Metric.COMPLAINTS,
+)
+
 # A provider error's class (sendonce.domain.errors) -> the consumer's failure metric.
 FAILURE_METRICS = {
     "permanent": Metric.SEND_FAILURES_PERMANENT,

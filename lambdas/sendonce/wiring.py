@@ -51,6 +51,7 @@ from sendonce.domain.ports import (
     Ledger,
     Queue,
     RateLimiter,
+    ReportAggregatesStore,
     Suppressions,
 )
 from sendonce.domain.sending.delivery import DeliveryService
@@ -111,6 +112,7 @@ class ConsumerParts:
     unsubscribe: UnsubscribeLinks | None = None
     counters: CampaignCounters | None = None
     scheduler: CampaignScheduler | None = None
+    report_aggregates: ReportAggregatesStore | None = None
 
 
 # Ledger writes are conditional, so a retried write that had in fact succeeded fails its
@@ -170,6 +172,7 @@ def consumer_parts(
         unsubscribe=unsubscribe,
         counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
         scheduler=scheduler_for(settings, session),
+        report_aggregates=DynamoDBReportAggregates(client=dynamodb, table_name=settings.campaigns_table),
     )
 
 
@@ -208,6 +211,7 @@ def assemble_consumer(
         counters=parts.counters,
         scheduler=parts.scheduler,
         window_clock_ms=window_clock_ms,
+        report_aggregates=parts.report_aggregates,
     )
     return ConsumerRuntime(service=service, guard=guard, group_guard=group_guard, queue=parts.queue)
 

@@ -23,7 +23,7 @@ import jinja2
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from sendonce.domain.campaigns.report import FEEDBACK, OUTCOMES, CampaignReport
+from sendonce.domain.campaigns.report import FEEDBACK, OUTCOMES, CampaignReport, Mark, trouble
 
 COLOURS = {
     "sent": "#2e7d32",
@@ -37,6 +37,17 @@ COLOURS = {
     "bounced": "#c62828",
     "complained": "#ef6c00",
     "duplicates_prevented": "#1565c0",
+}
+# Stops in red, automatic stops in orange, starts in green; the rest grey.
+MARK_COLOURS = {
+    "pause": "#c62828",
+    "cancel": "#c62828",
+    "halt": "#ef6c00",
+    "brake": "#ef6c00",
+    "publish": "#2e7d32",
+    "start": "#2e7d32",
+    "resume": "#2e7d32",
+    "complete": "#1565c0",
 }
 LABELS = {name: name.replace("_", "-") for name in COLOURS}
 CONFIG = {"displaylogo": False, "responsive": True}
@@ -57,6 +68,8 @@ h1 { font-size: 1.5rem; margin-bottom: .25rem; } h2 { font-size: 1.1rem; margin-
 .figure b { display: block; font-size: 1.4rem; } .figure span { color: #616161; font-size: .85rem; }
 .note { background: #fff8e1; border-left: 4px solid #ffb300; padding: .5rem .9rem; }
 .verdict-ok { border-left-color: #2e7d32; background: #e8f5e9; }
+#marks { border-collapse: collapse; font-size: .85rem; margin-top: .5rem; }
+#marks td, #marks th { border-bottom: 1px solid #e0e0e0; padding: .2rem .8rem .2rem 0; text-align: left; }
 .chart { min-height: 320px; } .row { display: grid; grid-template-columns: 1fr 1fr; gap: 1rem; }
 </style>
 <script>{{ plotly_js | safe }}</script>
@@ -71,6 +84,9 @@ state <b data-figure="state">{{ r.status.state.value }}</b>{% if r.status.state_
 {% endfor %}</div>
 <h2>Sends over time ({{ bucket_label }} per bar)</h2>
 <div class="chart" id="timeline"></div>
+{% if r.marks %}<table id="marks"><thead><tr><th>when</th><th>move</th><th>by</th><th>why</th></tr></thead><tbody>
+{% for m in r.marks %}<tr><td>{{ when(m.at_ms) }}</td><td>{{ m.event }}</td><td>{{ m.by or "" }}</td><td>{{ m.reason or "" }}</td></tr>
+{% endfor %}</tbody></table>{% endif %}
 <div class="row">
 <div><h2>Outcomes</h2><div class="chart" id="outcomes"></div></div>
 <div><h2>Duplicates prevented</h2><div class="chart" id="duplicates"></div></div>
@@ -104,6 +120,10 @@ def _iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def _when(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _times(buckets: list[Any]) -> list[str]:
     return [dt.datetime.fromtimestamp(b.start_ms / 1000, dt.UTC).isoformat() for b in buckets]
 
@@ -126,17 +146,75 @@ def timeline_figure(report: CampaignReport) -> go.Figure:
         ]
     )
     shapes, annotations = [], []
-    for mark in report.marks:
-        at = dt.datetime.fromtimestamp(mark.at_ms / 1000, dt.UTC).isoformat()
-        shapes.append({"type": "line", "x0": at, "x1": at, "yref": "paper", "y0": 0, "y1": 1, "line": {"dash": "dot"}})
-        annotations.append(
-            {"x": at, "yref": "paper", "y": 1, "text": mark.event, "showarrow": False, "yanchor": "bottom"}
+    for index, mark in enumerate(report.marks):
+        at = _at(mark.at_ms)
+        colour = MARK_COLOURS.get(mark.event, "#616161")
+        shapes.append(
+            {
+                "type": "line",
+                "x0": at,
+                "x1": at,
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "line": {"dash": "dot", "color": colour},
+            }
         )
+        annotations.append(
+            {
+                "x": at,
+                "yref": "paper",
+                "y": 1,
+                "text": mark.event,
+                "showarrow": False,
+                "yanchor": "bottom",
+                "yshift": 14 * (index % 2),  # marks seconds apart stay readable
+                "font": {"color": colour},
+                "hovertext": _mark_hover(mark),
+            }
+        )
+    xaxis: dict[str, Any] = {"type": "date"}
+    times = [b.start_ms for b in report.timeline] + [m.at_ms for m in report.marks]
+    if times and not report.timeline:
+        # Marks but no bars yet (nothing ended): the axis spans the marks, or plotly has no range.
+        xaxis["range"] = [_at(min(times) - 60_000), _at(max(times) + 60_000)]
     figure.update_layout(
-        _layout(barmode="stack", bargap=0.05, shapes=shapes, annotations=annotations, yaxis={"title": "recipients"}),
-        margin={"t": 30},
+        _layout(
+            barmode="stack",
+            bargap=0.05,
+            shapes=shapes,
+            annotations=annotations,
+            xaxis=xaxis,
+            yaxis={"title": "recipients"},
+        ),
+        margin={"t": 44},
     )
     return figure
+
+
+def time_range(report: CampaignReport) -> list[str] | None:
+    """The span the timeline draws, so that the other time chart lines up with it."""
+    starts = [b.start_ms for b in report.timeline] + [m.at_ms for m in report.marks]
+    if not starts:
+        return None
+    return [_at(min(starts) - report.bucket_ms // 2), _at(max(starts) + report.bucket_ms)]
+
+
+def nothing_to_draw(figure: go.Figure, text: str) -> None:
+    """Say so in the middle of an empty chart, instead of empty axes."""
+    figure.update_layout(
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        annotations=[{"text": text, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5, "showarrow": False}],
+    )
+
+
+def _at(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat()
+
+
+def _mark_hover(mark: Mark) -> str:
+    return f"{mark.event} by {mark.by or 'unknown'}" + (f": {mark.reason}" if mark.reason else "")
 
 
 def outcomes_figure(report: CampaignReport) -> go.Figure:
@@ -162,9 +240,14 @@ def duplicates_figure(report: CampaignReport) -> go.Figure:
             y=[sum(b.counts.values()) for b in buckets],
             name=LABELS["duplicates_prevented"],
             marker_color=COLOURS["duplicates_prevented"],
+            width=[report.bucket_ms * 0.9] * len(buckets),  # ms on a date axis: one bucket wide
         )
     )
-    figure.update_layout(_layout(yaxis={"title": "sends not repeated"}))
+    figure.update_layout(
+        _layout(xaxis={"type": "date", "range": time_range(report)}, yaxis={"title": "sends not repeated"})
+    )
+    if not buckets:
+        nothing_to_draw(figure, "none: no batch was delivered twice")
     return figure
 
 
@@ -193,6 +276,8 @@ def feedback_figure(report: CampaignReport) -> go.Figure:
         ]
     )
     figure.update_layout(_layout(barmode="group", yaxis={"autorange": "reversed"}))
+    if not any(trouble(counts) for counts in report.feedback_by_domain.values()):
+        nothing_to_draw(figure, "no bounce or complaint reported")
     return figure
 
 
@@ -210,6 +295,8 @@ def unknowns_figure(report: CampaignReport) -> go.Figure:
         )
     )
     figure.update_layout(_layout())
+    if not any(report.unknowns.values()):
+        nothing_to_draw(figure, "no outcome was unknown")
     return figure
 
 
@@ -238,6 +325,7 @@ def render(report: CampaignReport) -> str:
         r=report,
         figures=report.figures(),
         generated=_iso(report.generated_at_ms),
+        when=_when,
         audit_at=_iso(report.audit.at_ms) if report.audit else "",
         bucket_label="1 minute" if minutes == 1 else f"{minutes} minutes",
         plotly_js=get_plotlyjs(),

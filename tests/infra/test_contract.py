@@ -26,6 +26,7 @@ from sendonce.settings import (
     JobsSettings,
     UnsubscribeSettings,
 )
+from sendonce_cdk.dashboard import CAMPAIGN_PLACEHOLDER
 from sendonce_cdk.metrics import NOT_WATCHED
 from sendonce_ops.endpoints import OPTIONAL, SOURCES
 from tests.infra.synthesis import Synthesized
@@ -147,9 +148,15 @@ def test_alarms_and_widgets_read_the_namespace_and_service_the_functions_publish
     services = {environment[contract.POWERTOOLS_SERVICE_NAME] for environment in environments}
     assert (namespaces, services) == ({contract.METRICS_NAMESPACE}, {contract.SERVICE_NAME})
 
+    service = {"service": contract.SERVICE_NAME}
+    per_campaign = {**service, contract.METRIC_CAMPAIGN_DIMENSION: CAMPAIGN_PLACEHOLDER}
     for namespace, name, dimensions in _custom_metrics(assembly):
         # Powertools adds the `service` dimension to every metric: without it, an empty series.
-        assert (namespace, dimensions) == (contract.METRICS_NAMESPACE, {"service": contract.SERVICE_NAME}), name
+        # The per-campaign graphs add the campaign (the dashboard's variable fills it in).
+        if dimensions == per_campaign:
+            assert name in {metric.value for metric in contract.CAMPAIGN_METRICS}, name
+            continue
+        assert (namespace, dimensions) == (contract.METRICS_NAMESPACE, service), name
 
 
 def test_alarms_and_widgets_name_only_published_metrics(assembly: Synthesized) -> None:

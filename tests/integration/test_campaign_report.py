@@ -130,7 +130,7 @@ def test_aggregates_written_by_two_writers_read_back_as_one_sum(system):
     changes = [LedgerChange("claimed", "sent", T0 + 5), LedgerChange("claimed", "failed", T0 + 61_000)]
     events = [LedgerChange("sent", "sent", T0 + 7, new_events=(("bounced", "a.example"),))]
 
-    for writer, batch in (("shard-1", changes), ("shard-2", changes + events)):
+    for writer, batch in (("w1", changes), ("w2", changes + events)):  # two aggregators' writers
         client.transact_write_items(TransactItems=increment_updates(table, "c1", writer, increments_of(batch)))
 
     aggregates = DynamoDBReportAggregates(client=client, table_name=table).aggregates("c1")

@@ -160,3 +160,18 @@ def test_a_stream_record_names_the_events_a_write_appended_with_their_domains():
     assert change_of(read).at_ms == T0
     unchanged = {**record, "dynamodb": {**record["dynamodb"], "NewImage": record["dynamodb"]["OldImage"]}}
     assert change_of(unchanged) is None
+
+
+def test_the_aggregators_report_writes_spread_over_keys_of_their_own():
+    # One key took every report ADD of a campaign: ~2 write units per recipient (bench-scale),
+    # a ceiling of ~500 recipients/s. A campaign's 256 ledger keys now write to many keys.
+    from collections import Counter
+
+    from sendonce.adapters.dynamodb.report_aggregates import aggregator_writer, increment_updates, partitions
+    from sendonce.domain.campaigns.report import ReportIncrements
+
+    writers = Counter(aggregator_writer(f"ledger#c1#{k}") for k in range(256))
+    assert len(writers) >= 56 and max(writers.values()) <= 10  # of 64; the hottest gets <= 10/256
+    updates = increment_updates("t", "c1", "w7", ReportIncrements(outcomes=Counter({(0, "sent"): 3})))
+    assert {u["Update"]["Key"]["pk"]["S"] for u in updates} == {"report#c1#w7"}
+    assert "report#c1#w7" in partitions("c1") and "report#c1" in partitions("c1")  # marks, older items

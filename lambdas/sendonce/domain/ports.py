@@ -223,9 +223,12 @@ class CampaignStore(Protocol):
         clear_send_at: bool = False,
         if_send_at_ms: int | None = None,
         if_reason: str | None = None,
+        mark: str | None = None,
     ) -> Campaign:
         """Conditional state change (`stays`: the state is kept, and so are who set it and why); raises IllegalTransitionError when the current state is
         not allowed (or, with `unless_publishing_at_ms`, while a publish lease is live then).
+        With `mark` (the event's name), the change also leaves a mark for the campaign's
+        report (report.Mark: when, by whom, why), one small item of its own.
         Callers go through lifecycle.apply (domain/campaigns/lifecycle.py), which reads the transition table."""
         ...
 
@@ -614,10 +617,16 @@ class WebhookVerifier(Protocol):
 
 
 class ReportAggregatesStore(Protocol):
-    """A campaign's report aggregates (domain/campaigns/report.py): per-minute outcomes,
-    per-domain provider events, unknowns settled. Read in one Query, whatever the size."""
+    """A campaign's report aggregates (domain/campaigns/report.py): per-minute outcomes and
+    duplicates prevented, per-domain provider events, unknowns settled, lifecycle marks.
+    Read in one Query, whatever the size."""
 
     def aggregates(self, campaign_id: str) -> ReportAggregates: ...
+
+    def add_prevented(self, campaign_id: str, *, at_ms: int, count: int, writer: str) -> None:
+        """Add `count` duplicate sends prevented to the minute of `at_ms`, on `writer`'s item
+        (report.prevented_writer): one write, whatever the count."""
+        ...
 
 
 class JobStore(Protocol):

@@ -13,7 +13,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from sendonce.contract import FAILURE_METRICS, Metric
 from sendonce.domain.sending.batch_run import BatchIncompleteError, BatchReport
-from sendonce.handlers.observability import count, logger, metrics
+from sendonce.handlers.observability import count, count_for_campaign, logger, metrics
 from sendonce.settings import ConsumerSettings
 from sendonce.wiring import ConsumerRuntime, consumer_runtime
 
@@ -35,6 +35,7 @@ def _emit(report: BatchReport) -> None:
             counts[name] = counts.get(name, 0) + failures
     for name, value in counts.items():
         count(name, value)
+    count_for_campaign(report.campaign_id, counts)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -19,7 +19,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from sendonce.contract import Metric
 from sendonce.domain.deliverability.provider_events import EventReport, ProviderEventService
 from sendonce.domain.errors import WebhookSignatureError
-from sendonce.handlers.observability import count, logger, metrics
+from sendonce.handlers.observability import count, count_for_campaign, logger, metrics
 from sendonce.settings import EventsSettings
 from sendonce.wiring import events_service
 
@@ -43,6 +43,7 @@ def _emit(report: EventReport) -> None:
         counts[BRAKE_METRICS[report.brake]] = 1
     for name, value in counts.items():
         count(name, int(value))
+    count_for_campaign(report.campaign_id, {name: int(value) for name, value in counts.items()})
     logger.info(
         "provider event",
         extra={

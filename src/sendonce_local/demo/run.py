@@ -44,6 +44,7 @@ import click
 from rich.console import Console
 from rich.live import Live
 
+from sendonce.settings import ApiSettings
 from sendonce_local.demo.calibration import calibrate
 from sendonce_local.demo.campaign import DEFAULT_RECIPIENTS, DEFAULT_SEED, demo_recipients
 from sendonce_local.demo.report import (
@@ -81,6 +82,7 @@ class DemoOptions:
     time_scale: int = DEFAULT_TIME_SCALES["resend"]  # the largest factor the demo may use
     keep_running: bool = False
     as_json: bool = False
+    report: Path | None = None  # write sendonce's campaign report (one HTML page) here
 
 
 def run_demo(options: DemoOptions, console: Console) -> tuple[dict[str, Any], bool]:
@@ -172,6 +174,10 @@ def run_demo(options: DemoOptions, console: Console) -> tuple[dict[str, Any], bo
         if not ok:
             keep_logs = True
             console.print(f"consumer logs kept in {log_dir}", highlight=False)
+        if options.report is not None and sendonce is not None:
+            path = write_report(system, sendonce.campaign_id, options.report)
+            summary["report"] = str(path)
+            say(f"report: {path}")
         if options.keep_running:
             keep_running(system, options, console, example_recipient=people[0].recipient_id)
         return summary, ok
@@ -195,6 +201,24 @@ def _calibrate(system: DemoSystem, options: DemoOptions, delivery_mode: str) -> 
     system.apply_time_scale(choice.scale)
     system.say(f"calibration: {choice.explain()}")
     return calibration, choice
+
+
+def write_report(system: DemoSystem, campaign_id: str, path: Path) -> Path:
+    """The page `sendonce campaign report` writes, for sendonce's campaign of this run, once
+    the counters' aggregator has applied every ledger change."""
+    from sendonce.wiring import campaign_reports
+    from sendonce_ops.report_page import write
+
+    assert system.consumer is not None
+    system.drain_counters()
+    settings = ApiSettings(
+        ledger_table=system.consumer.ledger_table,
+        campaigns_table=system.consumer.campaigns_table,
+        queue_url=system.consumer.queue_url,
+        dead_letter_queue_url=system.consumer.dead_letter_queue_url,
+        counters=True,
+    )
+    return write(campaign_reports(settings).report(campaign_id), path)
 
 
 def keep_running(system: DemoSystem, options: DemoOptions, console: Console, *, example_recipient: str) -> None:
@@ -269,7 +293,21 @@ Point the CLI at it:
     "to use the CLI and the HTTP API against them. Ctrl-C stops.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
-def demo(recipients: int, provider: str, seed: int, time_scale: int | None, keep_running: bool, as_json: bool) -> None:
+@click.option(
+    "--report",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    help="Also write sendonce's campaign report (as `sendonce campaign report` does) to this file.",
+)
+def demo(
+    recipients: int,
+    provider: str,
+    seed: int,
+    time_scale: int | None,
+    keep_running: bool,
+    as_json: bool,
+    report: Path | None,
+) -> None:
     """Replay the incident locally: the same campaign and faults through the generic consumer and
     through sendonce, counted at the provider.
 
@@ -282,7 +320,7 @@ def demo(recipients: int, provider: str, seed: int, time_scale: int | None, keep
     """
     time_scale = time_scale or DEFAULT_TIME_SCALES[provider]
     options = DemoOptions(recipients=recipients, provider=provider, seed=seed, time_scale=time_scale,
-                          keep_running=keep_running, as_json=as_json)  # fmt: skip
+                          keep_running=keep_running, as_json=as_json, report=report)  # fmt: skip
     console = Console(stderr=as_json, highlight=False)
     previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:

@@ -9,6 +9,8 @@
     pk = counters#<id>, ...                  its counters (adapters/dynamodb/counters.py): add_batch
                                              counts each batch record there; `counted` stores mark a
                                              campaign counted from its creation
+    pk = report#<id>[#<writer>], ...         its report's aggregates (adapters/dynamodb/report_aggregates.py);
+                                             `transition` with a `mark` writes one mark item there
 
 `list` queries the sparse, keys-only index CAMPAIGNS_BY_STATE_INDEX (state, campaign_id):
 only campaign state items carry `state`, so it never reads batches, groups, counters or
@@ -18,6 +20,7 @@ limiter slots; and being keys-only, updates of a campaign's counts never write t
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -28,12 +31,14 @@ from botocore.exceptions import ClientError
 
 from sendonce.adapters.dynamodb import batch_records as bk
 from sendonce.adapters.dynamodb.counters import recorded_key
+from sendonce.adapters.dynamodb.report_aggregates import mark_update
 from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX
 from sendonce.domain.errors import CampaignBusyError, CampaignNotFoundError, IllegalTransitionError
 from sendonce.domain.models import BatchMessage, Campaign, CampaignState, Content, SendGroup
 from sendonce.domain.ports import BatchStatus
 from sendonce.domain.sending.shards import LEGACY_LEDGER_SHARDS
 
+logger = logging.getLogger(__name__)
 _ser = TypeSerializer()
 _de = TypeDeserializer()
 
@@ -186,6 +191,7 @@ class DynamoDBCampaignStore:
         clear_send_at: bool = False,
         if_send_at_ms: int | None = None,
         if_reason: str | None = None,
+        mark: str | None = None,
     ) -> Campaign:
         allowed = list(allowed_from)
         states = {f":from{i}": {"S": s.value} for i, s in enumerate(allowed)}
@@ -262,7 +268,31 @@ class DynamoDBCampaignStore:
                 f"(only from {', '.join(s.value for s in allowed)})"
             ) from exc
         self._learn_batch_shards(campaign_id, response["Attributes"])
-        return _campaign(response["Attributes"])
+        campaign = _campaign(response["Attributes"])
+        if mark is not None:
+            self._leave_mark(campaign, event=mark, by=by, reason=reason)
+        return campaign
+
+    def _leave_mark(self, campaign: Campaign, *, event: str, by: str, reason: str | None) -> None:
+        """The report's mark of a move just made. Written after it, not with it: a failure
+        here is logged and the move stands (the campaign item keeps who moved it and why);
+        the mark is keyed by the version the move made, so the same move never marks twice."""
+        request = mark_update(
+            self._table,
+            campaign.campaign_id,
+            version=campaign.version,
+            at_ms=int(time.time() * 1000),
+            event=event,
+            by=by,
+            reason=reason,
+        )
+        try:
+            self._client.update_item(**request)
+        except ClientError as exc:
+            logger.warning(
+                "campaign moved; its report mark was not written",
+                extra={"campaign_id": campaign.campaign_id, "event": event, "error": str(exc)[:300]},
+            )
 
     def end_publish(self, campaign_id: str) -> None:
         self._update_campaign(

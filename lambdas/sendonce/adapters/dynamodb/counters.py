@@ -27,7 +27,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from sendonce.adapters.dynamodb.report_aggregates import fit, increment_updates
+from sendonce.adapters.dynamodb.report_aggregates import aggregator_writer, fit, increment_updates
 from sendonce.domain.campaigns.report import ReportIncrements
 from sendonce.domain.models import DeliveryState
 from sendonce.domain.ports import CounterTotals, Counts
@@ -38,7 +38,6 @@ MARKER_SHARDS = 256
 COUNTER_PARTITIONS = 16
 # The report's aggregates take ADDs from every stream position of a campaign: spread over this
 # many writers' items (ADDs commute; exactly-once comes from the counter write they ride with).
-REPORT_WRITERS = 8
 TRANSACTION_ITEMS = 100
 # Marker writes in flight at once (one conditional PutItem each: a batch's markers cannot
 # be written in one request, since a batch write takes no condition).
@@ -147,7 +146,7 @@ class DynamoDBCounters:
     ) -> bool:
         """The counter's conditional update and the report's ADDs in one transaction: the
         report counts each stream record exactly when the counters do."""
-        writer = f"w{shard_of(stream, REPORT_WRITERS)}"
+        writer = aggregator_writer(stream)
         updates = increment_updates(self._table, campaign_id, writer, fit(report, TRANSACTION_ITEMS - 1))
         try:
             self._client.transact_write_items(TransactItems=[{"Update": request}, *updates])

@@ -1,31 +1,75 @@
 """A campaign's report aggregates in the campaigns table (domain/campaigns/report.py).
 
-    pk = report#<campaign>, sk = minute#<minute start ms, 13 digits>#<writer>
+    pk = report#<campaign>#<writer>, sk = minute#<minute start ms, 13 digits>#<writer>
         one number per outcome (sent, failed, ...) and `prevented` (duplicates prevented)
-    pk = report#<campaign>, sk = domain#<recipient domain>#<writer>
+    pk = report#<campaign>#<writer>, sk = domain#<recipient domain>#<writer>
         delivered, bounced, complained
-    pk = report#<campaign>, sk = unknowns#<writer>
+    pk = report#<campaign>#<writer>, sk = unknowns#<writer>
         sent, not_sent (unknowns settled by evidence)
+    pk = report#<campaign>, sk = mark#<campaign version, 10 digits>
+        at_ms, event, by, reason: one lifecycle move (written by the campaign store's
+        `transition`, keyed by the version it made, so a repeated write is the same item)
 
 Each writer (the stream aggregator, one per stream shard) adds to items of its own, so no
 item takes a write per recipient: a batch of stream records is one ADD per minute and per
 domain it touched, made in the aggregator's transaction that also moves the shard's
-watermark (exactly once per stream record). Reading is one Query of `report#<campaign>`,
-summed here: its size grows with the campaign's minutes and domains, not its recipients.
+watermark (exactly once per stream record). Duplicates prevented are not in the stream (a
+refused claim writes nothing): a consumer adds a message's count with one ADD of its own,
+only when it had any, on `consumer-<k>` minute items (report.prevented_writer). Reading is
+one Query per partition-key value (the campaign's own, holding its marks and the items of
+the release before writers had keys of their own, and one per writer), 8 in flight, summed
+here: its size grows with the campaign's minutes, domains and moves, not its recipients.
+
+Each writer has a partition-key value of its own: the aggregator's ADDs for one campaign
+took ~2 write units per recipient (bench-scale: a transaction per batch of stream records,
+2 units per item touched), which on one key capped the aggregator at ~500 recipients/s;
+over REPORT_WRITERS keys the hottest takes ~1/64 of it (docs/scale.md).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sendonce.domain.campaigns.report import MINUTE_MS, OTHER_DOMAINS, Bucket, ReportAggregates, ReportIncrements
+from sendonce.domain.campaigns.report import (
+    MINUTE_MS,
+    OTHER_DOMAINS,
+    Bucket,
+    Mark,
+    ReportAggregates,
+    ReportIncrements,
+    minute_of,
+    prevented_writers,
+)
+from sendonce.domain.sending.shards import shard_of
 
-MINUTE, DOMAIN, UNKNOWNS = "minute#", "domain#", "unknowns#"
+MINUTE, DOMAIN, UNKNOWNS, MARK = "minute#", "domain#", "unknowns#", "mark#"
+
+
+# The aggregator's writers (a stream key's hash picks one): each its own partition-key value.
+REPORT_WRITERS = 64
+READ_WORKERS = 8
 
 
 def partition(campaign_id: str) -> str:
+    """The campaign's own key: its lifecycle marks."""
     return f"report#{campaign_id}"
+
+
+def writer_partition(campaign_id: str, writer: str) -> str:
+    """The key of one writer's items (an aggregator's `w<k>`, a consumer's `consumer-<k>`)."""
+    return f"report#{campaign_id}#{writer}"
+
+
+def aggregator_writer(stream: str) -> str:
+    return f"w{shard_of(stream, REPORT_WRITERS)}"
+
+
+def partitions(campaign_id: str) -> list[str]:
+    """Every key a campaign's report items can have."""
+    writers = [f"w{k}" for k in range(REPORT_WRITERS)] + prevented_writers()
+    return [partition(campaign_id), *(writer_partition(campaign_id, w) for w in writers)]
 
 
 def item_count(increments: ReportIncrements) -> int:
@@ -90,7 +134,7 @@ def increment_updates(table: str, campaign_id: str, writer: str, increments: Rep
             {
                 "Update": {
                     "TableName": table,
-                    "Key": {"pk": {"S": partition(campaign_id)}, "sk": {"S": sk}},
+                    "Key": {"pk": {"S": writer_partition(campaign_id, writer)}, "sk": {"S": sk}},
                     "UpdateExpression": "ADD " + ", ".join(f"{alias} :v{alias[2:]}" for alias in names),
                     "ExpressionAttributeNames": names,
                     "ExpressionAttributeValues": {
@@ -102,24 +146,68 @@ def increment_updates(table: str, campaign_id: str, writer: str, increments: Rep
     return updates
 
 
+def mark_update(
+    table: str, campaign_id: str, *, version: int, at_ms: int, event: str, by: str, reason: str | None
+) -> dict[str, Any]:
+    """UpdateItem request (UpdateItem, not PutItem: every function that moves a campaign may
+    already update that table) writing one lifecycle mark."""
+    values = {":at": {"N": str(at_ms)}, ":event": {"S": event}, ":by": {"S": by}}
+    update = "SET at_ms = :at, #event = :event, #by = :by"
+    if reason:
+        update += ", reason = :reason"
+        values[":reason"] = {"S": reason[:500]}
+    return {
+        "TableName": table,
+        "Key": {"pk": {"S": partition(campaign_id)}, "sk": {"S": f"{MARK}{version:010d}"}},
+        "UpdateExpression": update,
+        "ExpressionAttributeNames": {"#event": "event", "#by": "by"},
+        "ExpressionAttributeValues": values,
+    }
+
+
 class DynamoDBReportAggregates:
     def __init__(self, *, client: Any, table_name: str):
         self._client = client
         self._table = table_name
 
+    def add_prevented(self, campaign_id: str, *, at_ms: int, count: int, writer: str) -> None:
+        self._client.update_item(
+            TableName=self._table,
+            Key={
+                "pk": {"S": writer_partition(campaign_id, writer)},
+                "sk": {"S": f"{MINUTE}{minute_of(at_ms):013d}#{writer}"},
+            },
+            UpdateExpression="ADD prevented :n",
+            ExpressionAttributeValues={":n": {"N": str(count)}},
+        )
+
+    def _items(self, pk: str) -> list[dict[str, Any]]:
+        paginator = self._client.get_paginator("query")
+        pages = paginator.paginate(
+            TableName=self._table, KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": pk}}
+        )
+        return [item for page in pages for item in page["Items"]]
+
     def aggregates(self, campaign_id: str) -> ReportAggregates:
+        marks: list[Mark] = []
         minutes: dict[int, Counter[str]] = {}
         domains: dict[str, Counter[str]] = {}
         unknowns: Counter[str] = Counter()
-        paginator = self._client.get_paginator("query")
-        pages = paginator.paginate(
-            TableName=self._table,
-            KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": partition(campaign_id)}},
-        )
-        for page in pages:
-            for item in page["Items"]:
+        with ThreadPoolExecutor(max_workers=READ_WORKERS) as pool:
+            shards = list(pool.map(self._items, partitions(campaign_id)))
+        for items in shards:
+            for item in items:
                 sk = item["sk"]["S"]
+                if sk.startswith(MARK):
+                    marks.append(
+                        Mark(
+                            at_ms=int(item["at_ms"]["N"]),
+                            event=item["event"]["S"],
+                            by=item["by"]["S"],
+                            reason=item["reason"]["S"] if "reason" in item else None,
+                        )
+                    )
+                    continue
                 counts = Counter(
                     {name: int(value["N"]) for name, value in item.items() if name not in ("pk", "sk") and "N" in value}
                 )
@@ -143,4 +231,5 @@ class DynamoDBReportAggregates:
             duplicates_prevented_per_minute=prevented,
             feedback_by_domain={domain: dict(counts) for domain, counts in domains.items()},
             unknowns_settled=dict(unknowns),
+            marks=marks,
         )

@@ -131,6 +131,12 @@ def can(event: CampaignEvent, state: CampaignState) -> bool:
     return state in sources(event)
 
 
+def leaves_mark(event: CampaignEvent, *, stays: bool) -> bool:
+    """Whether taking `event` marks the campaign report's timeline: every move does, but a
+    publish that keeps the state (a publish lease opened or renewed, possibly many times)."""
+    return not (stays and event is CampaignEvent.PUBLISH)
+
+
 def apply(
     store: CampaignStore,
     campaign_id: str,
@@ -168,6 +174,7 @@ def apply(
                 clear_send_at=clear_send_at,
                 if_send_at_ms=if_send_at_ms,
                 if_reason=if_reason,
+                mark=event.value if leaves_mark(event, stays=stays) else None,
             )
         except IllegalTransitionError as exc:
             last = exc

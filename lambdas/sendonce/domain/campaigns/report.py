@@ -9,6 +9,7 @@ into wider buckets (a week-long campaign is still at most MAX_POINTS bars).
 from __future__ import annotations
 
 import math
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -40,11 +41,14 @@ class Bucket:
 
 @dataclass(frozen=True)
 class Mark:
-    """A lifecycle move worth marking on the timeline: a pause, resume, cancel, brake."""
+    """A lifecycle move marked on the timeline (a pause, resume, cancel, brake, start...):
+    when, which event, who took it (an operator, or sendonce on its own) and why. Written
+    beside each transition (lifecycle.apply), one small item each."""
 
     at_ms: int
     event: str
     reason: str | None = None
+    by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ class ReportAggregates:
     # the page says so instead of drawing zeros.
     engagement: Mapping[str, int] | None = None
     engagement_off_reason: str | None = "open and click tracking is not recorded by sendonce"
+    marks: list[Mark] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -136,13 +141,13 @@ def fold(buckets: Iterable[Bucket], width_ms: int, *, origin: int | None = None)
     return [Bucket(start, dict(counts)) for start, counts in sorted(summed.items())]
 
 
-def _trouble(counts: Mapping[str, int]) -> int:
+def trouble(counts: Mapping[str, int]) -> int:
     return counts.get("bounced", 0) + counts.get("complained", 0)
 
 
 def top_domains(by_domain: Mapping[str, Mapping[str, int]], *, limit: int = MAX_DOMAINS) -> dict[str, dict[str, int]]:
     """The `limit` domains with the most bounces and complaints, the rest summed as OTHER_DOMAINS."""
-    ranked = sorted(by_domain.items(), key=lambda item: (-_trouble(item[1]), -sum(item[1].values()), item[0]))
+    ranked = sorted(by_domain.items(), key=lambda item: (-trouble(item[1]), -sum(item[1].values()), item[0]))
     shown = {domain: dict(counts) for domain, counts in ranked[:limit]}
     rest: Counter[str] = Counter()
     for _, counts in ranked[limit:]:
@@ -181,7 +186,7 @@ def build_report(
         bucket_ms=width,
         timeline=fold(aggregates.outcomes_per_minute, width, origin=origin),
         duplicates_prevented=fold(aggregates.duplicates_prevented_per_minute, width, origin=origin),
-        marks=sorted(marks, key=lambda m: m.at_ms),
+        marks=sorted([*aggregates.marks, *marks], key=lambda m: m.at_ms),
         feedback_by_domain=top_domains(aggregates.feedback_by_domain),
         unknowns=unknowns,
         engagement=aggregates.engagement,
@@ -207,6 +212,26 @@ class ReportService:
             aggregates=self._aggregates.aggregates(campaign_id),
             now_ms=self._clock(),
         )
+
+
+# --- Duplicates prevented: counted by the consumer, not the stream ---------------------------
+#
+# A refused claim writes nothing to the ledger, so no stream record shows it. The consumer
+# adds a message's refused claims in one small write, only when it had any (a fresh message
+# writes nothing more), to one of PREVENTED_WRITERS items per minute chosen by its batch id:
+# a redrive of many messages spreads its writes instead of queueing them on one item, and
+# they never share an item with the aggregator's transactions.
+PREVENTED_WRITERS = 8
+
+
+def prevented_writers() -> list[str]:
+    """Every item name `prevented_writer` can give."""
+    return [f"consumer-{k}" for k in range(PREVENTED_WRITERS)]
+
+
+def prevented_writer(batch_id: str) -> str:
+    """The report item a message's duplicates prevented are added to (stable per batch)."""
+    return f"consumer-{zlib.crc32(batch_id.encode()) % PREVENTED_WRITERS}"
 
 
 # --- Kept as the ledger changes (the stream aggregator folds each batch of changes) ---------

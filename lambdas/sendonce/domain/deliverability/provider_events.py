@@ -86,6 +86,7 @@ class EventReport:
     counted: str | None = None  # the campaign counter this event added to: complaints | hard_bounces
     resolved_unknown: bool = False
     brake: str | None = None  # "complaint" | "bounce" when this event paused the campaign
+    campaign_id: str | None = None  # the delivery's campaign, when the event names one of ours
 
 
 class ProviderEventService:
@@ -149,6 +150,7 @@ class ProviderEventService:
         if key is None:
             report.status = AnnotationStatus.NO_DELIVERY.value  # not one of ours (no tags)
             return report
+        report.campaign_id = key.campaign_id
         counter = None
         if event.kind is EventKind.COMPLAINED:
             counter = FeedbackCounter.COMPLAINTS

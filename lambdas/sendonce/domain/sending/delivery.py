@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import AUTOMATIC_HALT, CampaignEvent
+from sendonce.domain.campaigns.report import prevented_writer
 from sendonce.domain.campaigns.status import complete_if_done
 from sendonce.domain.campaigns.window_pauses import close_window, outside_window
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
@@ -53,6 +54,7 @@ from sendonce.domain.ports import (
     Ledger,
     Queue,
     RateLimiter,
+    ReportAggregatesStore,
     Suppressions,
 )
 from sendonce.domain.sending.batch_run import BatchReport, BatchRun, record_failure
@@ -109,6 +111,7 @@ class DeliveryService:
         counters: CampaignCounters | None = None,
         scheduler: CampaignScheduler | None = None,
         window_clock_ms: Callable[[], int] | None = None,
+        report_aggregates: ReportAggregatesStore | None = None,
     ):
         self._ledger = ledger
         self._scheduler = scheduler  # sets a send window's next opening when the window pauses
@@ -116,6 +119,7 @@ class DeliveryService:
         # (the one that fires its schedules) to reach an opening without waiting for it.
         self._window_clock_ms = window_clock_ms or clock_ms
         self._counters = counters
+        self._report_aggregates = report_aggregates
         self._guard = guard
         self._campaigns = campaigns
         self._providers = providers
@@ -206,6 +210,8 @@ class DeliveryService:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="send") as pool:
                 list(pool.map(lambda r: self._deliver(run, r), singles))
 
+        if report.duplicates_prevented:
+            self._record_prevented(batch, report.duplicates_prevented)
         if run.halt.is_set():
             self._pause_for_halt(run)
         if report.must_return and last_receive:
@@ -222,6 +228,22 @@ class DeliveryService:
         if not report.must_return and not run.halt.is_set() and campaign.state is CampaignState.SENDING:
             self._settle_batch(batch.campaign_id, report)
         return report
+
+    def _record_prevented(self, batch: BatchMessage, count: int) -> None:
+        """One write for the message's refused claims, for the campaign's report (a fresh
+        message has none and writes nothing). Not a reason to send again or to return the
+        message: a failure is logged (the DuplicateSendsPrevented metric still counts them)."""
+        if self._report_aggregates is None:
+            return
+        try:
+            self._report_aggregates.add_prevented(
+                batch.campaign_id, at_ms=self._clock_ms(), count=count, writer=prevented_writer(batch.batch_id)
+            )
+        except Exception as exc:  # noqa: BLE001 - the report's count only; nothing is resent
+            logger.warning(
+                "duplicates prevented not added to the campaign report",
+                extra={"campaign_id": batch.campaign_id, "count": count, "error": f"{type(exc).__name__}: {exc}"[:300]},
+            )
 
     def _content(self, campaign: Campaign) -> CompiledContent:
         compiled = self._contents.get(campaign.campaign_id)
