@@ -45,12 +45,11 @@ import boto3
 from bench.core import machine
 from bench.run import stdout_to_devnull
 from bench.scale_figures import KeyRates, extrapolate, status_ratio
-from bench.status_bytes import ResponseBytes
+from bench.status_bytes import ResponseBytes, compare_status_reads
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
 from sendonce.adapters.dynamodb.counters import DynamoDBCounters
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.ledger_keys import CampaignShards
-from sendonce.domain.campaigns.status import delivery_status
 from sendonce.domain.models import Campaign, CampaignState, Content
 from sendonce.handlers import api, events
 from sendonce.settings import ApiSettings, ConsumerSettings, EventsSettings
@@ -266,18 +265,7 @@ class ScaleStack:
             client=dynamodb, table_name=self.deployed.ledger_table, shards_of=CampaignShards(campaigns.get)
         )
         counters = DynamoDBCounters(client=dynamodb, table_name=self.deployed.campaigns_table)
-        figures: dict[str, Any] = {}
-        statuses = {}
-        for name, source in (("counters", counters), ("full_read", None)):
-            meter.reset()
-            started = time.monotonic()
-            statuses[name] = delivery_status(campaigns, ledger, campaign_id, source)
-            figures[name] = {
-                "requests": sum(meter.calls.values()),
-                "bytes": meter.bytes,
-                "seconds": round(time.monotonic() - started, 2),
-            }
-        figures["agree"] = statuses["counters"] == statuses["full_read"]
+        figures, _ = compare_status_reads(campaigns, ledger, counters, campaign_id, meter)
         return figures
 
 
