@@ -104,3 +104,39 @@ def spec_file(path: Path, system, campaign_id: str = "c1", provider: str = "rese
         f"provider: {provider}\nhtml: '<p>Hi {{{{ name }}}}</p>'\ntext: 'Hi {{{{ name }}}}'\n"
     )
     return path
+
+
+def local_schedule_firer(system, resources) -> tuple[Any, Any]:
+    """The local stack's schedule firer over moto's scheduler group, calling the scheduled-start
+    function as deployed (ApiSettings without the scheduler: it starts and resumes, never
+    schedules), with a clock a test can move. Returns (clock, firer)."""
+    import functools
+
+    import boto3
+
+    from sendonce.domain.campaigns import lifecycle
+    from sendonce.handlers import scheduled_start
+    from sendonce.settings import ApiSettings
+    from sendonce.wiring import campaign_service
+    from sendonce_local.scheduler_poller import LocalClock, SchedulePoller
+
+    r = system.resources
+    start_service = campaign_service(
+        ApiSettings(
+            ledger_table=r.ledger_table,
+            campaigns_table=r.campaigns_table,
+            queue_url=r.queue_url,
+            dead_letter_queue_url=r.dead_letter_queue_url,
+        ),
+        operator=lifecycle.AUTOMATIC,
+    )
+    clock = LocalClock()
+    firer = SchedulePoller(
+        client=boto3.client("scheduler"),
+        handlers={
+            resources.start_function_arn: functools.partial(scheduled_start.lambda_handler, service=start_service)
+        },
+        group_names=[resources.group_name],
+        clock=clock,
+    )
+    return clock, firer

@@ -6,7 +6,6 @@ the test moves, invoking the real scheduled-start handler; then the real consume
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 from dataclasses import dataclass
 
@@ -14,8 +13,7 @@ import boto3
 import pytest
 
 from sendonce.adapters.scheduler import schedule_name
-from sendonce.domain.campaigns import lifecycle
-from sendonce.handlers import api, scheduled_start
+from sendonce.handlers import api
 from sendonce.settings import ApiSettings
 from sendonce.wiring import campaign_service
 from sendonce_local.resources import SchedulingResources, create_scheduling_resources
@@ -25,6 +23,7 @@ from tests.integration.operator_helpers import (
     api_event,
     as_json,
     lambda_context,
+    local_schedule_firer,
     people,
     sendonce,
     spec_file,
@@ -68,26 +67,7 @@ class Scheduling:
 @pytest.fixture
 def scheduling(system) -> Scheduling:
     resources = create_scheduling_resources()
-    r = system.resources
-    # The scheduled-start function as deployed: ApiSettings without the scheduler (it starts, never schedules).
-    start_service = campaign_service(
-        ApiSettings(
-            ledger_table=r.ledger_table,
-            campaigns_table=r.campaigns_table,
-            queue_url=r.queue_url,
-            dead_letter_queue_url=r.dead_letter_queue_url,
-        ),
-        operator=lifecycle.AUTOMATIC,
-    )
-    clock = LocalClock()
-    firer = SchedulePoller(
-        client=boto3.client("scheduler"),
-        handlers={
-            resources.start_function_arn: functools.partial(scheduled_start.lambda_handler, service=start_service)
-        },
-        group_names=[resources.group_name],
-        clock=clock,
-    )
+    clock, firer = local_schedule_firer(system, resources)
     return Scheduling(system=system, resources=resources, clock=clock, firer=firer)
 
 

@@ -12,19 +12,23 @@ import functools
 import json
 from dataclasses import dataclass
 
-import boto3
 import pytest
 
 from sendonce.adapters.scheduler import opening_schedule_name
-from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.windows import SendWindow
 from sendonce.domain.models import Campaign, Content
-from sendonce.handlers import api, consumer, scheduled_start
-from sendonce.settings import ApiSettings
-from sendonce.wiring import assemble_consumer, campaign_service, consumer_parts
+from sendonce.handlers import api, consumer
+from sendonce.wiring import assemble_consumer, consumer_parts
 from sendonce_local.resources import SchedulingResources, create_scheduling_resources
 from sendonce_local.scheduler_poller import LocalClock, SchedulePoller
-from tests.integration.operator_helpers import api_event, as_json, lambda_context, sendonce, spec_file
+from tests.integration.operator_helpers import (
+    api_event,
+    as_json,
+    lambda_context,
+    local_schedule_firer,
+    sendonce,
+    spec_file,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -92,26 +96,7 @@ def _window_opening_soon() -> tuple[SendWindow, dt.datetime]:
 @pytest.fixture
 def windowed(system) -> Windowed:
     resources = create_scheduling_resources()
-    r = system.resources
-    # The scheduled-start function as deployed: ApiSettings without the scheduler.
-    start_service = campaign_service(
-        ApiSettings(
-            ledger_table=r.ledger_table,
-            campaigns_table=r.campaigns_table,
-            queue_url=r.queue_url,
-            dead_letter_queue_url=r.dead_letter_queue_url,
-        ),
-        operator=lifecycle.AUTOMATIC,
-    )
-    clock = LocalClock()
-    firer = SchedulePoller(
-        client=boto3.client("scheduler"),
-        handlers={
-            resources.start_function_arn: functools.partial(scheduled_start.lambda_handler, service=start_service)
-        },
-        group_names=[resources.group_name],
-        clock=clock,
-    )
+    clock, firer = local_schedule_firer(system, resources)
     window, opens_at = _window_opening_soon()
     return Windowed(system=system, resources=resources, clock=clock, firer=firer, window=window, opens_at=opens_at)
 
