@@ -87,8 +87,10 @@ def _status_completes(original):
     return status
 
 
-def _old_open_publish(self, campaign_id):
-    # Before: publish looked at the state once (draft -> sending) and held no lease.
+def _old_open_publish(self, campaign_id, *, send_at_ms=None):
+    # Before: publish looked at the state once (draft -> sending) and held no lease. (Schedules
+    # came later: `send_at_ms` is taken and not used, so that the mutant runs instead of
+    # raising a TypeError the harness would count as a catch.)
     from sendonce.domain.campaigns import lifecycle
 
     campaign = self._campaigns.get(campaign_id)
