@@ -49,6 +49,20 @@ def states(system) -> dict[str, DeliveryState]:
     return {r.recipient_id: r.state for r in system.operator.records("c1")}
 
 
+def plant_duplicate(system, person) -> None:
+    """Someone sends `person` the campaign's email again by hand, outside sendonce, with the same tags."""
+    resend.api_url = system.resend.url
+    resend.Emails.send(
+        {
+            "from": f"news@{system.domain}",
+            "to": [person.email],
+            "subject": "Hello User 2",
+            "html": "<p>Hi</p>",
+            "tags": [{"name": "campaign_id", "value": "c1"}, {"name": "recipient_id", "value": person.recipient_id}],
+        }
+    )
+
+
 def test_after_a_campaign_every_recipient_was_sent_exactly_once(system, tmp_path):
     run_campaign(system)
     out = tmp_path / "audit.json"
@@ -73,16 +87,7 @@ def test_after_a_campaign_every_recipient_was_sent_exactly_once(system, tmp_path
 def test_an_email_sent_outside_sendonce_with_the_campaign_tags_is_a_duplicate(system):
     people = run_campaign(system)
     # Someone sends r2 the campaign's email again by hand, with the same tags.
-    resend.api_url = system.resend.url
-    resend.Emails.send(
-        {
-            "from": f"news@{system.domain}",
-            "to": [people[2].email],
-            "subject": "Hello User 2",
-            "html": "<p>Hi</p>",
-            "tags": [{"name": "campaign_id", "value": "c1"}, {"name": "recipient_id", "value": "r2"}],
-        }
-    )
+    plant_duplicate(system, people[2])
 
     code, artefact, result = audit(system)
     text = sendonce(system, "campaign", "audit", "c1")
@@ -315,16 +320,7 @@ def test_the_api_audits_as_a_job_whose_result_names_the_duplicate_and_matches_th
         return response["statusCode"], json.loads(response["body"])
 
     people = run_campaign(system)
-    resend.api_url = system.resend.url
-    resend.Emails.send(
-        {
-            "from": f"news@{system.domain}",
-            "to": [people[2].email],
-            "subject": "Hello User 2",
-            "html": "<p>Hi</p>",
-            "tags": [{"name": "campaign_id", "value": "c1"}, {"name": "recipient_id", "value": "r2"}],
-        }
-    )
+    plant_duplicate(system, people[2])
 
     status, job = call("POST", "/campaigns/c1/audit")
     # Without a jobs queue (as here) the job ran in the call; GET /jobs/{id} shows its result.
