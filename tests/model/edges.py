@@ -1,9 +1,10 @@
 """What the model check needs to reach the faults that meet time: swarm selection of rule
 families, time jumps to exactly the instants the records make interesting (a lease's end,
 the key window's end counted from the first possible acceptance or from the last claim, a
-provider key's end, 25 h later; each ±1 ms), two bundled rules (a consumer that dies around
-its provider call and whose message returns at those edges; a last receive that meets a
-refusal and dies just after the release), and the quantities `target()` pushes up.
+provider key's end, 25 h later; each ±1 ms), three bundled rules (a consumer that dies around
+its provider call and whose message returns at those edges; a takeover the provider refuses,
+then the message back past the first key's life; a last receive that meets a refusal and
+dies just after the release), and the quantities `target()` pushes up.
 
 Mixed into the machines of test_delivery_model.py (issue 18: every reverted fix caught).
 """
@@ -208,6 +209,61 @@ class EdgeRules:
                 return
             FIGURES["returns_at_an_edge"] += 1
             self._process(message, crash_at=points[i + 1] if i + 1 < len(edges) else None)
+
+    @family("time")
+    @precondition(lambda self: bool(self.queue.visible()) or len(self.published) < len(self.people))
+    @rule(
+        index=st.integers(0, 5),
+        kind=st.sampled_from(["rate_limited", "busy"]),
+        late=st.sampled_from(["key+", "25h"]),
+    )
+    def taken_over_refused_then_back_late(self, index, kind, late):
+        """A consumer dies just after the provider accepted its request; past the lease a
+        second consumer takes the deliveries over and the provider refuses *its* request;
+        the message comes back once the first request's key is forgotten (24 h + 1 ms, or
+        25 h, after the first possible acceptance). The refusal says nothing of the first
+        request: its mark must outlive the takeover, or the last return sends again with a
+        key the provider no longer knows (mutant 1, which swarm selection missed)."""
+        self._step("refused_takeover")
+        message = self._unsent_message(index) or self._publish_the_rest(index)
+        if message is None:
+            return
+        ids = set(self._batch_ids(message))
+        self._process(message, crash_at=("send_batch" if self.mode == "batch" else "send", 1), after=True)
+        records = self._records()
+        marks = [r.maybe_sent_at_ms for rid, r in records.items() if rid in ids and r.maybe_sent_at_ms]
+        leases = [records[rid].lease_until_ms or 0 for rid in ids if rid in records]
+        anchor = min(marks, default=self.clock())
+        self._jump_to(max(leases + [0]) + VISIBILITY_MS + 1)
+        message = self._back(message)
+        if message is None:
+            return
+        FIGURES["refused_takeovers"] += 1
+        self.provider.script[:0] = [kind, kind]  # the takeover's call and its in-process retry
+        self._process(message)
+        self.provider.script.clear()
+        self._jump_to(max(anchor + EDGES[late], self.clock() + VISIBILITY_MS + 1))
+        message = self._back(message)
+        if message is not None:
+            self._process(message)
+
+    def _unsent_message(self, index: int):
+        """A visible message carrying someone nobody has claimed yet (received), if any."""
+        records = self._records()
+        unsent = [
+            m
+            for m in self.queue.visible()
+            if any(rid not in records or records[rid].attempts == 0 for rid in self._batch_ids(m))
+        ]
+        return self.queue.receive_this(unsent[index % len(unsent)]) if unsent else None
+
+    def _back(self, message):
+        """The message again (its visibility has passed), or its copy redriven from the DLQ."""
+        again = self.queue.receive_this(message)
+        if again is None and self.queue.dlq:
+            self.queue.redrive()
+            again = self.queue.receive(0)
+        return again
 
     @family("receive_limit")
     @rule(

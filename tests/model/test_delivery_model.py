@@ -697,3 +697,20 @@ def test_a_last_receive_that_dies_before_writing_leaves_its_recipients_to_the_dl
     state.rig.drain()
     assert {rid for (_, rid), n in state.provider.accepted.items() if n == 1} >= carried
     assert not {k: n for k, n in state.provider.accepted.items() if n > 1}
+
+
+@pytest.mark.parametrize("machine", [ResendSingle, ResendBatch], ids=["single", "batch"])
+def test_a_refused_takeover_keeps_the_first_attempts_mark_past_the_key_life(machine):
+    """Mutant 1's sequence, replayed on the real code: the provider accepted a consumer's
+    request and the consumer died; the takeover's request was refused; the message returned
+    25 h later, when the provider no longer knew the key. The first mark outlived the
+    refusal, so nobody got a second email: the delivery ended unknown instead."""
+    state = machine()
+    state.setup(first=2, families=frozenset(FAMILIES))
+    state.taken_over_refused_then_back_late(index=0, kind="rate_limited", late="25h")
+    assert FIGURES["refused_takeovers"] >= 1
+    state.the_invariants_hold()
+    assert not {k: n for k, n in state.provider.accepted.items() if n > 1}
+    records = state._records()
+    assert records["r0"].state is S.UNKNOWN and records["r0"].maybe_sent_at_ms is not None
+    state.teardown()
