@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from sendonce_local.demo.run import demo
-from sendonce_ops.cli import Cli, pass_cli
+from sendonce_ops.cli_context import Cli, pass_cli
 
 __all__ = ["demo", "local"]
 
