@@ -1,16 +1,15 @@
 """The operator HTTP API (API Gateway HTTP API, IAM auth): parse, call CampaignService, answer.
 
 Routes, bodies and errors are in docs/api.md; the OpenAPI document Powertools generates
-from the models below is served at GET /openapi.json (Swagger UI at GET /swagger).
+from the models of api_models.py is served at GET /openapi.json (Swagger UI at GET /swagger).
 """
 
 # No `from __future__ import annotations`: Powertools reads these annotations at runtime.
 
-import copy
 import functools
 import json
 import os
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
@@ -18,14 +17,8 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupp
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sendonce.adapters.providers import registry
-from sendonce.domain import limits
 from sendonce.domain.campaigns.operator_input import (
-    LINE_PATTERN,
-    SEND_AT_PATTERN,
-    InlineRecipient,
     RejectedFileError,
     RowTally,
     describe_row,
@@ -33,11 +26,8 @@ from sendonce.domain.campaigns.operator_input import (
     inline_rows,
     strict_json_loads,
 )
-from sendonce.domain.campaigns.operator_input import (
-    CampaignSpec as SpecModel,
-)
-from sendonce.domain.campaigns.scheduling import iso, parse_instant
-from sendonce.domain.campaigns.service import CampaignService, DeliveryStatus, PublishReport
+from sendonce.domain.campaigns.scheduling import parse_instant
+from sendonce.domain.campaigns.service import CampaignService, PublishReport
 from sendonce.domain.errors import (
     CampaignNotFoundError,
     CampaignScheduleError,
@@ -45,10 +35,27 @@ from sendonce.domain.errors import (
     InvalidCampaignError,
     JobNotFoundError,
 )
-from sendonce.domain.jobs.models import Job, JobKind
-from sendonce.domain.models import ID_PATTERN, Campaign, CampaignState
+from sendonce.domain.jobs.models import JobKind
+from sendonce.domain.models import CampaignState
 from sendonce.handlers import preview_routes
-from sendonce.handlers.api_routes import ServedPaths, campaign_links
+from sendonce.handlers.api_models import (
+    CampaignId,
+    CampaignList,
+    CampaignListItem,
+    CampaignSpec,
+    CampaignView,
+    CancelResult,
+    DeliveryStatusView,
+    JobView,
+    PublishBody,
+    PublishResult,
+    RescheduleBody,
+    ResumeResult,
+    TransitionBody,
+    documented,
+    json_answer,
+)
+from sendonce.handlers.api_routes import ServedPaths
 from sendonce.handlers.observability import logger
 from sendonce.settings import ApiSettings, ConsumerSettings
 from sendonce.wiring import auditor_of, campaign_service
@@ -57,255 +64,8 @@ from sendonce.wiring import auditor_of, campaign_service
 # later in DynamoDB or at the provider is refused here as a 400 naming the body.
 app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=strict_json_loads)
 
-INLINE_RECIPIENTS_MAX = limits.INLINE_RECIPIENTS
 TITLE = "sendonce operator API"
 VERSION = "1"
-
-CampaignId = Annotated[str, Path(pattern=ID_PATTERN, description="The campaign id.")]
-
-
-# --- bodies and responses ------------------------------------------------------------
-
-
-class CampaignView(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
-
-    campaign_id: str
-    name: str
-    provider: str
-    sender: str = Field(alias="from")
-    reply_to: str | None = None
-    subject: str
-    delivery_mode: Literal["single", "batch"]
-    state: str
-    state_reason: str | None = None
-    state_changed_by: str | None = None
-    created_at: str | None = None
-    updated_at: str | None = None
-    send_at: str | None = Field(
-        default=None, description="When the send starts (or started), UTC; set while scheduled."
-    )
-
-    @classmethod
-    def of(cls, campaign: Campaign) -> "CampaignView":
-        return cls(
-            campaign_id=campaign.campaign_id,
-            name=campaign.name,
-            provider=campaign.provider,
-            sender=campaign.sender,
-            reply_to=campaign.reply_to,
-            subject=campaign.subject or "",
-            delivery_mode=campaign.delivery_mode,
-            state=campaign.state.value,
-            state_reason=campaign.state_reason,
-            state_changed_by=campaign.state_changed_by,
-            created_at=campaign.created_at,
-            updated_at=campaign.updated_at,
-            send_at=iso(campaign.send_at_ms) if campaign.send_at_ms is not None else None,
-        )
-
-
-class CampaignListItem(CampaignView):
-    open_batches: int = Field(
-        description="Published batches whose message is not yet acknowledged with every recipient ended (a hint read "
-        "from the campaign item; delivery-status counts from the ledger)."
-    )
-
-    @classmethod
-    def of(cls, campaign: Campaign) -> "CampaignListItem":
-        return cls(**CampaignView.of(campaign).model_dump(), open_batches=max(campaign.open_batches, 0))
-
-
-class CampaignList(BaseModel):
-    campaigns: list[CampaignListItem] = Field(description="Sorted by campaign id.")
-
-
-class S3Location(BaseModel):
-    # Without `format` the key's extension must name it (as format_for decides).
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "anyOf": [
-                {"required": ["format"], "properties": {"format": {"enum": ["csv", "jsonl"]}}},
-                {
-                    "properties": {
-                        "key": {"pattern": r"\.([cC][sS][vV]|[jJ][sS][oO][nN][lL]|[nN][dD][jJ][sS][oO][nN])$"}
-                    }
-                },
-            ]
-        },
-    )
-
-    bucket: str = Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-    key: str = Field(min_length=1, max_length=1024, pattern=LINE_PATTERN)
-    format: Literal["csv", "jsonl"] | None = Field(default=None, description="Default: from the key's extension.")
-
-
-class PublishBody(BaseModel):
-    """Exactly one of `recipients` (inline, at most 1,000) or `s3` (a CSV or JSON Lines object)."""
-
-    # The schema states the rule the validator enforces; neither field may be null.
-    model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"oneOf": [{"required": ["recipients"]}, {"required": ["s3"]}]}
-    )
-
-    recipients: list[InlineRecipient] = Field(default=None, min_length=1, max_length=INLINE_RECIPIENTS_MAX)
-    s3: S3Location = Field(default=None)
-    strict: bool = Field(
-        default=True,
-        description="S3 only: with true (default) one bad row rejects the whole file before anything is "
-        "published; with false bad rows are skipped and reported.",
-    )
-    dedupe_addresses: bool = Field(
-        default=False,
-        description="Send an address given under several recipient ids once (the first). Without it each is sent "
-        "and the repeats are counted in duplicate_addresses.",
-    )
-    send_at: str = Field(
-        default=None,
-        pattern=SEND_AT_PATTERN,
-        json_schema_extra={"format": "date-time"},
-        description="Schedule the send (a draft only): ISO 8601 with a UTC offset, in the future. The recipients "
-        "are recorded now and none enqueued; the campaign waits in `scheduled` until then.",
-    )
-
-    @model_validator(mode="after")
-    def _one_source(self) -> "PublishBody":
-        if (self.recipients is None) == (self.s3 is None):
-            raise ValueError("give exactly one of recipients or s3")
-        return self
-
-
-class PublishResult(BaseModel):
-    campaign_id: str
-    accepted: int = Field(description="Recipients recorded and enqueued (or found already enqueued).")
-    bad_rows: int = 0
-    duplicates: int = Field(description="Rows whose recipient_id appeared before; each is published once.")
-    duplicate_addresses: int = Field(
-        default=0, description="Rows whose address appeared before under another recipient_id."
-    )
-    problems: list[str] = Field(
-        default_factory=list,
-        description="The first 100 reported rows, as 'LINE: reason' (S3) or 'recipients.N: reason' (inline).",
-    )
-    batches_new: int
-    batches_already_enqueued: int
-    messages_sent: int
-    batches_recorded: int = Field(default=0, description="Scheduled: batches recorded, enqueued when the send starts.")
-    send_at: str | None = Field(default=None, description="Scheduled: when the send starts, UTC.")
-
-
-def _spec_schema(schema: dict[str, Any]) -> None:
-    # CampaignSpec's own schema rules, then the registry's providers (the OpenAPI document
-    # says which providers exist, as the published JSON Schema does).
-    schema.update(copy.deepcopy(SpecModel.model_config.get("json_schema_extra") or {}))  # type: ignore[arg-type]
-    registry.annotate_spec_schema(schema)
-
-
-class CampaignSpec(SpecModel):
-    """A campaign as an operator writes it; which providers exist is the registry's to say."""
-
-    model_config = ConfigDict(json_schema_extra=_spec_schema)
-
-
-class TransitionBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    reason: str | None = Field(default=None, max_length=500)
-
-
-class JobView(BaseModel):
-    job_id: str
-    kind: str
-    campaign_id: str
-    state: str = Field(description="running, done or failed.")
-    steps: int = Field(description="Pages done so far (each a bounded read of the campaign).")
-    progress: dict[str, int] = Field(description="What the pages did so far, e.g. batches_read, republished.")
-    error: str | None = None
-    result: dict[str, Any] | None = Field(
-        default=None, description="What a finished job found (reconcile: counters, ledger and drifts); else null."
-    )
-    created_at: str | None = None
-    updated_at: str | None = None
-
-    @classmethod
-    def of(cls, job: Job) -> "JobView":
-        return cls(**job.model_dump(include=set(cls.model_fields), mode="json"))
-
-
-class RescheduleBody(TransitionBody):
-    send_at: str = Field(
-        pattern=SEND_AT_PATTERN,
-        json_schema_extra={"format": "date-time"},
-        description="The new start: ISO 8601 with a UTC offset, in the future.",
-    )
-
-
-class ResumeResult(CampaignView):
-    job: JobView = Field(description="The job republishing every recipient not yet ended (GET /jobs/{job_id}).")
-    republished: int | None = Field(
-        default=None, description="Recipients published again, once the job is done (else null)."
-    )
-
-
-class CancelResult(CampaignView):
-    job: JobView = Field(description="The job closing every delivery not yet ended (GET /jobs/{job_id}).")
-
-
-class DeliveryStatusView(BaseModel):
-    campaign_id: str
-    state: str
-    state_reason: str | None = None
-    total: int
-    pending: int
-    in_progress: int
-    reserved: int = Field(description="Same as in_progress: claimed by a consumer, outcome not yet recorded.")
-    sent: int
-    failed: int
-    suppressed: int
-    unknown: int
-    cancelled: int
-    dead_lettered: int
-    remaining: int
-    test_sends: preview_routes.TestSendsView | None = Field(
-        default=None, description="Test sends (never counted above)."
-    )
-
-    @classmethod
-    def of(cls, status: DeliveryStatus, test_sends: preview_routes.TestSendsView | None = None) -> "DeliveryStatusView":
-        return cls(**status.as_dict(), reserved=status.in_progress, test_sends=test_sends)
-
-
-class ErrorBody(BaseModel):
-    statusCode: int  # noqa: N815 - the field name Powertools and API Gateway answer errors with
-    error: str
-    message: str
-    detail: list[dict[str, Any]] | None = None
-
-
-def _json(description: str, model: type[BaseModel]) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"model": model}}}
-
-
-_ERROR_MEANINGS = {
-    400: "Invalid input: a body that is not UTF-8 JSON, bad file rows, an unknown provider, a delivery mode the "
-    "provider cannot do",
-    404: "No such campaign",
-    409: "Not allowed in the campaign's current state, or the id exists already",
-    422: "The request does not match the schema; `detail` names each field",
-    500: "Not caused by the request (AWS unreachable, a bug): logged with its traceback",
-    503: "Scheduled, but the one-time schedule could not be set: reschedule with the same time sets it",
-}
-
-
-def _responses(ok: int, description: str, model: type[BaseModel], *errors: int) -> dict[int, Any]:
-    answer = _json(description, model)
-    if "campaign_id" in model.model_fields:
-        answer["links"] = campaign_links()
-    return {
-        ok: answer,
-        **{code: _json(_ERROR_MEANINGS[code], ErrorBody) for code in sorted({*errors, 422, 500})},
-    }
 
 
 # --- routes --------------------------------------------------------------------------
@@ -327,13 +87,13 @@ def _service() -> CampaignService:
     return app.context["service"].acting_as(_caller())
 
 
-@app.post("/campaigns", responses=_responses(201, "Created (state draft)", CampaignView, 400, 409))
+@app.post("/campaigns", responses=documented(201, "Created (state draft)", CampaignView, 400, 409))
 def create_campaign(spec: Annotated[CampaignSpec, Body()]) -> Response[CampaignView]:
     campaign = _service().create(spec.to_campaign())
     return Response(status_code=201, content_type=content_types.APPLICATION_JSON, body=CampaignView.of(campaign))
 
 
-@app.get("/campaigns", responses=_responses(200, "The campaigns, optionally only those in one state", CampaignList))
+@app.get("/campaigns", responses=documented(200, "The campaigns, optionally only those in one state", CampaignList))
 def list_campaigns(
     # Not `| None`: a query parameter is absent or a state, never null, and the document says so.
     state: Annotated[CampaignState, Query(description="Only campaigns in this state.")] = None,  # type: ignore[assignment]
@@ -342,13 +102,13 @@ def list_campaigns(
     return CampaignList(campaigns=[CampaignListItem.of(c) for c in _service().list_campaigns(state)])
 
 
-@app.get("/campaigns/<campaign_id>", responses=_responses(200, "The campaign", CampaignView, 404))
+@app.get("/campaigns/<campaign_id>", responses=documented(200, "The campaign", CampaignView, 404))
 def get_campaign(campaign_id: CampaignId) -> CampaignView:
     return CampaignView.of(_service().get(campaign_id))
 
 
 def _publish_responses() -> dict[int, Any]:
-    responses = _responses(
+    responses = documented(
         200,
         "Inline recipients published (a draft starts sending, or is scheduled with send_at)",
         PublishResult,
@@ -357,7 +117,7 @@ def _publish_responses() -> dict[int, Any]:
         409,
         503,
     )
-    responses[202] = _json(
+    responses[202] = json_answer(
         "An S3 object (checked with a HEAD): a publish_s3 job publishes it in byte ranges, in parallel; "
         "GET /jobs/{job_id} shows ranges done, recipients published and rejected rows by line",
         JobView,
@@ -408,14 +168,14 @@ def _publish_result(report: PublishReport, tally: RowTally, where: str = "") -> 
     )
 
 
-@app.post("/campaigns/<campaign_id>/pause", responses=_responses(200, "Paused", CampaignView, 400, 404, 409))
+@app.post("/campaigns/<campaign_id>/pause", responses=documented(200, "Paused", CampaignView, 400, 404, 409))
 def pause(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body()] = None) -> CampaignView:
     return CampaignView.of(_service().pause(campaign_id, reason=body.reason if body else None))
 
 
 @app.post(
     "/campaigns/<campaign_id>/resume",
-    responses=_responses(
+    responses=documented(
         202, "Sending again; a job republishes every recipient not yet ended", ResumeResult, 400, 404, 409
     ),
 )
@@ -431,7 +191,7 @@ def resume(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body(
 
 @app.post(
     "/campaigns/<campaign_id>/cancel",
-    responses=_responses(202, "Cancelled; a job closes every delivery not yet ended", CancelResult, 400, 404, 409),
+    responses=documented(202, "Cancelled; a job closes every delivery not yet ended", CancelResult, 400, 404, 409),
 )
 def cancel(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body()] = None) -> Response[CancelResult]:
     campaign, job = _service().cancel(campaign_id, reason=body.reason if body else None)
@@ -441,7 +201,7 @@ def cancel(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body(
 
 @app.post(
     "/campaigns/<campaign_id>/reconcile",
-    responses=_responses(
+    responses=documented(
         202, "A job compares the campaign's counters with its ledger (GET /jobs/{job_id})", JobView, 400, 404
     ),
 )
@@ -452,7 +212,7 @@ def reconcile(campaign_id: CampaignId) -> Response[JobView]:
 
 @app.post(
     "/campaigns/<campaign_id>/audit",
-    responses=_responses(
+    responses=documented(
         202,
         "A job audits the campaign against its provider's own records (GET /jobs/{job_id}: its result holds the "
         "verdict counts, clean, and the findings' digest)",
@@ -466,14 +226,14 @@ def audit(campaign_id: CampaignId) -> Response[JobView]:
     return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=JobView.of(job))
 
 
-@app.get("/jobs/<job_id>", responses=_responses(200, "A job and its progress", JobView, 404))
+@app.get("/jobs/<job_id>", responses=documented(200, "A job and its progress", JobView, 404))
 def get_job(job_id: Annotated[str, Path(min_length=1, max_length=300)]) -> JobView:
     return JobView.of(_service().jobs.get(job_id))
 
 
 @app.post(
     "/campaigns/<campaign_id>/reschedule",
-    responses=_responses(200, "Scheduled for the new time", CampaignView, 400, 404, 409, 503),
+    responses=documented(200, "Scheduled for the new time", CampaignView, 400, 404, 409, 503),
 )
 def reschedule(campaign_id: CampaignId, body: Annotated[RescheduleBody, Body()]) -> CampaignView:
     send_at_ms = parse_instant(body.send_at)
@@ -482,7 +242,7 @@ def reschedule(campaign_id: CampaignId, body: Annotated[RescheduleBody, Body()])
 
 @app.post(
     "/campaigns/<campaign_id>/unschedule",
-    responses=_responses(
+    responses=documented(
         200, "Back to draft; recorded recipients kept, sent by the next publish", CampaignView, 400, 404, 409
     ),
 )
@@ -492,14 +252,14 @@ def unschedule(campaign_id: CampaignId, body: Annotated[TransitionBody | None, B
 
 @app.get(
     "/campaigns/<campaign_id>/delivery-status",
-    responses=_responses(200, "Counts by outcome", DeliveryStatusView, 404),
+    responses=documented(200, "Counts by outcome", DeliveryStatusView, 404),
 )
 def delivery_status(campaign_id: CampaignId) -> DeliveryStatusView:
     status = _service().status(campaign_id)
     return DeliveryStatusView.of(status, preview_routes.view_of_test_sends(app.context["sending"], campaign_id))
 
 
-preview_routes.register(app, responses=_responses, caller=_caller)
+preview_routes.register(app, responses=documented, caller=_caller)
 
 
 @app.get("/openapi.json", include_in_schema=False)
