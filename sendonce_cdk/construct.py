@@ -23,21 +23,19 @@ from typing import Any, Literal
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
-from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from sendonce import contract
-from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX
 from sendonce_cdk.aggregator import Aggregator
 from sendonce_cdk.bundling import lambda_code
 from sendonce_cdk.config import COMMON_DEFAULTS, DEFAULTS, MAX_RECEIVE_COUNT, SendonceConfig
 from sendonce_cdk.consumer import Consumer
 from sendonce_cdk.dashboard import Dashboard
+from sendonce_cdk.grants import SendOnceGrants
 from sendonce_cdk.http_api import RouteThrottle
 from sendonce_cdk.jobs import JobsWorker
 from sendonce_cdk.ledger import LedgerTables
+from sendonce_cdk.nag_findings import SendOnceFindings
 from sendonce_cdk.oncall import OnCall
 from sendonce_cdk.operator_api import OperatorApi
 from sendonce_cdk.provider_events import ProviderEvents
@@ -57,7 +55,7 @@ PUBLISH_ROUTES = (
 STAGE = "$default"
 
 
-class SendOnce(Construct):
+class SendOnce(SendOnceGrants, SendOnceFindings, Construct):
     """Queues, ledger tables, consumer, operator and public APIs, provider events, on-call
     alarms and dashboard, wired and granted (docs/deploy.md, docs/operations.md).
 
@@ -318,236 +316,6 @@ class SendOnce(Construct):
         self._acknowledge_route_wildcards(grantee, resource_arns)
         return iam.Grant.add_to_principal(grantee=grantee, actions=["execute-api:Invoke"], resource_arns=resource_arns)
 
-    def _acknowledge_route_wildcards(self, grantee: iam.IGrantable, resource_arns: Sequence[str]) -> None:
-        """cdk-nag's IAM5 on the grantee's policy, for exactly these execute-api ARNs.
-
-        The `*` in them stands for a campaign id (or, for grant_operate, any route of this
-        one API): the grant is this construct's, so is the acknowledgement. Only for a
-        grantee in this stack: elsewhere the ARN reaches the policy as a cross-stack
-        import, cdk-nag names the finding after that, and it stays for the app to judge.
-        """
-        if not Construct.is_construct(grantee) or cdk.Stack.of(grantee).node.path != cdk.Stack.of(self).node.path:
-            return
-        stack = cdk.Stack.of(self)
-        for arn in resource_arns:
-            rendered = _nag_rendering(stack.resolve(arn))
-            if rendered is None:
-                continue
-            cdk.Validations.of(grantee).acknowledge(
-                cdk.Acknowledgment(
-                    id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{rendered}]",
-                    reason=(
-                        "execute-api:Invoke on routes of the sendonce operator API only; the wildcard is"
-                        " the campaign id in the path (or, for grant_operate, every route of that one API)."
-                    ),
-                )
-            )
-
-    # Every grant below is the list of IAM actions the function's code calls, per resource;
-    # tests/infra/test_permissions.py holds each function to exactly that. No
-    # grant_read_write_data / grant_read_data: they bring DeleteItem, BatchWriteItem,
-    # PutItem and Scan. The ledger is append-only: only conditional UpdateItems write it
-    # (a TransactWriteItems of Updates is authorized per item by dynamodb:UpdateItem),
-    # nothing may put over, delete or scan a delivery record.
-
-    def _grant_campaigns(self, function: lambda_.IFunction, *actions: str, query_index: str | None = None) -> None:
-        """`actions` on the campaigns table, and Query on one named index (Table.grant would
-        add `<table>/index/*` to every grant now that the table has an index)."""
-        arn = self.tables.campaigns.table_arn
-        function.add_to_role_policy(iam.PolicyStatement(actions=list(actions), resources=[arn]))
-        if query_index:
-            function.add_to_role_policy(
-                iam.PolicyStatement(actions=["dynamodb:Query"], resources=[f"{arn}/index/{query_index}"])
-            )
-
-    def _grant_aggregator(self) -> None:
-        function = self.aggregator.function
-        # Its stream mappings grant reading both streams (and ListStreams, which has no
-        # resource) and sending a failed batch's position to its dead-letter queue.
-        # Counter positions and the campaign (GetItem), counter writes and `complete`
-        # (UpdateItem), published markers (conditional PutItem), a campaign's counters (Query).
-        # Nothing on the ledger's items.
-        self._grant_campaigns(function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
-
-    def _grant_consumer(self) -> None:
-        function = self.consumer_parts.function
-        # Claims, fenced marks and settlements, close_unclaimed, group claims and
-        # completions (TransactWriteItems of Updates): UpdateItem. A record re-read after
-        # a failed claim: GetItem. Batch mode's membership check and cancel's close: BatchGetItem.
-        # The completion check when a campaign's last open batch settles: Query.
-        self.tables.ledger.grant(
-            function, "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:UpdateItem"
-        )
-        # The campaign (GetItem) and its automatic moves (UpdateItem); batch mode's send
-        # groups (conditional PutItem, GetItem, Query); the shared rate limiter's slots
-        # (UpdateItem) and throttle state (PutItem, GetItem).
-        self._grant_campaigns(function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
-        # One consistent BatchGetItem per message before sending; the consumer never writes it.
-        self.tables.suppressions.grant(function, "dynamodb:GetItem", "dynamodb:BatchGetItem")
-        # Poison batches are moved to the DLQ by the consumer itself (SendMessage only; the
-        # event source's grant covers receiving, deleting and returning source messages).
-        self._allow_send(function, self.queues.dead_letter_queue)
-
-        if self.config.unsubscribe_base_url:
-            self.allow_secret_read(
-                function, "UnsubscribeKey", self.config.unsubscribe_key_secret_name, sid="ReadUnsubscribeKey"
-            )
-        # Each provider's own: its secrets, its send permissions (sendonce_cdk/providers/).
-        for stack in self.config.deployed:
-            stack.grant_consumer(self, function)
-
-    def _grant_operator_api(self) -> None:
-        function = self.operator_api.function
-        # Read-only on the ledger: status and resume read a campaign's records (Query).
-        # Its routes never write the ledger (cancel and pause are campaign state; reopening
-        # unknowns and redrives are the CLI's, with the operator's own credentials).
-        self.tables.ledger.grant(function, "dynamodb:Query")
-        # Create (conditional PutItem), get, state moves and batch marks (UpdateItem), a
-        # batch's record with its campaign's total (TransactWriteItems of a conditional Put
-        # and an Update), the batches of a campaign (Query), GET /campaigns (Query of the
-        # campaigns-by-state index, then BatchGetItem of the campaign items; nothing is scanned).
-        self._grant_campaigns(
-            function,
-            "dynamodb:GetItem",
-            "dynamodb:BatchGetItem",
-            "dynamodb:PutItem",
-            "dynamodb:UpdateItem",
-            "dynamodb:Query",
-            query_index=CAMPAIGNS_BY_STATE_INDEX,
-        )
-        # Publish enqueues batches (SendMessageBatch is authorized by SendMessage); the API
-        # never consumes them. Resume and cancel submit their job's first step.
-        self._allow_send(function, self.queues.queue)
-        self._allow_send(function, self.jobs.queue)
-        if self.config.recipients_bucket:
-            # A publish naming an S3 object HEADs it (authorized by s3:GetObject); the jobs
-            # worker reads it.
-            function.add_to_role_policy(
-                iam.PolicyStatement(
-                    sid="ReadRecipientFiles",
-                    actions=["s3:GetObject"],
-                    resources=[self._recipients_bucket().arn_for_objects("*")],
-                )
-            )
-
-    def _grant_scheduled_start(self) -> None:
-        """The API function sets and deletes the schedules of the stack's group and passes the
-        scheduler role to them; the scheduled-start function starts a campaign: the campaign
-        (GetItem, UpdateItem), its batches (Query; marked enqueued with UpdateItem), the
-        completion check (ledger Query), and the queue (SendMessage)."""
-        parts = self.scheduled_start
-        api = self.operator_api.function
-        api.add_to_role_policy(
-            iam.PolicyStatement(
-                sid="SetCampaignSchedules",
-                actions=["scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule"],
-                resources=[parts.schedules_arn],
-            )
-        )
-        api.add_to_role_policy(
-            iam.PolicyStatement(
-                sid="PassSchedulerRole",
-                actions=["iam:PassRole"],
-                resources=[parts.scheduler_role.role_arn],
-                conditions={"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
-            )
-        )
-        function = parts.function
-        self.tables.ledger.grant(function, "dynamodb:Query")
-        # A send window's opening also resumes: its republish job item (conditional PutItem),
-        # submitted to the jobs queue (SendMessage), as the API's resume does.
-        self._grant_campaigns(function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
-        self._allow_send(function, self.queues.queue)
-        self._allow_send(function, self.jobs.queue)
-        self._wire_send_windows()
-
-    def _wire_send_windows(self) -> None:
-        """A consumer that reads a sending campaign outside its send window sets the one-time
-        schedule of the next opening (create, or update when it exists; never delete) in the
-        stack's group, passing the scheduler role to it."""
-        parts = self.scheduled_start
-        function = self.consumer_parts.function
-        for name, value in {
-            "scheduler_group": parts.group_name,
-            "scheduler_role_arn": parts.scheduler_role.role_arn,
-            "scheduled_start_function_arn": parts.function.function_arn,
-        }.items():
-            function.add_environment(contract.env_name(name), value)
-        function.add_to_role_policy(
-            iam.PolicyStatement(
-                sid="SetWindowOpeningSchedules",
-                actions=["scheduler:CreateSchedule", "scheduler:UpdateSchedule"],
-                resources=[parts.schedules_arn],
-            )
-        )
-        function.add_to_role_policy(
-            iam.PolicyStatement(
-                sid="PassSchedulerRole",
-                actions=["iam:PassRole"],
-                resources=[parts.scheduler_role.role_arn],
-                conditions={"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
-            )
-        )
-
-    def _grant_jobs(self) -> None:
-        function = self.jobs.function
-        # A page of deliveries (BatchGetItem); the completion check when a resume's job has
-        # read the whole campaign (Query). Never a ledger write.
-        self.tables.ledger.grant(function, "dynamodb:BatchGetItem", "dynamodb:Query")
-        # Job items (GetItem; conditional PutItem to move one on), the campaign's batch
-        # records a page at a time (Query), the campaign and its completion (GetItem, UpdateItem).
-        self._grant_campaigns(function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
-        # Republished batches onto the campaign queue; its own next step onto the jobs queue
-        # (the event source's grant covers receiving and deleting).
-        self._allow_send(function, self.queues.queue)
-        self._allow_send(function, self.jobs.queue)
-        # An audit job reads the campaign's provider's own records (sendonce_cdk/providers/).
-        for stack in self.config.deployed:
-            stack.grant_audit(self, function)
-        if self.config.recipients_bucket:
-            # An S3 publish's parts: each reads its byte range of the object (GetObject).
-            function.add_to_role_policy(
-                iam.PolicyStatement(
-                    sid="ReadRecipientFileRanges",
-                    actions=["s3:GetObject"],
-                    resources=[self._recipients_bucket().arn_for_objects("*")],
-                )
-            )
-
-    def _recipients_bucket(self) -> s3.IBucket:
-        found = self.node.try_find_child("RecipientsBucket")
-        if found is not None:
-            return found  # type: ignore[return-value]
-        return s3.Bucket.from_bucket_name(self, "RecipientsBucket", str(self.config.recipients_bucket))
-
-    def _grant_provider_events(self) -> None:
-        function = self.provider_events.function
-        # Annotations and unknown -> sent on the ledger (conditional UpdateItem, or an Update
-        # in a transaction with the campaign's counter), the record read after a duplicate.
-        self.tables.ledger.grant(function, "dynamodb:GetItem", "dynamodb:UpdateItem")
-        # Feedback counters (UpdateItem, ADD), read back by the brakes (Query, and the 'sent'
-        # shards' BatchGetItem), which pause a campaign (UpdateItem).
-        self._grant_campaigns(function, "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:BatchGetItem")
-        # Hard bounces and complaints: a conditional PutItem (the first reason stays).
-        self.tables.suppressions.grant(function, "dynamodb:PutItem")
-        for stack in self.config.deployed:
-            stack.grant_events(self, function)
-
-    def _grant_unsubscribe(self) -> None:
-        function = self.public_api.unsubscribe_function
-        # Exactly what sendonce.domain.deliverability.unsubscribe needs: check and add a suppression, note the
-        # click on the delivery's ledger record.
-        self.tables.suppressions.grant(function, "dynamodb:GetItem", "dynamodb:PutItem")
-        self.tables.ledger.grant(function, "dynamodb:GetItem", "dynamodb:UpdateItem")
-        self.allow_secret_read(
-            function, "UnsubscribeKey", self.config.unsubscribe_key_secret_name, sid="ReadUnsubscribeKey"
-        )
-
-    @staticmethod
-    def _allow_send(function: lambda_.IFunction, queue: sqs.IQueue) -> None:
-        """sqs:SendMessage alone (grant_send_messages adds GetQueueAttributes and GetQueueUrl)."""
-        function.add_to_role_policy(iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[queue.queue_arn]))
-
     def allow_secret_read(
         self, function: lambda_.IFunction, id: str, secret_name: str, *, sid: str
     ) -> secretsmanager.ISecret:
@@ -564,107 +332,6 @@ class SendOnce(Construct):
             )
         )
         return secret
-
-    def _acknowledge_findings(self) -> None:
-        """cdk-nag AwsSolutions findings this design accepts, each with its reason."""
-        cdk.Validations.of(self.aggregator.role).acknowledge(
-            cdk.Acknowledgment(
-                id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
-                reason=(
-                    "Only dynamodb:ListStreams, which the stream event source needs and which IAM does not scope"
-                    " to resources; the stream reads themselves are scoped to the two tables' streams."
-                ),
-            )
-        )
-        for function in (
-            self.consumer_parts.function,
-            self.operator_api.function,
-            self.scheduled_start.function,
-            self.provider_events.function,
-            self.public_api.unsubscribe_function,
-            self.aggregator.function,
-            self.jobs.function,
-        ):
-            cdk.Validations.of(function).acknowledge(
-                cdk.Acknowledgment(
-                    id="AwsSolutions::AwsSolutions-L1",
-                    reason=(
-                        "Python 3.12 on purpose: the bundle is built from cp312 manylinux2014_aarch64 wheels"
-                        " (pydantic-core, markupsafe) that must match the runtime, and the Lambda code is"
-                        " tested on 3.12. Moving to a newer runtime changes RUNTIME and PYTHON_VERSION in"
-                        " sendonce_cdk/bundling.py together, after the tests pass on it."
-                    ),
-                )
-            )
-        for stack in self.config.deployed:
-            stack.acknowledge(self)
-        cdk.Validations.of(self.operator_api.role).acknowledge(
-            cdk.Acknowledgment(
-                id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{_nag_rendering(cdk.Stack.of(self).resolve(self.scheduled_start.schedules_arn))}]",
-                reason=(
-                    "Only scheduler:CreateSchedule/UpdateSchedule/DeleteSchedule (statement SetCampaignSchedules)"
-                    " on the schedules of this stack's one schedule group: a schedule is named after the"
-                    " campaign it starts, known at request time. No other group, no schedule group changes."
-                ),
-            )
-        )
-        cdk.Validations.of(self.consumer_parts.role).acknowledge(
-            cdk.Acknowledgment(
-                id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{_nag_rendering(cdk.Stack.of(self).resolve(self.scheduled_start.schedules_arn))}]",
-                reason=(
-                    "Only scheduler:CreateSchedule/UpdateSchedule (statement SetWindowOpeningSchedules) on the"
-                    " schedules of this stack's one schedule group: a send window's opening schedule is named"
-                    " after the campaign and the opening, known when the window pauses it. No delete, no other group."
-                ),
-            )
-        )
-        if self.config.recipients_bucket:
-            for role in (self.operator_api.role, self.jobs.role):
-                cdk.Validations.of(role).acknowledge(
-                    cdk.Acknowledgment(
-                        id=(
-                            "AwsSolutions::AwsSolutions-IAM5"
-                            f"[Resource::arn:<AWS::Partition>:s3:::{self.config.recipients_bucket}/*]"
-                        ),
-                        reason=(
-                            "Only s3:GetObject (statements ReadRecipientFiles, ReadRecipientFileRanges) on the one"
-                            " bucket operators publish recipient files from: a publish names its object key at"
-                            " request time, so the keys cannot be listed in the policy. No list, write or delete."
-                        ),
-                    )
-                )
-        cdk.Validations.of(self.public_api.api).acknowledge(
-            cdk.Acknowledgment(
-                id="AwsSolutions::AwsSolutions-APIG4",
-                reason=(
-                    "The public API's callers cannot sign with SigV4 or hold a token: mailbox providers and"
-                    " people following a List-Unsubscribe link (RFC 8058), and email providers delivering"
-                    " webhooks. Each handler authorizes the request itself: the unsubscribe token's"
-                    " HMAC-SHA256, the webhook's signature as its provider defines it (Svix, a +-300 s window);"
-                    " anything else gets 403/401 and changes nothing. The operator API (everything that"
-                    " changes campaigns) requires AWS_IAM."
-                ),
-            )
-        )
-        cdk.Validations.of(self.provider_events.dead_letter_queue).acknowledge(
-            cdk.Acknowledgment(
-                id="AwsSolutions::AwsSolutions-SQS3",
-                reason=(
-                    "This queue is itself a dead-letter queue: the EventBridge target's and the events"
-                    " function's on-failure destination for asynchronous invocations. cdk-nag only"
-                    " recognises DLQs named in another queue's RedrivePolicy."
-                ),
-            )
-        )
-        cdk.Validations.of(self.aggregator.dead_letter_queue).acknowledge(
-            cdk.Acknowledgment(
-                id="AwsSolutions::AwsSolutions-SQS3",
-                reason=(
-                    "This queue is itself a dead-letter queue: the on-failure destination of the counters'"
-                    " stream mappings. cdk-nag only recognises DLQs named in another queue's RedrivePolicy."
-                ),
-            )
-        )
 
 
 def props_of(config: SendonceConfig) -> dict[str, Any]:
@@ -701,20 +368,3 @@ def props_of(config: SendonceConfig) -> dict[str, Any]:
 def _prefixed(parts: Sequence[tuple[ProviderStack, Mapping[str, str]]]) -> dict[str, str]:
     """Providers' settings by their functions' field names: `<provider>_<field>`."""
     return {f"{stack.name}_{key}": value for stack, settings in parts for key, value in settings.items()}
-
-
-def _nag_rendering(resolved: Any) -> str | None:
-    """A resolved ARN the way cdk-nag names it in a finding: `Ref`s as `<Name>`,
-    `Fn::GetAtt`s as `<Name.Attribute>`, joined. None for anything else."""
-    if isinstance(resolved, str):
-        return resolved
-    if isinstance(resolved, dict) and len(resolved) == 1:
-        ((function, argument),) = resolved.items()
-        if function == "Ref" and isinstance(argument, str):
-            return f"<{argument}>"
-        if function == "Fn::GetAtt" and isinstance(argument, list) and len(argument) == 2:
-            return f"<{argument[0]}.{argument[1]}>"
-        if function == "Fn::Join" and isinstance(argument, list) and len(argument) == 2:
-            parts = [_nag_rendering(part) for part in argument[1]]
-            return None if None in parts else str(argument[0]).join(parts)  # type: ignore[arg-type]
-    return None
