@@ -1,6 +1,10 @@
 """Builds the real services from validated settings: the only place that builds clients,
 reads secrets and registers providers. Nothing here runs at import time; each function's
-service is built once per execution environment (`lru_cache` on the frozen settings)."""
+service is built once per execution environment (`lru_cache` on the frozen settings).
+
+Over 500 lines: a builder per function, together, so that no other module builds a client or
+reads a secret (tests/unit/test_layering.py relies on that).
+"""
 
 from __future__ import annotations
 

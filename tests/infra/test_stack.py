@@ -1,4 +1,9 @@
-"""The synthesized template carries the behaviour the consumer's guarantees rely on."""
+"""The synthesized template carries the behaviour the consumer's guarantees rely on.
+
+Over 500 lines: one synthesized template, a test per property the guarantees rely on
+(queues, tables, functions, alarms, APIs); the synthesis is shared
+(tests/infra/synthesis.py).
+"""
 
 from __future__ import annotations
 

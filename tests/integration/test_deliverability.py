@@ -1,6 +1,10 @@
 """Deliverability against moto's server and the local Resend server: the suppression list
 and ledger-events adapters, Resend webhooks (Svix-signed, retried, replayed) and SES events
-(fixtures) through the events handler, one-click unsubscribe over HTTP, the brakes."""
+(fixtures) through the events handler, one-click unsubscribe over HTTP, the brakes.
+
+Over 500 lines: the deliverability path end to end shares one fixture set (moto's server,
+the local Resend server, the events handler).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""The local event source poller against moto's server, with real boto3 clients."""
+"""The local event source poller against moto's server, with real boto3 clients.
+
+Over 500 lines: the poller's behaviours against one moto server (receives, batch item
+failures, redrive, visibility, signals), sharing its fixtures.
+"""
 
 from __future__ import annotations
 

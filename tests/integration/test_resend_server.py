@@ -1,4 +1,8 @@
-"""The local Resend server behaves like Resend as the resend SDK 2.52.0 sees it."""
+"""The local Resend server behaves like Resend as the resend SDK 2.52.0 sees it.
+
+Over 500 lines: one server, a test per behaviour of Resend's that the SDK sees (keys, 409s,
+429s, batch rules, listings, webhooks).
+"""
 
 from __future__ import annotations
 

@@ -10,6 +10,10 @@ records make interesting, two more bundles, swarm selection of rule families and
 Profiles: `make test` runs the bounded one (derandomized, a few minutes at most);
 `make verify` runs the deep one (SENDONCE_MODEL_PROFILE=deep, at least 20,000 steps) and
 writes its figures to model-figures.json.
+
+Over 500 lines: one state machine (its rules, invariants and final drain must be read
+together); its world (world.py), its edge rules (edges.py) and windows (windows.py) are
+modules of their own.
 """
 
 from __future__ import annotations

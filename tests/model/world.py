@@ -4,6 +4,9 @@ jumps, and crashes at any write.
 
 Only the outside world is modelled; the ledger and the campaigns table are the real
 DynamoDB adapters on moto (in process), and the services, guards and rules are the real ones.
+
+Over 500 lines: the provider, the queue, the clock and the crash points are one world; each
+is small, and the model and the mutants' harness read them together.
 """
 
 from __future__ import annotations

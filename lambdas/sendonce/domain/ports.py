@@ -6,6 +6,10 @@ ledger, campaign store, queue, guards) and deliverability (suppression list, pro
 events recorded against the ledger, webhook signatures). Addresses cross the
 deliverability ports only to be hashed: what is stored and listed is the email
 fingerprint (`sendonce.domain.models.email_fingerprint`).
+
+Over 500 lines on purpose: every port of the domain in the one place an adapter's author
+reads whole (each a Protocol of a few documented methods); splitting it would scatter the
+contracts the adapters and the fakes (tests/fakes.py) implement.
 """
 
 from __future__ import annotations

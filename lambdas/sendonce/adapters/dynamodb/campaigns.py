@@ -15,6 +15,9 @@
 `list` queries the sparse, keys-only index CAMPAIGNS_BY_STATE_INDEX (state, campaign_id):
 only campaign state items carry `state`, so it never reads batches, groups, counters or
 limiter slots; and being keys-only, updates of a campaign's counts never write to it.
+
+Just over 500 lines: the campaigns table's one adapter for the items above; batch records,
+counters and report aggregates are modules of their own.
 """
 
 from __future__ import annotations

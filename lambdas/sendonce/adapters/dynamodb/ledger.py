@@ -6,6 +6,11 @@ is one atomic conditional write; a failed claim returns the old item
 (ReturnValuesOnConditionCheckFailure=ALL_OLD), which the same rules classify without
 another read. Every later write is conditional on the owner that claimed and on the
 source states `protocol.TRANSITIONS` allows for it.
+
+Over 500 lines on purpose: one port's one adapter, every conditional write of the protocol
+side by side, where a reviewer and the row-by-row equivalence test
+(tests/integration/test_ledger_protocol.py) compare them with the transition table. Its keys
+(ledger_keys.py) and its reads for events (ledger_events.py) are modules of their own.
 """
 
 from __future__ import annotations

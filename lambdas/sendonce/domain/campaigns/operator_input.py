@@ -7,6 +7,10 @@ read as a stream of lines: one row is held at a time, plus the ids and address f
 seen so far (to report a repeat with the line it first appeared on). Each row either yields
 a recipient or a problem naming its line; nothing here publishes anything. Sizes come from
 sendonce.domain.limits (docs/limits.md).
+
+Over 500 lines: the spec's and the recipient files' rules stay together because both answer
+with the same errors (a file, a line, a field: RejectedFileError, describe_row) that the CLI
+and the API present alike.
 """
 
 from __future__ import annotations

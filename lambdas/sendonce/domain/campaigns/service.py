@@ -3,6 +3,10 @@
 The CLI and the HTTP API both call this service; neither holds any logic of its own.
 Checkpoints come from the ledger, never from a cursor: resume re-reads which recipients
 have not ended and publishes exactly those.
+
+Over 500 lines: each operator verb is a lifecycle row plus what follows it (publish's
+batches, resume's republish, cancel's closing), and they share the campaign's guards;
+status, counters, scheduling, unknowns and jobs are modules of their own.
 """
 
 from __future__ import annotations
