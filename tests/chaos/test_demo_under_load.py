@@ -50,3 +50,8 @@ def test_the_demo_sizes_the_consumers_time_from_what_it_measures(tmp_path: Path)
     assert baseline["duplicates"] > 0
     assert sendonce["completed"] and (sendonce["duplicates"], sendonce["missing"]) == (0, 0)
     assert sendonce["stuck"] is None and summary["ok"]
+    # The demo ends with `campaign audit`: Resend's own listing has each recipient once.
+    audit = summary["audit"]
+    assert audit["clean"] and audit["listing_complete"] and audit["duplicates"] == []
+    assert audit["counts"]["sent_once"] + audit["counts"].get("unknown_sent", 0) == 200
+    assert audit["listed_emails"] >= 200

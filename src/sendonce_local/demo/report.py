@@ -182,7 +182,25 @@ def passed(sendonce: RunResult) -> bool:
     return sendonce.completed and sendonce.duplicates == 0 and sendonce.missing == 0
 
 
-def verdict(baseline: RunResult, sendonce: RunResult | None, seconds: float) -> Text:
+def audit_line(audit: dict[str, Any]) -> str:
+    """The audit of sendonce's campaign in one line: what the provider's own records say."""
+    counts = audit["counts"]
+    line = (
+        f"audit against the provider's own records: {counts.get('sent_once', 0):,} sent exactly once, "
+        f"{counts.get('duplicate', 0):,} duplicates"
+    )
+    others = {k: n for k, n in counts.items() if k not in ("sent_once", "duplicate")}
+    if others:
+        line += ", " + ", ".join(f"{n:,} {k.replace('_', ' ')}" for k, n in others.items())
+    line += f"; {audit['listed_emails']:,} emails read in {audit['provider_requests']:,} requests"
+    if not audit["proves_absence"]:
+        line += " (SES proves nothing absent: an accepted email whose events never arrived looks unsent)"
+    return line + (". Clean: every recipient explained." if audit["clean"] else ". NOT CLEAN.")
+
+
+def verdict(
+    baseline: RunResult, sendonce: RunResult | None, seconds: float, *, audit: dict[str, Any] | None = None
+) -> Text:
     text = Text()
     for result in (baseline, sendonce):
         if result is not None and result.stuck is not None:
@@ -198,10 +216,18 @@ def verdict(baseline: RunResult, sendonce: RunResult | None, seconds: float) -> 
         + (f" ({sendonce.redriven:,} messages redriven from the DLQ by the demo)" if sendonce.redriven else "")
         + f". Total {seconds:.0f} s.\n",
     )
-    good = passed(sendonce)
+    good = passed(sendonce) and (audit is None or audit["clean"])
     text.append("PASS" if good else "FAIL", style="bold green" if good else "bold red")
     if good:
-        text.append(": sendonce sent every recipient exactly once.")
+        text.append(": sendonce sent every recipient exactly once")
+        if audit is None:
+            text.append(".")
+        elif audit["proves_absence"]:
+            text.append(", and the provider's own records agree.")
+        else:  # SES: its events are the only witness, and moto delivers none
+            text.append("; the audit found nothing against it (SES's events are its only witness).")
+    elif passed(sendonce) and audit is not None:
+        text.append(": the ledger says each recipient once, but the audit against the provider's records is not clean.")
     elif not sendonce.completed:
         text.append(": the sendonce run did not finish (above: what it reached, and what was stuck).")
     else:

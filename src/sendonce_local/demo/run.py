@@ -51,6 +51,7 @@ from sendonce_local.demo.report import (
     LiveState,
     LiveView,
     RunResult,
+    audit_line,
     configuration_table,
     consumer_summary,
     passed,
@@ -158,19 +159,31 @@ def run_demo(options: DemoOptions, console: Console) -> tuple[dict[str, Any], bo
                 live.stop()
         baseline, sendonce = results["baseline"], results.get("sendonce")
         ok = sendonce is not None and passed(sendonce)
+        audit = None
+        if sendonce is not None and sendonce.completed:
+            if interactive:
+                with console.status(f"auditing sendonce's campaign against {options.provider}'s own records"):
+                    audit = audit_campaign(system, sendonce.campaign_id)
+            else:
+                say(f"audit: sendonce's campaign against {options.provider}'s own records")
+                audit = audit_campaign(system, sendonce.campaign_id)
+            ok = ok and audit["clean"]
         summary.update(
             seconds=round(time.monotonic() - started, 1),
             consumer=consumer_summary(system, choice, calibration),
             baseline=baseline.as_dict(),
             sendonce=sendonce.as_dict() if sendonce else None,
+            audit=audit,
             ok=ok,
         )
         if not options.as_json:
             if sendonce is not None:
                 console.print(summary_table(baseline, sendonce, options.provider))
-            console.print(verdict(baseline, sendonce, summary["seconds"]))
+            if audit is not None:
+                console.print(audit_line(audit), highlight=False)
+            console.print(verdict(baseline, sendonce, summary["seconds"], audit=audit))
         elif not ok:
-            console.print(verdict(baseline, sendonce, summary["seconds"]))  # on stderr with --json
+            console.print(verdict(baseline, sendonce, summary["seconds"], audit=audit))  # on stderr with --json
         if not ok:
             keep_logs = True
             console.print(f"consumer logs kept in {log_dir}", highlight=False)
@@ -201,6 +214,29 @@ def _calibrate(system: DemoSystem, options: DemoOptions, delivery_mode: str) -> 
     system.apply_time_scale(choice.scale)
     system.say(f"calibration: {choice.explain()}")
     return calibration, choice
+
+
+def audit_campaign(system: DemoSystem, campaign_id: str) -> dict[str, Any]:
+    """`sendonce campaign audit` of sendonce's campaign, as an operator would run it once it
+    completed: the provider's own records (the local Resend server's List Sent Emails and
+    Retrieve Email; SES's recorded events) set against the ledger. The figures the demo prints."""
+    from sendonce.settings import ConsumerSettings
+    from sendonce.wiring import campaign_audit
+
+    result = campaign_audit(ConsumerSettings.from_env(system.env), system.provider, system.session).run(
+        campaign_id, settle=False
+    )
+    artefact = result.artefact()
+    return {
+        "clean": result.clean,
+        "proves_absence": result.proves_absence,
+        "listing_complete": result.complete,
+        "counts": {verdict: n for verdict, n in sorted(result.counts.items()) if n},
+        "duplicates": sorted(result.duplicates),
+        "listed_emails": result.listed_emails,
+        "provider_requests": result.provider_requests,
+        "digest": artefact["digest"],
+    }
 
 
 def write_report(system: DemoSystem, campaign_id: str, path: Path) -> Path:

@@ -104,6 +104,12 @@ class DemoSystem:
         self.say(f"stack deployed in {self.deploy_seconds:.1f} s")
         return self
 
+    @property
+    def session(self) -> boto3.session.Session:
+        """This process's AWS session (on moto), once started."""
+        assert self._session is not None, "the system is not started"
+        return self._session
+
     def apply_time_scale(self, scale: TimeScale) -> None:
         """The scaled function timeout, visibility timeout, provider timeout and safety
         margin for every consumer started from now on."""
