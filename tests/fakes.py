@@ -252,6 +252,7 @@ class FakeCampaignStore:
         self.marks: list[tuple[str, str, str]] = []  # (campaign, event, by) of each mark left
         self.campaigns: dict[str, Campaign] = {}
         self.batch_records: dict[str, dict[str, tuple[BatchMessage, bool]]] = {}
+        self.holders: dict[str, dict[str, int]] = {}  # campaign -> publish lease holder -> until
 
     def create(self, campaign: Campaign) -> Campaign:
         if campaign.campaign_id in self.campaigns:
@@ -280,6 +281,7 @@ class FakeCampaignStore:
         by,
         reason=None,
         publishing_until_ms=None,
+        holder=None,
         unless_publishing_at_ms=None,
         stays=False,
         open_batches=None,
@@ -305,6 +307,8 @@ class FakeCampaignStore:
             update["send_at_ms"] = None
         if publishing_until_ms is not None:
             update["publishing_until_ms"] = publishing_until_ms
+            if holder is not None:
+                self.holders.setdefault(campaign_id, {})[holder] = publishing_until_ms
         if open_batches is not None:
             update["open_batches"] = open_batches
         campaign = campaign.model_copy(update=update)
@@ -313,7 +317,13 @@ class FakeCampaignStore:
             self.marks.append((campaign_id, mark, by))
         return campaign
 
-    def end_publish(self, campaign_id: str) -> None:
+    def end_publish(self, campaign_id: str, holder: str, *, now_ms: int) -> None:
+        # As the DynamoDB adapter: the shared lease goes with the last live holder's.
+        holders = self.holders.setdefault(campaign_id, {})
+        holders.pop(holder, None)
+        if any(until > now_ms for until in holders.values()):
+            return
+        holders.clear()
         self.campaigns[campaign_id] = self.get(campaign_id).model_copy(update={"publishing_until_ms": None})
 
     def batch_settled(self, campaign_id: str) -> int:

@@ -106,3 +106,71 @@ def test_a_publisher_that_ends_before_its_consumers_leaves_the_completion_to_the
     assert rig.store.get("c1").state is CampaignState.SENDING  # open batches: the publisher reads no ledger
     rig.drain()
     assert rig.store.get("c1").state is CampaignState.COMPLETED
+
+
+def test_parallel_publishers_each_hold_a_lease_and_the_last_to_end_releases_it(rig_for):
+    """Two publishers (parallel streams): the one that ends first leaves the campaign's
+    publish lease to the other, so consumers that end everyone published so far cannot
+    complete a campaign that is still growing (issue 17). The last to end releases it."""
+    rig, _ = rig_for(recipients=4)
+    store, now = rig.store, rig.clock()
+    rig.operator.publish("c1", rig.people[:1], batch_size=1)  # a draft starts sending
+    for holder in ("first", "second"):
+        store.transition(
+            "c1", to=CampaignState.SENDING, allowed_from=[CampaignState.SENDING], by="t",
+            stays=True, publishing_until_ms=now + 60_000, holder=holder,
+        )  # fmt: skip
+
+    store.end_publish("c1", "second", now_ms=now)
+    assert store.get("c1").publishing_until_ms == now + 60_000  # "first" still holds it
+
+    store.end_publish("c1", "first", now_ms=now)
+    assert store.get("c1").publishing_until_ms is None
+
+
+def test_a_dead_publishers_expired_lease_does_not_hold_the_campaign(rig_for):
+    rig, client = rig_for(recipients=2)
+    store, now = rig.store, rig.clock()
+    rig.operator.publish("c1", rig.people[:1], batch_size=1)
+    store.transition(
+        "c1", to=CampaignState.SENDING, allowed_from=[CampaignState.SENDING], by="t",
+        stays=True, publishing_until_ms=now - 1, holder="dead",
+    )  # fmt: skip
+    store.transition(
+        "c1", to=CampaignState.SENDING, allowed_from=[CampaignState.SENDING], by="t",
+        stays=True, publishing_until_ms=now + 60_000, holder="alive",
+    )  # fmt: skip
+
+    store.end_publish("c1", "alive", now_ms=now)
+
+    item = client.get_item(TableName=rig.store._table, Key={"pk": {"S": "campaign#c1"}, "sk": {"S": "campaign"}})
+    assert "publishing_until_ms" not in item["Item"]
+    assert not [name for name in item["Item"] if name.startswith("holder_")]  # the dead one's tidied too
+
+
+def test_a_renewal_between_the_last_holders_two_writes_keeps_the_lease(rig_for):
+    """The last holder reads no other live holder, but a new publisher renews before its
+    second write: the version it read is gone, it reads again, and the lease stays."""
+    rig, client = rig_for(recipients=2)
+    store, now = rig.store, rig.clock()
+    rig.operator.publish("c1", rig.people[:1], batch_size=1)
+    store.transition(
+        "c1", to=CampaignState.SENDING, allowed_from=[CampaignState.SENDING], by="t",
+        stays=True, publishing_until_ms=now + 60_000, holder="last",
+    )  # fmt: skip
+    renewed = []
+
+    def newcomer_renews(params, **_):
+        if params.get("UpdateExpression", "").startswith("REMOVE publishing_until_ms") and not renewed:
+            renewed.append(True)
+            store.transition(
+                "c1", to=CampaignState.SENDING, allowed_from=[CampaignState.SENDING], by="t",
+                stays=True, publishing_until_ms=now + 90_000, holder="newcomer",
+            )  # fmt: skip
+
+    store._client.meta.events.register("provide-client-params.dynamodb.UpdateItem", newcomer_renews)
+    store.end_publish("c1", "last", now_ms=now)
+
+    assert renewed and store.get("c1").publishing_until_ms == now + 90_000
+    store.end_publish("c1", "newcomer", now_ms=now)
+    assert store.get("c1").publishing_until_ms is None

@@ -29,6 +29,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from moto import mock_aws
 
 from sendonce.adapters import idempotency as idempotency_module
+from sendonce.adapters.dynamodb import campaigns as dynamodb_campaigns
 from sendonce.adapters.dynamodb import ledger as dynamodb_ledger
 from sendonce.domain.campaigns import counters as counters_module
 from sendonce.domain.campaigns import scheduling as scheduling_module
@@ -87,7 +88,7 @@ def _status_completes(original):
     return status
 
 
-def _old_open_publish(self, campaign_id, *, send_at_ms=None):
+def _old_open_publish(self, campaign_id, *, holder=None, send_at_ms=None):
     # Before: publish looked at the state once (draft -> sending) and held no lease. (Schedules
     # came later: `send_at_ms` is taken and not used, so that the mutant runs instead of
     # raising a TypeError the harness would count as a catch.)
@@ -161,7 +162,7 @@ def _every_record_unapplied(changes, applied_through):
     return sorted(changes, key=lambda c: c.position.sequence)
 
 
-def _start_at_any_instant(self, campaign_id, send_at_ms):
+def _start_at_any_instant(self, campaign_id, send_at_ms, holder):
     # Before: a firing took `start` on any scheduled campaign, whatever instant it carried.
     from sendonce.domain.campaigns import lifecycle
 
@@ -171,6 +172,7 @@ def _start_at_any_instant(self, campaign_id, send_at_ms):
         lifecycle.CampaignEvent.START,
         by=lifecycle.AUTOMATIC,
         publishing_until_ms=self._clock_ms() + scheduling_module.PUBLISH_LEASE_MS,
+        holder=holder,
     )
 
 
@@ -180,6 +182,15 @@ def _open_whatever_paused_it(self, campaign_id, *, opened, waiting_for):
 
     return lifecycle.apply(
         self._campaigns, campaign_id, lifecycle.CampaignEvent.WINDOW_OPEN, by=lifecycle.AUTOMATIC, reason=opened
+    )
+
+
+def _end_whoever_else_holds(self, campaign_id, holder, *, now_ms):
+    # Before: a publisher that ended removed the shared publish lease, whoever else held one.
+    self._update_campaign(
+        Key=self._key(campaign_id),
+        UpdateExpression="REMOVE publishing_until_ms",
+        ConditionExpression="attribute_exists(pk)",
     )
 
 
@@ -202,6 +213,7 @@ MACHINES = {
     "9": (R1, RB),
     "10": (R1, SES),
     "11": (R1, SES),
+    "12": (R1, SES),
 }
 BUDGET = {"3c": 2.0, "2": 1.5}
 # Directed swarm: the rule families a mutant's escape is made of, fixed for every example
@@ -213,13 +225,17 @@ FOCUS = {
     "8": frozenset({"operator", "time"}),  # an unknown left by an incident, then resume --include-unknown
     "9": frozenset({"publish", "consume_more"}),  # records to count, the aggregator replaying a batch
     "10": frozenset({"schedule"}),  # a schedule moved while its old firing is in flight
-    "11": frozenset({"window"}),  # an operator's pause inside a window, then the opening's firing
+    "11": frozenset({"window"}),
+    "12": frozenset(
+        {"publish"}
+    ),  # a second publisher ends while the first streams  # an operator's pause inside a window, then the opening's firing
 }
 # The explorer's depth per mutant (default: its own); 7 needs a halt, a cancel and the last
 # receive's crash: three actions.
-# 8 is the campaign lifecycle's (a schedule's firing), which the explorer's small world of one
-# delivery does not hold: depth 0 lets the model decide at once.
-EXPLORER_DEPTH = {"7": 3, "10": 0, "11": 0}
+# 10 and 11 are the campaign lifecycle's (a schedule's firing, a window's opening), which the
+# explorer's small world of one delivery does not hold; 12 is the DynamoDB adapter's, which the
+# explorer's fakes restate: depth 0 lets the model decide at once.
+EXPLORER_DEPTH = {"7": 3, "10": 0, "11": 0, "12": 0}
 
 MUTANTS = {
     "1 refused takeover forgets the first attempt": lambda: replaced(dynamodb_ledger, "_LIFT_GUARD", ""),
@@ -260,6 +276,9 @@ MUTANTS = {
     ),
     "11 a window's opening resumes an operator's pause": lambda: replaced(
         window_pauses_module.WindowOpenings, "_take_window_open", _open_whatever_paused_it
+    ),
+    "12 a publisher that ends drops the lease another still holds": lambda: replaced(
+        dynamodb_campaigns.DynamoDBCampaignStore, "end_publish", _end_whoever_else_holds
     ),
 }
 

@@ -237,6 +237,37 @@ class DeliveryModel(EdgeRules, WindowRules, RuleBasedStateMachine):
             return
         self.published.update(r.recipient_id for r in chunk)
 
+    @family("publish")
+    @rule(start=st.integers(0, RECIPIENTS - 1), again=st.integers(0, RECIPIENTS - 1))
+    def two_publishers_one_ends_first(self, start, again):
+        """Two publishers on one campaign (parallel streams, an S3 publish's parts): while the
+        first is mid-stream, a second publishes a chunk (perhaps one already published: a safe
+        re-run) and ends; consumers then end every recipient published so far and the
+        aggregator counts them. The campaign must not complete while the first still holds
+        its lease: the second's end leaves the lease to the first (mutant 12)."""
+        self._step("two_publishers")
+        chunk = self.people[start:]
+
+        def stream():
+            for i, recipient in enumerate(chunk):
+                yield recipient
+                if i == 0:
+                    self.operator.publish("c1", self.people[again : again + 1], batch_size=BATCH_SIZE)
+                    self.published.add(self.people[again].recipient_id)
+                    self.clock.advance(VISIBILITY_MS + 1)
+                    while (message := self.queue.receive(0)) is not None:
+                        self._process(message)
+                    self.rig.aggregate()
+                    assert self.store.get("c1").state is not CampaignState.COMPLETED, (
+                        "completed while a publisher still held its lease"
+                    )
+
+        try:
+            self.operator.publish("c1", stream(), batch_size=2)
+        except IllegalTransitionError:
+            return
+        self.published.update(r.recipient_id for r in chunk)
+
     @rule(
         index=st.integers(0, 5),
         crash_at=CRASHES,
@@ -717,4 +748,19 @@ def test_a_refused_takeover_keeps_the_first_attempts_mark_past_the_key_life(mach
     assert not {k: n for k, n in state.provider.accepted.items() if n > 1}
     records = state._records()
     assert records["r0"].state is S.UNKNOWN and records["r0"].maybe_sent_at_ms is not None
+    state.teardown()
+
+
+def test_a_publisher_that_ends_first_leaves_the_lease_to_the_one_still_streaming():
+    """Mutant 12's sequence on the real code: while one publisher streams, a second publishes
+    a chunk already published (a safe re-run) and ends; consumers end everyone published and
+    the aggregator counts them. The campaign stays sending until the first publisher ends."""
+    state = ResendSingle()
+    state.setup(first=2, families=frozenset(FAMILIES))
+    state.two_publishers_one_ends_first(start=2, again=0)
+    state.the_invariants_hold()
+    state.rig.drain()
+    state.rig.aggregate()
+    assert state.store.get("c1").state is CampaignState.COMPLETED
+    assert not {k: n for k, n in state.provider.accepted.items() if n > 1}
     state.teardown()

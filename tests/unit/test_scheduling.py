@@ -10,7 +10,7 @@ import pytest
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
 from sendonce.domain.campaigns.operator_input import CampaignSpec
-from sendonce.domain.campaigns.scheduling import Firing, iso, parse_instant, parse_send_at
+from sendonce.domain.campaigns.scheduling import Firing, iso, parse_instant, parse_send_at, start_holder
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError
 from sendonce.domain.models import Campaign, CampaignState, Content
@@ -263,7 +263,7 @@ def test_a_schedule_that_fires_twice_enqueues_the_recorded_batches_once(service,
 def test_a_repeat_firing_finishes_what_an_interrupted_one_left(service, queue, store):
     service.publish("c1", recipients(5), batch_size=1, send_at_ms=NOW + MINUTE)
     # The first firing took `start` and died before enqueueing anything.
-    service._take_start("c1", NOW + MINUTE)
+    service._take_start("c1", NOW + MINUTE, start_holder(NOW + MINUTE))
 
     again = service.start_scheduled(Firing("c1", NOW + MINUTE))
 
@@ -353,5 +353,5 @@ def test_enqueueing_the_recorded_batches_stops_when_the_campaign_is_cancelled(se
     service.cancel("c1")
     closing = list(queue.published)
 
-    assert service._enqueue_recorded("c1") == 0  # the lease renewal is refused: nothing more is sent
+    assert service._enqueue_recorded("c1", "a-publisher") == 0  # the lease renewal is refused: nothing more is sent
     assert queue.published == closing

@@ -220,6 +220,7 @@ class CampaignStore(Protocol):
         by: str,
         reason: str | None = None,
         publishing_until_ms: int | None = None,
+        holder: str | None = None,
         unless_publishing_at_ms: int | None = None,
         stays: bool = False,
         open_batches: int | None = None,
@@ -231,13 +232,17 @@ class CampaignStore(Protocol):
     ) -> Campaign:
         """Conditional state change (`stays`: the state is kept, and so are who set it and why); raises IllegalTransitionError when the current state is
         not allowed (or, with `unless_publishing_at_ms`, while a publish lease is live then).
+        `publishing_until_ms` sets the shared publish lease (what completion waits for) and,
+        with `holder`, that publisher's own lease to the same instant.
         With `mark` (the event's name), the change also leaves a mark for the campaign's
         report (report.Mark: when, by whom, why), one small item of its own.
         Callers go through lifecycle.apply (domain/campaigns/lifecycle.py), which reads the transition table."""
         ...
 
-    def end_publish(self, campaign_id: str) -> None:
-        """Drop the publish lease."""
+    def end_publish(self, campaign_id: str, holder: str, *, now_ms: int) -> None:
+        """End `holder`'s publish lease. The shared lease goes with the last live holder's
+        (another publisher's lease still running at `now_ms` keeps it), and only if nothing
+        changed the campaign since that was read (a publisher renewing meanwhile keeps it)."""
         ...
 
     def add_batch(self, batch: BatchMessage) -> BatchStatus:

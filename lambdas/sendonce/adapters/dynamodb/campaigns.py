@@ -54,10 +54,28 @@ def _pk(campaign_id: str) -> dict[str, Any]:
     return {"S": f"campaign#{campaign_id}"}
 
 
+# One attribute per live publish lease holder (`holder_<id>`: until when), beside the shared
+# `publishing_until_ms` that completion waits for: the last live holder to end removes that.
+HOLDER_PREFIX = "holder_"
+# How often end_publish reads the campaign again when it changed between its two writes.
+END_PUBLISH_ATTEMPTS = 4
+
+
+def _holder_attribute(holder: str) -> str:
+    if not holder.replace("-", "").replace("_", "").isalnum():
+        raise ValueError(f"a publish lease holder is letters, digits, - and _: {holder!r}")
+    return HOLDER_PREFIX + holder
+
+
 def _campaign(item: dict[str, Any]) -> Campaign:
     # Campaigns created before the content had its own item carry it here (read as is).
     # `batch_shards` is this adapter's layout, not the campaign's: read by _batch_shards.
-    data = {k: _de.deserialize(v) for k, v in item.items() if k not in ("pk", "sk", bk.BATCH_SHARDS_ATTR)}
+    # The publish lease holders are this adapter's bookkeeping too (end_publish).
+    data = {
+        k: _de.deserialize(v)
+        for k, v in item.items()
+        if k not in ("pk", "sk", bk.BATCH_SHARDS_ATTR) and not k.startswith(HOLDER_PREFIX)
+    }
     data.pop("total", None)  # stored by earlier versions; status counts recipients from the ledger
     for name in ("open_batches", "version", "publishing_until_ms", "ledger_shards", "send_at_ms"):
         if name in data:
@@ -187,6 +205,7 @@ class DynamoDBCampaignStore:
         by: str,
         reason: str | None = None,
         publishing_until_ms: int | None = None,
+        holder: str | None = None,
         unless_publishing_at_ms: int | None = None,
         stays: bool = False,
         open_batches: int | None = None,
@@ -204,9 +223,13 @@ class DynamoDBCampaignStore:
             update += ", #state = :to, state_changed_by = :by"
             values.update({":to": {"S": to.value}, ":by": {"S": by}})
         condition = f"attribute_exists(pk) AND #state IN ({', '.join(states)})"
+        names = {"#state": "state"}
         if publishing_until_ms is not None:
             update += ", publishing_until_ms = :lease"
             values[":lease"] = {"N": str(publishing_until_ms)}
+            if holder is not None:
+                update += ", #holder = :lease"
+                names["#holder"] = _holder_attribute(holder)
         if open_batches is not None:
             update += ", open_batches = :open"
             values[":open"] = {"N": str(open_batches)}
@@ -239,7 +262,7 @@ class DynamoDBCampaignStore:
                 Key=self._key(campaign_id),
                 UpdateExpression=update,
                 ConditionExpression=condition,
-                ExpressionAttributeNames={"#state": "state"},
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -297,11 +320,49 @@ class DynamoDBCampaignStore:
                 extra={"campaign_id": campaign.campaign_id, "event": event, "error": str(exc)[:300]},
             )
 
-    def end_publish(self, campaign_id: str) -> None:
-        self._update_campaign(
+    def end_publish(self, campaign_id: str, holder: str, *, now_ms: int) -> None:
+        """Remove `holder`'s lease; then, if no other holder's lease runs past `now_ms`, the
+        shared lease and the expired holders' (a publisher that died), conditional on the
+        campaign's version being the one just read: a renewal or a move in between changes
+        it, and the decision is taken again on what the refused write returns."""
+        response = self._update_campaign(
             Key=self._key(campaign_id),
-            UpdateExpression="REMOVE publishing_until_ms",
+            UpdateExpression="REMOVE #holder",
             ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeNames={"#holder": _holder_attribute(holder)},
+            ReturnValues="ALL_NEW",
+        )
+        item = response["Attributes"]
+        for _ in range(END_PUBLISH_ATTEMPTS):
+            holders = {k: int(v["N"]) for k, v in item.items() if k.startswith(HOLDER_PREFIX)}
+            if any(until > now_ms for until in holders.values()):
+                return  # another publisher still holds a live lease: the shared one stays
+            if "publishing_until_ms" not in item and not holders:
+                return
+            names = {f"#h{i}": name for i, name in enumerate(sorted(holders))}
+            removed = ", ".join(["publishing_until_ms", *names])
+            condition, values = "attribute_not_exists(version)", {}
+            if "version" in item:
+                condition, values = "version = :seen", {":seen": item["version"]}
+            try:
+                self._update_campaign(
+                    Key=self._key(campaign_id),
+                    UpdateExpression=f"REMOVE {removed}",
+                    ConditionExpression=condition,
+                    **({"ExpressionAttributeNames": names} if names else {}),
+                    **({"ExpressionAttributeValues": values} if values else {}),
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+                return
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                    raise
+                item = exc.response.get("Item") or {}
+                if not item:
+                    return  # the campaign is gone: nothing holds it
+        logger.warning(
+            "publish lease left to expire: the campaign kept changing while its last holder ended",
+            extra={"campaign_id": campaign_id},
         )
 
     def batch_settled(self, campaign_id: str) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -30,6 +31,19 @@ MESSAGES_PER_SEND = 10  # SQS SendMessageBatch takes ten entries
 # A publish holds a lease on the campaign, renewed before every request to the queue; a
 # publisher that dies lets the campaign complete this long after its last request.
 PUBLISH_LEASE_MS = 5 * 60 * 1000
+
+
+def new_holder() -> str:
+    """A publish call's lease holder. Several may publish to one campaign at once (parallel
+    streams, an S3 publish's parts): each holds a lease of its own."""
+    return uuid.uuid4().hex
+
+
+def start_holder(send_at_ms: int) -> str:
+    """A schedule's start holds the lease as one holder whichever firing runs it: a repeat
+    firing (the scheduler retries one that died) ends the lease the dead one left."""
+    return f"start-{send_at_ms}"
+
 
 EXAMPLE = "2026-12-02T09:00:00+01:00"
 
@@ -130,15 +144,15 @@ class ScheduledSends:
     _clock_ms: Callable[[], int]
     _operator: str
 
-    def _open_publish(self, campaign_id: str, *, send_at_ms: int | None = None) -> Campaign:
+    def _open_publish(self, campaign_id: str, *, holder: str, send_at_ms: int | None = None) -> Campaign:
         raise NotImplementedError
 
     def complete_if_done(self, campaign_id: str) -> Campaign | None:
         raise NotImplementedError
 
-    def _enqueue_recorded(self, campaign_id: str) -> int:
+    def _enqueue_recorded(self, campaign_id: str, holder: str) -> int:
         """Enqueue every batch recorded and never confirmed on the queue, ten per request,
-        renewing the publish lease before each; returns how many. Stops if the campaign is
+        renewing `holder`'s publish lease before each; returns how many. Stops if the campaign is
         cancelled meanwhile (cancel closes the recorded recipients itself)."""
         count = 0
         chunk: list[BatchMessage] = []
@@ -147,16 +161,16 @@ class ScheduledSends:
                 if not enqueued:
                     chunk.append(batch)
                 if len(chunk) == MESSAGES_PER_SEND:
-                    count += self._enqueue_batches(campaign_id, chunk)
+                    count += self._enqueue_batches(campaign_id, chunk, holder)
                     chunk = []
             if chunk:
-                count += self._enqueue_batches(campaign_id, chunk)
+                count += self._enqueue_batches(campaign_id, chunk, holder)
         except IllegalTransitionError:  # cancelled meanwhile: the lease renewal is refused
             logger.info("campaign cancelled while its recorded batches were enqueued", extra={"enqueued": count})
         return count
 
-    def _enqueue_batches(self, campaign_id: str, batches: list[BatchMessage]) -> int:
-        self._open_publish(campaign_id)
+    def _enqueue_batches(self, campaign_id: str, batches: list[BatchMessage], holder: str) -> int:
+        self._open_publish(campaign_id, holder=holder)
         self._queue.publish([b.to_body() for b in batches])
         for batch in batches:
             self._campaigns.mark_batch_enqueued(campaign_id, batch.batch_id)
@@ -207,8 +221,9 @@ class ScheduledSends:
             self._scheduler.delete(campaign_id)
         return campaign
 
-    def _take_start(self, campaign_id: str, send_at_ms: int) -> Campaign:
-        """`start`, conditional on the campaign being scheduled for exactly `send_at_ms`."""
+    def _take_start(self, campaign_id: str, send_at_ms: int, holder: str) -> Campaign:
+        """`start`, conditional on the campaign being scheduled for exactly `send_at_ms`;
+        the start holds a publish lease of its own (`holder`) while it enqueues."""
         return lifecycle.apply(
             self._campaigns,
             campaign_id,
@@ -216,6 +231,7 @@ class ScheduledSends:
             by=lifecycle.AUTOMATIC,
             reason=f"scheduled for {iso(send_at_ms)}",
             publishing_until_ms=self._clock_ms() + PUBLISH_LEASE_MS,
+            holder=holder,
             if_send_at_ms=send_at_ms,
         )
 
@@ -226,15 +242,16 @@ class ScheduledSends:
         only enqueues batches an interrupted first firing left unqueued (the ledger sends
         each recipient once whatever is enqueued twice)."""
         at = iso(firing.send_at_ms)
+        holder = start_holder(firing.send_at_ms)
         try:
-            self._take_start(firing.campaign_id, firing.send_at_ms)
+            self._take_start(firing.campaign_id, firing.send_at_ms, holder)
         except IllegalTransitionError:
             campaign = self._campaigns.get(firing.campaign_id)
             if campaign.state is CampaignState.SENDING and campaign.send_at_ms == firing.send_at_ms:
                 try:
-                    left = self._enqueue_recorded(firing.campaign_id)
+                    left = self._enqueue_recorded(firing.campaign_id, holder)
                 finally:
-                    self._campaigns.end_publish(firing.campaign_id)
+                    self._campaigns.end_publish(firing.campaign_id, holder, now_ms=self._clock_ms())
                 reason = "already started by this schedule" + (
                     f"; enqueued {left} batch(es) an earlier firing left" if left else ""
                 )
@@ -244,9 +261,9 @@ class ScheduledSends:
                 reason += f" for {iso(campaign.send_at_ms)}, not {at}"
             return self._firing_result(firing, False, reason + "; nothing started")
         try:
-            enqueued = self._enqueue_recorded(firing.campaign_id)
+            enqueued = self._enqueue_recorded(firing.campaign_id, holder)
         finally:
-            self._campaigns.end_publish(firing.campaign_id)
+            self._campaigns.end_publish(firing.campaign_id, holder, now_ms=self._clock_ms())
         if self._campaigns.get(firing.campaign_id).open_batches <= 0:
             self.complete_if_done(firing.campaign_id)
         return self._firing_result(firing, True, f"started: scheduled for {at}", enqueued)

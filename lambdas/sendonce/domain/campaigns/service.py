@@ -29,6 +29,7 @@ from sendonce.domain.campaigns.scheduling import (
     ScheduledSends,
     check_future,
     iso,
+    new_holder,
 )
 from sendonce.domain.campaigns.status import (
     DeliveryStatus,
@@ -230,11 +231,12 @@ class CampaignService(ScheduledSends, WindowOpenings):
             self._require_scheduler()
             send_at_ms = check_future(send_at_ms, now_ms=self._clock_ms())
         report = PublishReport(campaign_id=campaign_id, send_at=iso(send_at_ms) if send_at_ms else None)
-        opened = self._open_publish(campaign_id, send_at_ms=send_at_ms)
+        holder = new_holder()
+        opened = self._open_publish(campaign_id, holder=holder, send_at_ms=send_at_ms)
         try:
             if before.state is CampaignState.DRAFT and opened.state is CampaignState.SENDING:
                 # Batches an unschedule left recorded go out with this publish.
-                report.messages_sent += self._enqueue_recorded(campaign_id)
+                report.messages_sent += self._enqueue_recorded(campaign_id, holder)
             seen: set[str] = set()
 
             def unique() -> Iterator[Recipient]:
@@ -250,7 +252,7 @@ class CampaignService(ScheduledSends, WindowOpenings):
                 for chunk in pack(campaign_id, unique(), batch_size=batch_size):
                     chunks.append(chunk)
                     if len(chunks) == MESSAGES_PER_SEND:
-                        self._enqueue(chunks, campaign_id, report)
+                        self._enqueue(chunks, campaign_id, report, holder)
                         chunks = []
                         if on_batch:
                             on_batch(report)
@@ -258,17 +260,17 @@ class CampaignService(ScheduledSends, WindowOpenings):
                 # Everything before it is published (nothing recorded is left unqueued); the
                 # offending recipient and everything after it are not.
                 if chunks:
-                    self._enqueue(chunks, campaign_id, report)
+                    self._enqueue(chunks, campaign_id, report, holder)
                 raise OversizedRecipientError(
                     f"{exc}; the {report.accepted:,} recipient(s) before it were published, none after it"
                     " (publishing again is safe)"
                 ) from exc
             if chunks:
-                self._enqueue(chunks, campaign_id, report)
+                self._enqueue(chunks, campaign_id, report, holder)
                 if on_batch:
                     on_batch(report)
         finally:
-            self._campaigns.end_publish(campaign_id)
+            self._campaigns.end_publish(campaign_id, holder, now_ms=self._clock_ms())
         if send_at_ms is not None:
             self._set_schedule(campaign_id, send_at_ms)
             return report
@@ -280,9 +282,9 @@ class CampaignService(ScheduledSends, WindowOpenings):
             self.complete_if_done(campaign_id)
         return report
 
-    def _open_publish(self, campaign_id: str, *, send_at_ms: int | None = None) -> Campaign:
-        """Take (or renew) the publish lease; a draft or completed campaign starts sending, a
-        draft given `send_at_ms` is scheduled."""
+    def _open_publish(self, campaign_id: str, *, holder: str, send_at_ms: int | None = None) -> Campaign:
+        """Take (or renew) `holder`'s publish lease and the shared one; a draft or completed
+        campaign starts sending, a draft given `send_at_ms` is scheduled."""
         scheduling = send_at_ms is not None
         try:
             return lifecycle.apply(
@@ -292,6 +294,7 @@ class CampaignService(ScheduledSends, WindowOpenings):
                 by=self._operator,
                 reason=f"scheduled for {iso(send_at_ms)}" if send_at_ms is not None else "published",
                 publishing_until_ms=self._clock_ms() + PUBLISH_LEASE_MS,
+                holder=holder,
                 send_at_ms=send_at_ms,
             )
         except IllegalTransitionError as exc:
@@ -306,7 +309,7 @@ class CampaignService(ScheduledSends, WindowOpenings):
                 f"campaign {campaign_id!r} is {state.value}; nothing can be published to it"
             ) from exc
 
-    def _enqueue(self, chunks: list[list[Recipient]], campaign_id: str, report: PublishReport) -> None:
+    def _enqueue(self, chunks: list[list[Recipient]], campaign_id: str, report: PublishReport, holder: str) -> None:
         batches = []
         for chunk in chunks:
             batch = BatchMessage(
@@ -329,7 +332,7 @@ class CampaignService(ScheduledSends, WindowOpenings):
         # Renew the lease before each request to the queue, and read the state in the same
         # write: while scheduled, the batches stay recorded and the start enqueues them (it
         # cannot have read them yet: they were recorded before this renewal saw `scheduled`).
-        if self._open_publish(campaign_id).state is CampaignState.SCHEDULED:
+        if self._open_publish(campaign_id, holder=holder).state is CampaignState.SCHEDULED:
             report.batches_recorded += len(batches)
             return
         self._queue.publish([b.to_body() for b in batches])
