@@ -196,3 +196,40 @@ def test_the_cli_reconciles_a_campaign_and_names_every_drift(counted):
     result = sendonce(counted, "campaign", "reconcile", "c1", env=env)
     assert result.exit_code == 1
     assert "sent" in result.stdout and "44" in result.stdout and "45" in result.stdout
+
+
+def test_counter_keys_are_fixed_per_campaign_and_a_campaign_from_before_keeps_sixteen(counted):
+    """New campaigns spread their counters over 64 keys (recorded at creation); one created
+    before the count was recorded keeps the 16 its items were written under, so an upgrade
+    neither loses nor double-counts them."""
+    from sendonce.adapters.dynamodb.counters import COUNTER_PARTITIONS, LEGACY_COUNTER_PARTITIONS, recorded_key
+
+    dynamodb, table = boto3.client("dynamodb"), counted.resources.campaigns_table
+    service = operator(counted)
+    create(counted, service, "new")
+    create(counted, service, "old")
+    dynamodb.update_item(TableName=table, Key=recorded_key("old"), UpdateExpression="REMOVE counter_keys")
+    aggregating = streams(counted, batch_size=50).start()
+
+    for campaign_id in ("new", "old"):
+        service.publish(campaign_id, counted.recipients(20), batch_size=10)
+    counted.poller(concurrency=1, batch_size=1).run_until_idle(idle_seconds=1.0, max_seconds=120)
+    aggregating.stop()
+    aggregating.drain()
+
+    def keys(campaign_id: str) -> set[int]:
+        items = dynamodb.scan(
+            TableName=table,
+            FilterExpression="begins_with(pk, :p)",
+            ExpressionAttributeValues={":p": {"S": f"counters#{campaign_id}#"}},
+        )["Items"]
+        return {int(i["pk"]["S"].rsplit("#", 1)[1]) for i in items}
+
+    counters = DynamoDBCounters(client=dynamodb, table_name=table)
+    assert (counters.partitions_of("new"), counters.partitions_of("old")) == (64, 16)
+    assert COUNTER_PARTITIONS == 64 and LEGACY_COUNTER_PARTITIONS == 16
+    assert max(keys("old")) < 16 and max(keys("new")) >= 16  # 8 ledger shards: 8 streams each
+    for campaign_id in ("new", "old"):
+        status = service.status(campaign_id)
+        assert (status.total, status.sent, status.remaining) == (20, 20, 0)
+        assert service.reconcile(campaign_id).drifts == ()

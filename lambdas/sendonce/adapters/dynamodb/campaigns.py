@@ -33,7 +33,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from sendonce.adapters.dynamodb import batch_records as bk
-from sendonce.adapters.dynamodb.counters import recorded_key
+from sendonce.adapters.dynamodb.counters import COUNTER_PARTITIONS, recorded_key
 from sendonce.adapters.dynamodb.report_aggregates import mark_update
 from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX
 from sendonce.domain.errors import CampaignBusyError, CampaignNotFoundError, IllegalTransitionError
@@ -159,7 +159,12 @@ class DynamoDBCampaignStore:
         items = [item, content]
         if self._counted:
             items.append(
-                {**recorded_key(campaign.campaign_id), "since_creation": {"BOOL": True}, "batches": {"N": "0"}}
+                {
+                    **recorded_key(campaign.campaign_id),
+                    "since_creation": {"BOOL": True},
+                    "batches": {"N": "0"},
+                    "counter_keys": {"N": str(COUNTER_PARTITIONS)},
+                }
             )
         puts = [
             {"Put": {"TableName": self._table, "Item": i, "ConditionExpression": "attribute_not_exists(pk)"}}
