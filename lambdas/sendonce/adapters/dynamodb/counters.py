@@ -16,7 +16,8 @@ the integers. Markers are spread over MARKER_SHARDS partition-key values, as the
 counter items over COUNTER_PARTITIONS: an aggregator batch writes up to one item per ledger
 shard of a campaign, each in a transaction with the report's increments (2 units an item),
 which with small batches is ~3.5 write units per recipient in all (bench-scale): 16 keys left
-the hottest at 0.29, 64 bring it under the 0.1 target. A status read is that many Queries,
+the hottest at 0.29; 64 hashed left it at 0.11 (a hash shares 256 ledger shards unevenly), so
+the ledger shards are now dealt evenly over 128 keys. A status read is that many Queries,
 in parallel. The count is fixed when the campaign is created and recorded with it; campaigns
 created before it was recorded keep LEGACY_COUNTER_PARTITIONS (their items are where they are).
 """
@@ -38,7 +39,7 @@ from sendonce.domain.sending.shards import shard_of
 
 SEQUENCE_DIGITS = 40
 MARKER_SHARDS = 256
-COUNTER_PARTITIONS = 64
+COUNTER_PARTITIONS = 128
 LEGACY_COUNTER_PARTITIONS = 16
 # Status reads the counter keys with this many Queries in flight.
 READ_WORKERS = 16
@@ -61,9 +62,23 @@ def counter_partitions(campaign_id: str, partitions: int = COUNTER_PARTITIONS) -
     return [f"counters#{campaign_id}#{j}" for j in range(partitions)]
 
 
-def stream_key(campaign_id: str, stream: str, partitions: int = COUNTER_PARTITIONS) -> dict[str, Any]:
+def key_index(stream: str, partitions: int, *, balanced: bool) -> int:
+    """Which of the campaign's counter keys holds a stream position's item. Balanced (the
+    layout recorded with a campaign): a ledger shard `<campaign>#<k>` goes to `k` modulo the
+    keys, so the 256 ledger shards share them evenly (a hash left the hottest of 64 keys at
+    twice the mean); anything else by a hash. Campaigns from before: a hash over 16."""
+    if balanced:
+        last = stream.rsplit("#", 1)[-1]
+        if last.isdigit():
+            return int(last) % partitions
+    return shard_of(stream, partitions)
+
+
+def stream_key(
+    campaign_id: str, stream: str, partitions: int = COUNTER_PARTITIONS, *, balanced: bool = True
+) -> dict[str, Any]:
     """One stream position's counter item."""
-    partition = counter_partitions(campaign_id, partitions)[shard_of(stream, partitions)]
+    partition = counter_partitions(campaign_id, partitions)[key_index(stream, partitions, balanced=balanced)]
     return {"pk": {"S": partition}, "sk": {"S": f"from#{stream}"}}
 
 
@@ -90,31 +105,41 @@ class DynamoDBCounters:
         # for every campaign (the model check, whose in-process moto lists the whole table per
         # Query, uses 1); every reader and writer of a table's counters must then agree on it.
         self._partitions = partitions
-        self._known: dict[str, int] = {}
+        self._known: dict[str, tuple[int, bool]] = {}
+
+    def _stream_key(self, campaign_id: str, stream: str) -> dict[str, Any]:
+        partitions, balanced = self._layout(campaign_id)
+        return stream_key(campaign_id, stream, partitions, balanced=balanced)
 
     def partitions_of(self, campaign_id: str) -> int:
-        """The campaign's counter key count: fixed at its creation, so read once and kept."""
+        """The campaign's counter key count."""
+        return self._layout(campaign_id)[0]
+
+    def _layout(self, campaign_id: str) -> tuple[int, bool]:
+        """The campaign's counter keys: how many, and whether the ledger shards are dealt over
+        them evenly (recorded at creation, so read once and kept; its item is written in the
+        campaign's creating transaction, so a campaign with records to count has it)."""
         if self._partitions is not None:
-            return self._partitions
+            return self._partitions, False
         if campaign_id not in self._known:
             item = (
                 self._client.get_item(
                     TableName=self._table,
                     Key=recorded_key(campaign_id),
                     ProjectionExpression="counter_keys",
-                    ConsistentRead=True,  # written with the campaign: never read an older count
+                    ConsistentRead=True,
                 ).get("Item")
                 or {}
             )
-            if "counter_keys" not in item:
-                return LEGACY_COUNTER_PARTITIONS  # not kept: a campaign being created may record it yet
-            self._known[campaign_id] = int(item["counter_keys"]["N"])
+            recorded = "counter_keys" in item
+            count = int(item["counter_keys"]["N"]) if recorded else LEGACY_COUNTER_PARTITIONS
+            self._known[campaign_id] = (count, recorded)
         return self._known[campaign_id]
 
     def applied_through(self, campaign_id: str, stream: str) -> int | None:
         response = self._client.get_item(
             TableName=self._table,
-            Key=stream_key(campaign_id, stream, self.partitions_of(campaign_id)),
+            Key=self._stream_key(campaign_id, stream),
             ProjectionExpression="seq",
             ConsistentRead=True,
         )
@@ -151,7 +176,7 @@ class DynamoDBCounters:
             values[":from"] = {"S": _padded(expected)}
         request: dict[str, Any] = {
             "TableName": self._table,
-            "Key": stream_key(campaign_id, stream, self.partitions_of(campaign_id)),
+            "Key": self._stream_key(campaign_id, stream),
             "UpdateExpression": update,
             "ConditionExpression": condition,
             "ExpressionAttributeValues": values,
