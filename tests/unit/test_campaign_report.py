@@ -171,7 +171,9 @@ def test_the_aggregators_report_writes_spread_over_keys_of_their_own():
     from sendonce.domain.campaigns.report import ReportIncrements
 
     writers = Counter(aggregator_writer(f"ledger#c1#{k}") for k in range(256))
-    assert len(writers) >= 56 and max(writers.values()) <= 10  # of 64; the hottest gets <= 10/256
+    # Dealt, not hashed: each of the 64 keys gets exactly 4 of the 256 ledger shards (a hash
+    # gave the hottest up to twice the mean: 0.102 units per recipient in bench-scale).
+    assert len(writers) == 64 and set(writers.values()) == {4}
     updates = increment_updates("t", "c1", "w7", ReportIncrements(outcomes=Counter({(0, "sent"): 3})))
     assert {u["Update"]["Key"]["pk"]["S"] for u in updates} == {"report#c1#w7"}
     assert "report#c1#w7" in partitions("c1") and "report#c1" in partitions("c1")  # marks, older items

@@ -15,6 +15,7 @@ from sendonce.domain.sending.shards import (
     DEFAULT_LEDGER_SHARDS,
     MAX_LEDGER_SHARDS,
     campaign_of,
+    dealt,
     partition_key,
     partition_keys,
     shard_of,
@@ -79,3 +80,12 @@ def test_a_shard_count_out_of_bounds_is_refused_by_name(bad):
     assert describe_validation_error(raised.value) == [
         ("ledger_shards", f"must be a whole number from 1 to {MAX_LEDGER_SHARDS} (see docs/scale.md)")
     ]
+
+
+def test_ledger_shards_are_dealt_evenly_and_other_keys_hashed():
+    # A campaign's 256 ledger shards over 128 counter keys: exactly 2 each, whatever the campaign.
+    assert set(Counter(dealt(f"ledger#c1#{k}", 128) for k in range(256)).values()) == {2}
+    assert dealt("ledger#c1#200", 128) == 72
+    # A key with no shard number (a plain campaign id, a batch shard `b7`) is hashed, stably.
+    assert dealt("campaigns#campaign#c1#b7", 128) == shard_of("campaigns#campaign#c1#b7", 128)
+    assert 0 <= dealt("ledger#c1", 16) < 16

@@ -35,7 +35,7 @@ from sendonce.adapters.dynamodb.report_aggregates import aggregator_writer, fit,
 from sendonce.domain.campaigns.report import ReportIncrements
 from sendonce.domain.models import DeliveryState
 from sendonce.domain.ports import CounterTotals, Counts
-from sendonce.domain.sending.shards import shard_of
+from sendonce.domain.sending.shards import dealt, shard_of
 
 SEQUENCE_DIGITS = 40
 MARKER_SHARDS = 256
@@ -67,11 +67,7 @@ def key_index(stream: str, partitions: int, *, balanced: bool) -> int:
     layout recorded with a campaign): a ledger shard `<campaign>#<k>` goes to `k` modulo the
     keys, so the 256 ledger shards share them evenly (a hash left the hottest of 64 keys at
     twice the mean); anything else by a hash. Campaigns from before: a hash over 16."""
-    if balanced:
-        last = stream.rsplit("#", 1)[-1]
-        if last.isdigit():
-            return int(last) % partitions
-    return shard_of(stream, partitions)
+    return dealt(stream, partitions) if balanced else shard_of(stream, partitions)
 
 
 def stream_key(

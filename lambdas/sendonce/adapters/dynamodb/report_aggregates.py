@@ -42,7 +42,7 @@ from sendonce.domain.campaigns.report import (
     minute_of,
     prevented_writers,
 )
-from sendonce.domain.sending.shards import shard_of
+from sendonce.domain.sending.shards import dealt
 
 MINUTE, DOMAIN, UNKNOWNS, MARK = "minute#", "domain#", "unknowns#", "mark#"
 
@@ -63,7 +63,9 @@ def writer_partition(campaign_id: str, writer: str) -> str:
 
 
 def aggregator_writer(stream: str) -> str:
-    return f"w{shard_of(stream, REPORT_WRITERS)}"
+    """The writer key a stream position's increments go to: the ledger shards dealt evenly
+    (ADDs commute: which writer holds an increment changes no total)."""
+    return f"w{dealt(stream, REPORT_WRITERS)}"
 
 
 def partitions(campaign_id: str) -> list[str]:

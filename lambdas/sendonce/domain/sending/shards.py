@@ -49,3 +49,13 @@ def partition_keys(campaign_id: str, shards: int) -> list[str]:
 def campaign_of(partition: str) -> str:
     """The campaign id of a partition-key value, sharded or not."""
     return partition.split(SEPARATOR, 1)[0]
+
+
+def dealt(key: str, keys: int) -> int:
+    """One of `keys` for a key ending in a ledger shard's number (`...#<k>`): `k` modulo
+    `keys`, so a campaign's shards share the keys evenly (a hash shares 256 shards over 64
+    keys unevenly: the hottest took twice the mean); any other key by a hash."""
+    last = key.rsplit(SEPARATOR, 1)[-1]
+    if last.isdigit():
+        return int(last) % keys
+    return shard_of(key, keys)
