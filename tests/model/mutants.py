@@ -222,13 +222,12 @@ BUDGET = {"3c": 2.0, "2": 1.5}
 # schedules and audits joined (issue 18).
 FOCUS = {
     "1": frozenset({"time"}),  # a takeover refused, then the message back past the first key's life
+    "2": frozenset({"time"}),  # a takeover, then a return past 23 h from the first claim, not the last
     "8": frozenset({"operator", "time"}),  # an unknown left by an incident, then resume --include-unknown
     "9": frozenset({"publish", "consume_more"}),  # records to count, the aggregator replaying a batch
     "10": frozenset({"schedule"}),  # a schedule moved while its old firing is in flight
-    "11": frozenset({"window"}),
-    "12": frozenset(
-        {"publish"}
-    ),  # a second publisher ends while the first streams  # an operator's pause inside a window, then the opening's firing
+    "11": frozenset({"window"}),  # an operator's pause inside a window, then the opening's firing
+    "12": frozenset({"publish"}),  # a second publisher ends while the first streams
 }
 # The explorer's depth per mutant (default: its own); 7 needs a halt, a cancel and the last
 # receive's crash: three actions.
