@@ -12,6 +12,11 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 
+def acknowledge(scope: Any, finding: str, reason: str) -> None:
+    """One cdk-nag AwsSolutions finding (`IAM5[Resource::...]`, `L1`, ...) accepted on `scope`, with why."""
+    cdk.Validations.of(scope).acknowledge(cdk.Acknowledgment(id=f"AwsSolutions::AwsSolutions-{finding}", reason=reason))
+
+
 class SendOnceFindings:
     """Acknowledgements, made once `SendOnce.__init__` has built every part."""
 
@@ -30,26 +35,24 @@ class SendOnceFindings:
             rendered = _nag_rendering(stack.resolve(arn))
             if rendered is None:
                 continue
-            cdk.Validations.of(grantee).acknowledge(
-                cdk.Acknowledgment(
-                    id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{rendered}]",
-                    reason=(
-                        "execute-api:Invoke on routes of the sendonce operator API only; the wildcard is"
-                        " the campaign id in the path (or, for grant_operate, every route of that one API)."
-                    ),
-                )
+            acknowledge(
+                grantee,
+                f"IAM5[Resource::{rendered}]",
+                (
+                    "execute-api:Invoke on routes of the sendonce operator API only; the wildcard is"
+                    " the campaign id in the path (or, for grant_operate, every route of that one API)."
+                ),
             )
 
     def _acknowledge_findings(self) -> None:
         """cdk-nag AwsSolutions findings this design accepts, each with its reason."""
-        cdk.Validations.of(self.aggregator.role).acknowledge(
-            cdk.Acknowledgment(
-                id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
-                reason=(
-                    "Only dynamodb:ListStreams, which the stream event source needs and which IAM does not scope"
-                    " to resources; the stream reads themselves are scoped to the two tables' streams."
-                ),
-            )
+        acknowledge(
+            self.aggregator.role,
+            "IAM5[Resource::*]",
+            (
+                "Only dynamodb:ListStreams, which the stream event source needs and which IAM does not scope"
+                " to resources; the stream reads themselves are scoped to the two tables' streams."
+            ),
         )
         for function in (
             self.consumer_parts.function,
@@ -60,85 +63,75 @@ class SendOnceFindings:
             self.aggregator.function,
             self.jobs.function,
         ):
-            cdk.Validations.of(function).acknowledge(
-                cdk.Acknowledgment(
-                    id="AwsSolutions::AwsSolutions-L1",
-                    reason=(
-                        "Python 3.12 on purpose: the bundle is built from cp312 manylinux2014_aarch64 wheels"
-                        " (pydantic-core, markupsafe) that must match the runtime, and the Lambda code is"
-                        " tested on 3.12. Moving to a newer runtime changes RUNTIME and PYTHON_VERSION in"
-                        " sendonce_cdk/bundling.py together, after the tests pass on it."
-                    ),
-                )
+            acknowledge(
+                function,
+                "L1",
+                (
+                    "Python 3.12 on purpose: the bundle is built from cp312 manylinux2014_aarch64 wheels"
+                    " (pydantic-core, markupsafe) that must match the runtime, and the Lambda code is"
+                    " tested on 3.12. Moving to a newer runtime changes RUNTIME and PYTHON_VERSION in"
+                    " sendonce_cdk/bundling.py together, after the tests pass on it."
+                ),
             )
         for stack in self.config.deployed:
             stack.acknowledge(self)
-        cdk.Validations.of(self.operator_api.role).acknowledge(
-            cdk.Acknowledgment(
-                id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{_nag_rendering(cdk.Stack.of(self).resolve(self.scheduled_start.schedules_arn))}]",
-                reason=(
-                    "Only scheduler:CreateSchedule/UpdateSchedule/DeleteSchedule (statement SetCampaignSchedules)"
-                    " on the schedules of this stack's one schedule group: a schedule is named after the"
-                    " campaign it starts, known at request time. No other group, no schedule group changes."
-                ),
-            )
+        acknowledge(
+            self.operator_api.role,
+            f"IAM5[Resource::{_nag_rendering(cdk.Stack.of(self).resolve(self.scheduled_start.schedules_arn))}]",
+            (
+                "Only scheduler:CreateSchedule/UpdateSchedule/DeleteSchedule (statement SetCampaignSchedules)"
+                " on the schedules of this stack's one schedule group: a schedule is named after the"
+                " campaign it starts, known at request time. No other group, no schedule group changes."
+            ),
         )
-        cdk.Validations.of(self.consumer_parts.role).acknowledge(
-            cdk.Acknowledgment(
-                id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{_nag_rendering(cdk.Stack.of(self).resolve(self.scheduled_start.schedules_arn))}]",
-                reason=(
-                    "Only scheduler:CreateSchedule/UpdateSchedule (statement SetWindowOpeningSchedules) on the"
-                    " schedules of this stack's one schedule group: a send window's opening schedule is named"
-                    " after the campaign and the opening, known when the window pauses it. No delete, no other group."
-                ),
-            )
+        acknowledge(
+            self.consumer_parts.role,
+            f"IAM5[Resource::{_nag_rendering(cdk.Stack.of(self).resolve(self.scheduled_start.schedules_arn))}]",
+            (
+                "Only scheduler:CreateSchedule/UpdateSchedule (statement SetWindowOpeningSchedules) on the"
+                " schedules of this stack's one schedule group: a send window's opening schedule is named"
+                " after the campaign and the opening, known when the window pauses it. No delete, no other group."
+            ),
         )
         if self.config.recipients_bucket:
             for role in (self.operator_api.role, self.jobs.role):
-                cdk.Validations.of(role).acknowledge(
-                    cdk.Acknowledgment(
-                        id=(
-                            "AwsSolutions::AwsSolutions-IAM5"
-                            f"[Resource::arn:<AWS::Partition>:s3:::{self.config.recipients_bucket}/*]"
-                        ),
-                        reason=(
-                            "Only s3:GetObject (statements ReadRecipientFiles, ReadRecipientFileRanges) on the one"
-                            " bucket operators publish recipient files from: a publish names its object key at"
-                            " request time, so the keys cannot be listed in the policy. No list, write or delete."
-                        ),
-                    )
+                acknowledge(
+                    role,
+                    f"IAM5[Resource::arn:<AWS::Partition>:s3:::{self.config.recipients_bucket}/*]",
+                    (
+                        "Only s3:GetObject (statements ReadRecipientFiles, ReadRecipientFileRanges) on the one"
+                        " bucket operators publish recipient files from: a publish names its object key at"
+                        " request time, so the keys cannot be listed in the policy. No list, write or delete."
+                    ),
                 )
-        cdk.Validations.of(self.public_api.api).acknowledge(
-            cdk.Acknowledgment(
-                id="AwsSolutions::AwsSolutions-APIG4",
-                reason=(
-                    "The public API's callers cannot sign with SigV4 or hold a token: mailbox providers and"
-                    " people following a List-Unsubscribe link (RFC 8058), and email providers delivering"
-                    " webhooks. Each handler authorizes the request itself: the unsubscribe token's"
-                    " HMAC-SHA256, the webhook's signature as its provider defines it (Svix, a +-300 s window);"
-                    " anything else gets 403/401 and changes nothing. The operator API (everything that"
-                    " changes campaigns) requires AWS_IAM."
-                ),
-            )
+        acknowledge(
+            self.public_api.api,
+            "APIG4",
+            (
+                "The public API's callers cannot sign with SigV4 or hold a token: mailbox providers and"
+                " people following a List-Unsubscribe link (RFC 8058), and email providers delivering"
+                " webhooks. Each handler authorizes the request itself: the unsubscribe token's"
+                " HMAC-SHA256, the webhook's signature as its provider defines it (Svix, a +-300 s window);"
+                " anything else gets 403/401 and changes nothing. The operator API (everything that"
+                " changes campaigns) requires AWS_IAM."
+            ),
         )
-        cdk.Validations.of(self.provider_events.dead_letter_queue).acknowledge(
-            cdk.Acknowledgment(
-                id="AwsSolutions::AwsSolutions-SQS3",
-                reason=(
-                    "This queue is itself a dead-letter queue: the EventBridge target's and the events"
-                    " function's on-failure destination for asynchronous invocations. cdk-nag only"
-                    " recognises DLQs named in another queue's RedrivePolicy."
-                ),
-            )
+        acknowledge(
+            self.provider_events.dead_letter_queue,
+            "SQS3",
+            (
+                "This queue is itself a dead-letter queue: the EventBridge target's and the events"
+                " function's on-failure destination for asynchronous invocations. cdk-nag only"
+                " recognises DLQs named in another queue's RedrivePolicy."
+            ),
         )
-        cdk.Validations.of(self.aggregator.dead_letter_queue).acknowledge(
-            cdk.Acknowledgment(
-                id="AwsSolutions::AwsSolutions-SQS3",
-                reason=(
-                    "This queue is itself a dead-letter queue: the on-failure destination of the counters'"
-                    " stream mappings. cdk-nag only recognises DLQs named in another queue's RedrivePolicy."
-                ),
-            )
+        acknowledge(
+            self.aggregator.dead_letter_queue,
+            "SQS3",
+            (
+                "This queue is itself a dead-letter queue: the on-failure destination of the counters'"
+                " stream mappings. cdk-nag only recognises DLQs named in another queue's RedrivePolicy."
+            ),
         )
 
 
