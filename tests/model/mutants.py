@@ -223,6 +223,7 @@ BUDGET = {"3c": 2.0, "2": 1.5}
 FOCUS = {
     "1": frozenset({"time"}),  # a takeover refused, then the message back past the first key's life
     "2": frozenset({"time"}),  # a takeover, then a return past 23 h from the first claim, not the last
+    "3a": frozenset({"provider", "time"}),  # a group request refused, then time past the window
     "8": frozenset({"operator", "time"}),  # an unknown left by an incident, then resume --include-unknown
     "9": frozenset({"publish", "consume_more"}),  # records to count, the aggregator replaying a batch
     "10": frozenset({"schedule"}),  # a schedule moved while its old firing is in flight
