@@ -73,19 +73,20 @@ test-wheel: $(STAMP)
 test-chaos: $(STAMP)
 	$(BIN)/python -m pytest -q tests/chaos
 
-# The model check's deep profile (>= 20,000 steps over the real adapters on in-process moto; its
-# three machines on three workers, an idle worker taking a queued machine: the two cores share them),
-# then the mutants: each fix of the delivery protocol reverted in turn must be caught (by the
-# exhaustive explorer or the model, MUTANT_EXAMPLES examples per machine at most, stopping at
-# the first counterexample), each counterexample passing on the real code; exits 1 otherwise.
-# Figures: model-figures.json and mutants.jsonl. Run it after any change to claims, leases,
-# groups or campaign states. Budget: about 45 minutes on the 2-core machine.
+# The model check's deep profile (>= 20,000 steps over the real adapters on in-process moto; each of
+# its three machines as two halves, the six shared by two workers, one per core), then the mutants:
+# each fix of the delivery protocol reverted in turn must be caught (by the exhaustive explorer or
+# the model, MUTANT_EXAMPLES examples per machine at most, stopping at the first counterexample),
+# each counterexample passing on the real code; two worker processes take the mutants in turn.
+# Exits 1 otherwise. Figures: model-figures.json and mutants.jsonl. Run it after any change to
+# claims, leases, groups or campaign states. Budget: 45 minutes on the 2-core machine.
 MUTANT_EXAMPLES ?= 100
+VERIFY_WORKERS ?= 2
 verify: $(STAMP)
 	rm -f model-figures.json.gw*
-	SENDONCE_MODEL_PROFILE=deep SENDONCE_MODEL_FIGURES=model-figures.json $(BIN)/python -m pytest -q -p no:cacheprovider -n 3 --dist worksteal tests/model
+	SENDONCE_MODEL_PROFILE=deep SENDONCE_MODEL_FIGURES=model-figures.json $(BIN)/python -m pytest -q -p no:cacheprovider -n $(VERIFY_WORKERS) --dist worksteal tests/model
 	$(BIN)/python -m tests.model.figures model-figures.json --min-steps 20000
-	$(BIN)/python -m tests.model.mutants $(MUTANT_EXAMPLES) --out mutants.jsonl
+	$(BIN)/python -m tests.model.mutants $(MUTANT_EXAMPLES) --jobs $(VERIFY_WORKERS) --out mutants.jsonl
 
 demo: $(STAMP)
 	$(BIN)/sendonce demo $(DEMO_ARGS)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import Counter
+from collections.abc import Callable
 
 import boto3
 from botocore.exceptions import ClientError
@@ -18,10 +19,13 @@ from sendonce.wiring import assemble_consumer, consumer_parts
 
 class FailingCalls:
     """Fails calls number `calls[operation]` (1-based, counted per operation) of `service`
-    with `code`. Register it before the session's clients exist: they inherit it."""
+    with `code`, or those a predicate picks (called with the call's number, under a lock):
+    a fault tied to what happened before it, not to how many calls a loaded machine made
+    first. Register it before the session's clients exist: they inherit it."""
 
-    def __init__(self, session: boto3.session.Session, service: str, calls: dict[str, set[int]], *, code: str,
-                 message: str, status: int = 400) -> None:  # fmt: skip
+    def __init__(self, session: boto3.session.Session, service: str,
+                 calls: dict[str, set[int] | Callable[[int], bool]], *, code: str, message: str,
+                 status: int = 400) -> None:  # fmt: skip
         self._calls = calls
         self._error = {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}
         self._seen: Counter = Counter()
@@ -33,13 +37,15 @@ class FailingCalls:
     def _maybe_fail(self, model, **_):
         with self._lock:
             self._seen[model.name] += 1
-            if self._seen[model.name] not in self._calls[model.name]:
+            chosen = self._calls[model.name]
+            number = self._seen[model.name]
+            if not (chosen(number) if callable(chosen) else number in chosen):
                 return None
             self.raised[model.name] += 1
         raise ClientError(self._error, model.name)
 
 
-def ledger_throttle(session: boto3.session.Session, calls: dict[str, set[int]]) -> FailingCalls:
+def ledger_throttle(session: boto3.session.Session, calls: dict[str, set[int] | Callable[[int], bool]]) -> FailingCalls:
     return FailingCalls(
         session, "dynamodb", calls, code="ProvisionedThroughputExceededException",
         message="The level of configured provisioned throughput for the table was exceeded.",

@@ -383,14 +383,59 @@ def _by_model(name: str, mutant, max_examples: int, random_seed: int) -> dict | 
 def run(max_examples: int, only: set[str] | None = None, random_seed: int = 0, out=None) -> list[dict]:
     """Per mutant (stopping at the first finding): the explorer, then the model's machines."""
     results = []
-    for name, mutant in MUTANTS.items():
-        if only and name.split()[0] not in only:
-            continue
-        started = time.monotonic()
-        found = _by_explorer(name, mutant) or _by_model(name, mutant, max_examples, random_seed)
-        results.append(found or {"mutant": name, "found": False, "seconds": round(time.monotonic() - started, 1)})
+    for name in _chosen(only):
+        results.append(_one(name, max_examples, random_seed))
         _emit(results[-1], out)
     return results
+
+
+def _chosen(only: set[str] | None) -> list[str]:
+    return [name for name in MUTANTS if not only or name.split()[0] in only]
+
+
+def _one(name: str, max_examples: int, random_seed: int) -> dict:
+    started = time.monotonic()
+    mutant = MUTANTS[name]
+    found = _by_explorer(name, mutant) or _by_model(name, mutant, max_examples, random_seed)
+    return found or {"mutant": name, "found": False, "seconds": round(time.monotonic() - started, 1)}
+
+
+# The mutants the model takes longest to catch (2026-12-02), started first in parallel runs.
+SLOW_FIRST = ("3a", "2", "8", "11", "1", "7")
+
+
+def _worker_start() -> None:
+    _aws_environment()
+    mock_aws().start()  # for this worker's life: every mutant it runs shares one in-process moto
+
+
+def run_parallel(
+    max_examples: int, jobs: int, only: set[str] | None = None, random_seed: int = 0, out=None
+) -> list[dict]:
+    """The same as `run`, the mutants shared out over `jobs` worker processes (each with its own
+    in-process moto); one JSON line per mutant as each is decided. Every mutant is decided by
+    its own seeded run whichever worker takes it, so the findings are those of `run`."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    rank = {number: i for i, number in enumerate(SLOW_FIRST)}
+    names = sorted(_chosen(only), key=lambda n: rank.get(n.split()[0], len(rank)))
+    results = []
+    context = multiprocessing.get_context("spawn")  # no moto or boto3 state inherited
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_start) as pool:
+        futures = [pool.submit(_one, name, max_examples, random_seed) for name in names]
+        for future in as_completed(futures):
+            results.append(future.result())
+            _emit(results[-1], out)
+    order = list(MUTANTS)
+    return sorted(results, key=lambda r: order.index(r["mutant"]))
+
+
+def _aws_environment() -> None:
+    os.environ.update(
+        {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    )
+    os.environ.pop("AWS_ENDPOINT_URL", None)
 
 
 def _emit(line: dict, out) -> None:
@@ -408,19 +453,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated mutant numbers, e.g. 2,3b',6b")
     parser.add_argument("--seed", type=int, default=int(os.environ.get("SENDONCE_MUTANTS_SEED", "0")))
     parser.add_argument("--out", help="also write the JSON lines to this file")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (each mutant on one); 1: in this process")
     args = parser.parse_args(argv)
     only = {n.strip() for n in args.only.split(",") if n.strip()} or None
     unknown = (only or set()) - {name.split()[0] for name in MUTANTS}
     if unknown:
         parser.error(f"no such mutant: {', '.join(sorted(unknown))}")
-    os.environ.update(
-        {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-    )
-    os.environ.pop("AWS_ENDPOINT_URL", None)
+    if args.jobs < 1:
+        parser.error("--jobs: at least 1")
+    _aws_environment()
     started = time.monotonic()
     out = open(args.out, "w") if args.out else None
-    with mock_aws():
-        results = run(args.examples, only, args.seed, out)
+    if args.jobs > 1:
+        from tests.model import mutants as importable  # the workers unpickle by this name, not __main__
+
+        results = importable.run_parallel(args.examples, args.jobs, only, args.seed, out)
+    else:
+        with mock_aws():
+            results = run(args.examples, only, args.seed, out)
     missed = [r["mutant"] for r in results if r.get("found") is False]
     unattributed = [r["mutant"] for r in results if r.get("real_code_passes_that_example") is False]
     _emit(
@@ -432,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
             "missed": missed,
             "not_the_mutants_doing": unattributed,
             "seconds": round(time.monotonic() - started, 1),
+            "jobs": args.jobs,
         },
         out,
     )
