@@ -54,6 +54,7 @@ from sendonce.domain.models import Campaign, CampaignState, Content
 from sendonce.handlers import api, events
 from sendonce.settings import ApiSettings, ConsumerSettings, EventsSettings
 from sendonce.wiring import assemble_campaign_service, assemble_consumer, assemble_events, consumer_parts
+from sendonce_cdk import aggregator as aggregator_mapping
 from sendonce_client import Client
 from sendonce_client.streams import DEFAULT_STREAMS
 from sendonce_local.demo.stack import RESEND_DEMO_KEY, DeployedConsumer, ResendServerProcess, deploy_stack
@@ -68,6 +69,10 @@ from sendonce_local.write_units import PARTITION_WRITE_UNITS_PER_SECOND, WriteUn
 DEFAULT_SIZES = (1_000, 10_000, 100_000)
 SENDER_DOMAIN = "bench.example.com"
 WEBHOOKS_PER_EMAIL = 2  # the local Resend server's `email.sent` and `email.delivered`
+# The aggregator's stream mappings as deployed (sendonce_cdk/aggregator.py): records gather
+# for up to the window into batches of up to the size, so its writes per record are the stack's.
+AGGREGATOR_BATCH_SIZE = aggregator_mapping.BATCH_SIZE
+AGGREGATOR_BATCHING_WINDOW_S = aggregator_mapping.BATCHING_WINDOW.to_seconds()
 
 
 @dataclass(frozen=True)
@@ -155,7 +160,11 @@ class ScaleStack:
         )
         self.client = Client(api_server.url, session=self.session)
         self.aggregator = counters_poller(
-            self.session, ledger_table=self.deployed.ledger_table, campaigns_table=self.deployed.campaigns_table
+            self.session,
+            ledger_table=self.deployed.ledger_table,
+            campaigns_table=self.deployed.campaigns_table,
+            batch_size=AGGREGATOR_BATCH_SIZE,
+            batching_window_s=AGGREGATOR_BATCHING_WINDOW_S,
         ).start()
         # The consumer's environment as deployed, pointed at moto and the local Resend server.
         consumer_env = {**self.deployed.environment, "RESEND_API_URL": self.resend.url}

@@ -96,9 +96,14 @@ class StreamPoller:
         function_timeout_s: float = 60.0,
         interval_s: float = 0.1,
         filters: dict[str, RecordFilter] | None = None,
+        batching_window_s: float = 0.0,
     ) -> None:
         """`filters`: per stream ARN, which records reach the handler (a mapping's filter
-        criteria); the others are passed over, and the checkpoint moves past them."""
+        criteria); the others are passed over, and the checkpoint moves past them.
+        `batching_window_s`: the mapping's MaximumBatchingWindowInSeconds, as the running
+        poller approximates it: after a round that filled no batch it waits that long, so
+        that records gather into batches of the size Lambda would hand over (0: poll again
+        at once, the tests' default)."""
         if not 1 <= batch_size <= 1000:
             raise ValueError("batch_size must be 1..1000 (GetRecords' limit)")
         self._streams = streams_client
@@ -109,6 +114,8 @@ class StreamPoller:
         self._timeout_s = function_timeout_s
         self._interval_s = interval_s
         self._filters = dict(filters or {})
+        self._window_s = batching_window_s
+        self._full = False  # the last round filled a batch on some shard
         self._region = streams_client.meta.region_name
         self._checkpoints: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()  # one round at a time: a shard's batches in order
@@ -121,6 +128,7 @@ class StreamPoller:
         to a handler that returned (0: nothing new, or every handler raised)."""
         delivered = 0
         with self._lock:
+            self._full = False
             for arn in self._arns:
                 for shard in self._shards(arn):
                     delivered += self._poll_shard(arn, shard["ShardId"])
@@ -151,6 +159,7 @@ class StreamPoller:
         records = self._streams.get_records(ShardIterator=iterator, Limit=self._batch_size).get("Records", [])
         if not records:
             return 0
+        self._full = self._full or len(records) == self._batch_size
         keep = self._filters.get(arn)
         selected = [r for r in records if keep is None or keep(r)]
         if not selected:
@@ -203,6 +212,8 @@ class StreamPoller:
             try:
                 if self.poll_once() == 0:
                     self._stopping.wait(self._interval_s)
+                elif self._window_s and not self._full:
+                    self._stopping.wait(self._window_s)
             except Exception:  # moto unreachable for a moment: poll again
                 logger.warning("stream poll failed; retrying", exc_info=True)
                 self._stopping.wait(0.5)
@@ -215,7 +226,13 @@ class StreamPoller:
 
 
 def counters_poller(
-    session: Any, *, ledger_table: str, campaigns_table: str, handler: Handler | None = None, batch_size: int = 1000
+    session: Any,
+    *,
+    ledger_table: str,
+    campaigns_table: str,
+    handler: Handler | None = None,
+    batch_size: int = 1000,
+    batching_window_s: float = 0.0,
 ) -> StreamPoller:
     """The counters' aggregator as the stack maps it: the ledger's stream whole, the
     campaigns table's inserted batch records; from the streams' beginning."""
@@ -236,6 +253,7 @@ def counters_poller(
         handler=handler,
         batch_size=batch_size,
         filters={campaigns: inserted_batch_records},
+        batching_window_s=batching_window_s,
     )
 
 

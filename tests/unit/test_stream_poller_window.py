@@ -1,0 +1,89 @@
+"""The local stream poller's batching window (Lambda's MaximumBatchingWindowInSeconds, as the
+running poller approximates it): after a round that filled no batch it waits the window, so
+records gather into the batches the deployed mapping would hand the aggregator; after a full
+batch it polls again at once; without a window it never waits while records keep coming."""
+
+from __future__ import annotations
+
+from sendonce_local.stream_poller import StreamPoller
+
+ARN = "arn:aws:dynamodb:us-east-1:000000000000:table/t/stream/1"
+
+
+class FakeStreams:
+    """One shard whose GetRecords hands out the next `sizes` records, one size per round."""
+
+    meta = type("Meta", (), {"region_name": "us-east-1"})()
+
+    def __init__(self, sizes: list[int]) -> None:
+        self._sizes = list(sizes)
+        self._next = 0
+
+    def describe_stream(self, **_):
+        return {"StreamDescription": {"Shards": [{"ShardId": "shard-0"}]}}
+
+    def get_shard_iterator(self, **_):
+        return {"ShardIterator": "it"}
+
+    def get_records(self, *, ShardIterator, Limit):  # noqa: N803 - boto3's names
+        size = min(self._sizes.pop(0), Limit) if self._sizes else 0
+        records = [self._record(self._next + i) for i in range(size)]
+        self._next += size
+        return {"Records": records}
+
+    @staticmethod
+    def _record(n: int) -> dict:
+        return {
+            "eventID": str(n),
+            "eventName": "INSERT",
+            "dynamodb": {"SequenceNumber": str(n + 1), "Keys": {}, "ApproximateCreationDateTime": 0},
+        }
+
+
+class RecordedWaits:
+    """Stands in for the poller's stop event: records each wait, stops after `rounds`."""
+
+    def __init__(self, rounds: int) -> None:
+        self.waits: list[float] = []
+        self._rounds = rounds
+
+    def is_set(self) -> bool:
+        return len(self.waits) >= self._rounds
+
+    def wait(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        return self.is_set()
+
+
+def _run(sizes: list[int], window: float, rounds: int) -> tuple[list[float], list[int]]:
+    batches: list[int] = []
+    poller = StreamPoller(
+        streams_client=FakeStreams(sizes),
+        stream_arns=[ARN],
+        handler=lambda event, context: batches.append(len(event["Records"])),
+        batch_size=4,
+        interval_s=0.1,
+        batching_window_s=window,
+    )
+    waits = RecordedWaits(rounds)
+    poller._stopping = waits  # type: ignore[assignment] - the loop's only clock
+    poller._run()
+    return waits.waits, batches
+
+
+def test_after_a_batch_that_is_not_full_the_poller_waits_the_window():
+    waits, batches = _run([2, 0], window=2.0, rounds=2)
+    assert batches == [2]
+    assert waits == [2.0, 0.1]  # the window after the partial batch, then the idle interval
+
+
+def test_after_a_full_batch_it_polls_again_at_once_and_waits_only_after_the_partial_one():
+    waits, batches = _run([4, 4, 1, 0], window=2.0, rounds=2)
+    assert batches == [4, 4, 1]
+    assert waits == [2.0, 0.1]
+
+
+def test_without_a_window_it_never_waits_while_records_keep_coming():
+    waits, batches = _run([2, 1, 0], window=0.0, rounds=1)
+    assert batches == [2, 1]
+    assert waits == [0.1]
