@@ -30,6 +30,7 @@ import argparse
 import functools
 import json
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -232,7 +233,7 @@ class ScaleStack:
         self.requests.reset()
         self.key_rates.reset()
 
-    def phase_figures(self, recipients: int, seconds: float) -> dict[str, Any]:
+    def phase_figures(self, recipients: int, seconds: float, campaign_id: str = "") -> dict[str, Any]:
         roles = self.table_roles()
         hottest: dict[str, Any] = {}
         for table, role in roles.items():
@@ -262,6 +263,12 @@ class ScaleStack:
                 role: round(self.accountant.total(table) / recipients, 3) for table, role in roles.items()
             },
             "hottest": hottest,
+            # Where the units went: per kind of key (the campaign id, shard numbers and
+            # hashes generalized), the largest first.
+            "write_units_per_recipient_by_key_kind": {
+                role: key_kinds(self.accountant.hottest(table, 1_000_000), recipients, campaign_id)
+                for table, role in roles.items()
+            },
             "partition_write_units_per_s": PARTITION_WRITE_UNITS_PER_SECOND,
         }
 
@@ -295,6 +302,22 @@ def recipients_of(campaign_id: str, size: int) -> Iterator[dict[str, Any]]:
         }
 
 
+def key_kind(partition: str, campaign_id: str) -> str:
+    """`campaign#scale1000#sent#3` -> `campaign#<id>#sent#<k>`; hashes -> `<h>`."""
+    kind = partition.replace(campaign_id, "<id>") if campaign_id else partition
+    kind = re.sub(r"[0-9a-f]{16,}", "<h>", kind)
+    return re.sub(r"\d+", "<k>", kind)
+
+
+def key_kinds(figures: list[Any], recipients: int, campaign_id: str, most: int = 12) -> dict[str, float]:
+    units: dict[str, int] = {}
+    for figure in figures:
+        kind = key_kind(figure.partition, campaign_id)
+        units[kind] = units.get(kind, 0) + figure.units
+    ranked = sorted(units.items(), key=lambda item: -item[1])[:most]
+    return {kind: round(n / recipients, 4) for kind, n in ranked}
+
+
 def run_campaign(stack: ScaleStack, size: int, say: Callable[[str], None]) -> dict[str, Any]:
     campaign_id = f"scale{size}"
     stack.operator.create(
@@ -317,7 +340,7 @@ def run_campaign(stack: ScaleStack, size: int, say: Callable[[str], None]) -> di
     started = time.monotonic()
     summary = stack.client.publish(campaign_id, recipients_of(campaign_id, size), streams=stack.config.streams)
     result["publish"] = {
-        **stack.phase_figures(size, time.monotonic() - started),
+        **stack.phase_figures(size, time.monotonic() - started, campaign_id),
         "requests": summary.requests,
         "batches": summary.batches_new,
     }
@@ -363,7 +386,7 @@ def run_campaign(stack: ScaleStack, size: int, say: Callable[[str], None]) -> di
     ended = time.monotonic()
     send_s = (sent_at or ended) - started
     result["send"] = {
-        **stack.phase_figures(size, send_s),
+        **stack.phase_figures(size, send_s, campaign_id),
         "completed": completed_at is not None,
         "completed_after_s": round(completed_at - started, 1) if completed_at else None,
         "with_events_and_aggregator_s": round(ended - started, 1),
