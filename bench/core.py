@@ -148,6 +148,12 @@ def run_benchmark(
     return result
 
 
+def _all_but_the_last(phase: Phase) -> list[float]:
+    """A one-poller phase's invocation times in the order handled, without the last message's
+    (the one that checks the campaign's completion)."""
+    return phase.handler_seconds[:-1] or phase.handler_seconds
+
+
 def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]) -> dict[str, Any]:
     n, latency = config.recipients, config.mean_latency_s
     phases: dict[str, Any] = {}
@@ -160,7 +166,10 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
     size = config.message_size
     sequential_s = size * latency
     message: dict[str, Phase] = {}
-    samples = config.message_samples * size
+    # One message more than the samples: a campaign's last message also checks completion (for
+    # these uncounted campaigns a full read of the ledger, 256 shard Queries: seconds on moto,
+    # once per campaign), which is not the unit of work measured; its time is left out.
+    samples = (config.message_samples + 1) * size
     for label, mode in (("single", "single"), ("batch_mode", "batch"), ("baseline", "single")):
         campaign = stack.publish(f"msg-{label[:5]}", samples, mode=mode)
         if label == "baseline":
@@ -171,9 +180,10 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
         message[label] = phase
         phases[f"message_{label}"] = {
             **phase.summary(),
-            "median_message_s": round(statistics.median(phase.handler_seconds), 3),
+            "median_message_s": round(statistics.median(_all_but_the_last(phase)), 3),
+            "last_message_s": round(phase.handler_seconds[-1], 3),
         }
-    message_s = {k: statistics.median(p.handler_seconds) for k, p in message.items()}
+    message_s = {k: statistics.median(_all_but_the_last(p)) for k, p in message.items()}
 
     # Unthrottled: the provider answers as fast as its latency allows.
     progress("unthrottled")
