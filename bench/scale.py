@@ -266,7 +266,7 @@ class ScaleStack:
             # Where the units went: per kind of key (the campaign id, shard numbers and
             # hashes generalized), the largest first.
             "write_units_per_recipient_by_key_kind": {
-                role: key_kinds(self.accountant.hottest(table, 1_000_000), recipients, campaign_id)
+                role: key_kinds(self.accountant.hottest(table, None), recipients, campaign_id)
                 for table, role in roles.items()
             },
             "partition_write_units_per_s": PARTITION_WRITE_UNITS_PER_SECOND,

@@ -116,7 +116,8 @@ class WriteUnitAccountant:
 
     # --- reading -----------------------------------------------------------------------
 
-    def hottest(self, table: str | None = None, n: int = 5) -> list[KeyFigure]:
+    def hottest(self, table: str | None = None, n: int | None = 5) -> list[KeyFigure]:
+        """The `n` keys that took the most units, the most first (None: every key)."""
         with self._lock:
             ranked = sorted(
                 ((k, u) for k, u in self.units.items() if table is None or k[0] == table), key=lambda x: -x[1]

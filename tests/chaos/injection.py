@@ -16,6 +16,9 @@ from sendonce.handlers import consumer
 from sendonce.settings import ConsumerSettings
 from sendonce.wiring import assemble_consumer, consumer_parts
 
+# Per operation, which of its calls fail: their numbers (1-based), or a predicate on the number.
+ChosenCalls = dict[str, set[int] | Callable[[int], bool]]
+
 
 class FailingCalls:
     """Fails calls number `calls[operation]` (1-based, counted per operation) of `service`
@@ -24,7 +27,7 @@ class FailingCalls:
     first. Register it before the session's clients exist: they inherit it."""
 
     def __init__(self, session: boto3.session.Session, service: str,
-                 calls: dict[str, set[int] | Callable[[int], bool]], *, code: str, message: str,
+                 calls: ChosenCalls, *, code: str, message: str,
                  status: int = 400) -> None:  # fmt: skip
         self._calls = calls
         self._error = {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}
@@ -45,7 +48,7 @@ class FailingCalls:
         raise ClientError(self._error, model.name)
 
 
-def ledger_throttle(session: boto3.session.Session, calls: dict[str, set[int] | Callable[[int], bool]]) -> FailingCalls:
+def ledger_throttle(session: boto3.session.Session, calls: ChosenCalls) -> FailingCalls:
     return FailingCalls(
         session, "dynamodb", calls, code="ProvisionedThroughputExceededException",
         message="The level of configured provisioned throughput for the table was exceeded.",

@@ -4,18 +4,16 @@ session fail with ProvisionedThroughputExceededException, raised before botocore
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import boto3
 import pytest
 
 from sendonce.domain.models import DeliveryState
-from tests.chaos.injection import consumer_on, ledger_throttle
+from tests.chaos.injection import ChosenCalls, consumer_on, ledger_throttle
 
 pytestmark = pytest.mark.chaos
 
 
-def throttled_consumer(system, calls: dict[str, set[int] | Callable[[int], bool]], **env: str):
+def throttled_consumer(system, calls: ChosenCalls, **env: str):
     session = boto3.session.Session()
     throttle = ledger_throttle(session, calls)
     return consumer_on(system, session, **env), throttle
