@@ -216,18 +216,22 @@ class CounterAggregator:
         """Complete a sending campaign whose counters are caught up and say every published
         recipient ended, when no batch is open (the consumer's hint: a resume that reopened
         recipients holds it above zero until their messages settle, while the counters may
-        still show them ended) and no publish lease is live."""
-        totals = self._counters.totals(campaign_id)
-        if totals is None or not totals.caught_up:
-            return None
-        counts = state_counts(totals.counts)
-        if not counts.total or counts.pending or counts.claimed or counts.in_flight or counts.dead_lettered:
-            return None
+        still show them ended) and no publish lease is live.
+
+        The campaign item first (one read): while any batch is open, which is all of a
+        campaign's sending but its end, the counters (a read per counter key) are not read.
+        The completing write is conditional either way."""
         try:
             campaign = self._campaigns.get(campaign_id)
         except CampaignNotFoundError:
             return None
         if campaign.state is not CampaignState.SENDING or campaign.open_batches > 0:
+            return None
+        totals = self._counters.totals(campaign_id)
+        if totals is None or not totals.caught_up:
+            return None
+        counts = state_counts(totals.counts)
+        if not counts.total or counts.pending or counts.claimed or counts.in_flight or counts.dead_lettered:
             return None
         return complete(self._campaigns, campaign_id, unknown=counts.unknown, now_ms=self._clock_ms())
 
