@@ -56,8 +56,8 @@ settings.register_profile(
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-# The deep profile asks 320 examples of each machine, as two halves of 160 (below): `make
-# verify` shares six pieces between its two workers, not three pieces of unequal length.
+# The deep profile asks 320 examples of each machine, as DEEP_HALVES parts of 320 / DEEP_HALVES
+# (below): `make verify` shares six pieces between its two workers, not three pieces of unequal length.
 DEEP_HALVES = 2
 settings.register_profile(
     "deep",
@@ -712,11 +712,12 @@ for machine in MACHINES:
 TestResendSingle = ResendSingle.TestCase
 TestResendBatch = ResendBatch.TestCase
 TestSesSingle = SesSingle.TestCase
-if PROFILE == "deep":  # each machine's second half: the same rules, examples of its own (not derandomized)
+if PROFILE == "deep":  # each machine's other parts: the same rules, examples of their own (not derandomized)
     for machine in MACHINES:
-        half = type(f"{machine.__name__}SecondHalf", (machine,), {})
-        half.TestCase.settings = settings.get_profile(PROFILE)
-        globals()[f"Test{half.__name__}"] = half.TestCase
+        for part in range(2, DEEP_HALVES + 1):
+            piece = type(f"{machine.__name__}Part{part}", (machine,), {})
+            piece.TestCase.settings = settings.get_profile(PROFILE)
+            globals()[f"Test{piece.__name__}"] = piece.TestCase
 
 
 def test_a_last_receive_that_dies_before_writing_leaves_its_recipients_to_the_dlq_and_redrive_sends_them():
