@@ -138,12 +138,15 @@ def run_benchmark(
     config: BenchConfig = QUICK,
     *,
     moto_endpoint: str | None = None,
+    speed_patches: bool = False,
     progress: Callable[[str], None] = lambda message: None,
 ) -> dict[str, Any]:
     began = time.monotonic()
     # The consumer's per-message INFO line is what Lambda would log; here it is noise.
-    with patched_environ({"POWERTOOLS_LOG_LEVEL": "WARNING"}), LocalStack(config, moto_endpoint=moto_endpoint) as stack:
+    stack = LocalStack(config, moto_endpoint=moto_endpoint, speed_patches=speed_patches)
+    with patched_environ({"POWERTOOLS_LOG_LEVEL": "WARNING"}), stack:
         result = _run(stack, config, progress)
+    result["moto_speed_patches"] = speed_patches and not moto_endpoint
     result["elapsed_s"] = round(time.monotonic() - began, 1)
     return result
 

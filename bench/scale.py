@@ -27,270 +27,26 @@ reason. Progress goes to stderr; stdout holds the JSON, also written to `--out`.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
-import os
-import re
 import sys
-import tempfile
-import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import boto3
-
 from bench.core import machine
 from bench.run import stdout_to_devnull
-from bench.scale_figures import KeyRates, extrapolate, status_ratio
-from bench.status_bytes import ResponseBytes, compare_status_reads
-from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
-from sendonce.adapters.dynamodb.counters import DynamoDBCounters
-from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
-from sendonce.adapters.dynamodb.ledger_keys import CampaignShards
-from sendonce.domain.models import Campaign, CampaignState, Content
-from sendonce.handlers import api, events
-from sendonce.settings import ApiSettings, ConsumerSettings, EventsSettings
-from sendonce.wiring import assemble_campaign_service, assemble_consumer, assemble_events, consumer_parts
-from sendonce_cdk import aggregator as aggregator_mapping
-from sendonce_client import Client
+from bench.scale_figures import extrapolate, status_ratio
+from bench.scale_stack import (
+    DEFAULT_SIZES,
+    SENDER_DOMAIN,
+    WEBHOOKS_PER_EMAIL,
+    ScaleConfig,
+    ScaleStack,
+    bench_campaign,
+)
+from sendonce.domain.models import CampaignState
 from sendonce_client.streams import DEFAULT_STREAMS
-from sendonce_local.demo.stack import RESEND_DEMO_KEY, DeployedConsumer, ResendServerProcess, deploy_stack
-from sendonce_local.http_api import LocalHttpApi
-from sendonce_local.moto_server import DemoMotoServer, aws_env
-from sendonce_local.poller import EventSourcePoller, import_handler
-from sendonce_local.request_counter import RequestCounter
-from sendonce_local.resend_server import new_webhook_secret
-from sendonce_local.stream_poller import StreamPoller, counters_poller
-from sendonce_local.write_units import PARTITION_WRITE_UNITS_PER_SECOND, WriteUnitAccountant
-
-DEFAULT_SIZES = (1_000, 10_000, 100_000)
-SENDER_DOMAIN = "bench.example.com"
-WEBHOOKS_PER_EMAIL = 2  # the local Resend server's `email.sent` and `email.delivered`
-# The aggregator's stream mappings as deployed (sendonce_cdk/aggregator.py): records gather
-# for up to the window into batches of up to the size, so its writes per record are the stack's.
-AGGREGATOR_BATCH_SIZE = aggregator_mapping.BATCH_SIZE
-AGGREGATOR_BATCHING_WINDOW_S = aggregator_mapping.BATCHING_WINDOW.to_seconds()
-
-
-@dataclass(frozen=True)
-class ScaleConfig:
-    sizes: tuple[int, ...] = DEFAULT_SIZES
-    streams: int = DEFAULT_STREAMS
-    consumers: int | None = None  # None: the mapping's MaximumConcurrency
-    next_under_minutes: float = 10.0
-    phase_timeout_s: float = 4 * 3600.0
-    # How long to wait, once every email is accepted and the campaign completed, for the rest
-    # of its webhooks: locally the events function runs one invocation at a time (~5/s here).
-    webhook_wait_s: float = 600.0
-    log_dir: Path | None = None
-
-
-class ScaleStack:
-    """moto with the deployed stack, the local Resend server, and the stack's functions in
-    this process on one hooked session."""
-
-    def __init__(self, config: ScaleConfig, say: Callable[[str], None]):
-        self.config = config
-        self.say = say
-        self.log_dir = config.log_dir or Path(tempfile.mkdtemp(prefix="sendonce-bench-scale-"))
-        self.moto = DemoMotoServer()
-        self.resend = ResendServerProcess(self.log_dir)
-        self.apis: list[LocalHttpApi] = []
-        self.aggregator: StreamPoller | None = None
-        self.consumers: list[EventSourcePoller] = []
-        self.webhooks = 0
-        self._webhooks_lock = threading.Lock()
-
-    def start(self) -> ScaleStack:
-        self.moto.start()
-        self.resend.start()
-        os.environ.update(aws_env(self.moto.endpoint))
-        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
-            os.environ.pop(name, None)
-        self.say(f"deploying the CDK app into moto ({self.moto.endpoint})")
-        started = time.monotonic()
-        outputs = deploy_stack(self.moto.endpoint, context={"provider": "resend", "sender_domain": SENDER_DOMAIN})
-        self.deploy_s = time.monotonic() - started
-        plain = boto3.session.Session()
-        self.deployed = DeployedConsumer.read(plain, outputs)
-        self.outputs = outputs
-        functions = {
-            f["Handler"]: f.get("Environment", {}).get("Variables", {})
-            for f in plain.client("lambda").list_functions()["Functions"]
-        }
-        secrets = plain.client("secretsmanager")
-        secrets.create_secret(
-            Name=self.deployed.environment["SENDONCE_RESEND_API_KEY_SECRET"], SecretString=RESEND_DEMO_KEY
-        )
-        events_env = functions["sendonce.handlers.events.lambda_handler"]
-        webhook_secret = new_webhook_secret()
-        secrets.create_secret(Name=events_env["SENDONCE_RESEND_WEBHOOK_SECRET"], SecretString=webhook_secret)
-        plain.client("sesv2").create_email_identity(EmailIdentity=SENDER_DOMAIN)
-
-        # Every DynamoDB client of the run comes from this session: the accountant and the
-        # request counter see them all (publisher, consumers, events function, aggregator).
-        self.session = boto3.session.Session()
-        self.accountant = WriteUnitAccountant(plain.client("dynamodb"))
-        self.accountant.attach(self.session)
-        self.requests = RequestCounter(self.session)
-        self.key_rates = KeyRates(self.accountant).start()
-
-        api_settings = ApiSettings.from_env(functions["sendonce.handlers.api.lambda_handler"])
-        self.operator = assemble_campaign_service(api_settings, "sendonce bench-scale", session=self.session)
-        api_server = LocalHttpApi(
-            functools.partial(api.lambda_handler, service=self.operator),
-            caller_arn="arn:aws:iam::123456789012:user/bench",
-            function_name="sendonce-api",
-        ).start()
-        events_service = assemble_events(EventsSettings.from_env(events_env), self.session)
-
-        def count_webhook(event: dict[str, Any], context: Any) -> Any:
-            with self._webhooks_lock:
-                self.webhooks += 1
-            return events.lambda_handler(event, context, service=events_service)
-
-        events_server = LocalHttpApi(count_webhook, function_name="sendonce-events").start()
-        self.apis = [api_server, events_server]
-        _post_json(
-            self.resend.url + "/_local/faults",
-            {"webhook_url": events_server.url + "/webhooks/resend", "webhook_secret": webhook_secret},
-        )
-        self.client = Client(api_server.url, session=self.session)
-        self.aggregator = counters_poller(
-            self.session,
-            ledger_table=self.deployed.ledger_table,
-            campaigns_table=self.deployed.campaigns_table,
-            batch_size=AGGREGATOR_BATCH_SIZE,
-            batching_window_s=AGGREGATOR_BATCHING_WINDOW_S,
-        ).start()
-        # The consumer's environment as deployed, pointed at moto and the local Resend server.
-        consumer_env = {**self.deployed.environment, "RESEND_API_URL": self.resend.url}
-        os.environ.update(consumer_env)
-        self.consumer_settings = ConsumerSettings.from_env(os.environ)
-        self.say(
-            f"stack deployed in {self.deploy_s:.0f} s; consumer: batch size {self.deployed.batch_size}, "
-            f"{self.consumer_count} concurrent, {self.deployed.environment.get('SENDONCE_RESEND_REQUESTS_PER_SECOND')} "
-            "Resend requests/s (shared limiter), suppressions and provider events on"
-        )
-        return self
-
-    def webhook_count(self) -> int:
-        with self._webhooks_lock:
-            return self.webhooks
-
-    @property
-    def consumer_count(self) -> int:
-        return self.config.consumers or self.deployed.max_concurrency
-
-    def start_consumers(self) -> None:
-        handler = import_handler(self.deployed.poller_handler)
-        sqs = self.session.client("sqs")
-        for n in range(self.consumer_count):
-            # One runtime per execution environment, as Lambda builds one per sandbox.
-            runtime = assemble_consumer(self.consumer_settings, consumer_parts(self.consumer_settings, self.session))
-            poller = EventSourcePoller(
-                sqs_client=sqs,
-                queue_url=self.deployed.queue_url,
-                handler=functools.partial(handler, runtime=runtime),
-                function_name=f"{self.deployed.function_name}-{n}",
-                batch_size=self.deployed.batch_size,
-                function_timeout_s=self.deployed.timeout_s,
-                max_concurrency=1,
-            )
-            self.consumers.append(poller.start())
-
-    def stop_consumers(self) -> None:
-        for poller in self.consumers:
-            poller.stop()
-        self.consumers.clear()
-
-    def stop(self) -> None:
-        self.stop_consumers()
-        if self.aggregator is not None:
-            self.aggregator.stop()
-        for server in self.apis:
-            server.stop()
-        if hasattr(self, "key_rates"):
-            self.key_rates.stop()
-        self.resend.stop()
-        self.moto.stop()
-
-    # --- figures -------------------------------------------------------------------------
-
-    def table_roles(self) -> dict[str, str]:
-        return {
-            self.deployed.ledger_table: "ledger",
-            self.deployed.campaigns_table: "campaigns",
-            self.outputs.get("SuppressionsTableName", ""): "suppressions",
-        }
-
-    def reset_phase(self) -> None:
-        self.accountant.reset()
-        self.requests.reset()
-        self.key_rates.reset()
-
-    def phase_figures(self, recipients: int, seconds: float, campaign_id: str = "") -> dict[str, Any]:
-        roles = self.table_roles()
-        hottest: dict[str, Any] = {}
-        for table, role in roles.items():
-            [top] = self.accountant.hottest(table, 1) or [None]
-            if top is None:
-                continue
-            peak_key, peak = max(
-                ((key, units) for key, units in self.key_rates.peak.items() if key[0] == table),
-                key=lambda item: item[1],
-                default=((table, ""), 0),
-            )
-            hottest[role] = {
-                "key": top.partition,
-                "write_units_per_recipient": round(top.per_recipient(recipients), 4),
-                "ceiling_recipients_per_s": round(top.ceiling(recipients)),
-                "peak_key": peak_key[1],
-                "peak_write_units_per_s": peak,
-                # The next ones too: which kinds of key come close to the hottest.
-                "top": {f.partition: round(f.per_recipient(recipients), 4) for f in self.accountant.hottest(table, 6)},
-            }
-        return {
-            "seconds": round(seconds, 1),
-            "recipients_per_s": round(recipients / seconds, 1) if seconds else None,
-            "dynamodb_requests_per_recipient": round(self.requests.total("dynamodb") / recipients, 3),
-            "write_units_per_recipient": round(self.accountant.total() / recipients, 3),
-            "write_units_per_recipient_by_table": {
-                role: round(self.accountant.total(table) / recipients, 3) for table, role in roles.items()
-            },
-            "hottest": hottest,
-            # Where the units went: per kind of key (the campaign id, shard numbers and
-            # hashes generalized), the largest first.
-            "write_units_per_recipient_by_key_kind": {
-                role: key_kinds(self.accountant.hottest(table, None), recipients, campaign_id)
-                for table, role in roles.items()
-            },
-            "partition_write_units_per_s": PARTITION_WRITE_UNITS_PER_SECOND,
-        }
-
-    def status_figures(self, campaign_id: str) -> dict[str, Any]:
-        reader = boto3.session.Session()  # not hooked: the status read's own requests and bytes
-        meter = ResponseBytes(reader)
-        dynamodb = reader.client("dynamodb")
-        campaigns = DynamoDBCampaignStore(client=dynamodb, table_name=self.deployed.campaigns_table)
-        ledger = DynamoDBLedger(
-            client=dynamodb, table_name=self.deployed.ledger_table, shards_of=CampaignShards(campaigns.get)
-        )
-        counters = DynamoDBCounters(client=dynamodb, table_name=self.deployed.campaigns_table)
-        figures, _ = compare_status_reads(campaigns, ledger, counters, campaign_id, meter)
-        return figures
-
-
-def _post_json(url: str, body: dict[str, Any]) -> None:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), method="POST", headers={"content-type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        response.read()
 
 
 def recipients_of(campaign_id: str, size: int) -> Iterator[dict[str, Any]]:
@@ -302,37 +58,21 @@ def recipients_of(campaign_id: str, size: int) -> Iterator[dict[str, Any]]:
         }
 
 
-def key_kind(partition: str, campaign_id: str) -> str:
-    """`campaign#scale1000#sent#3` -> `campaign#<id>#sent#<k>`; hashes -> `<h>`."""
-    kind = partition.replace(campaign_id, "<id>") if campaign_id else partition
-    kind = re.sub(r"[0-9a-f]{16,}", "<h>", kind)
-    return re.sub(r"\d+", "<k>", kind)
-
-
-def key_kinds(figures: list[Any], recipients: int, campaign_id: str, most: int = 12) -> dict[str, float]:
-    units: dict[str, int] = {}
-    for figure in figures:
-        kind = key_kind(figure.partition, campaign_id)
-        units[kind] = units.get(kind, 0) + figure.units
-    ranked = sorted(units.items(), key=lambda item: -item[1])[:most]
-    return {kind: round(n / recipients, 4) for kind, n in ranked}
-
-
 def run_campaign(stack: ScaleStack, size: int, say: Callable[[str], None]) -> dict[str, Any]:
     campaign_id = f"scale{size}"
-    stack.operator.create(
-        Campaign(
-            campaign_id=campaign_id,
-            name=f"bench-scale {size:,}",
-            provider="resend",
-            delivery_mode="batch",
-            sender=f"news@{SENDER_DOMAIN}",
-            content=Content(subject="Hello {{ name }}", html="<p>Hi {{ name }}</p>", text="Hi {{ name }}"),
-        )
-    )
+    stack.operator.create(bench_campaign(campaign_id, f"bench-scale {size:,}"))
     accepted_before = stack.resend.stats()["emails_accepted"]
     webhooks_before = stack.webhook_count()
-    result: dict[str, Any] = {"recipients": size, "campaign_id": campaign_id}
+    with_events = stack.config.events_up_to is None or size <= stack.config.events_up_to
+    stack.events_on(with_events)
+    expected_webhooks = WEBHOOKS_PER_EMAIL * size if with_events else 0
+    result: dict[str, Any] = {"recipients": size, "campaign_id": campaign_id, "provider_events": with_events}
+    if not with_events:
+        result["provider_events_off_because"] = (
+            f"over --events-up-to {stack.config.events_up_to:,}: the events function takes ~25 webhooks/s here, "
+            f"{WEBHOOKS_PER_EMAIL * size:,} webhooks would take "
+            f"{WEBHOOKS_PER_EMAIL * size / 25 / 3600:.1f} h"
+        )
 
     # Published, with no consumer running: the publish's own writes.
     stack.reset_phase()
@@ -369,7 +109,7 @@ def run_campaign(stack: ScaleStack, size: int, say: Callable[[str], None]) -> di
         if sent_at and completed_at:
             done_at = max(sent_at, completed_at)
             if (
-                webhooks >= WEBHOOKS_PER_EMAIL * size
+                webhooks >= expected_webhooks
                 or now - webhooks_changed > 60
                 or now - done_at > stack.config.webhook_wait_s
             ):
@@ -391,7 +131,7 @@ def run_campaign(stack: ScaleStack, size: int, say: Callable[[str], None]) -> di
         "completed_after_s": round(completed_at - started, 1) if completed_at else None,
         "with_events_and_aggregator_s": round(ended - started, 1),
         "webhooks": stack.webhook_count() - webhooks_before,
-        "webhooks_expected": WEBHOOKS_PER_EMAIL * size,
+        "webhooks_expected": expected_webhooks,
     }
     # Duplicates and missing at the provider: emails accepted per address of this campaign.
     deliveries = {a: n for a, n in stack.resend.deliveries().items() if a.endswith(f"@{campaign_id}.{SENDER_DOMAIN}")}
@@ -465,6 +205,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--webhook-wait", type=float, default=600.0, help="seconds to wait for the rest of a campaign's webhooks"
     )
+    parser.add_argument(
+        "--events-up-to",
+        type=int,
+        default=None,
+        help="campaigns larger than this run without provider events (default: all with events)",
+    )
+    parser.add_argument(
+        "--capture-stream", type=Path, default=None, help="write the aggregator's stream records here (JSON lines)"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-scale.json"))
     args = parser.parse_args(argv)
     try:
@@ -479,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         consumers=args.consumers,
         next_under_minutes=args.next_under_minutes,
         webhook_wait_s=args.webhook_wait,
+        events_up_to=args.events_up_to,
+        capture_stream=args.capture_stream,
     )
 
     def say(message: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
 from typing import Any
@@ -79,3 +80,19 @@ def status_ratio(measured: list[dict[str, Any]]) -> dict[str, Any] | None:
             last["status"]["full_read"]["bytes"] / max(1, first["status"]["full_read"]["bytes"]), 2
         ),
     }
+
+
+def key_kind(partition: str, campaign_id: str) -> str:
+    """`campaign#scale1000#sent#3` -> `campaign#<id>#sent#<k>`; hashes -> `<h>`."""
+    kind = partition.replace(campaign_id, "<id>") if campaign_id else partition
+    kind = re.sub(r"[0-9a-f]{16,}", "<h>", kind)
+    return re.sub(r"\d+", "<k>", kind)
+
+
+def key_kinds(figures: list[Any], recipients: int, campaign_id: str, most: int = 12) -> dict[str, float]:
+    units: dict[str, int] = {}
+    for figure in figures:
+        kind = key_kind(figure.partition, campaign_id)
+        units[kind] = units.get(kind, 0) + figure.units
+    ranked = sorted(units.items(), key=lambda item: -item[1])[:most]
+    return {kind: round(n / recipients, 4) for kind, n in ranked}

@@ -140,9 +140,12 @@ class LocalStack:
     """moto + local Resend, the environment pointed at them; fresh queues and tables for
     every campaign, so no phase runs against another's items or queue depth."""
 
-    def __init__(self, config: BenchConfig, *, moto_endpoint: str | None = None):
+    def __init__(self, config: BenchConfig, *, moto_endpoint: str | None = None, speed_patches: bool = False):
+        """`speed_patches`: start the demo's moto (moto_patches.SPEED_PATCHES: stock moto spends
+        ~40 ms of CPU per item of a transaction, which real DynamoDB does not)."""
         self.config = config
         self._moto_endpoint = moto_endpoint
+        self._speed_patches = speed_patches
         self._exit = contextlib.ExitStack()
 
     def __enter__(self) -> LocalStack:
@@ -152,7 +155,7 @@ class LocalStack:
             if self._moto_endpoint:
                 self.moto_endpoint, self.moto_patched = self._moto_endpoint, False
             else:
-                moto = MotoServer().start()  # its bootstrap carries the DynamoDB patch
+                moto = MotoServer(speed_patches=self._speed_patches).start()  # its bootstrap carries the patches
                 self._exit.callback(moto.stop)
                 self.moto_endpoint, self.moto_patched = moto.endpoint, True
             self._exit.enter_context(patched_environ(aws_env(self.moto_endpoint)))

@@ -1,0 +1,312 @@
+"""bench-scale's stack: moto with the deployed CDK app, the local Resend server, and the
+stack's functions in one process on one hooked session (bench/scale.py says why)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from bench.scale_figures import KeyRates, key_kinds
+from bench.status_bytes import ResponseBytes, compare_status_reads
+from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+from sendonce.adapters.dynamodb.counters import DynamoDBCounters
+from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
+from sendonce.adapters.dynamodb.ledger_keys import CampaignShards
+from sendonce.domain.models import Campaign, Content
+from sendonce.handlers import aggregator, api, events
+from sendonce.settings import AggregatorSettings, ApiSettings, ConsumerSettings, EventsSettings
+from sendonce.wiring import (
+    assemble_aggregator,
+    assemble_campaign_service,
+    assemble_consumer,
+    assemble_events,
+    consumer_parts,
+)
+from sendonce_cdk import aggregator as aggregator_mapping
+from sendonce_client import Client
+from sendonce_client.streams import DEFAULT_STREAMS
+from sendonce_local.demo.stack import RESEND_DEMO_KEY, DeployedConsumer, ResendServerProcess, deploy_stack
+from sendonce_local.http_api import LocalHttpApi
+from sendonce_local.moto_server import DemoMotoServer, aws_env
+from sendonce_local.poller import EventSourcePoller, import_handler
+from sendonce_local.request_counter import RequestCounter
+from sendonce_local.resend_server import new_webhook_secret
+from sendonce_local.stream_poller import StreamPoller, counters_poller
+from sendonce_local.write_units import PARTITION_WRITE_UNITS_PER_SECOND, WriteUnitAccountant
+
+DEFAULT_SIZES = (1_000, 10_000, 100_000)
+SENDER_DOMAIN = "bench.example.com"
+WEBHOOKS_PER_EMAIL = 2  # the local Resend server's `email.sent` and `email.delivered`
+# The aggregator's stream mappings as deployed (sendonce_cdk/aggregator.py): records gather
+# for up to the window into batches of up to the size, so its writes per record are the stack's.
+AGGREGATOR_BATCH_SIZE = aggregator_mapping.BATCH_SIZE
+AGGREGATOR_BATCHING_WINDOW_S = aggregator_mapping.BATCHING_WINDOW.to_seconds()
+
+
+def bench_campaign(campaign_id: str, name: str) -> Campaign:
+    """The campaign every bench-scale size sends (and bench.stream_replay creates again)."""
+    return Campaign(
+        campaign_id=campaign_id,
+        name=name,
+        provider="resend",
+        delivery_mode="batch",
+        sender=f"news@{SENDER_DOMAIN}",
+        content=Content(subject="Hello {{ name }}", html="<p>Hi {{ name }}</p>", text="Hi {{ name }}"),
+    )
+
+
+@dataclass(frozen=True)
+class ScaleConfig:
+    sizes: tuple[int, ...] = DEFAULT_SIZES
+    streams: int = DEFAULT_STREAMS
+    consumers: int | None = None  # None: the mapping's MaximumConcurrency
+    next_under_minutes: float = 10.0
+    phase_timeout_s: float = 4 * 3600.0
+    # How long to wait, once every email is accepted and the campaign completed, for the rest
+    # of its webhooks: locally the events function runs one invocation at a time (~5/s here).
+    webhook_wait_s: float = 600.0
+    # Campaigns larger than this run without provider events: the events function takes
+    # ~25 webhooks/s here (one local process), so 100,000 recipients' 200,000 webhooks would
+    # take over 2 hours. None: every campaign with events.
+    events_up_to: int | None = None
+    # Every stream record the aggregator is handed, one JSON line each (Lambda's record shape),
+    # for `python -m bench.stream_replay`.
+    capture_stream: Path | None = None
+    log_dir: Path | None = None
+
+
+class ScaleStack:
+    """moto with the deployed stack, the local Resend server, and the stack's functions in
+    this process on one hooked session."""
+
+    def __init__(self, config: ScaleConfig, say: Callable[[str], None]):
+        self.config = config
+        self.say = say
+        self.log_dir = config.log_dir or Path(tempfile.mkdtemp(prefix="sendonce-bench-scale-"))
+        self.moto = DemoMotoServer()
+        self.resend = ResendServerProcess(self.log_dir)
+        self.apis: list[LocalHttpApi] = []
+        self.aggregator: StreamPoller | None = None
+        self.consumers: list[EventSourcePoller] = []
+        self.webhooks = 0
+        self._webhooks_lock = threading.Lock()
+
+    def start(self) -> ScaleStack:
+        self.moto.start()
+        self.resend.start()
+        os.environ.update(aws_env(self.moto.endpoint))
+        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+            os.environ.pop(name, None)
+        self.say(f"deploying the CDK app into moto ({self.moto.endpoint})")
+        started = time.monotonic()
+        outputs = deploy_stack(self.moto.endpoint, context={"provider": "resend", "sender_domain": SENDER_DOMAIN})
+        self.deploy_s = time.monotonic() - started
+        plain = boto3.session.Session()
+        self.deployed = DeployedConsumer.read(plain, outputs)
+        self.outputs = outputs
+        functions = {
+            f["Handler"]: f.get("Environment", {}).get("Variables", {})
+            for f in plain.client("lambda").list_functions()["Functions"]
+        }
+        secrets = plain.client("secretsmanager")
+        secrets.create_secret(
+            Name=self.deployed.environment["SENDONCE_RESEND_API_KEY_SECRET"], SecretString=RESEND_DEMO_KEY
+        )
+        events_env = functions["sendonce.handlers.events.lambda_handler"]
+        webhook_secret = new_webhook_secret()
+        secrets.create_secret(Name=events_env["SENDONCE_RESEND_WEBHOOK_SECRET"], SecretString=webhook_secret)
+        plain.client("sesv2").create_email_identity(EmailIdentity=SENDER_DOMAIN)
+
+        # Every DynamoDB client of the run comes from this session: the accountant and the
+        # request counter see them all (publisher, consumers, events function, aggregator).
+        self.session = boto3.session.Session()
+        self.accountant = WriteUnitAccountant(plain.client("dynamodb"))
+        self.accountant.attach(self.session)
+        self.requests = RequestCounter(self.session)
+        self.key_rates = KeyRates(self.accountant).start()
+
+        api_settings = ApiSettings.from_env(functions["sendonce.handlers.api.lambda_handler"])
+        self.operator = assemble_campaign_service(api_settings, "sendonce bench-scale", session=self.session)
+        api_server = LocalHttpApi(
+            functools.partial(api.lambda_handler, service=self.operator),
+            caller_arn="arn:aws:iam::123456789012:user/bench",
+            function_name="sendonce-api",
+        ).start()
+        events_service = assemble_events(EventsSettings.from_env(events_env), self.session)
+
+        def count_webhook(event: dict[str, Any], context: Any) -> Any:
+            with self._webhooks_lock:
+                self.webhooks += 1
+            return events.lambda_handler(event, context, service=events_service)
+
+        events_server = LocalHttpApi(count_webhook, function_name="sendonce-events").start()
+        self.apis = [api_server, events_server]
+        self.webhook_url = events_server.url + "/webhooks/resend"
+        _post_json(
+            self.resend.url + "/_local/faults", {"webhook_url": self.webhook_url, "webhook_secret": webhook_secret}
+        )
+        self.client = Client(api_server.url, session=self.session)
+        self.aggregator = counters_poller(
+            self.session,
+            ledger_table=self.deployed.ledger_table,
+            campaigns_table=self.deployed.campaigns_table,
+            handler=self._aggregator_handler(),
+            batch_size=AGGREGATOR_BATCH_SIZE,
+            batching_window_s=AGGREGATOR_BATCHING_WINDOW_S,
+        ).start()
+        # The consumer's environment as deployed, pointed at moto and the local Resend server.
+        consumer_env = {**self.deployed.environment, "RESEND_API_URL": self.resend.url}
+        os.environ.update(consumer_env)
+        self.consumer_settings = ConsumerSettings.from_env(os.environ)
+        self.say(
+            f"stack deployed in {self.deploy_s:.0f} s; consumer: batch size {self.deployed.batch_size}, "
+            f"{self.consumer_count} concurrent, {self.deployed.environment.get('SENDONCE_RESEND_REQUESTS_PER_SECOND')} "
+            "Resend requests/s (shared limiter), suppressions on, provider events "
+            + ("on" if self.config.events_up_to is None else f"on up to {self.config.events_up_to:,} recipients")
+        )
+        return self
+
+    def _aggregator_handler(self) -> Callable[[dict[str, Any], Any], Any]:
+        """The deployed aggregator's handler on the hooked session; with `capture_stream`,
+        each batch's records are also written down before they are applied."""
+        service = assemble_aggregator(AggregatorSettings(campaigns_table=self.deployed.campaigns_table), self.session)
+        capture = self.config.capture_stream
+        if capture is not None:
+            capture.write_text("")
+
+        def handle(event: dict[str, Any], context: Any) -> Any:
+            if capture is not None:
+                with capture.open("a") as out:
+                    out.writelines(json.dumps(record, default=str) + "\n" for record in event.get("Records", []))
+            return aggregator.lambda_handler(event, context, service=service)
+
+        return handle
+
+    def events_on(self, on: bool) -> None:
+        """Provider events for the next campaign: the local Resend server's webhooks on or off."""
+        _post_json(self.resend.url + "/_local/faults", {"webhook_url": self.webhook_url if on else None})
+
+    def webhook_count(self) -> int:
+        with self._webhooks_lock:
+            return self.webhooks
+
+    @property
+    def consumer_count(self) -> int:
+        return self.config.consumers or self.deployed.max_concurrency
+
+    def start_consumers(self) -> None:
+        handler = import_handler(self.deployed.poller_handler)
+        sqs = self.session.client("sqs")
+        for n in range(self.consumer_count):
+            # One runtime per execution environment, as Lambda builds one per sandbox.
+            runtime = assemble_consumer(self.consumer_settings, consumer_parts(self.consumer_settings, self.session))
+            poller = EventSourcePoller(
+                sqs_client=sqs,
+                queue_url=self.deployed.queue_url,
+                handler=functools.partial(handler, runtime=runtime),
+                function_name=f"{self.deployed.function_name}-{n}",
+                batch_size=self.deployed.batch_size,
+                function_timeout_s=self.deployed.timeout_s,
+                max_concurrency=1,
+            )
+            self.consumers.append(poller.start())
+
+    def stop_consumers(self) -> None:
+        for poller in self.consumers:
+            poller.stop()
+        self.consumers.clear()
+
+    def stop(self) -> None:
+        self.stop_consumers()
+        if self.aggregator is not None:
+            self.aggregator.stop()
+        for server in self.apis:
+            server.stop()
+        if hasattr(self, "key_rates"):
+            self.key_rates.stop()
+        self.resend.stop()
+        self.moto.stop()
+
+    # --- figures -------------------------------------------------------------------------
+
+    def table_roles(self) -> dict[str, str]:
+        return {
+            self.deployed.ledger_table: "ledger",
+            self.deployed.campaigns_table: "campaigns",
+            self.outputs.get("SuppressionsTableName", ""): "suppressions",
+        }
+
+    def reset_phase(self) -> None:
+        self.accountant.reset()
+        self.requests.reset()
+        self.key_rates.reset()
+
+    def phase_figures(self, recipients: int, seconds: float, campaign_id: str = "") -> dict[str, Any]:
+        roles = self.table_roles()
+        hottest: dict[str, Any] = {}
+        for table, role in roles.items():
+            [top] = self.accountant.hottest(table, 1) or [None]
+            if top is None:
+                continue
+            peak_key, peak = max(
+                ((key, units) for key, units in self.key_rates.peak.items() if key[0] == table),
+                key=lambda item: item[1],
+                default=((table, ""), 0),
+            )
+            hottest[role] = {
+                "key": top.partition,
+                "write_units_per_recipient": round(top.per_recipient(recipients), 4),
+                "ceiling_recipients_per_s": round(top.ceiling(recipients)),
+                "peak_key": peak_key[1],
+                "peak_write_units_per_s": peak,
+                # The next ones too: which kinds of key come close to the hottest.
+                "top": {f.partition: round(f.per_recipient(recipients), 4) for f in self.accountant.hottest(table, 6)},
+            }
+        return {
+            "seconds": round(seconds, 1),
+            "recipients_per_s": round(recipients / seconds, 1) if seconds else None,
+            "dynamodb_requests_per_recipient": round(self.requests.total("dynamodb") / recipients, 3),
+            "write_units_per_recipient": round(self.accountant.total() / recipients, 3),
+            "write_units_per_recipient_by_table": {
+                role: round(self.accountant.total(table) / recipients, 3) for table, role in roles.items()
+            },
+            "hottest": hottest,
+            # Where the units went: per kind of key (the campaign id, shard numbers and
+            # hashes generalized), the largest first.
+            "write_units_per_recipient_by_key_kind": {
+                role: key_kinds(self.accountant.hottest(table, None), recipients, campaign_id)
+                for table, role in roles.items()
+            },
+            "partition_write_units_per_s": PARTITION_WRITE_UNITS_PER_SECOND,
+        }
+
+    def status_figures(self, campaign_id: str) -> dict[str, Any]:
+        reader = boto3.session.Session()  # not hooked: the status read's own requests and bytes
+        meter = ResponseBytes(reader)
+        dynamodb = reader.client("dynamodb")
+        campaigns = DynamoDBCampaignStore(client=dynamodb, table_name=self.deployed.campaigns_table)
+        ledger = DynamoDBLedger(
+            client=dynamodb, table_name=self.deployed.ledger_table, shards_of=CampaignShards(campaigns.get)
+        )
+        counters = DynamoDBCounters(client=dynamodb, table_name=self.deployed.campaigns_table)
+        figures, _ = compare_status_reads(campaigns, ledger, counters, campaign_id, meter)
+        return figures
+
+
+def _post_json(url: str, body: dict[str, Any]) -> None:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        response.read()
