@@ -146,7 +146,6 @@ def run_benchmark(
     stack = LocalStack(config, moto_endpoint=moto_endpoint, speed_patches=speed_patches)
     with patched_environ({"POWERTOOLS_LOG_LEVEL": "WARNING"}), stack:
         result = _run(stack, config, progress)
-    result["moto_speed_patches"] = speed_patches and not moto_endpoint
     result["elapsed_s"] = round(time.monotonic() - began, 1)
     return result
 
@@ -390,6 +389,7 @@ def _run(stack: LocalStack, config: BenchConfig, progress: Callable[[str], None]
         "provider_enforced_rate_ratio": enforced["rate_ratio"] if enforced else None,
         **default_team,
         "moto_dynamodb_patch": stack.moto_patched,
+        "moto_speed_patches": stack.moto_speed_patched,
         "config": {
             **dataclasses.asdict(config),
             "latency_ms": list(config.latency_ms),

@@ -153,11 +153,15 @@ class LocalStack:
 
         try:
             if self._moto_endpoint:
-                self.moto_endpoint, self.moto_patched = self._moto_endpoint, False
+                self.moto_endpoint, self.moto_patched, self.moto_speed_patched = self._moto_endpoint, False, False
             else:
                 moto = MotoServer(speed_patches=self._speed_patches).start()  # its bootstrap carries the patches
                 self._exit.callback(moto.stop)
-                self.moto_endpoint, self.moto_patched = moto.endpoint, True
+                self.moto_endpoint, self.moto_patched, self.moto_speed_patched = (
+                    moto.endpoint,
+                    True,
+                    self._speed_patches,
+                )
             self._exit.enter_context(patched_environ(aws_env(self.moto_endpoint)))
             # A profile would win over the fake keys; this flag would make boto3 ignore the endpoint.
             self._exit.enter_context(

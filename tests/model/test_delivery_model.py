@@ -56,12 +56,12 @@ settings.register_profile(
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-# The deep profile asks 320 examples of each machine, as DEEP_HALVES parts of 320 / DEEP_HALVES
+# The deep profile asks 320 examples of each machine, as DEEP_PARTS parts of 320 / DEEP_PARTS
 # (below): `make verify` shares six pieces between its two workers, not three pieces of unequal length.
-DEEP_HALVES = 2
+DEEP_PARTS = 2
 settings.register_profile(
     "deep",
-    max_examples=320 // DEEP_HALVES,
+    max_examples=320 // DEEP_PARTS,
     stateful_step_count=25,
     deadline=None,
     database=None,
@@ -714,7 +714,7 @@ TestResendBatch = ResendBatch.TestCase
 TestSesSingle = SesSingle.TestCase
 if PROFILE == "deep":  # each machine's other parts: the same rules, examples of their own (not derandomized)
     for machine in MACHINES:
-        for part in range(2, DEEP_HALVES + 1):
+        for part in range(2, DEEP_PARTS + 1):
             piece = type(f"{machine.__name__}Part{part}", (machine,), {})
             piece.TestCase.settings = settings.get_profile(PROFILE)
             globals()[f"Test{piece.__name__}"] = piece.TestCase
