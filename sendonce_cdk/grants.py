@@ -168,8 +168,17 @@ class SendOnceGrants:
         # read the whole campaign (Query). Never a ledger write.
         self.tables.ledger.grant(function, "dynamodb:BatchGetItem", "dynamodb:Query")
         # Job items (GetItem; conditional PutItem to move one on), the campaign's batch
-        # records a page at a time (Query), the campaign and its completion (GetItem, UpdateItem).
-        self._grant_campaigns(function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
+        # records a page at a time (Query) and, for a start's job, their enqueued markers
+        # (BatchGetItem; PutItem), the campaign, its publish lease and its completion (GetItem,
+        # UpdateItem).
+        self._grant_campaigns(
+            function,
+            "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:Query",
+        )
         # Republished batches onto the campaign queue; its own next step onto the jobs queue
         # (the event source's grant covers receiving and deleting).
         self._allow_send(function, self.queues.queue)

@@ -357,6 +357,11 @@ class FakeCampaignStore:
         page = ids[:limit]
         return [self.batch_records[campaign_id][i][0] for i in page], (page[-1] if len(ids) > limit else None)
 
+    def batches_page_marked(self, campaign_id: str, cursor: str | None, limit: int):
+        batches, cursor = self.batches_page(campaign_id, cursor, limit)
+        records = self.batch_records[campaign_id] if batches else {}
+        return [(b, records[b.batch_id][1]) for b in batches], cursor
+
     def list(self, state=None):
         return iter(
             sorted(

@@ -14,6 +14,9 @@ import pytest
 
 from tests.integration.conftest import deliverability, resend_server, system  # noqa: F401 - fixtures reused
 
+# Every request's read timeout: a hang guard, not a timing check. A loaded CI machine once
+# took over 10 s to answer one operator call (a ReadTimeout that failed the sequences test).
+REQUEST_TIMEOUT_S = 120
 TALLY = collections.Counter()
 TALLY_FILE = Path(__file__).with_name(".fuzz-tally.json")
 

@@ -26,6 +26,7 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi import checks as openapi_checks
 
 from sendonce.handlers import api
+from tests.fuzz.conftest import REQUEST_TIMEOUT_S
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +69,7 @@ def existing_campaign(system):
 
 
 def test_the_fuzzed_document_is_the_one_the_server_serves(operator_api):
-    assert requests.get(f"{operator_api.url}/openapi.json", timeout=10).json() == schema.raw_schema
+    assert requests.get(f"{operator_api.url}/openapi.json", timeout=REQUEST_TIMEOUT_S).json() == schema.raw_schema
 
 
 @schema.parametrize()
@@ -79,7 +80,7 @@ def test_the_operator_api_answers_every_generated_request_as_documented(case, op
     if case.path_parameters and case.path_parameters.get("campaign_id") and len(str(case.body)) % 2:
         case.path_parameters["campaign_id"] = EXISTING
     # No `checks=`: Schemathesis runs every check its configuration enables, which is all of them.
-    case.call_and_validate(base_url=operator_api.url, excluded_checks=excluded_checks(case))
+    case.call_and_validate(base_url=operator_api.url, timeout=REQUEST_TIMEOUT_S, excluded_checks=excluded_checks(case))
 
 
 def test_sequences_that_follow_the_links_reach_real_campaigns_and_answer_as_documented(operator_api):
@@ -121,7 +122,7 @@ def test_sequences_that_follow_the_links_reach_real_campaigns_and_answer_as_docu
             case.path_parameters["campaign_id"] = self.campaigns[-1]
 
     def get_call_kwargs(self, case):
-        return {"base_url": url}
+        return {"base_url": url, "timeout": REQUEST_TIMEOUT_S}
 
     def validate_response(self, response, case, additional_checks=None, **kwargs):
         case.validate_response(

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeTokens
 from sendonce.domain.models import Receipt
 from sendonce_local.resend_server import new_webhook_secret, svix_headers, svix_signature
+from tests.fuzz.conftest import REQUEST_TIMEOUT_S
 from tests.integration.test_deliverability import claim
 
 pytestmark = pytest.mark.integration
@@ -84,14 +85,21 @@ class Rig:
 
     def post_webhook(self, hook: Webhook) -> requests.Response:
         return self.session.post(
-            f"{self.public.events_api.url}/webhooks/resend", data=hook.body.encode(), headers=hook.headers, timeout=10
+            f"{self.public.events_api.url}/webhooks/resend",
+            data=hook.body.encode(),
+            headers=hook.headers,
+            timeout=REQUEST_TIMEOUT_S,
         )
 
     def unsubscribe(self, method: str, token: str) -> requests.Response:
         body = "List-Unsubscribe=One-Click" if method == "POST" else None
         headers = {"content-type": "application/x-www-form-urlencoded"} if body else {}
         return self.session.request(
-            method, f"{self.public.unsubscribe_api.url}/u/{token}", data=body, headers=headers, timeout=10
+            method,
+            f"{self.public.unsubscribe_api.url}/u/{token}",
+            data=body,
+            headers=headers,
+            timeout=REQUEST_TIMEOUT_S,
         )
 
     def fresh_webhook(self, kind: str, rid: str, *, timestamp: int | None = None) -> Webhook:

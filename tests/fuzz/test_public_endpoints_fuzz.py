@@ -17,6 +17,7 @@ from schemathesis import checks
 from schemathesis.specs.openapi import checks as openapi_checks
 
 from sendonce_local.resend_server import svix_headers
+from tests.fuzz.conftest import REQUEST_TIMEOUT_S
 
 pytestmark = pytest.mark.integration
 
@@ -85,7 +86,7 @@ def base_url(public, path: str) -> str:
 @schema.parametrize()
 @hypothesis.settings(**SETTINGS)
 def test_the_public_endpoints_answer_generated_requests_as_documented(case, public):
-    case.call_and_validate(base_url=base_url(public, case.formatted_path), checks=CHECKS)
+    case.call_and_validate(base_url=base_url(public, case.formatted_path), timeout=REQUEST_TIMEOUT_S, checks=CHECKS)
 
 
 def _valid_token(public, system, recipient: str) -> str:
@@ -114,7 +115,7 @@ def test_a_valid_token_with_any_body_gets_a_documented_answer(public, system, re
     url = f"{public.unsubscribe_api.url}/u/{_valid_token(public, system, recipient)}"
     headers = {"content-type": content_type} if content_type else {}
 
-    status = requests.request(method, url, data=body, headers=headers, timeout=10).status_code
+    status = requests.request(method, url, data=body, headers=headers, timeout=REQUEST_TIMEOUT_S).status_code
 
     assert status in DOCUMENTED[(method, "/u")] - {404} - {403}
 
@@ -168,7 +169,7 @@ def test_a_webhook_with_a_valid_svix_signature_and_any_body_gets_a_documented_an
     headers = {**svix_headers(public.resources.webhook_secret, svix_id, text), "content-type": "application/json"}
 
     response = requests.post(
-        f"{public.events_api.url}/webhooks/resend", data=text.encode(), headers=headers, timeout=10
+        f"{public.events_api.url}/webhooks/resend", data=text.encode(), headers=headers, timeout=REQUEST_TIMEOUT_S
     )
 
     try:

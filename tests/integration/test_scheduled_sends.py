@@ -124,6 +124,7 @@ def test_a_campaign_scheduled_a_minute_ahead_starts_by_itself_once_when_the_cloc
 
     # Then the send started (once), the schedule is gone, and the consumer sends everyone once
     assert firing.ok and firing.result["started"] is True and firing.result["batches_enqueued"] == 3
+    assert firing.result["job_id"] == f"c1-start-{int(utc.timestamp()) * 1000}"  # the start is a job
     assert firing.event["execution_id"] != "<aws.scheduler.execution-id>"
     assert scheduling.schedules() == []
     assert scheduling.firer.fire_due() == []

@@ -49,7 +49,9 @@ BATCH_SIZE = 2
 
 settings.register_profile(
     "bounded",
-    max_examples=14,  # three machines on one worker, beside the suite: within make test's budget
+    # Three machines on one worker, beside the suite: within make test's 15 minutes (14 until
+    # the CI run reached 950 s; the proof is `make verify`'s deep profile, not this smoke).
+    max_examples=10,
     stateful_step_count=20,
     deadline=None,
     derandomize=True,

@@ -13,8 +13,10 @@ from sendonce.domain.campaigns.operator_input import CampaignSpec
 from sendonce.domain.campaigns.scheduling import Firing, iso, parse_instant, parse_send_at, start_holder
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError
+from sendonce.domain.jobs import service as jobs_service
+from sendonce.domain.jobs.service import InMemoryJobStore, JobService
 from sendonce.domain.models import Campaign, CampaignState, Content
-from tests.fakes import FakeCampaignStore, FakeLedger, FakeQueue, FakeScheduler
+from tests.fakes import FakeCampaignStore, FakeJobQueue, FakeLedger, FakeQueue, FakeScheduler
 from tests.unit.helpers import recipients
 
 C = CampaignState
@@ -353,5 +355,88 @@ def test_enqueueing_the_recorded_batches_stops_when_the_campaign_is_cancelled(se
     service.cancel("c1")
     closing = list(queue.published)
 
-    assert service._enqueue_recorded("c1", "a-publisher") == 0  # the lease renewal is refused: nothing more is sent
+    # The lease renewal is refused: nothing more is sent, and the job's page says why it stopped.
+    assert service._enqueue_recorded_page("c1", "a-publisher", None, 100) == (0, None, "campaign is cancelled")
     assert queue.published == closing
+
+
+# --- the start as a job (issue 17: nothing O(recipients) in one invocation) ----------------
+
+
+@pytest.fixture
+def queued_service(store, queue, scheduler, clock, monkeypatch):
+    """The service as deployed: its jobs on a jobs queue, a step per message; two batch
+    records a step, so that five batches take three steps."""
+    monkeypatch.setattr(jobs_service, "PAGE_RECORDED_BATCHES", 2)
+    job_queue = FakeJobQueue()
+    jobs = JobService(
+        jobs=InMemoryJobStore(), queue=job_queue, campaigns=store, ledger=FakeLedger(), campaign_queue=queue, clock=str
+    )
+    svc = CampaignService(
+        campaigns=store,
+        ledger=FakeLedger(),
+        queue=queue,
+        provider_names=["resend"],
+        operator="ann",
+        clock_ms=clock,
+        scheduler=scheduler,
+        jobs=jobs,
+    )
+    svc.create(_campaign())
+    return svc, job_queue
+
+
+def test_a_firing_starts_a_job_and_enqueues_nothing_itself(queued_service, queue):
+    service, job_queue = queued_service
+    service.publish("c1", recipients(5), batch_size=1, send_at_ms=NOW + MINUTE)
+
+    fired = service.start_scheduled(Firing("c1", NOW + MINUTE))
+
+    job_id = f"c1-start-{NOW + MINUTE}"
+    assert (fired.started, fired.batches_enqueued, fired.job_id) == (True, 0, job_id)
+    assert queue.published == [] and job_queue.submitted == [job_id]
+    assert service.get("c1").publishing_until_ms is not None  # the start's lease holds until the job ends
+    steps = 0
+    while (moved := service.jobs.work(job_id)) is not None and not moved.done:
+        steps += 1
+    job = service.jobs.get(job_id)
+    assert (job.state.value, job.steps, job.progress["enqueued"], job.result) == ("done", 3, 5, {"enqueued": 5})
+    assert sorted(_queued(queue)) == ["r0", "r1", "r2", "r3", "r4"]
+    assert service.get("c1").publishing_until_ms is None  # its last step ended the lease
+
+
+def test_a_start_step_taken_again_enqueues_no_batch_twice(queued_service, queue):
+    """A worker that died after its page but before moving the job on: the message comes
+    back and the same page is read again; its batches are marked, so none goes out twice.
+    A firing repeated meanwhile finds the job and submits it again; it starts nothing new."""
+    service, job_queue = queued_service
+    service.publish("c1", recipients(5), batch_size=1, send_at_ms=NOW + MINUTE)
+    fired = service.start_scheduled(Firing("c1", NOW + MINUTE))
+    store = service.jobs._jobs
+    before = store.get(fired.job_id)
+    service.jobs.step(fired.job_id)
+    store.jobs[fired.job_id] = before  # the step's write never happened
+    assert len(queue.published) == 2
+
+    again = service.start_scheduled(Firing("c1", NOW + MINUTE))
+    assert (again.started, again.job_id, job_queue.submitted) == (False, fired.job_id, [fired.job_id] * 2)
+    service.jobs.run(fired.job_id)
+
+    assert sorted(_queued(queue)) == ["r0", "r1", "r2", "r3", "r4"]  # each once
+    # The job counts what its recorded steps enqueued: the lost step's two are not among them.
+    assert service.jobs.get(fired.job_id).progress["enqueued"] == 3
+
+
+def test_a_publish_after_an_unschedule_enqueues_the_recorded_batches_as_a_job(queued_service, queue):
+    service, job_queue = queued_service
+    service.publish("c1", recipients(3), batch_size=1, send_at_ms=NOW + MINUTE)
+    service.unschedule("c1")
+
+    report = service.publish("c1", recipients(4)[3:], batch_size=1)
+
+    assert _queued(queue) == ["r3"]  # its own recipient; the recorded ones are the job's
+    (job_id,) = job_queue.submitted
+    assert job_id.startswith("c1-enqueue-") and service.get("c1").publishing_until_ms is not None
+    service.jobs.run(job_id)
+    assert sorted(_queued(queue)) == ["r0", "r1", "r2", "r3"] and report.messages_sent == 1
+    assert service.get("c1").publishing_until_ms is None

@@ -276,6 +276,12 @@ class CampaignStore(Protocol):
         after them (None: there are no more). For jobs, which read a campaign in pages."""
         ...
 
+    def batches_page_marked(
+        self, campaign_id: str, cursor: str | None, limit: int
+    ) -> tuple[list[tuple[BatchMessage, bool]], str | None]:
+        """`batches_page`, each batch with whether it reached the queue (a start's job)."""
+        ...
+
     def list(self, state: CampaignState | None = None) -> Iterator[Campaign]:
         """Every campaign (optionally only those in `state`), by id. An operator's read: the
         DynamoDB store scans the campaigns table (never the ledger) once per call."""

@@ -151,8 +151,41 @@ def page_batches(
 ) -> tuple[list[BatchMessage], str | None]:
     """Up to `limit` batch records after `cursor`, partition after partition, and the cursor
     after them (None: no more)."""
+    items, cursor = _page_items(client, table, partitions, cursor, limit)
+    return [BatchMessage.model_validate(json.loads(i["body"]["S"])) for i in items], cursor
+
+
+# BatchGetItem takes at most 100 keys a request.
+MARKERS_PER_GET = 100
+
+
+def page_batches_marked(
+    client: Any, table: str, partitions: list[str], cursor: str | None, limit: int
+) -> tuple[list[tuple[BatchMessage, bool]], str | None]:
+    """`page_batches` with whether each batch reached SQS: its marker, read with one
+    consistent BatchGetItem per 100 batches (or, for a record written before the markers,
+    its own `enqueued`)."""
+    items, cursor = _page_items(client, table, partitions, cursor, limit)
+    keys = [{"pk": i["pk"], "sk": {"S": ENQUEUED_PREFIX + i["sk"]["S"].removeprefix(RECORD_PREFIX)}} for i in items]
+    marked: set[str] = set()
+    for start in range(0, len(keys), MARKERS_PER_GET):
+        request: dict[str, Any] = {table: {"Keys": keys[start : start + MARKERS_PER_GET], "ConsistentRead": True}}
+        while request:
+            response = client.batch_get_item(RequestItems=request)
+            marked.update(i["sk"]["S"].removeprefix(ENQUEUED_PREFIX) for i in response["Responses"].get(table, []))
+            request = response.get("UnprocessedKeys") or {}
+    page = []
+    for item in items:
+        batch = BatchMessage.model_validate(json.loads(item["body"]["S"]))
+        page.append((batch, batch.batch_id in marked or bool(item.get("enqueued", {}).get("BOOL"))))
+    return page, cursor
+
+
+def _page_items(
+    client: Any, table: str, partitions: list[str], cursor: str | None, limit: int
+) -> tuple[list[dict[str, Any]], str | None]:
     shard, last = decode_cursor(cursor)
-    batches: list[BatchMessage] = []
+    batches: list[dict[str, Any]] = []
     while shard < len(partitions) and len(batches) < limit:
         request: dict[str, Any] = {
             "TableName": table,
@@ -164,7 +197,7 @@ def page_batches(
         if last is not None:
             request["ExclusiveStartKey"] = {"pk": {"S": partitions[shard]}, "sk": {"S": last}}
         response = client.query(**request)
-        batches.extend(BatchMessage.model_validate(json.loads(i["body"]["S"])) for i in response["Items"])
+        batches.extend(response["Items"])
         if "LastEvaluatedKey" in response:
             last = response["LastEvaluatedKey"]["sk"]["S"]
         else:

@@ -508,6 +508,13 @@ class DynamoDBCampaignStore:
         partitions = bk.batch_partitions(campaign_id, self._batch_shards(campaign_id))
         return bk.page_batches(self._client, self._table, partitions, cursor, limit)
 
+    def batches_page_marked(
+        self, campaign_id: str, cursor: str | None, limit: int
+    ) -> tuple[list[tuple[BatchMessage, bool]], str | None]:
+        """`batches_page` with whether each batch reached SQS (one BatchGetItem of markers)."""
+        partitions = bk.batch_partitions(campaign_id, self._batch_shards(campaign_id))
+        return bk.page_batches_marked(self._client, self._table, partitions, cursor, limit)
+
     def record_group(self, group: SendGroup) -> SendGroup:
         item = {
             **self._group_key(group.campaign_id, group.group_id),

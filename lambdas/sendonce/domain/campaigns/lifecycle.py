@@ -64,7 +64,7 @@ TRANSITIONS: tuple[CampaignTransition, ...] = (
         C.SCHEDULED,
         C.SENDING,
         "sendonce",
-        "the schedule fired for exactly send_at; no publish lease live; enqueues every recorded batch",
+        "the schedule fired for exactly send_at; no publish lease live; a job enqueues every recorded batch",
     ),
     T(E.PUBLISH, C.SENDING, C.SENDING, "operator", "opens a publish lease"),
     T(E.PUBLISH, C.PAUSED, C.PAUSED, "operator", "opens a publish lease; recorded, sent on resume"),

@@ -46,7 +46,7 @@ from sendonce.domain.campaigns.operator_input import (
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.errors import IllegalTransitionError
 from sendonce.domain.jobs.models import Job, JobKind, JobState
-from sendonce.domain.jobs.service import PhaseEnd
+from sendonce.domain.jobs.pages import PhaseEnd
 from sendonce.domain.models import CampaignState
 from sendonce.domain.ports import ObjectLines, StoredObject
 

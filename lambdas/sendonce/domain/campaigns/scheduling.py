@@ -16,14 +16,23 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sendonce.domain import limits
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
-from sendonce.domain.errors import CampaignScheduleError, IllegalTransitionError, InvalidCampaignError
+from sendonce.domain.errors import (
+    CampaignScheduleError,
+    IllegalTransitionError,
+    InvalidCampaignError,
+    JobNotFoundError,
+)
+from sendonce.domain.jobs.models import Job
 from sendonce.domain.models import BatchMessage, Campaign, CampaignState
 from sendonce.domain.ports import CampaignScheduler, CampaignStore, Queue
+
+if TYPE_CHECKING:
+    from sendonce.domain.jobs.service import JobService
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +137,10 @@ class FiringResult:
     send_at: str
     started: bool
     reason: str
+    # Enqueued so far by the start's job (all of them when the job ran in process; with a
+    # jobs queue, `sendonce job status <job_id>` shows its progress).
     batches_enqueued: int = 0
+    job_id: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -143,6 +155,7 @@ class ScheduledSends:
     _scheduler: CampaignScheduler | None
     _clock_ms: Callable[[], int]
     _operator: str
+    _jobs: JobService
 
     def _open_publish(self, campaign_id: str, *, holder: str, send_at_ms: int | None = None) -> Campaign:
         raise NotImplementedError
@@ -150,24 +163,38 @@ class ScheduledSends:
     def complete_if_done(self, campaign_id: str) -> Campaign | None:
         raise NotImplementedError
 
-    def _enqueue_recorded(self, campaign_id: str, holder: str) -> int:
-        """Enqueue every batch recorded and never confirmed on the queue, ten per request,
-        renewing `holder`'s publish lease before each; returns how many. Stops if the campaign is
-        cancelled meanwhile (cancel closes the recorded recipients itself)."""
+    def _enqueue_recorded_page(
+        self, campaign_id: str, holder: str, cursor: str | None, limit: int
+    ) -> tuple[int, str | None, str | None]:
+        """One page of an enqueue_recorded job: the batches of up to `limit` records after
+        `cursor` that never reached the queue, ten per request, `holder`'s lease renewed before
+        each. Returns (enqueued, next cursor, None), or (enqueued, None, why) when the campaign
+        was cancelled or paused meanwhile (cancel closes the recorded recipients itself; a
+        resume republishes everyone not ended)."""
+        page, cursor = self._campaigns.batches_page_marked(campaign_id, cursor, limit)
+        unqueued = [batch for batch, enqueued in page if not enqueued]
         count = 0
-        chunk: list[BatchMessage] = []
         try:
-            for batch, enqueued in self._campaigns.batches(campaign_id):
-                if not enqueued:
-                    chunk.append(batch)
-                if len(chunk) == MESSAGES_PER_SEND:
-                    count += self._enqueue_batches(campaign_id, chunk, holder)
-                    chunk = []
-            if chunk:
-                count += self._enqueue_batches(campaign_id, chunk, holder)
-        except IllegalTransitionError:  # cancelled meanwhile: the lease renewal is refused
-            logger.info("campaign cancelled while its recorded batches were enqueued", extra={"enqueued": count})
-        return count
+            for start in range(0, len(unqueued), MESSAGES_PER_SEND):
+                count += self._enqueue_batches(campaign_id, unqueued[start : start + MESSAGES_PER_SEND], holder)
+        except IllegalTransitionError:  # the lease renewal is refused: no longer sending
+            state = self._campaigns.get(campaign_id).state.value
+            logger.info("campaign stopped while its recorded batches were enqueued", extra={"enqueued": count})
+            return count, None, f"campaign is {state}"
+        return count, cursor, None
+
+    def _enqueue_recorded_job(self, campaign_id: str, holder: str, job_id: str) -> Job:
+        """Enqueue every recorded batch never confirmed on the queue, as a job (a page of
+        batch records a step: O(recipients) is never one invocation). `holder`'s lease, taken
+        by the caller, keeps the campaign from completing until the job's last page ends it."""
+        return self._jobs.start_enqueue_recorded(campaign_id, holder=holder, by=self._operator, job_id=job_id)
+
+    def enqueue_recorded_finished(self, job: Job) -> None:
+        """The job's last page: end its lease, then complete the campaign if nothing it sent is
+        still open (a consumer that settled the last batch while the lease was live could not)."""
+        self._campaigns.end_publish(job.campaign_id, job.params["holder"], now_ms=self._clock_ms())
+        if self._campaigns.get(job.campaign_id).open_batches <= 0:
+            self.complete_if_done(job.campaign_id)
 
     def _enqueue_batches(self, campaign_id: str, batches: list[BatchMessage], holder: str) -> int:
         self._open_publish(campaign_id, holder=holder)
@@ -237,45 +264,50 @@ class ScheduledSends:
 
     def start_scheduled(self, firing: Firing) -> FiringResult:
         """A schedule fired: start the send if the campaign is still scheduled for exactly the
-        firing's instant (one conditional write), then enqueue every recorded batch. Any other
-        firing changes nothing and says why; a repeat of the firing that started the campaign
-        only enqueues batches an interrupted first firing left unqueued (the ledger sends
-        each recipient once whatever is enqueued twice)."""
+        firing's instant (one conditional write), then enqueue every recorded batch as a job
+        (`<campaign>-start-<instant>`). Any other firing changes nothing and says why; a repeat
+        of the firing that started the campaign finds that job and submits it again if it is
+        still running (it goes on from its own cursor; the ledger sends each recipient once
+        whatever is enqueued twice)."""
         at = iso(firing.send_at_ms)
         holder = start_holder(firing.send_at_ms)
+        job_id = f"{firing.campaign_id}-start-{firing.send_at_ms}"
         try:
             self._take_start(firing.campaign_id, firing.send_at_ms, holder)
         except IllegalTransitionError:
             campaign = self._campaigns.get(firing.campaign_id)
             if campaign.state is CampaignState.SENDING and campaign.send_at_ms == firing.send_at_ms:
+                # The job's pages renew the lease before each request and its end ends it.
                 try:
-                    left = self._enqueue_recorded(firing.campaign_id, holder)
-                finally:
-                    self._campaigns.end_publish(firing.campaign_id, holder, now_ms=self._clock_ms())
+                    before = self._jobs.get(job_id).progress.get("enqueued", 0)
+                except JobNotFoundError:  # the first firing died before creating it
+                    before = 0
+                job = self._enqueue_recorded_job(firing.campaign_id, holder, job_id)
+                left = job.progress.get("enqueued", 0) - before
                 reason = "already started by this schedule" + (
                     f"; enqueued {left} batch(es) an earlier firing left" if left else ""
                 )
-                return self._firing_result(firing, False, reason, left)
+                return self._firing_result(firing, False, reason, job, enqueued=left)
             reason = f"campaign is {campaign.state.value}"
             if campaign.state is CampaignState.SCHEDULED and campaign.send_at_ms is not None:
                 reason += f" for {iso(campaign.send_at_ms)}, not {at}"
             return self._firing_result(firing, False, reason + "; nothing started")
-        try:
-            enqueued = self._enqueue_recorded(firing.campaign_id, holder)
-        finally:
-            self._campaigns.end_publish(firing.campaign_id, holder, now_ms=self._clock_ms())
-        if self._campaigns.get(firing.campaign_id).open_batches <= 0:
-            self.complete_if_done(firing.campaign_id)
-        return self._firing_result(firing, True, f"started: scheduled for {at}", enqueued)
+        job = self._enqueue_recorded_job(firing.campaign_id, holder, job_id)
+        return self._firing_result(firing, True, f"started: scheduled for {at}", job)
 
     @staticmethod
-    def _firing_result(firing: Firing, started: bool, reason: str, enqueued: int = 0) -> FiringResult:
+    def _firing_result(
+        firing: Firing, started: bool, reason: str, job: Job | None = None, *, enqueued: int | None = None
+    ) -> FiringResult:
+        if enqueued is None:
+            enqueued = job.progress.get("enqueued", 0) if job is not None else 0
         result = FiringResult(
             campaign_id=firing.campaign_id,
             send_at=iso(firing.send_at_ms),
             started=started,
             reason=reason,
             batches_enqueued=enqueued,
+            job_id=job.job_id if job is not None else None,
         )
         logger.info("schedule fired", extra={**result.as_dict(), "execution_id": firing.execution_id})
         return result

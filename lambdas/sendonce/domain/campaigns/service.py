@@ -175,6 +175,8 @@ class CampaignService(ScheduledSends, WindowOpenings):
             self._jobs.on_finished = self.job_finished
         if self._jobs.after_reopening is None:
             self._jobs.after_reopening = self._resume_after_reopening
+        if self._jobs.enqueue_recorded is None:
+            self._jobs.enqueue_recorded = self._enqueue_recorded_page
         self._provider_names = frozenset(provider_names)
         # None: every provider named may send batches (the wiring passes the registry's answer).
         self._batch_provider_names = frozenset(
@@ -234,9 +236,13 @@ class CampaignService(ScheduledSends, WindowOpenings):
         holder = new_holder()
         opened = self._open_publish(campaign_id, holder=holder, send_at_ms=send_at_ms)
         try:
-            if before.state is CampaignState.DRAFT and opened.state is CampaignState.SENDING:
-                # Batches an unschedule left recorded go out with this publish.
-                report.messages_sent += self._enqueue_recorded(campaign_id, holder)
+            if before.state is CampaignState.DRAFT and opened.state is CampaignState.SENDING and before.open_batches:
+                # Batches an unschedule left recorded go out with this publish, as a job under
+                # a lease of its own (taken here, so that nothing completes in between).
+                job_holder = new_holder()
+                self._open_publish(campaign_id, holder=job_holder)
+                job = self._enqueue_recorded_job(campaign_id, job_holder, f"{campaign_id}-enqueue-{job_holder}")
+                report.messages_sent += job.progress.get("enqueued", 0)
             seen: set[str] = set()
 
             def unique() -> Iterator[Recipient]:
@@ -406,9 +412,12 @@ class CampaignService(ScheduledSends, WindowOpenings):
 
     def job_finished(self, job: Job) -> None:
         """A republish job has read the whole campaign: if every recipient has ended (nothing
-        was left to republish, or consumers finished before the job), complete it now."""
+        was left to republish, or consumers finished before the job), complete it now. A
+        start's job ends its lease first (scheduling.py)."""
         if job.kind is JobKind.REPUBLISH and job.params.get("prefix") == "r":
             self.complete_if_done(job.campaign_id)
+        elif job.kind is JobKind.ENQUEUE_RECORDED:
+            self.enqueue_recorded_finished(job)
 
     def resume_including_unknown(
         self,

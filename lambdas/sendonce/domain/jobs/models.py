@@ -28,6 +28,10 @@ class JobKind(StrEnum):
     # `resume --include-unknown`: reopen the eligible unknown deliveries a page at a time,
     # then resume the campaign (whose republish is a job of its own).
     RESUME_UNKNOWN = "resume_unknown"
+    # A started campaign's recorded batches that never reached the queue (a schedule's start;
+    # a publish after an unschedule), a page a step, under the start's own publish lease
+    # (params["holder"]), which the last step ends.
+    ENQUEUE_RECORDED = "enqueue_recorded"
 
 
 class JobState(StrEnum):

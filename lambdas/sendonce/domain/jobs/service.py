@@ -22,8 +22,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from sendonce.domain.audit.service import AuditOutsideRetentionError, CampaignAudit
 from sendonce.domain.campaigns.batches import bodies_for
@@ -32,6 +31,7 @@ from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S, Unknown
 from sendonce.domain.errors import CampaignNotFoundError, InvalidCampaignError, SettingsError
 from sendonce.domain.jobs.memory import InMemoryJobStore as InMemoryJobStore  # re-exported
 from sendonce.domain.jobs.models import LISTED_MOST, Job, JobKind, JobState
+from sendonce.domain.jobs.pages import Page, PartedWork
 from sendonce.domain.models import DeliveryState, Recipient
 from sendonce.domain.ports import CampaignCounters, CampaignStore, JobQueue, JobStore, Ledger, Queue
 
@@ -39,44 +39,12 @@ logger = logging.getLogger(__name__)
 
 PAGE_BATCHES = 25  # batch records per step: at most 2,500 recipients, 25 ledger BatchGetItems
 PAGE_RECORDS = 1_000  # ledger records per reconcile step: one Query (at most 1 MB)
+# Batch records an enqueue_recorded step reads (at most 10,000 recipients: one BatchGetItem
+# of their markers, ten SendMessageBatch requests each after a lease renewal).
+PAGE_RECORDED_BATCHES = 100
 PAGE_UNKNOWNS = 500  # unknown deliveries a resume_unknown step reopens (a conditional write each)
 # A reconcile job's progress: records read, and one count per ledger state ("ledger_sent", ...).
 LEDGER_PREFIX = "ledger_"
-
-
-@dataclass(frozen=True)
-class Page:
-    """What one step did: where the next starts (None: the job is finished) and its counts."""
-
-    cursor: str | None
-    progress: dict[str, int] = field(default_factory=dict)
-    # The last page's (cursor None): what the job found, from its whole progress.
-    result: Callable[[dict[str, int]], dict[str, Any]] | None = None
-    listed: dict[str, list[str]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class PhaseEnd:
-    """What a job in parts does once every part of its phase is recorded: finish (DONE or
-    FAILED, with its result or error), or go on to a next phase of `parts` parts."""
-
-    state: JobState = JobState.RUNNING
-    result: dict[str, Any] | None = None
-    error: str | None = None
-    params: dict[str, Any] = field(default_factory=dict)  # merged into the job's (next phase)
-
-
-class PartedWork(Protocol):
-    """The work of one kind of job in parts (each part on any worker, in any order)."""
-
-    def part(self, job: Job, part: int) -> dict[str, Any]:
-        """Do one part; its outcome (JSON), of which `counts` (name -> int) go into the
-        job's progress. Safe to repeat: a part done twice is recorded once."""
-        ...
-
-    def phase_end(self, job: Job) -> PhaseEnd:
-        """Every part of the job's phase recorded (`job.parts`): what comes next."""
-        ...
 
 
 class JobService:
@@ -109,7 +77,12 @@ class JobService:
             JobKind.RECONCILE: self._reconcile_page,
             JobKind.AUDIT: self._audit_page,
             JobKind.RESUME_UNKNOWN: self._resume_unknown_page,
+            JobKind.ENQUEUE_RECORDED: self._enqueue_recorded_page,
         }
+        # A page of a started campaign's recorded batches onto the queue, under the lease of
+        # `holder` (set by the campaign service, which holds the leases): (campaign_id, holder,
+        # cursor, limit) -> (batches enqueued, next cursor, why it stopped early or None).
+        self.enqueue_recorded: Callable[[str, str, str | None, int], tuple[int, str | None, str | None]] | None = None
         # `resume --include-unknown`'s parts, set by whoever has them: the unknown outcomes
         # (given accept_possible_duplicates), and what resumes the campaign once every
         # eligible unknown is reopened (the campaign service: its result is the job's).
@@ -171,6 +144,21 @@ class JobService:
             job_id=job_id or f"{campaign_id}-{JobKind.AUDIT.value}-{uuid.uuid4().hex[:12]}",
             kind=JobKind.AUDIT,
             campaign_id=campaign_id,
+            by=by,
+            created_at=self._clock(),
+        )
+        return self._start(job)
+
+    def start_enqueue_recorded(self, campaign_id: str, *, holder: str, by: str, job_id: str) -> Job:
+        """A job enqueuing, a page a step, every recorded batch of a started campaign that
+        never reached the queue, renewing `holder`'s publish lease (taken by the caller) before
+        each request and ending it after the last page. Idempotent by `job_id`: a firing
+        repeated finds its job (and submits it again if it is still running)."""
+        job = Job(
+            job_id=job_id,
+            kind=JobKind.ENQUEUE_RECORDED,
+            campaign_id=campaign_id,
+            params={"holder": holder},
             by=by,
             created_at=self._clock(),
         )
@@ -402,6 +390,20 @@ class JobService:
                 "republished": len(remaining),
                 "messages": len(bodies),
             },
+        )
+
+    def _enqueue_recorded_page(self, job: Job) -> Page:
+        if self.enqueue_recorded is None:
+            raise InvalidCampaignError("enqueue_recorded: this process holds no publish leases")
+        enqueued, cursor, stopped = self.enqueue_recorded(
+            job.campaign_id, job.params["holder"], job.cursor, PAGE_RECORDED_BATCHES
+        )
+        if stopped is not None:
+            return Page(cursor=None, progress={"enqueued": enqueued}, result=lambda _p: {"stopped": stopped})
+        return Page(
+            cursor=cursor,
+            progress={"enqueued": enqueued, "pages": 1},
+            result=(lambda progress: {"enqueued": progress.get("enqueued", 0)}) if cursor is None else None,
         )
 
     def _reconcile_page(self, job: Job) -> Page:
