@@ -142,6 +142,19 @@ def test_pages_of_batch_records_cover_every_shard_once(system):
         assert sorted(seen) == [b.batch_id for b in batches], limit
         assert pages <= -(-45 // limit) + 1  # full pages across shards, maybe one empty last page
 
+    # A start's job reads the same pages with whether each batch reached SQS (its marker).
+    for b in batches[::3]:
+        store.mark_batch_enqueued("c1", b.batch_id)
+    marked, cursor = {}, None
+    while True:
+        page, cursor = store.batches_page_marked("c1", cursor, 7)
+        marked |= {b.batch_id: enqueued for b, enqueued in page}
+        if cursor is None:
+            break
+    assert marked == {b.batch_id: i % 3 == 0 for i, b in enumerate(batches)}
+    page, _ = store.batches_page_marked("c1", None, 45)  # one page, markers in one BatchGetItem
+    assert {b.batch_id: e for b, e in page} == marked
+
 
 def test_send_groups_live_with_their_batch_and_are_found_from_any_store(system):
     system.campaign(ledger_shards=256)
@@ -194,5 +207,7 @@ def test_a_campaign_created_before_batch_shards_keeps_its_records_where_they_wer
     assert store.add_batch(_batch("old", 2)) is BatchStatus.ENQUEUED
     page, cursor = store.batches_page("old", "batch#b001", 10)
     assert ([b.batch_id for b in page], cursor) == (["b002", "b003"], None)
+    marked, cursor = store.batches_page_marked("old", None, 10)  # the record's own flag, or the marker
+    assert ([(b.batch_id, e) for b, e in marked], cursor) == ([("b001", True), ("b002", True), ("b003", False)], None)
     assert [g.group_id for g in store.groups_of_batch("old", "b003")] == ["b003-g1"]
     assert store.partitions("old") == ["campaign#old"]
