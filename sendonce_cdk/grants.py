@@ -12,6 +12,16 @@ from aws_cdk import aws_sqs as sqs
 from sendonce import contract
 from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX
 
+# The campaigns table as the API and the jobs worker use it: items read one by one and in
+# batches, written (PutItem, UpdateItem; never DeleteItem), and queried by partition.
+CAMPAIGN_ITEMS_READ_WRITE = (
+    "dynamodb:GetItem",
+    "dynamodb:BatchGetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:Query",
+)
+
 
 class SendOnceGrants:
     """The `_grant_*` steps of `SendOnce.__init__`; they read the parts it has built."""
@@ -79,15 +89,7 @@ class SendOnceGrants:
         # batch's record with its campaign's total (TransactWriteItems of a conditional Put
         # and an Update), the batches of a campaign (Query), GET /campaigns (Query of the
         # campaigns-by-state index, then BatchGetItem of the campaign items; nothing is scanned).
-        self._grant_campaigns(
-            function,
-            "dynamodb:GetItem",
-            "dynamodb:BatchGetItem",
-            "dynamodb:PutItem",
-            "dynamodb:UpdateItem",
-            "dynamodb:Query",
-            query_index=CAMPAIGNS_BY_STATE_INDEX,
-        )
+        self._grant_campaigns(function, *CAMPAIGN_ITEMS_READ_WRITE, query_index=CAMPAIGNS_BY_STATE_INDEX)
         # Publish enqueues batches (SendMessageBatch is authorized by SendMessage); the API
         # never consumes them. Resume and cancel submit their job's first step.
         self._allow_send(function, self.queues.queue)
@@ -171,14 +173,7 @@ class SendOnceGrants:
         # records a page at a time (Query) and, for a start's job, their enqueued markers
         # (BatchGetItem; PutItem), the campaign, its publish lease and its completion (GetItem,
         # UpdateItem).
-        self._grant_campaigns(
-            function,
-            "dynamodb:GetItem",
-            "dynamodb:BatchGetItem",
-            "dynamodb:PutItem",
-            "dynamodb:UpdateItem",
-            "dynamodb:Query",
-        )
+        self._grant_campaigns(function, *CAMPAIGN_ITEMS_READ_WRITE)
         # Republished batches onto the campaign queue; its own next step onto the jobs queue
         # (the event source's grant covers receiving and deleting).
         self._allow_send(function, self.queues.queue)
