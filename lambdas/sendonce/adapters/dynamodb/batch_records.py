@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from sendonce.adapters.dynamodb.batch_get import batch_get_items
 from sendonce.contract import BATCH_RECORD_SK_PREFIX
 from sendonce.domain.models import BatchMessage
 from sendonce.domain.sending.shards import shard_of
@@ -155,10 +156,6 @@ def page_batches(
     return [BatchMessage.model_validate(json.loads(i["body"]["S"])) for i in items], cursor
 
 
-# BatchGetItem takes at most 100 keys a request.
-MARKERS_PER_GET = 100
-
-
 def page_batches_marked(
     client: Any, table: str, partitions: list[str], cursor: str | None, limit: int
 ) -> tuple[list[tuple[BatchMessage, bool]], str | None]:
@@ -167,13 +164,7 @@ def page_batches_marked(
     its own `enqueued`)."""
     items, cursor = _page_items(client, table, partitions, cursor, limit)
     keys = [{"pk": i["pk"], "sk": {"S": ENQUEUED_PREFIX + i["sk"]["S"].removeprefix(RECORD_PREFIX)}} for i in items]
-    marked: set[str] = set()
-    for start in range(0, len(keys), MARKERS_PER_GET):
-        request: dict[str, Any] = {table: {"Keys": keys[start : start + MARKERS_PER_GET], "ConsistentRead": True}}
-        while request:
-            response = client.batch_get_item(RequestItems=request)
-            marked.update(i["sk"]["S"].removeprefix(ENQUEUED_PREFIX) for i in response["Responses"].get(table, []))
-            request = response.get("UnprocessedKeys") or {}
+    marked = {i["sk"]["S"].removeprefix(ENQUEUED_PREFIX) for i in batch_get_items(client, table, keys)}
     page = []
     for item in items:
         batch = BatchMessage.model_validate(json.loads(item["body"]["S"]))
