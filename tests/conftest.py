@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from sendonce_local.moto_server import MotoServer
+from sendonce_local.moto_server import ENDPOINT_ENV, MotoServer
 from sendonce_local.moto_server import aws_env as moto_aws_env
 
 # --- moto's server ------------------------------------------------------------------
@@ -22,8 +23,11 @@ def moto() -> Iterator[MotoServer]:
     """One moto server process for the whole session (or ``SENDONCE_MOTO_ENDPOINT``).
 
     Tests share it: name resources uniquely (e.g. with ``uuid``) instead of resetting it.
+    It runs the demo's speed patches on top of the defect fixes: the suite is CPU-bound on a
+    2-core machine and DynamoDB in stock moto is most of it (tests/integration/moto_patches
+    checks each patch against stock moto; the model check runs stock moto in process).
     """
-    with MotoServer() as server:
+    with MotoServer(speed_patches=not os.environ.get(ENDPOINT_ENV)) as server:
         yield server
 
 

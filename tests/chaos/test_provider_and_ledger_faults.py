@@ -79,13 +79,15 @@ def test_a_storm_of_provider_429s_slows_everyone_and_fails_nobody(system, monkey
     # whose team is shared with another sender, answers with 429s instead.
     monkeypatch.setenv("SENDONCE_RESEND_RATE_FROM_HEADERS", "false")
     system.resend.set_rate_limit(8)  # the provider allows far less than we were told
+    # and its first answers are 429s whatever our speed (a loaded machine may stay under 8/s)
+    system.resend.fail_next(12, 429)
     system.campaign()
     system.operator.publish("c1", system.recipients(60))
 
     system.poller(concurrency=2).run_until_idle(idle_seconds=3, max_seconds=120)
 
     assert_once_each(system.deliveries(), 60)
-    assert system.resend.stats()["errors"].get("rate_limit_exceeded", 0) > 0
+    assert system.resend.stats()["errors"].get("rate_limit_exceeded", 0) >= 12
     assert set(states(system).values()) == {DeliveryState.SENT}  # throttling never ends as failed
 
 

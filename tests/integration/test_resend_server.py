@@ -342,6 +342,20 @@ def test_a_500_is_not_stored_so_a_retry_with_the_same_key_is_processed_fresh(ser
     assert [record.id for record in server.accepted()] == [retried["id"]]
 
 
+def test_an_injected_429_is_the_team_limits_answer_and_accepts_nothing(server, sdk):
+    server.fail_next(1, 429)  # whatever the sender's speed: the chaos tests' storm
+
+    with pytest.raises(RateLimitError) as raised:
+        sdk.Emails.send(email(), {"idempotency_key": "k"})
+    retried = sdk.Emails.send(email(), {"idempotency_key": "k"})
+
+    assert (raised.value.code, raised.value.error_type) == (429, "rate_limit_exceeded")
+    assert "5 requests per second" in raised.value.message  # the team's default limit, none set
+    assert (raised.value.headers["retry-after"], raised.value.headers["ratelimit-remaining"]) == ("1", "0")
+    assert server.stats()["errors"]["rate_limit_exceeded"] == 1
+    assert [record.id for record in server.accepted()] == [retried["id"]]
+
+
 def test_a_503_is_a_plain_resend_error_with_service_unavailable(server, sdk):
     server.fail_next(2, 503)
 

@@ -89,3 +89,11 @@ def test_ledger_shards_are_dealt_evenly_and_other_keys_hashed():
     # A key with no shard number (a plain campaign id, a batch shard `b7`) is hashed, stably.
     assert dealt("campaigns#campaign#c1#b7", 128) == shard_of("campaigns#campaign#c1#b7", 128)
     assert 0 <= dealt("ledger#c1", 16) < 16
+
+
+def test_a_campaign_has_a_counter_key_per_ledger_shard_up_to_128():
+    from sendonce.adapters.dynamodb.counters import counter_keys_for
+
+    assert [counter_keys_for(n) for n in (1, 8, 128, 256, 1000)] == [1, 8, 128, 128, 128]
+    # Fewer shards than 128: each shard's counter item has a key of its own.
+    assert sorted(dealt(f"ledger#c1#{k}", counter_keys_for(8)) for k in range(8)) == list(range(8))

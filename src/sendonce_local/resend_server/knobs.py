@@ -52,7 +52,8 @@ class FaultKnobs:
             self._daily_quota = emails
 
     def fail_next(self, n: int = 1, status: int = 500) -> None:
-        """The next ``n`` send requests fail with 500/503 before anything is accepted."""
+        """The next ``n`` send requests fail with 429 (the team limit's answer), 500 or 503 before
+        anything is accepted."""
         if status not in FAIL_ERRORS:
             raise ValueError(f"status must be one of {sorted(FAIL_ERRORS)}")
         if n < 0:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sendonce_local.resend_server.wire import (
+    DEFAULT_TEAM_RATE_LIMIT,
     FAIL_ERRORS,
     HALT_ERRORS,
     IDEMPOTENCY_TTL_SECONDS,
@@ -37,6 +38,10 @@ class EmailSending:
             failure = self._fail_queue.popleft() if self._fail_queue else None
         if failure is not None:
             name, message = FAIL_ERRORS[failure]
+            if failure == 429:
+                limit = str(self._rate_limit or DEFAULT_TEAM_RATE_LIMIT)
+                headers = {"ratelimit-limit": limit, "ratelimit-remaining": "0", "ratelimit-reset": "1"}
+                raise _ApiError(429, name, message.format(limit=limit), {**headers, "retry-after": "1"})
             raise _ApiError(failure, name, message)
 
         try:

@@ -26,6 +26,12 @@ HALT_ERRORS: dict[str, tuple[int, str]] = {
     "monthly_quota_exceeded": (429, "You have reached your monthly email sending quota."),
 }
 FAIL_ERRORS: dict[int, tuple[str, str]] = {
+    # A 429 here is the team limit's own answer (retry-after 1), met whatever the sender's speed.
+    429: (
+        "rate_limit_exceeded",
+        "Too many requests. You can only make {limit} requests per second. "
+        "See rate limit response headers for more information.",
+    ),
     500: ("application_error", "An unexpected error occurred."),
     503: ("service_unavailable", "The service is temporarily unavailable. Try again later."),
 }

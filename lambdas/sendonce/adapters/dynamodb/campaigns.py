@@ -33,7 +33,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from sendonce.adapters.dynamodb import batch_records as bk
-from sendonce.adapters.dynamodb.counters import COUNTER_PARTITIONS, recorded_key
+from sendonce.adapters.dynamodb.counters import counter_keys_for, recorded_key
 from sendonce.adapters.dynamodb.report_aggregates import mark_update
 from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX
 from sendonce.domain.errors import CampaignBusyError, CampaignNotFoundError, IllegalTransitionError
@@ -163,7 +163,7 @@ class DynamoDBCampaignStore:
                     **recorded_key(campaign.campaign_id),
                     "since_creation": {"BOOL": True},
                     "batches": {"N": "0"},
-                    "counter_keys": {"N": str(COUNTER_PARTITIONS)},
+                    "counter_keys": {"N": str(counter_keys_for(campaign.ledger_shards))},
                 }
             )
         puts = [

@@ -17,8 +17,9 @@ counter items over COUNTER_PARTITIONS: an aggregator batch writes up to one item
 shard of a campaign, each in a transaction with the report's increments (2 units an item),
 which with small batches is ~3.5 write units per recipient in all (bench-scale): 16 keys left
 the hottest at 0.29; 64 hashed left it at 0.11 (a hash shares 256 ledger shards unevenly), so
-the ledger shards are now dealt evenly over 128 keys. A status read is that many Queries,
-in parallel. The count is fixed when the campaign is created and recorded with it; campaigns
+the ledger shards are now dealt evenly over 128 keys (fewer when the campaign has fewer
+ledger shards: counter_keys_for). A status read is that many Queries, in parallel. The
+count is fixed when the campaign is created and recorded with it; campaigns
 created before it was recorded keep LEGACY_COUNTER_PARTITIONS (their items are where they are).
 """
 
@@ -56,6 +57,13 @@ _STATE_PREFIX = "n_"
 def recorded_key(campaign_id: str) -> dict[str, Any]:
     """The item add_batch's transaction counts batch records on (campaigns.py)."""
     return {"pk": {"S": f"counters#{campaign_id}"}, "sk": {"S": RECORDED}}
+
+
+def counter_keys_for(ledger_shards: int) -> int:
+    """A new campaign's counter key count, recorded with it: COUNTER_PARTITIONS, or its ledger
+    shard count when fewer (each shard then has a key of its own, and a status read of a
+    campaign that chose few shards is as few Queries)."""
+    return max(1, min(COUNTER_PARTITIONS, ledger_shards))
 
 
 def counter_partitions(campaign_id: str, partitions: int = COUNTER_PARTITIONS) -> list[str]:
