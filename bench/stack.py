@@ -255,6 +255,7 @@ class LocalStack:
                 name=f"bench {label}",
                 provider=provider,
                 delivery_mode=mode,
+                **({"ledger_shards": self.config.ledger_shards} if self.config.ledger_shards else {}),
                 sender=f"news@{domain}",
                 content=Content(
                     subject="Spring launch, {{ name }}",

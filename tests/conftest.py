@@ -31,6 +31,36 @@ def moto() -> Iterator[MotoServer]:
         yield server
 
 
+# --- order --------------------------------------------------------------------------
+# `make test` runs files on four workers (--dist loadfile), handing them out in collection
+# order. The longest files go first (seconds of a loaded CI run, 2026-12-03), so that the run
+# does not end with one worker on a long file while three stand idle. Order only: no test
+# depends on it, and a file not named keeps its place after these.
+LONGEST_FIRST = (
+    "tests/model/test_delivery_model.py",  # ~290 s: three machines in one file
+    "tests/chaos/test_consumer_faults.py",  # 231
+    "tests/infra/test_wheel.py",  # 205
+    "tests/integration/test_client.py",  # 164
+    "tests/chaos/test_provider_and_ledger_faults.py",  # 164
+    "tests/integration/test_deliverability.py",  # 148
+    "tests/integration/test_counters.py",  # 127
+    "tests/integration/test_cli.py",  # 124
+    "tests/chaos/test_pause_resume_cancel.py",  # 118
+    "tests/integration/test_api.py",  # 109
+    "tests/integration/test_campaign_audit.py",  # 108
+    "tests/infra/test_upgrade.py",  # 99
+    "tests/integration/test_ledger_protocol.py",  # 97
+    "tests/integration/test_operator_edges.py",  # 93
+    "tests/infra/test_deploy_moto.py",  # 85
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    root = Path(str(config.rootpath))
+    items.sort(key=lambda item: rank.get(Path(str(item.path)).relative_to(root).as_posix(), len(rank)))
+
+
 @pytest.fixture
 def aws_env(moto: MotoServer, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """Point every boto3 client built during the test, including inside code under test, at moto."""
