@@ -31,6 +31,17 @@ def domain() -> str:
     return f"{uuid.uuid4().hex[:10]}.example.com"
 
 
+def _client(service: str, server: MotoServer) -> Any:
+    """A boto3 client of a server of the test's own (not the session's, which aws_env names)."""
+    return boto3.client(
+        service,
+        endpoint_url=server.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
 def _ours(counts: dict[str, int], domain: str) -> dict[str, int]:
     return {address: n for address, n in counts.items() if address.endswith("@" + domain)}
 
@@ -124,13 +135,7 @@ def test_a_server_of_its_own_resets_and_stops(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv(ENDPOINT_ENV, raising=False)
     with MotoServer() as server:
         assert server.owns_process and server.endpoint.startswith("http://localhost:")
-        sqs = boto3.client(
-            "sqs",
-            endpoint_url=server.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+        sqs = _client("sqs", server)
         sqs.create_queue(QueueName="to-be-forgotten")
 
         # When it is reset
@@ -178,13 +183,7 @@ def test_a_plain_server_runs_with_the_defect_fixes(monkeypatch: pytest.MonkeyPat
     # patches too) and a ledger table with three deliveries
     monkeypatch.delenv(ENDPOINT_ENV, raising=False)
     with MotoServer() as plain:
-        ddb = boto3.client(
-            "dynamodb",
-            endpoint_url=plain.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+        ddb = _client("dynamodb", plain)
         table = f"ledger-{domain[:10]}"
         ddb.create_table(
             TableName=table,
@@ -238,13 +237,7 @@ def test_the_demo_server_runs_with_the_speed_patches_in_a_process_of_its_own(
 
         # And it answers with the speed patches' one documented difference: an invalid update
         # of a missing item leaves the item's key behind
-        ddb = boto3.client(
-            "dynamodb",
-            endpoint_url=demo.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+        ddb = _client("dynamodb", demo)
         ddb.create_table(
             TableName="ledger",
             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
