@@ -11,6 +11,7 @@ from sendonce_local.resend_server.wire import (
     RATE_LIMIT_WINDOW_SECONDS,
     _ApiError,
     _Reply,
+    rate_limited,
 )
 
 
@@ -73,11 +74,5 @@ class RequestAdmission:
                 "ratelimit-reset": str(reset),
             }
         if not allowed:
-            raise _ApiError(
-                429,
-                "rate_limit_exceeded",
-                f"Too many requests. You can only make {limit} requests per second. "
-                "See rate limit response headers for more information.",
-                {**rate_headers, "retry-after": str(reset)},
-            )
+            raise rate_limited(limit, rate_headers, reset)
         return rate_headers

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sendonce_local.resend_server.wire import (
-    FAIL_ERRORS,
     HALT_ERRORS,
+    INJECTABLE_STATUSES,
     _Rejection,
     normalise_address,
 )
@@ -54,8 +54,8 @@ class FaultKnobs:
     def fail_next(self, n: int = 1, status: int = 500) -> None:
         """The next ``n`` send requests fail with 429 (the team limit's answer), 500 or 503 before
         anything is accepted."""
-        if status not in FAIL_ERRORS:
-            raise ValueError(f"status must be one of {sorted(FAIL_ERRORS)}")
+        if status not in INJECTABLE_STATUSES:
+            raise ValueError(f"status must be one of {sorted(INJECTABLE_STATUSES)}")
         if n < 0:
             raise ValueError("n must be >= 0")
         with self._lock:

@@ -24,6 +24,7 @@ from sendonce_local.resend_server.wire import (
     _Reply,
     _validate_email,
     normalise_address,
+    rate_limited,
 )
 
 
@@ -36,12 +37,13 @@ class EmailSending:
             raise _ApiError(400, "invalid_idempotency_key", "The key must be between 1-256 chars.")
         with self._lock:
             failure = self._fail_queue.popleft() if self._fail_queue else None
+        if failure == 429:
+            limit = self._rate_limit or DEFAULT_TEAM_RATE_LIMIT
+            raise rate_limited(
+                limit, {"ratelimit-limit": str(limit), "ratelimit-remaining": "0", "ratelimit-reset": "1"}, 1
+            )
         if failure is not None:
             name, message = FAIL_ERRORS[failure]
-            if failure == 429:
-                limit = str(self._rate_limit or DEFAULT_TEAM_RATE_LIMIT)
-                headers = {"ratelimit-limit": limit, "ratelimit-remaining": "0", "ratelimit-reset": "1"}
-                raise _ApiError(429, name, message.format(limit=limit), {**headers, "retry-after": "1"})
             raise _ApiError(failure, name, message)
 
         try:

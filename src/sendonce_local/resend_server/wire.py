@@ -26,15 +26,13 @@ HALT_ERRORS: dict[str, tuple[int, str]] = {
     "monthly_quota_exceeded": (429, "You have reached your monthly email sending quota."),
 }
 FAIL_ERRORS: dict[int, tuple[str, str]] = {
-    # A 429 here is the team limit's own answer (retry-after 1), met whatever the sender's speed.
-    429: (
-        "rate_limit_exceeded",
-        "Too many requests. You can only make {limit} requests per second. "
-        "See rate limit response headers for more information.",
-    ),
     500: ("application_error", "An unexpected error occurred."),
     503: ("service_unavailable", "The service is temporarily unavailable. Try again later."),
 }
+
+# What fail_next may inject: a 429 is the team limit's own answer (rate_limited), met whatever
+# the sender's speed.
+INJECTABLE_STATUSES = (429, *FAIL_ERRORS)
 
 _ADDRESS = re.compile(r"[^@\s<>\"]+@[^@\s<>\"]+\.[^@\s<>\"]+")
 _NAMED_ADDRESS = re.compile(r"[^<>]*<\s*([^<>]+?)\s*>")
@@ -238,4 +236,15 @@ def _record(email: Mapping[str, Any], key: str | None, now: float, path: str, ba
         accepted_at=now,
         endpoint=path,
         batch_index=batch_index,
+    )
+
+
+def rate_limited(limit: int, rate_headers: Mapping[str, str], reset: int) -> _ApiError:
+    """Resend's answer over the team's rate limit: 429 with its ratelimit-* headers and retry-after."""
+    return _ApiError(
+        429,
+        "rate_limit_exceeded",
+        f"Too many requests. You can only make {limit} requests per second. "
+        "See rate limit response headers for more information.",
+        {**rate_headers, "retry-after": str(reset)},
     )
