@@ -9,10 +9,12 @@ reads a secret (tests/unit/test_layering.py relies on that).
 from __future__ import annotations
 
 import datetime as dt
+import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import boto3
 from aws_lambda_powertools.utilities.parameters import SecretsProvider
@@ -69,6 +71,35 @@ from sendonce.settings import (
 )
 
 PROVIDER_NAMES = registry.names()
+
+
+class _SharedSession(boto3.session.Session):
+    """A boto3 session whose `client()` is serialized: a session is not safe to build
+    clients from in several threads at once (its clients are safe to share)."""
+
+    _building = threading.Lock()
+
+    def client(self, *args, **kwargs):  # type: ignore[override]
+        with self._building:
+            return super().client(*args, **kwargs)
+
+
+@cache
+def _session_for(aws_environment: tuple[tuple[str, str], ...]) -> boto3.session.Session:
+    return _SharedSession()
+
+
+def aws_session() -> boto3.session.Session:
+    """The process's boto3 session for its AWS environment: one, not one per service built.
+
+    A new session loads botocore's endpoint data and each client's service model again: a
+    new session and an SES client took 166 ms of CPU, a client from a session that had built
+    one 6 ms (this machine, loaded). A Lambda builds its services once, but the local stack
+    and the tests assemble them over and over: that was most of a test worker's CPU. Keyed by the `AWS_*`
+    environment, so a process pointed elsewhere (another endpoint, other credentials) gets
+    a session of its own, and credentials are resolved once per environment, as boto3's
+    default session does."""
+    return _session_for(tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
 
 
 @dataclass(frozen=True)
@@ -131,7 +162,7 @@ def consumer_parts(
     session: boto3.session.Session | None = None,
     providers: Mapping[str, Provider] | None = None,
 ) -> ConsumerParts:
-    session = session or boto3.session.Session()
+    session = session or aws_session()
     dynamodb = session.client("dynamodb", config=LEDGER_CLIENT_CONFIG)
     registered = providers if providers is not None else registry.registered()
     adapters = build_providers(settings, session, registered)
@@ -241,7 +272,7 @@ def assemble_campaign_service(
     """Its jobs (resume, cancel) go to the jobs queue when the settings name one, else run in
     process; either way each is recorded in the campaigns table."""
     registered = providers if providers is not None else registry.registered()
-    session = session or boto3.session.Session()
+    session = session or aws_session()
     dynamodb = session.client("dynamodb")
     sqs = session.client("sqs")
     campaigns, shards = campaign_store(dynamodb, settings.campaigns_table, counted=settings.counters)
@@ -282,7 +313,7 @@ def job_service(settings: JobsSettings) -> JobService:
 
 def campaign_reports(settings: ApiSettings) -> ReportService:
     """`sendonce campaign report`: the operator service and the report aggregates."""
-    dynamodb = boto3.session.Session().client("dynamodb")
+    dynamodb = aws_session().client("dynamodb")
     return ReportService(
         campaigns=campaign_service(settings),
         aggregates=DynamoDBReportAggregates(client=dynamodb, table_name=settings.campaigns_table),
@@ -305,7 +336,7 @@ def operator_sending(
     session: boto3.session.Session | None = None,
     providers: Mapping[str, Provider] | None = None,
 ) -> OperatorSending:
-    session = session or boto3.session.Session()
+    session = session or aws_session()
     parts = consumer_parts(settings, session, providers)
     return OperatorSending(
         preview=PreviewService(campaigns=parts.campaigns, unsubscribe=parts.unsubscribe),
@@ -328,7 +359,7 @@ def operator_sending_for(settings: ConsumerSettings) -> OperatorSending:
 
 def recorded_test_sends(campaigns_table: str, session: boto3.session.Session | None = None) -> DynamoDBTestSendLog:
     """The record of test sends (`campaign status` reads it)."""
-    session = session or boto3.session.Session()
+    session = session or aws_session()
     return DynamoDBTestSendLog(client=session.client("dynamodb"), table_name=campaigns_table)
 
 
@@ -369,7 +400,7 @@ def unsubscribe_tokens(
 
 
 def suppressions(table_name: str, session: boto3.session.Session | None = None) -> DynamoDBSuppressions:
-    session = session or boto3.session.Session()
+    session = session or aws_session()
     return DynamoDBSuppressions(client=session.client("dynamodb"), table_name=table_name)
 
 
@@ -378,7 +409,7 @@ def assemble_events(
     session: boto3.session.Session | None = None,
     providers: Mapping[str, Provider] | None = None,
 ) -> ProviderEventService:
-    session = session or boto3.session.Session()
+    session = session or aws_session()
     dynamodb = session.client("dynamodb")
     registered = providers if providers is not None else registry.registered()
     webhooks: dict[str, WebhookReader] = {}
@@ -422,7 +453,7 @@ def assemble_unsubscribe(
     keys_ttl_s: float = UNSUBSCRIBE_KEYS_TTL_S,
     clock: Callable[[], float] = time.time,
 ) -> UnsubscribeService:
-    session = session or boto3.session.Session()
+    session = session or aws_session()
     dynamodb = session.client("dynamodb")
     ledger_events = None
     if settings.ledger_table and settings.campaigns_table:
@@ -452,7 +483,7 @@ def unknown_outcomes(
     accept_possible_duplicates: bool = False,
 ) -> UnknownOutcomes:
     """What `sendonce campaign unknowns` and `campaign resume --include-unknown` call."""
-    session = session or boto3.session.Session()
+    session = session or aws_session()
     return UnknownOutcomes(
         ledger_events=ledger_events_of(session.client("dynamodb"), ledger_table, campaigns_table),
         accept_possible_duplicates=accept_possible_duplicates,
@@ -501,7 +532,7 @@ def campaign_audit(
     from sendonce.adapters.dynamodb.event_records import LedgerEventRecords
     from sendonce.domain.audit.records import ProviderRecords
 
-    session = session or boto3.session.Session()
+    session = session or aws_session()
     dynamodb = session.client("dynamodb", config=LEDGER_CLIENT_CONFIG)
     campaigns, shards = campaign_store(dynamodb, settings.campaigns_table)
     described = registry.registered().get(provider)
@@ -538,7 +569,7 @@ def assemble_aggregator(
 ) -> CounterAggregator:
     """The counters' aggregator: counter items and markers in the campaigns table; it
     completes a campaign its counters say is done."""
-    session = session or boto3.session.Session()
+    session = session or aws_session()
     dynamodb = session.client("dynamodb", config=LEDGER_CLIENT_CONFIG)
     campaigns, _ = campaign_store(dynamodb, settings.campaigns_table)
     return CounterAggregator(

@@ -19,6 +19,7 @@ from typing import Any
 import boto3
 
 from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX, CAMPAIGNS_TTL_ATTRIBUTE
+from sendonce.wiring import aws_session
 
 RESEND_SECRET_NAME = "sendonce/resend-api-key"
 UNSUBSCRIBE_SECRET_NAME = "sendonce/unsubscribe-key"
@@ -106,7 +107,7 @@ def create_local_resources(
     resend_api_key: str = "re_local_test_key",
     streams: bool = False,
 ) -> LocalResources:
-    session = session or boto3.session.Session()
+    session = session or aws_session()
     prefix = prefix or f"t{uuid.uuid4().hex[:8]}"
     sqs = session.client("sqs")
     dlq_url = sqs.create_queue(QueueName=f"{prefix}-dlq", Attributes={"MessageRetentionPeriod": str(14 * 86400)})[
@@ -174,7 +175,7 @@ class DeliverabilityResources:
 def create_deliverability_resources(
     session: boto3.session.Session | None = None, *, prefix: str | None = None, webhook_secret: str | None = None
 ) -> DeliverabilityResources:
-    session = session or boto3.session.Session()
+    session = session or aws_session()
     prefix = prefix or f"t{uuid.uuid4().hex[:8]}"
     table = f"{prefix}-suppressions"
     create_suppressions_table(session.client("dynamodb"), table)
@@ -224,7 +225,7 @@ def ensure_schedule_group(scheduler: Any, group_name: str) -> None:
 def create_scheduling_resources(
     session: boto3.session.Session | None = None, *, prefix: str | None = None
 ) -> SchedulingResources:
-    session = session or boto3.session.Session()
+    session = session or aws_session()
     prefix = prefix or f"t{uuid.uuid4().hex[:8]}"
     account = session.client("sts").get_caller_identity()["Account"]
     region = session.region_name or "us-east-1"

@@ -21,7 +21,7 @@ from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.models import Campaign, Content, Recipient
 from sendonce.handlers import consumer
 from sendonce.settings import ApiSettings, ConsumerSettings, EventsSettings
-from sendonce.wiring import assemble_consumer, campaign_service, consumer_parts
+from sendonce.wiring import assemble_consumer, aws_session, campaign_service, consumer_parts
 from sendonce_local.http_api import LocalHttpApi
 from sendonce_local.moto_server import ses_deliveries
 from sendonce_local.poller import EventSourcePoller
@@ -209,7 +209,7 @@ class LocalSystem:
 def system(aws_env, moto, resend_server, monkeypatch) -> Iterator[LocalSystem]:
     resources = create_local_resources(visibility_timeout_s=2, max_receive_count=5)
     domain = f"{uuid.uuid4().hex[:8]}.example.com"
-    verify_ses_sender(boto3.session.Session(), domain)
+    verify_ses_sender(aws_session(), domain)
     env = resources.consumer_env(
         SENDONCE_PROVIDER_TIMEOUT_SECONDS=5,
         SENDONCE_SAFETY_MARGIN_MS=5000,

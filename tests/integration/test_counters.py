@@ -18,7 +18,7 @@ from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.models import CampaignState
 from sendonce.handlers import aggregator
 from sendonce.settings import AggregatorSettings, ApiSettings
-from sendonce.wiring import assemble_aggregator, campaign_service
+from sendonce.wiring import assemble_aggregator, aws_session, campaign_service
 from sendonce_local.resources import create_local_resources, verify_ses_sender
 from sendonce_local.stream_poller import StreamPoller, counters_poller
 from tests.integration.conftest import LocalSystem
@@ -29,7 +29,7 @@ def counted(aws_env, moto, resend_server, monkeypatch) -> Iterator[LocalSystem]:
     """The `system` fixture's local sendonce, with the tables' streams on."""
     resources = create_local_resources(visibility_timeout_s=2, max_receive_count=5, streams=True)
     domain = f"{uuid.uuid4().hex[:8]}.example.com"
-    verify_ses_sender(boto3.session.Session(), domain)
+    verify_ses_sender(aws_session(), domain)
     env = resources.consumer_env(
         SENDONCE_PROVIDER_TIMEOUT_SECONDS=5,
         SENDONCE_SAFETY_MARGIN_MS=5000,
