@@ -440,6 +440,42 @@ def default_team_phases(stack: LocalStack, config: BenchConfig, progress: Callab
         out[f"{label}_429s"] = errors.get("rate_limit_exceeded", 0)
         # achieved over the middle of the run / the team's limit
         out[f"{label}_rate_ratio"] = _ratio(steady, DEFAULT_TEAM_LIMIT)
+
+    # The same team and default settings in batch mode, one message at a time: a message is
+    # one provider request where the one-by-one path (above) makes one a recipient, so at the
+    # team's limit it takes `size / steady` seconds for the same recipients.
+    size = config.message_size
+    progress(f"default_team_batch_mode: Resend team limit {DEFAULT_TEAM_LIMIT}/s, {2 * size} recipients")
+    campaign = stack.publish("default-team-batch", 2 * size, mode="batch")
+    stack.resend.set_rate_limit(DEFAULT_TEAM_LIMIT)
+    try:
+        phase = run_sendonce(
+            stack,
+            "default_team_batch_mode",
+            campaign,
+            rate=None,
+            pollers=1,
+            env=stack.default_consumer_env(campaign.resources),
+        )
+        phase.check_each_once()
+        errors = stack.resend.stats()["errors"]
+    finally:
+        stack.resend.set_rate_limit(None)
+    batch_message_s = statistics.median(_all_but_the_last(phase))
+    one_by_one_s = (
+        size / out["phases"]["default_team"]["steady_emails_per_s"]
+        if out["phases"]["default_team"]["steady_emails_per_s"]
+        else None
+    )
+    out["phases"]["default_team_batch_mode"] = {
+        **phase.summary(),
+        "median_message_s": round(batch_message_s, 3),
+        "provider_429s": errors.get("rate_limit_exceeded", 0),
+    }
+    out["default_team_batch_message_s"] = round(batch_message_s, 3)
+    out["default_team_one_by_one_s_per_message"] = round(one_by_one_s, 3) if one_by_one_s else None
+    # a batch-mode message / the one-by-one path's time for the same recipients, at the team's limit
+    out["default_team_batch_vs_one_by_one_ratio"] = _ratio(batch_message_s, one_by_one_s or 0.0)
     return out
 
 

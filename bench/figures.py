@@ -88,4 +88,7 @@ def goals(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             result["ledger_overhead_ratio_unthrottled"], "<= 1.05", lambda v: v <= 1.05
         ),
         "default_team_429s": goal(result.get("default_team_429s"), "== 0", lambda v: v == 0),
+        "default_team_batch_vs_one_by_one_ratio": goal(
+            result.get("default_team_batch_vs_one_by_one_ratio"), "<= 0.125", lambda v: v <= 0.125
+        ),
     }

@@ -78,6 +78,10 @@ def text_report(result: dict) -> str:
             f" {_fmt(result['default_team_rate_ratio'])}; limit learned from the headers, 1 request/s in reserve)",
             f"  old defaults (10/s, not learned): 429s {result['default_team_old_defaults_429s']:>3}"
             f"   (achieved / team limit {_fmt(result['default_team_old_defaults_rate_ratio'])})",
+            f"  batch mode, one {config['message_size']}-recipient message / the one-by-one path's time for it"
+            f" {_fmt(result.get('default_team_batch_vs_one_by_one_ratio')):>6}   goal <= 0.125:"
+            f" {mark('default_team_batch_vs_one_by_one_ratio')}   ({_fmt(result.get('default_team_batch_message_s'))} s"
+            f" against {_fmt(result.get('default_team_one_by_one_s_per_message'))} s)",
         ]
     lines += [
         "wall time, sendonce / no-ledger baseline (same campaign, latency, concurrency, pollers)",

@@ -53,6 +53,7 @@ REPORTED = (
     "default_team_429s",
     "default_team_rate_ratio",
     "default_team_old_defaults_429s",
+    "default_team_batch_vs_one_by_one_ratio",
     "machine",
     "goals",
 )
@@ -71,6 +72,7 @@ def test_the_report_is_one_json_object_with_every_figure(result):
         "ledger_overhead_ratio",
         "ledger_overhead_ratio_unthrottled",
         "default_team_429s",
+        "default_team_batch_vs_one_by_one_ratio",
     }
 
 
@@ -118,6 +120,14 @@ def test_ratios_and_timings_are_reported(result):
         "batch_vs_sequential_ratio",
         "batch_vs_sequential_ratio_batch_mode",
         "cold_start_import_ms",
+        "default_team_batch_vs_one_by_one_ratio",
     ):
         assert isinstance(result[key], float) and result[key] > 0, key
+    # At the team's limit the batch-mode message went as one request, the one-by-one path as one
+    # a recipient: the team's phase sent each once, and the message's time is what the ratio says.
+    batch = result["phases"]["default_team_batch_mode"]
+    assert batch["provider_429s"] == 0
+    assert result["default_team_batch_vs_one_by_one_ratio"] == pytest.approx(
+        result["default_team_batch_message_s"] / result["default_team_one_by_one_s_per_message"], abs=0.002
+    )
     assert result["rate_configured_per_s"] >= TINY.min_rate_per_second
