@@ -32,26 +32,27 @@ def moto() -> Iterator[MotoServer]:
 
 
 # --- order --------------------------------------------------------------------------
-# `make test` runs files on four workers (--dist loadfile), handing them out in collection
-# order. The longest files go first (seconds of a loaded CI run, 2026-12-03), so that the run
-# does not end with one worker on a long file while three stand idle. Order only: no test
-# depends on it, and a file not named keeps its place after these.
+# `make test` runs files on several workers (--dist loadfile), handing them out in collection
+# order. The longest files go first (seconds of a clean-clone CI run on this machine,
+# 2026-12-03), so that the run does not end with one worker on a long file while the others
+# stand idle. Order only: no test depends on it, and a file not named keeps its place after these.
 LONGEST_FIRST = (
-    "tests/model/test_delivery_model.py",  # ~290 s: three machines in one file
-    "tests/chaos/test_consumer_faults.py",  # 231
-    "tests/infra/test_wheel.py",  # 205
-    "tests/integration/test_client.py",  # 164
-    "tests/chaos/test_provider_and_ledger_faults.py",  # 164
-    "tests/integration/test_deliverability.py",  # 148
-    "tests/integration/test_counters.py",  # 127
-    "tests/integration/test_cli.py",  # 124
-    "tests/chaos/test_pause_resume_cancel.py",  # 118
-    "tests/integration/test_api.py",  # 109
-    "tests/integration/test_campaign_audit.py",  # 108
-    "tests/infra/test_upgrade.py",  # 99
-    "tests/integration/test_ledger_protocol.py",  # 97
-    "tests/integration/test_operator_edges.py",  # 93
-    "tests/infra/test_deploy_moto.py",  # 85
+    "tests/chaos/test_consumer_faults.py",  # 174
+    "tests/model/test_delivery_model.py",  # 160: three machines in one file
+    "tests/infra/test_wheel.py",  # 142
+    "tests/chaos/test_provider_and_ledger_faults.py",  # 127
+    "tests/integration/test_client.py",  # 119
+    "tests/integration/test_counters.py",  # 111
+    "tests/infra/test_upgrade.py",  # 94
+    "tests/integration/test_bench_smoke.py",  # 93
+    "tests/integration/test_ledger_protocol.py",  # 88
+    "tests/chaos/test_pause_resume_cancel.py",  # 87
+    "tests/infra/test_deploy_moto.py",  # 82
+    "tests/integration/test_cli.py",  # 74
+    "tests/integration/test_deliverability.py",  # 66
+    "tests/integration/test_campaign_audit.py",  # 63
+    "tests/integration/test_api.py",  # 54
+    "tests/integration/test_scheduled_sends.py",  # 50
 )
 
 
