@@ -95,10 +95,11 @@ def aws_session() -> boto3.session.Session:
     A new session loads botocore's endpoint data and each client's service model again: a
     new session and an SES client took 166 ms of CPU, a client from a session that had built
     one 6 ms (this machine, loaded). A Lambda builds its services once, but the local stack
-    and the tests assemble them over and over: that was most of a test worker's CPU. Keyed by the `AWS_*`
-    environment, so a process pointed elsewhere (another endpoint, other credentials) gets
-    a session of its own, and credentials are resolved once per environment, as boto3's
-    default session does."""
+    and the tests assemble them over and over: that was most of a test worker's CPU.
+
+    Keyed by the `AWS_*` environment, so a process pointed elsewhere (another endpoint, other
+    credentials) gets a session of its own; credentials are resolved once per environment,
+    as boto3's default session does."""
     return _session_for(tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
 
 
