@@ -16,7 +16,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 unexport PYTHONDONTWRITEBYTECODE
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: venv npm contracts lint test test-slow test-unit test-integration test-infra test-wheel test-chaos verify demo report-screenshot bench bench-scale clean
+.PHONY: venv npm setup contracts lint test test-slow test-unit test-integration test-infra test-wheel test-chaos verify demo report-screenshot bench bench-scale clean
 
 # --no-compile: Python compiles what is imported when it is first imported; byte-compiling
 # every installed package was most of the install's CPU (the wheel test measured 120 s -> 44 s).
@@ -57,7 +57,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: lint $(NPM_STAMP) $(CHROMIUM)
+# The three installs (Python packages, node_modules, Chromium) at once: on a fresh machine
+# each mostly waits on the network or the disk.
+setup:
+	$(MAKE) -j3 --output-sync=target $(STAMP) $(NPM_STAMP) $(CHROMIUM)
+
+test: setup
+	$(MAKE) lint
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" --durations=15
 
 # Minutes each, so not in `make test` (15 minutes in all): the hottest ledger key of a
