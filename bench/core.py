@@ -462,11 +462,8 @@ def default_team_phases(stack: LocalStack, config: BenchConfig, progress: Callab
     finally:
         stack.resend.set_rate_limit(None)
     batch_message_s = statistics.median(_all_but_the_last(phase))
-    one_by_one_s = (
-        size / out["phases"]["default_team"]["steady_emails_per_s"]
-        if out["phases"]["default_team"]["steady_emails_per_s"]
-        else None
-    )
+    steady = out["phases"]["default_team"]["steady_emails_per_s"]
+    one_by_one_s = size / steady if steady else None
     out["phases"]["default_team_batch_mode"] = {
         **phase.summary(),
         "median_message_s": round(batch_message_s, 3),

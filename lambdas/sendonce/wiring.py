@@ -9,17 +9,16 @@ reads a secret (tests/unit/test_layering.py relies on that).
 from __future__ import annotations
 
 import datetime as dt
-import os
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import lru_cache
 
 import boto3
 from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from botocore.config import Config
 
+from sendonce.adapters.aws_session import aws_session
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
 from sendonce.adapters.dynamodb.counters import DynamoDBCounters
 from sendonce.adapters.dynamodb.jobs import DynamoDBJobStore
@@ -71,36 +70,6 @@ from sendonce.settings import (
 )
 
 PROVIDER_NAMES = registry.names()
-
-
-class _SharedSession(boto3.session.Session):
-    """A boto3 session whose `client()` is serialized: a session is not safe to build
-    clients from in several threads at once (its clients are safe to share)."""
-
-    _building = threading.Lock()
-
-    def client(self, *args, **kwargs):  # type: ignore[override]
-        with self._building:
-            return super().client(*args, **kwargs)
-
-
-@cache
-def _session_for(aws_environment: tuple[tuple[str, str], ...]) -> boto3.session.Session:
-    return _SharedSession()
-
-
-def aws_session() -> boto3.session.Session:
-    """The process's boto3 session for its AWS environment: one, not one per service built.
-
-    A new session loads botocore's endpoint data and each client's service model again: a
-    new session and an SES client took 166 ms of CPU, a client from a session that had built
-    one 6 ms (this machine, loaded). A Lambda builds its services once, but the local stack
-    and the tests assemble them over and over: that was most of a test worker's CPU.
-
-    Keyed by the `AWS_*` environment, so a process pointed elsewhere (another endpoint, other
-    credentials) gets a session of its own; credentials are resolved once per environment,
-    as boto3's default session does."""
-    return _session_for(tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from typing import Any
 
 import boto3
 
+from sendonce.adapters.aws_session import aws_session
 from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX, CAMPAIGNS_TTL_ATTRIBUTE
-from sendonce.wiring import aws_session
 
 RESEND_SECRET_NAME = "sendonce/resend-api-key"
 UNSUBSCRIBE_SECRET_NAME = "sendonce/unsubscribe-key"
