@@ -5,6 +5,8 @@ batch it polls again at once; without a window it never waits while records keep
 
 from __future__ import annotations
 
+import pytest
+
 from sendonce_local.stream_poller import StreamPoller
 
 ARN = "arn:aws:dynamodb:us-east-1:000000000000:table/t/stream/1"
@@ -87,3 +89,40 @@ def test_without_a_window_it_never_waits_while_records_keep_coming():
     waits, batches = _run([2, 1, 0], window=0.0, rounds=1)
     assert batches == [2, 1]
     assert waits == [0.1]
+
+
+class SteppingClock:
+    """`time.monotonic` for the poller: each reading is `step` seconds after the last."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def _drainer(sizes: list[int], handler, monkeypatch) -> StreamPoller:
+    import sendonce_local.stream_poller as module
+
+    monkeypatch.setattr(module.time, "monotonic", SteppingClock(10.0))
+    return StreamPoller(streams_client=FakeStreams(sizes), stream_arns=[ARN], handler=handler, batch_size=4)
+
+
+def test_drain_outlasts_its_wait_while_records_keep_being_applied(monkeypatch):
+    # 20 rounds of records, 10 s a round on this clock: 200 s, past a 30 s wait. A busy
+    # machine applying a big campaign is slow, not stuck (the demo hit a fixed 60 s).
+    batches: list[int] = []
+    poller = _drainer([1] * 20, lambda event, context: batches.append(len(event["Records"])), monkeypatch)
+    counters = poller.drain(max_seconds=30)
+    assert counters.records == 20 and batches == [1] * 20
+
+
+def test_drain_gives_up_when_nothing_is_applied_for_its_wait(monkeypatch):
+    def failing(event, context):
+        raise RuntimeError("the aggregator keeps failing")
+
+    poller = _drainer([1] * 50, failing, monkeypatch)
+    with pytest.raises(TimeoutError, match="applied no record for 30"):
+        poller.drain(max_seconds=30)
+    assert poller.counters.records == 0 and poller.counters.errors >= 3
