@@ -43,6 +43,7 @@ from sendonce_local.moto_patches.dynamodb_reads import item_reads_written_as_jso
 from sendonce_local.moto_patches.dynamodb_streams import (
     stream_mappings_invoke_enabled_only,
     stream_reads_under_the_dynamodb_lock,
+    stream_records_written_as_json,
 )
 from sendonce_local.moto_patches.dynamodb_transactions import (
     transactions_copy_each_table_once,
@@ -105,6 +106,7 @@ SPEED_PATCHES: tuple[PatchFunction, ...] = (
     updates_validated_once,
     queries_read_one_partition,
     item_reads_written_as_json,
+    stream_records_written_as_json,
 )
 
 
