@@ -122,7 +122,7 @@ def run_demo(options: DemoOptions, console: Console) -> tuple[dict[str, Any], bo
             summary.update(seconds=round(time.monotonic() - started, 1), too_busy=str(exc), ok=False)
             console.print(f"[bold red]FAIL[/bold red]: {exc}", highlight=False)
             keep_logs = True
-            console.print(f"consumer logs kept in {log_dir}", highlight=False)
+            console.print(f"consumer and function logs kept in {log_dir}", highlight=False)
             return summary, False
         summary["calibration"] = calibration.as_dict()
         deployed = system.consumer
@@ -186,7 +186,7 @@ def run_demo(options: DemoOptions, console: Console) -> tuple[dict[str, Any], bo
             console.print(verdict(baseline, sendonce, summary["seconds"], audit=audit))  # on stderr with --json
         if not ok:
             keep_logs = True
-            console.print(f"consumer logs kept in {log_dir}", highlight=False)
+            console.print(f"consumer and function logs kept in {log_dir}", highlight=False)
         if options.report is not None and sendonce is not None:
             path = write_report(system, sendonce.campaign_id, options.report)
             summary["report"] = str(path)
@@ -196,7 +196,7 @@ def run_demo(options: DemoOptions, console: Console) -> tuple[dict[str, Any], bo
         return summary, ok
     except BaseException:
         keep_logs = True
-        console.print(f"[red]demo failed[/red]; consumer logs kept in {log_dir}", highlight=False)
+        console.print(f"[red]demo failed[/red]; consumer and function logs kept in {log_dir}", highlight=False)
         if system.moto.pid:
             console.print(system.moto.log_tail(1500), highlight=False, markup=False)
         raise

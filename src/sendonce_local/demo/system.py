@@ -4,6 +4,7 @@ once the calibration has chosen the scale)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from sendonce_local.demo.stack import (
     deploy_stack,
 )
 from sendonce_local.demo.timing import TimeScale
+from sendonce_local.function_output import function_output
 from sendonce_local.moto_server import DemoMotoServer, aws_env, ses_deliveries
 from sendonce_local.stream_poller import StreamPoller, counters_poller
 
@@ -62,6 +64,7 @@ class DemoSystem:
         self.operator: CampaignService | None = None
         # The counters' aggregator, in this process (the stack's stream mappings are off in moto).
         self.counters: StreamPoller | None = None
+        self._output = contextlib.ExitStack()  # the aggregator's output, to its log file
 
     def start(self) -> DemoSystem:
         self.moto.start()
@@ -99,10 +102,37 @@ class DemoSystem:
             operator="sendonce demo",
         )
         self.counters = counters_poller(
-            self._session, ledger_table=consumer.ledger_table, campaigns_table=consumer.campaigns_table
+            self._session,
+            ledger_table=consumer.ledger_table,
+            campaigns_table=consumer.campaigns_table,
+            handler=self._aggregator_handler(consumer.campaigns_table),
         ).start()
         self.say(f"stack deployed in {self.deploy_seconds:.1f} s")
         return self
+
+    def _aggregator_handler(self, campaigns_table: str) -> Callable[[dict[str, Any], Any], Any]:
+        """The deployed aggregator's handler. What the functions run in this process write
+        (the aggregator's and the operator's Powertools log lines, the aggregator's metrics
+        and warnings: CloudWatch's, on AWS) goes to functions.log in the log directory, not
+        between the demo's lines."""
+        import functools
+
+        from sendonce.handlers import aggregator
+        from sendonce.handlers.observability import logger
+        from sendonce.settings import AggregatorSettings
+        from sendonce.wiring import assemble_aggregator
+
+        routed = self._output.enter_context(function_output(self.log_dir / "functions.log", logger.registered_handler))
+        handler = functools.partial(
+            aggregator.lambda_handler,
+            service=assemble_aggregator(AggregatorSettings(campaigns_table=campaigns_table), self.session),
+        )
+
+        def handle(event: dict[str, Any], context: Any) -> Any:
+            with routed.to_log():
+                return handler(event, context)
+
+        return handle
 
     @property
     def session(self) -> boto3.session.Session:
@@ -213,6 +243,7 @@ class DemoSystem:
     def stop(self) -> None:
         if self.counters is not None:
             self.counters.stop()
+        self._output.close()
         self.stop_consumers()
         for proxy in (self.kill_proxy, self.ses_proxy):
             if proxy is not None:
