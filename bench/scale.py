@@ -13,7 +13,9 @@ consumes both tables' streams. They run in this process (moto and the Resend ser
 processes of their own) so that one `WriteUnitAccountant` sees every DynamoDB client of
 the run.
 
-Per campaign: published (consumers stopped), then sent and completed; per phase the
+First (unless `--no-per-message`), one batch-mode message against the one-by-one path at
+Resend's default team limit, one consumer each (bench/scale_messages.py). Then per campaign:
+published (consumers stopped), then sent and completed; per phase the
 recipients per second, DynamoDB requests and write units per recipient, and per table the
 hottest partition-key value's write units per recipient (with the ceiling it sets at 1,000
 write units/s) and the most write units it took in one second; then one status read from
@@ -37,6 +39,7 @@ from typing import Any
 from bench.core import machine
 from bench.run import stdout_to_devnull
 from bench.scale_figures import extrapolate, status_ratio
+from bench.scale_messages import run_message_times
 from bench.scale_stack import (
     DEFAULT_SIZES,
     SENDER_DOMAIN,
@@ -158,7 +161,10 @@ def run_scale(
     stack = ScaleStack(config, say).start()
     measured: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
+    per_message: dict[str, Any] | None = None
     try:
+        if config.per_message:
+            per_message = run_message_times(stack, say)
         for size in config.sizes:
             if measured and measured[-1]["elapsed_s"] > config.next_under_minutes * 60:
                 previous = measured[-1]
@@ -183,6 +189,7 @@ def run_scale(
         "skipped": skipped,
         "extrapolated": extrapolated,
         "status_bytes_ratio": status_ratio(measured),
+        "per_message": per_message,
         "config": {
             "sizes": list(config.sizes),
             "streams": config.streams,
@@ -214,6 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--capture-stream", type=Path, default=None, help="write the aggregator's stream records here (JSON lines)"
     )
+    parser.add_argument(
+        "--no-per-message",
+        dest="per_message",
+        action="store_false",
+        help="leave out the batch-mode message against the one-by-one path (bench/scale_messages.py)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-scale.json"))
     args = parser.parse_args(argv)
     try:
@@ -230,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         webhook_wait_s=args.webhook_wait,
         events_up_to=args.events_up_to,
         capture_stream=args.capture_stream,
+        per_message=args.per_message,
     )
 
     def say(message: str) -> None:

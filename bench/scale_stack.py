@@ -54,13 +54,14 @@ AGGREGATOR_BATCH_SIZE = aggregator_mapping.BATCH_SIZE
 AGGREGATOR_BATCHING_WINDOW_S = aggregator_mapping.BATCHING_WINDOW.to_seconds()
 
 
-def bench_campaign(campaign_id: str, name: str) -> Campaign:
-    """The campaign every bench-scale size sends (and bench.stream_replay creates again)."""
+def bench_campaign(campaign_id: str, name: str, delivery_mode: str = "batch") -> Campaign:
+    """The campaign every bench-scale size sends (and bench.stream_replay creates again);
+    the per-message comparison also sends it one by one (`delivery_mode="single"`)."""
     return Campaign(
         campaign_id=campaign_id,
         name=name,
         provider="resend",
-        delivery_mode="batch",
+        delivery_mode=delivery_mode,
         sender=f"news@{SENDER_DOMAIN}",
         content=Content(subject="Hello {{ name }}", html="<p>Hi {{ name }}</p>", text="Hi {{ name }}"),
     )
@@ -84,6 +85,9 @@ class ScaleConfig:
     # for `python -m bench.stream_replay`.
     capture_stream: Path | None = None
     log_dir: Path | None = None
+    # One batch-mode message against the one-by-one path, at Resend's default team limit
+    # (bench/scale_messages.py), before the sizes.
+    per_message: bool = True
 
 
 class ScaleStack:
@@ -193,6 +197,10 @@ class ScaleStack:
 
         return handle
 
+    def set_team_limit(self, requests_per_second: int | None) -> None:
+        """The local Resend server's team limit (requests per sliding second; None: none)."""
+        _post_json(self.resend.url + "/_local/faults", {"rate_limit": requests_per_second})
+
     def events_on(self, on: bool) -> None:
         """Provider events for the next campaign: the local Resend server's webhooks on or off."""
         _post_json(self.resend.url + "/_local/faults", {"webhook_url": self.webhook_url if on else None})
@@ -205,16 +213,32 @@ class ScaleStack:
     def consumer_count(self) -> int:
         return self.config.consumers or self.deployed.max_concurrency
 
-    def start_consumers(self) -> None:
+    def consumer_session(self) -> boto3.session.Session:
+        """A session of the consumer's own, its write units still accounted: its requests
+        counted apart from the other functions' (`RequestCounter` on it)."""
+        session = boto3.session.Session()
+        self.accountant.attach(session)
+        return session
+
+    def start_consumers(
+        self,
+        count: int | None = None,
+        invocation_seconds: list[float] | None = None,
+        session: boto3.session.Session | None = None,
+    ) -> None:
+        """`count` runtimes (default: the mapping's concurrency), on `session` (default: the
+        run's); with `invocation_seconds`, each invocation's time is appended to it as it ends
+        (batch size 1: one message each)."""
         handler = import_handler(self.deployed.poller_handler)
+        session = session or self.session
         sqs = self.session.client("sqs")
-        for n in range(self.consumer_count):
+        for n in range(count or self.consumer_count):
             # One runtime per execution environment, as Lambda builds one per sandbox.
-            runtime = assemble_consumer(self.consumer_settings, consumer_parts(self.consumer_settings, self.session))
+            runtime = assemble_consumer(self.consumer_settings, consumer_parts(self.consumer_settings, session))
             poller = EventSourcePoller(
                 sqs_client=sqs,
                 queue_url=self.deployed.queue_url,
-                handler=functools.partial(handler, runtime=runtime),
+                handler=_timed(functools.partial(handler, runtime=runtime), invocation_seconds),
                 function_name=f"{self.deployed.function_name}-{n}",
                 batch_size=self.deployed.batch_size,
                 function_timeout_s=self.deployed.timeout_s,
@@ -302,6 +326,20 @@ class ScaleStack:
         counters = DynamoDBCounters(client=dynamodb, table_name=self.deployed.campaigns_table)
         figures, _ = compare_status_reads(campaigns, ledger, counters, campaign_id, meter)
         return figures
+
+
+def _timed(handler: Callable[[Any, Any], Any], seconds: list[float] | None) -> Callable[[Any, Any], Any]:
+    if seconds is None:
+        return handler
+
+    def run(event: Any, context: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return handler(event, context)
+        finally:
+            seconds.append(time.perf_counter() - started)
+
+    return run
 
 
 def _post_json(url: str, body: dict[str, Any]) -> None:

@@ -78,6 +78,20 @@ def test_bench_scale_reports_every_figure_with_no_duplicate_and_nobody_missing(t
     assert status["counters"]["bytes"] < status["full_read"]["bytes"]
     assert {e["recipients"] for e in report["extrapolated"]} == {100_000, 1_000_000}
     assert report["config"]["consumers"] >= 1 and report["machine"]["nproc"] >= 1
+    # One batch-mode message against the one-by-one path: both sent by the deployed consumer,
+    # each recipient once; one provider request per batch-mode message, one per recipient one
+    # by one; the batch-mode consumer makes fewer DynamoDB requests per message than it has
+    # recipients (its campaign's completion check included), one by one at least two per
+    # recipient. The ratio is reported, not asserted (a timing).
+    per_message = report["per_message"]
+    for path, requests in (("one_by_one", 100), ("batch", 1)):
+        figures = per_message[path]
+        assert (figures["duplicates"], figures["missing"]) == (0, 0), path
+        assert figures["provider_requests_per_message"] == requests, path
+        assert len(figures["message_s"]) == figures["messages"], path
+    assert per_message["batch"]["consumer_dynamodb_requests_per_message"] < 100
+    assert per_message["one_by_one"]["consumer_dynamodb_requests_per_message"] >= 200
+    assert per_message["batch_vs_one_by_one_ratio"] > 0 and per_message["goal"] == 0.125
 
     # The aggregator's records, replayed as a 1,000-recipients/s table's 8 stream shards would
     # batch them: the counters come out equal to the ledger, in fewer writes per record.
