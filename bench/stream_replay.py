@@ -1,10 +1,11 @@
 """What the counters' aggregator writes per recipient when its stream batches are shaped as a
 deployed table's would be at a campaign's sending rate.
 
-    python -m bench.stream_replay RECORDS.jsonl [--rates 88,1000,10000] [--out stream-replay.json]
+    python -m bench.stream_replay RECORDS.jsonl [--rates 88,1000,10000] [--campaign ID] [--out stream-replay.json]
 
-RECORDS.jsonl is a campaign's stream records as the aggregator was handed them
-(`python -m bench.scale --sizes 10000 --capture-stream RECORDS.jsonl`).
+RECORDS.jsonl is the stream records as the aggregator was handed them
+(`python -m bench.scale --sizes 10000 --capture-stream RECORDS.jsonl`); one campaign's are
+replayed: `--campaign`, or the last one in the file (bench-scale's largest size).
 
 Why: bench-scale runs on moto, which gives each table's stream one shard, and sends ~90
 recipients/s, so every aggregator batch spans all 256 ledger shards of the campaign with a
@@ -210,12 +211,29 @@ def with_domains(records: list[Record], domains: ZipfDomains) -> list[Record]:
     return out
 
 
+def campaign_of(record: Record) -> str:
+    """The campaign a record belongs to: a ledger key `<campaign>#<shard>`, a batch record's
+    `campaign#<campaign>#b<k>`."""
+    keys = record["dynamodb"]["Keys"]
+    if "campaign_id" in keys:
+        return str(keys["campaign_id"]["S"]).split("#", 1)[0]
+    return str(keys["pk"]["S"]).split("#")[1]
+
+
 def campaign_of_records(records: Iterable[Record]) -> str:
     for record in records:
-        keys = record["dynamodb"]["Keys"]
-        if "recipient_id" in keys:
-            return str(keys["campaign_id"]["S"]).split("#", 1)[0]
+        if "recipient_id" in record["dynamodb"]["Keys"]:
+            return campaign_of(record)
     raise ValueError("no ledger record: nothing to replay")
+
+
+def of_campaign(records: list[Record], campaign_id: str | None) -> list[Record]:
+    """The records of one campaign: `campaign_id`, or the last one the file names (a
+    bench-scale capture holds its per-message campaigns and each size, the largest last)."""
+    if not records:
+        return records
+    chosen = campaign_id or campaign_of(records[-1])
+    return [r for r in records if campaign_of(r) == chosen]
 
 
 def replay(records: list[Record], shape: Shape, say: Callable[[str], None]) -> dict[str, Any]:
@@ -307,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=None, help="stream shards per table (default: from the rate)")
     parser.add_argument("--ledger-write-units", type=float, default=LEDGER_WRITE_UNITS)
     parser.add_argument("--domains", type=int, default=None, help="re-draw the recipients' domains from N (Zipf)")
+    parser.add_argument("--campaign", default=None, help="the campaign to replay (default: the last one in the file)")
     parser.add_argument("--out", type=Path, default=Path("stream-replay.json"))
     args = parser.parse_args(argv)
     try:
@@ -321,7 +340,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.records}: no such file")
     if args.domains is not None and args.domains < 1:
         parser.error("--domains: at least 1")
-    records = read_records(args.records)
+    records = of_campaign(read_records(args.records), args.campaign)
+    if not any("recipient_id" in r["dynamodb"]["Keys"] for r in records):
+        parser.error(f"{args.records}: no ledger record of campaign {args.campaign or 'the last one'}")
     if args.domains:
         records = with_domains(records, ZipfDomains(args.domains))
 

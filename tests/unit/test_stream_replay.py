@@ -14,6 +14,7 @@ from bench.stream_replay import (
     batches,
     expected_counts,
     groups_in,
+    of_campaign,
     shards_for,
     with_domains,
 )
@@ -23,9 +24,11 @@ LEDGER_ARN = "arn:aws:dynamodb:us-east-1:1:table/ledger/stream/x"
 CAMPAIGNS_ARN = "arn:aws:dynamodb:us-east-1:1:table/campaigns/stream/x"
 
 
-def ledger_record(seq: int, at: float, shard: int, recipient: str, state: str | None = "sent") -> dict:
+def ledger_record(
+    seq: int, at: float, shard: int, recipient: str, state: str | None = "sent", campaign: str = "c1"
+) -> dict:
     data = {
-        "Keys": {"campaign_id": {"S": f"c1#{shard}"}, "recipient_id": {"S": recipient}},
+        "Keys": {"campaign_id": {"S": f"{campaign}#{shard}"}, "recipient_id": {"S": recipient}},
         "SequenceNumber": str(seq),
         "ApproximateCreationDateTime": at,
     }
@@ -34,13 +37,13 @@ def ledger_record(seq: int, at: float, shard: int, recipient: str, state: str | 
     return {"eventName": "MODIFY", "eventSourceARN": LEDGER_ARN, "dynamodb": data}
 
 
-def batch_record(seq: int, at: float, recipients: list[str]) -> dict:
+def batch_record(seq: int, at: float, recipients: list[str], campaign: str = "c1") -> dict:
     body = json.dumps({"recipients": [{"recipient_id": r} for r in recipients]})
     return {
         "eventName": "INSERT",
         "eventSourceARN": CAMPAIGNS_ARN,
         "dynamodb": {
-            "Keys": {"pk": {"S": "campaign#c1#b0"}, "sk": {"S": "batch#b1"}},
+            "Keys": {"pk": {"S": f"campaign#{campaign}#b0"}, "sk": {"S": "batch#b1"}},
             "SequenceNumber": str(seq),
             "ApproximateCreationDateTime": at,
             "NewImage": {"body": {"S": body}},
@@ -117,3 +120,18 @@ def test_redrawn_domains_follow_a_zipf_mix_one_domain_per_recipient():
     [entry] = changed["dynamodb"]["NewImage"]["provider_events"]["L"]
     assert entry["M"]["domain"]["S"] == domains.of("r7") and entry["M"]["event"]["S"] == "sent"
     assert record["dynamodb"]["NewImage"]["provider_events"]["L"][0] is event  # the original is untouched
+
+
+def test_one_campaign_is_replayed_the_last_in_the_file_unless_named():
+    # A bench-scale capture: its per-message campaigns first, then the size (ledger and batch records)
+    records = [
+        batch_record(1, 1.0, ["r0"], campaign="msg-single"),
+        ledger_record(2, 2.0, 3, "r0", campaign="msg-single"),
+        batch_record(3, 3.0, ["r0", "r1"], campaign="scale200"),
+        ledger_record(4, 4.0, 5, "r0", campaign="scale200"),
+        ledger_record(5, 5.0, 9, "r1", campaign="scale200"),
+    ]
+    assert [r["dynamodb"]["SequenceNumber"] for r in of_campaign(records, None)] == ["3", "4", "5"]
+    assert [r["dynamodb"]["SequenceNumber"] for r in of_campaign(records, "msg-single")] == ["1", "2"]
+    assert expected_counts(of_campaign(records, None)) == ({"sent": 2}, 2)
+    assert of_campaign(records, "other") == [] and of_campaign([], None) == []
