@@ -12,6 +12,7 @@ import bisect
 import copy
 import functools
 import json
+from collections.abc import Callable
 from typing import Any
 
 from sendonce_local.moto_patches.replacing import Replace
@@ -131,13 +132,23 @@ def item_reads_written_as_json(replace: Replace) -> None:
             and isinstance(result, dict)
             and self._get_action() in item_reads
         ):
-            try:
-                body = json.dumps(result, separators=(",", ":"))
-            except (TypeError, ValueError):
-                return stock(self, action_result)
-            headers = dict(self.response_headers)
-            headers["Content-Type"] = "application/x-amz-json-1.0"
-            return 200, headers, body
+            answer = json_answer(self, result)
+            if answer is not None:
+                return answer
         return stock(self, action_result)
 
     replace(responses.DynamoHandler, "serialized", serialized)
+
+
+def json_answer(
+    handler: Any, result: dict[str, Any], default: Callable[[Any], Any] | None = None
+) -> tuple[int, dict[str, str], str] | None:
+    """`result` as a JSON-protocol answer of `handler`'s; None when it does not serialize
+    as JSON (binary values: moto holds them as bytes), for moto's serializer to write."""
+    try:
+        body = json.dumps(result, separators=(",", ":"), default=default)
+    except (TypeError, ValueError):
+        return None
+    headers = dict(handler.response_headers)
+    headers["Content-Type"] = "application/x-amz-json-1.0"
+    return 200, headers, body

@@ -9,12 +9,12 @@ tests/integration/moto_patches/test_dynamodb_streams.py.
 from __future__ import annotations
 
 import functools
-import json
 import types
 from collections.abc import Callable
 from typing import Any
 
 from sendonce_local.moto_patches.dynamodb_locking import DYNAMODB_LOCK
+from sendonce_local.moto_patches.dynamodb_reads import json_answer
 from sendonce_local.moto_patches.replacing import Replace
 
 
@@ -102,13 +102,9 @@ def stream_records_written_as_json(replace: Replace) -> None:
     def serialized(self: Any, action_result: Any) -> Any:
         result = action_result.result
         if isinstance(result, dict) and self._get_action() == "GetRecords":
-            try:
-                body = json.dumps(result, separators=(",", ":"), default=timestamp)
-            except (TypeError, ValueError):
-                return stock(self, action_result)
-            headers = dict(self.response_headers)
-            headers["Content-Type"] = "application/x-amz-json-1.0"
-            return 200, headers, body
+            answer = json_answer(self, result, default=timestamp)
+            if answer is not None:
+                return answer
         return stock(self, action_result)
 
     replace(DynamoDBStreamsHandler, "serialized", serialized)
