@@ -23,6 +23,7 @@ from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
 from sendonce.adapters.dynamodb.counters import DynamoDBCounters
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.ledger_keys import CampaignShards
+from sendonce.contract import AGGREGATOR_BATCH_SIZE, AGGREGATOR_BATCHING_WINDOW_SECONDS
 from sendonce.domain.models import Campaign, Content
 from sendonce.handlers import aggregator, api, events
 from sendonce.settings import AggregatorSettings, ApiSettings, ConsumerSettings, EventsSettings
@@ -33,7 +34,6 @@ from sendonce.wiring import (
     assemble_events,
     consumer_parts,
 )
-from sendonce_cdk import aggregator as aggregator_mapping
 from sendonce_client import Client
 from sendonce_client.streams import DEFAULT_STREAMS
 from sendonce_local.demo.stack import RESEND_DEMO_KEY, DeployedConsumer, ResendServerProcess, deploy_stack
@@ -48,10 +48,6 @@ from sendonce_local.write_units import PARTITION_WRITE_UNITS_PER_SECOND, WriteUn
 DEFAULT_SIZES = (1_000, 10_000, 100_000)
 SENDER_DOMAIN = "bench.example.com"
 WEBHOOKS_PER_EMAIL = 2  # the local Resend server's `email.sent` and `email.delivered`
-# The aggregator's stream mappings as deployed (sendonce_cdk/aggregator.py): records gather
-# for up to the window into batches of up to the size, so its writes per record are the stack's.
-AGGREGATOR_BATCH_SIZE = aggregator_mapping.BATCH_SIZE
-AGGREGATOR_BATCHING_WINDOW_S = aggregator_mapping.BATCHING_WINDOW.to_seconds()
 
 
 def bench_campaign(campaign_id: str, name: str, delivery_mode: str = "batch") -> Campaign:
@@ -166,8 +162,9 @@ class ScaleStack:
             ledger_table=self.deployed.ledger_table,
             campaigns_table=self.deployed.campaigns_table,
             handler=self._aggregator_handler(),
+            # Batched as the stack maps the streams: its writes per record are the stack's.
             batch_size=AGGREGATOR_BATCH_SIZE,
-            batching_window_s=AGGREGATOR_BATCHING_WINDOW_S,
+            batching_window_s=AGGREGATOR_BATCHING_WINDOW_SECONDS,
         ).start()
         # The consumer's environment as deployed, pointed at moto and the local Resend server.
         consumer_env = {**self.deployed.environment, "RESEND_API_URL": self.resend.url}

@@ -62,19 +62,19 @@ from bench.run import stdout_to_devnull
 from bench.scale_figures import key_kinds
 from bench.scale_stack import SENDER_DOMAIN, bench_campaign
 from sendonce.adapters.dynamodb.counters import DynamoDBCounters
+from sendonce.contract import AGGREGATOR_BATCH_SIZE, AGGREGATOR_BATCHING_WINDOW_SECONDS
 from sendonce.domain.sending.shards import shard_of
 from sendonce.handlers import aggregator
 from sendonce.settings import AggregatorSettings, ApiSettings
 from sendonce.wiring import assemble_aggregator, assemble_campaign_service
-from sendonce_cdk import aggregator as aggregator_mapping
 from sendonce_local.demo.stack import DeployedConsumer, deploy_stack
 from sendonce_local.moto_server import DemoMotoServer, aws_env
 from sendonce_local.poller import LocalLambdaContext
 from sendonce_local.request_counter import RequestCounter
 from sendonce_local.write_units import PARTITION_WRITE_UNITS_PER_SECOND, WriteUnitAccountant
 
-BATCH_SIZE = aggregator_mapping.BATCH_SIZE
-BATCHING_WINDOW_S = aggregator_mapping.BATCHING_WINDOW.to_seconds()
+BATCH_SIZE = AGGREGATOR_BATCH_SIZE
+BATCHING_WINDOW_S = float(AGGREGATOR_BATCHING_WINDOW_SECONDS)
 DEFAULT_RATES = (88.0, 1_000.0, 10_000.0)
 LEDGER_WRITE_UNITS = 8.0  # per recipient, batch mode with `sent` and `delivered` (bench-scale)
 

@@ -10,14 +10,13 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from sendonce.contract import BATCH_RECORD_SK_PREFIX
+from sendonce.contract import AGGREGATOR_BATCH_SIZE, AGGREGATOR_BATCHING_WINDOW_SECONDS, BATCH_RECORD_SK_PREFIX
 from sendonce_cdk.function import ServiceFunction
 
 HANDLER = "sendonce.handlers.aggregator.lambda_handler"
 TIMEOUT = cdk.Duration.seconds(120)
-# One write per counter item per batch: bigger batches, fewer writes per record.
-BATCH_SIZE = 1000
-BATCHING_WINDOW = cdk.Duration.seconds(2)
+BATCH_SIZE = AGGREGATOR_BATCH_SIZE
+BATCHING_WINDOW = cdk.Duration.seconds(AGGREGATOR_BATCHING_WINDOW_SECONDS)
 # A record applied twice counts once, so retrying is safe; a batch that still fails is
 # bisected down to its poison record, whose position goes to the dead-letter queue (the
 # counters then drift from the ledger by it: `sendonce campaign reconcile` shows by how much).

@@ -28,6 +28,11 @@ CAMPAIGNS_TTL_ATTRIBUTE = "expires_at"
 # stream mapping passes inserted items whose `sk` begins with it, and nothing else (the
 # batch's enqueued marker is `batch-enqueued#`, its groups `group#`).
 BATCH_RECORD_SK_PREFIX = "batch#"
+# The counters' aggregator's stream mappings: a batch is up to this many records, gathered
+# for up to this many seconds. One write per counter item per batch: bigger batches, fewer
+# writes per record. The construct maps the streams so; local stream pollers batch the same.
+AGGREGATOR_BATCH_SIZE = 1000
+AGGREGATOR_BATCHING_WINDOW_SECONDS = 2
 
 # Every setting field `name` is read from SENDONCE_<NAME> (sendonce.settings).
 ENV_PREFIX = "SENDONCE_"
