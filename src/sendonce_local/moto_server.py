@@ -13,6 +13,7 @@ with HTTP 500 once a Lambda function exists on a machine without Docker.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -47,6 +48,9 @@ def serve(argv: list[str]) -> None:
     """
     speed = bool(argv) and argv[0] == _SPEED_FLAG
     names = moto_patches.apply(speed=speed)
+    # Werkzeug logs a line per request at INFO: ~11 % of a busy server's CPU in the demo
+    # (py-spy). Its warnings and errors (a request that failed in moto) are still logged.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     # The first line of the server's log: which patches this moto runs with.
     print(f"moto {moto_patches.MOTO_VERSION} patched by sendonce_local.moto_patches: {', '.join(names)}", flush=True)
     from moto.server import main
@@ -124,7 +128,7 @@ class MotoServer:
         self._log_path = Path(log.name)
         flags = [_SPEED_FLAG] if self._speed_patches else []
         python_path = os.pathsep.join(p for p in (_IMPORT_ROOT, os.environ.get("PYTHONPATH")) if p)
-        # The server logs every request; a pipe nobody reads would fill and block it.
+        # The server's log goes to a file: a pipe nobody reads would fill and block it.
         self._process = subprocess.Popen(
             [sys.executable, "-c", _SERVER_MAIN, *flags, "-H", "127.0.0.1", "-p", str(port)],
             stdin=subprocess.DEVNULL,
