@@ -14,7 +14,6 @@ from typing import Any
 import boto3
 
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
-from sendonce.contract import AGGREGATOR_BATCH_SIZE, AGGREGATOR_BATCHING_WINDOW_SECONDS
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.settings import ApiSettings
 from sendonce.wiring import campaign_service
@@ -107,9 +106,6 @@ class DemoSystem:
             ledger_table=consumer.ledger_table,
             campaigns_table=consumer.campaigns_table,
             handler=self._aggregator_handler(consumer.campaigns_table),
-            # Batched as the stack maps it: a counter write per ledger key and batch, not per record.
-            batch_size=AGGREGATOR_BATCH_SIZE,
-            batching_window_s=AGGREGATOR_BATCHING_WINDOW_SECONDS,
         ).start()
         self.say(f"stack deployed in {self.deploy_seconds:.1f} s")
         return self
