@@ -48,7 +48,7 @@ def serve(argv: list[str]) -> None:
     """
     speed = bool(argv) and argv[0] == _SPEED_FLAG
     names = moto_patches.apply(speed=speed)
-    # Werkzeug logs a line per request at INFO: ~11 % of a busy server's CPU in the demo
+    # Werkzeug logs a line per request at INFO: 8-11 % of a busy server's CPU in the demo
     # (py-spy). Its warnings and errors (a request that failed in moto) are still logged.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     # The first line of the server's log: which patches this moto runs with.

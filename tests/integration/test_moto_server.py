@@ -216,7 +216,7 @@ def test_a_plain_server_runs_with_the_defect_fixes(monkeypatch: pytest.MonkeyPat
 
 
 def test_the_server_logs_no_line_per_request(moto: MotoServer) -> None:
-    # Werkzeug's request lines were ~11 % of a busy server's CPU; its errors are still logged
+    # Werkzeug's request lines were 8-11 % of a busy server's CPU; its errors are still logged
     if not moto.owns_process:
         pytest.skip(f"{ENDPOINT_ENV} names a server this session did not start")
     _client("sqs", moto).list_queues()
