@@ -299,7 +299,9 @@ def test_a_handler_overrunning_the_function_timeout_is_redelivered_while_still_r
 def test_workers_invoke_the_handler_concurrently_up_to_max_concurrency(sqs: Any) -> None:
     # Given three workers taking one message each, and a handler that only returns once three
     # invocations are inside it at the same time
-    queue = make_queue(sqs, visibility_timeout_s=30)
+    # The visibility timeout outlasts the barrier's guard: a message held at the barrier must
+    # not come back meanwhile (30 s did, beside a 12,480-recipient demo: handled twice).
+    queue = make_queue(sqs, visibility_timeout_s=300)
     send(sqs, queue, *(f"m-{n}" for n in range(6)))
     # Hang guards, not time budgets: CI beside a model check broke a 10 s barrier once.
     together = threading.Barrier(3, timeout=90)
