@@ -32,7 +32,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,23 +42,14 @@ from bench.scale_figures import extrapolate, status_ratio
 from bench.scale_messages import run_message_times
 from bench.scale_stack import (
     DEFAULT_SIZES,
-    SENDER_DOMAIN,
     WEBHOOKS_PER_EMAIL,
     ScaleConfig,
     ScaleStack,
     bench_campaign,
+    recipients_of,
 )
 from sendonce.domain.models import CampaignState
 from sendonce_client.streams import DEFAULT_STREAMS
-
-
-def recipients_of(campaign_id: str, size: int) -> Iterator[dict[str, Any]]:
-    for i in range(size):
-        yield {
-            "recipient_id": f"r{i:07d}",
-            "email": f"u{i}@{campaign_id}.{SENDER_DOMAIN}",
-            "variables": {"name": f"User {i}"},
-        }
 
 
 def run_campaign(stack: ScaleStack, size: int, say: Callable[[str], None]) -> dict[str, Any]:
@@ -121,11 +112,7 @@ def run_campaign(stack: ScaleStack, size: int, say: Callable[[str], None]) -> di
             last_note = time.monotonic()
             say(f"{size:,}: {accepted:,} accepted, {webhooks:,} webhooks, {time.monotonic() - started:.0f} s")
     stack.stop_consumers()
-    if stack.aggregator is not None:
-        try:
-            stack.aggregator.drain(max_seconds=stack.config.webhook_wait_s)
-        except TimeoutError:
-            say(f"{size:,}: the aggregator still had records after {stack.config.webhook_wait_s:g} s")
+    stack.drain_aggregator(say, f"{size:,}")
     ended = time.monotonic()
     send_s = (sent_at or ended) - started
     result["send"] = {
@@ -136,10 +123,7 @@ def run_campaign(stack: ScaleStack, size: int, say: Callable[[str], None]) -> di
         "webhooks": stack.webhook_count() - webhooks_before,
         "webhooks_expected": expected_webhooks,
     }
-    # Duplicates and missing at the provider: emails accepted per address of this campaign.
-    deliveries = {a: n for a, n in stack.resend.deliveries().items() if a.endswith(f"@{campaign_id}.{SENDER_DOMAIN}")}
-    result["duplicates"] = sum(n - 1 for n in deliveries.values() if n > 1)
-    result["missing"] = size - len(deliveries)
+    result["duplicates"], result["missing"] = stack.duplicates_and_missing(campaign_id, size)
     result["state"] = stack.operator.get(campaign_id).state.value
     result["status"] = stack.status_figures(campaign_id)
     result["elapsed_s"] = round(result["publish"]["seconds"] + (ended - started), 1)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.scale_stack import SENDER_DOMAIN, ScaleStack, bench_campaign
+from bench.scale_stack import ScaleStack, bench_campaign, recipients_of
 from sendonce.domain.models import CampaignState
 from sendonce_local.request_counter import RequestCounter
 from sendonce_local.resend_server import DEFAULT_TEAM_RATE_LIMIT
@@ -30,19 +30,12 @@ ONE_BY_ONE_MESSAGES = 2  # the first is timed, the second (the last) checks comp
 BATCH_MESSAGES = 4
 
 
-def _recipients(campaign_id: str, size: int) -> list[dict[str, Any]]:
-    return [
-        {"recipient_id": f"r{i:05d}", "email": f"u{i}@{campaign_id}.{SENDER_DOMAIN}", "variables": {"name": f"U{i}"}}
-        for i in range(size)
-    ]
-
-
 def send_one_campaign(
     stack: ScaleStack, campaign_id: str, delivery_mode: str, messages: int, timeout_s: float = 900.0
 ) -> dict[str, Any]:
     size = messages * MESSAGE_RECIPIENTS
     stack.operator.create(bench_campaign(campaign_id, f"bench-scale per message ({delivery_mode})", delivery_mode))
-    summary = stack.client.publish(campaign_id, _recipients(campaign_id, size), streams=1)
+    summary = stack.client.publish(campaign_id, recipients_of(campaign_id, size), streams=1)
     if summary.batches_new != messages:
         raise RuntimeError(f"{campaign_id}: {summary.batches_new} messages published, {messages} expected")
     before = stack.resend.stats()["requests"]
@@ -59,7 +52,7 @@ def send_one_campaign(
             time.sleep(0.5)
     finally:
         stack.stop_consumers()
-    deliveries = {a: n for a, n in stack.resend.deliveries().items() if a.endswith(f"@{campaign_id}.{SENDER_DOMAIN}")}
+    duplicates, missing = stack.duplicates_and_missing(campaign_id, size)
     timed = seconds[:-1]  # the last message checks the campaign's completion
     return {
         "delivery_mode": delivery_mode,
@@ -70,8 +63,8 @@ def send_one_campaign(
         "provider_requests_per_message": round((stack.resend.stats()["requests"] - before) / messages, 2),
         # The consumer's own requests (the events function's and the aggregator's apart)
         "consumer_dynamodb_requests_per_message": round(consumer_requests.total("dynamodb") / messages, 1),
-        "duplicates": sum(n - 1 for n in deliveries.values() if n > 1),
-        "missing": size - len(deliveries),
+        "duplicates": duplicates,
+        "missing": missing,
     }
 
 
@@ -83,11 +76,7 @@ def settle_webhooks(stack: ScaleStack, say: Callable[[str], None], quiet_s: floa
         time.sleep(1)
         if stack.webhook_count() != last:
             last, changed = stack.webhook_count(), time.monotonic()
-    if stack.aggregator is not None:
-        try:
-            stack.aggregator.drain(max_seconds=stack.config.webhook_wait_s)
-        except TimeoutError:
-            say("per message: the aggregator still had records")
+    stack.drain_aggregator(say, "per message")
 
 
 def run_message_times(stack: ScaleStack, say: Callable[[str], None]) -> dict[str, Any]:

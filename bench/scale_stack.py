@@ -10,7 +10,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,10 +25,9 @@ from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.ledger_keys import CampaignShards
 from sendonce.contract import AGGREGATOR_BATCH_SIZE, AGGREGATOR_BATCHING_WINDOW_SECONDS
 from sendonce.domain.models import Campaign, Content
-from sendonce.handlers import aggregator, api, events
-from sendonce.settings import AggregatorSettings, ApiSettings, ConsumerSettings, EventsSettings
+from sendonce.handlers import api, events
+from sendonce.settings import ApiSettings, ConsumerSettings, EventsSettings
 from sendonce.wiring import (
-    assemble_aggregator,
     assemble_campaign_service,
     assemble_consumer,
     assemble_events,
@@ -42,12 +41,22 @@ from sendonce_local.moto_server import DemoMotoServer, aws_env
 from sendonce_local.poller import EventSourcePoller, import_handler
 from sendonce_local.request_counter import RequestCounter
 from sendonce_local.resend_server import new_webhook_secret
-from sendonce_local.stream_poller import StreamPoller, counters_poller
+from sendonce_local.stream_poller import StreamPoller, aggregator_handler, counters_poller
 from sendonce_local.write_units import PARTITION_WRITE_UNITS_PER_SECOND, WriteUnitAccountant
 
 DEFAULT_SIZES = (1_000, 10_000, 100_000)
 SENDER_DOMAIN = "bench.example.com"
 WEBHOOKS_PER_EMAIL = 2  # the local Resend server's `email.sent` and `email.delivered`
+
+
+def recipients_of(campaign_id: str, size: int) -> Iterator[dict[str, Any]]:
+    """A bench campaign's recipients: addresses of its own, so the provider's count is its."""
+    for i in range(size):
+        yield {
+            "recipient_id": f"r{i:07d}",
+            "email": f"u{i}@{campaign_id}.{SENDER_DOMAIN}",
+            "variables": {"name": f"User {i}"},
+        }
 
 
 def bench_campaign(campaign_id: str, name: str, delivery_mode: str = "batch") -> Campaign:
@@ -181,7 +190,7 @@ class ScaleStack:
     def _aggregator_handler(self) -> Callable[[dict[str, Any], Any], Any]:
         """The deployed aggregator's handler on the hooked session; with `capture_stream`,
         each batch's records are also written down before they are applied."""
-        service = assemble_aggregator(AggregatorSettings(campaigns_table=self.deployed.campaigns_table), self.session)
+        handler = aggregator_handler(self.session, self.deployed.campaigns_table)
         capture = self.config.capture_stream
         if capture is not None:
             capture.write_text("")
@@ -190,9 +199,25 @@ class ScaleStack:
             if capture is not None:
                 with capture.open("a") as out:
                     out.writelines(json.dumps(record, default=str) + "\n" for record in event.get("Records", []))
-            return aggregator.lambda_handler(event, context, service=service)
+            return handler(event, context)
 
         return handle
+
+    def drain_aggregator(self, say: Callable[[str], None], label: str) -> None:
+        """Apply every stream record written so far (the report says when it could not)."""
+        if self.aggregator is None:
+            return
+        try:
+            self.aggregator.drain(max_seconds=self.config.webhook_wait_s)
+        except TimeoutError:
+            say(f"{label}: the aggregator still had records after {self.config.webhook_wait_s:g} s")
+
+    def duplicates_and_missing(self, campaign_id: str, size: int) -> tuple[int, int]:
+        """At the provider: emails accepted per address of the campaign."""
+        deliveries = {
+            a: n for a, n in self.resend.deliveries().items() if a.endswith(f"@{campaign_id}.{SENDER_DOMAIN}")
+        }
+        return sum(n - 1 for n in deliveries.values() if n > 1), size - len(deliveries)
 
     def set_team_limit(self, requests_per_second: int | None) -> None:
         """The local Resend server's team limit (requests per sliding second; None: none)."""

@@ -64,13 +64,13 @@ from bench.scale_stack import SENDER_DOMAIN, bench_campaign
 from sendonce.adapters.dynamodb.counters import DynamoDBCounters
 from sendonce.contract import AGGREGATOR_BATCH_SIZE, AGGREGATOR_BATCHING_WINDOW_SECONDS
 from sendonce.domain.sending.shards import shard_of
-from sendonce.handlers import aggregator
-from sendonce.settings import AggregatorSettings, ApiSettings
-from sendonce.wiring import assemble_aggregator, assemble_campaign_service
+from sendonce.settings import ApiSettings
+from sendonce.wiring import assemble_campaign_service
 from sendonce_local.demo.stack import DeployedConsumer, deploy_stack
 from sendonce_local.moto_server import DemoMotoServer, aws_env
 from sendonce_local.poller import LocalLambdaContext
 from sendonce_local.request_counter import RequestCounter
+from sendonce_local.stream_poller import aggregator_handler
 from sendonce_local.write_units import PARTITION_WRITE_UNITS_PER_SECOND, WriteUnitAccountant
 
 BATCH_SIZE = AGGREGATOR_BATCH_SIZE
@@ -261,7 +261,7 @@ def replay(records: list[Record], shape: Shape, say: Callable[[str], None]) -> d
         accountant = WriteUnitAccountant(plain.client("dynamodb"))
         accountant.attach(session)
         requests = RequestCounter(session)
-        service = assemble_aggregator(AggregatorSettings(campaigns_table=deployed.campaigns_table), session)
+        handler = aggregator_handler(session, deployed.campaigns_table)
         context = LocalLambdaContext(
             function_name="sendonce-aggregator",
             invoked_function_arn="arn:aws:lambda:us-east-1:000000000000:function:sendonce-aggregator",
@@ -273,7 +273,7 @@ def replay(records: list[Record], shape: Shape, say: Callable[[str], None]) -> d
         )
         started = time.monotonic()
         for batch in planned:
-            aggregator.lambda_handler({"Records": list(batch.records)}, context, service=service)
+            handler({"Records": list(batch.records)}, context)
         seconds = time.monotonic() - started
         totals = DynamoDBCounters(client=plain.client("dynamodb"), table_name=deployed.campaigns_table).totals(
             campaign_id

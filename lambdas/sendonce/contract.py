@@ -30,7 +30,7 @@ CAMPAIGNS_TTL_ATTRIBUTE = "expires_at"
 BATCH_RECORD_SK_PREFIX = "batch#"
 # The counters' aggregator's stream mappings: a batch is up to this many records, gathered
 # for up to this many seconds. One write per counter item per batch: bigger batches, fewer
-# writes per record. The construct maps the streams so; local stream pollers batch the same.
+# writes per record. The construct maps the streams so; bench-scale's stream poller batches the same.
 AGGREGATOR_BATCH_SIZE = 1000
 AGGREGATOR_BATCHING_WINDOW_SECONDS = 2
 

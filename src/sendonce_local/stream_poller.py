@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sendonce.contract import BATCH_RECORD_SK_PREFIX
+from sendonce.contract import AGGREGATOR_BATCH_SIZE, BATCH_RECORD_SK_PREFIX
 from sendonce_local.poller import LocalLambdaContext
 
 logger = logging.getLogger(__name__)
@@ -233,26 +233,31 @@ class StreamPoller:
         self.stop()
 
 
+def aggregator_handler(session: Any, campaigns_table: str) -> Handler:
+    """The deployed aggregator's handler, its service assembled on `session`."""
+    import functools
+
+    from sendonce.handlers import aggregator
+    from sendonce.settings import AggregatorSettings
+    from sendonce.wiring import assemble_aggregator
+
+    service = assemble_aggregator(AggregatorSettings(campaigns_table=campaigns_table), session)
+    return functools.partial(aggregator.lambda_handler, service=service)
+
+
 def counters_poller(
     session: Any,
     *,
     ledger_table: str,
     campaigns_table: str,
     handler: Handler | None = None,
-    batch_size: int = 1000,
+    batch_size: int = AGGREGATOR_BATCH_SIZE,
     batching_window_s: float = 0.0,
 ) -> StreamPoller:
     """The counters' aggregator as the stack maps it: the ledger's stream whole, the
-    campaigns table's inserted batch records; from the streams' beginning."""
-    if handler is None:
-        import functools
-
-        from sendonce.handlers import aggregator
-        from sendonce.settings import AggregatorSettings
-        from sendonce.wiring import assemble_aggregator
-
-        service = assemble_aggregator(AggregatorSettings(campaigns_table=campaigns_table), session)
-        handler = functools.partial(aggregator.lambda_handler, service=service)
+    campaigns table's inserted batch records; from the streams' beginning. `handler`:
+    `aggregator_handler(session, campaigns_table)` unless given."""
+    handler = handler or aggregator_handler(session, campaigns_table)
     dynamodb = session.client("dynamodb")
     ledger, campaigns = stream_arn_of(dynamodb, ledger_table), stream_arn_of(dynamodb, campaigns_table)
     return StreamPoller(

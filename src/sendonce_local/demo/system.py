@@ -31,7 +31,7 @@ from sendonce_local.demo.stack import (
 from sendonce_local.demo.timing import TimeScale
 from sendonce_local.function_output import function_output
 from sendonce_local.moto_server import DemoMotoServer, aws_env, ses_deliveries
-from sendonce_local.stream_poller import StreamPoller, counters_poller
+from sendonce_local.stream_poller import StreamPoller, aggregator_handler, counters_poller
 
 # Send rates for the demo, instead of the stack's 10 Resend requests/s and 14 SES emails/s
 # (a new account's quota), which would stretch a local run to minutes of waiting.
@@ -115,18 +115,10 @@ class DemoSystem:
         (the aggregator's and the operator's Powertools log lines, the aggregator's metrics
         and warnings: CloudWatch's, on AWS) goes to functions.log in the log directory, not
         between the demo's lines."""
-        import functools
-
-        from sendonce.handlers import aggregator
         from sendonce.handlers.observability import logger
-        from sendonce.settings import AggregatorSettings
-        from sendonce.wiring import assemble_aggregator
 
         routed = self._output.enter_context(function_output(self.log_dir / "functions.log", logger.registered_handler))
-        handler = functools.partial(
-            aggregator.lambda_handler,
-            service=assemble_aggregator(AggregatorSettings(campaigns_table=campaigns_table), self.session),
-        )
+        handler = aggregator_handler(self.session, campaigns_table)
 
         def handle(event: dict[str, Any], context: Any) -> Any:
             with routed.to_log():
