@@ -74,8 +74,9 @@ def settle_webhooks(stack: ScaleStack, say: Callable[[str], None], quiet_s: floa
     last, changed = stack.webhook_count(), time.monotonic()
     while time.monotonic() - changed < quiet_s:
         time.sleep(1)
-        if stack.webhook_count() != last:
-            last, changed = stack.webhook_count(), time.monotonic()
+        count = stack.webhook_count()
+        if count != last:
+            last, changed = count, time.monotonic()
     stack.drain_aggregator(say, "per message")
 
 

@@ -73,8 +73,6 @@ from sendonce_local.request_counter import RequestCounter
 from sendonce_local.stream_poller import aggregator_handler
 from sendonce_local.write_units import PARTITION_WRITE_UNITS_PER_SECOND, WriteUnitAccountant
 
-BATCH_SIZE = AGGREGATOR_BATCH_SIZE
-BATCHING_WINDOW_S = float(AGGREGATOR_BATCHING_WINDOW_SECONDS)
 DEFAULT_RATES = (88.0, 1_000.0, 10_000.0)
 LEDGER_WRITE_UNITS = 8.0  # per recipient, batch mode with `sent` and `delivered` (bench-scale)
 
@@ -88,8 +86,8 @@ class Shape:
 
     rate: float
     shards: int
-    batch_size: int = BATCH_SIZE
-    window_s: float = BATCHING_WINDOW_S
+    batch_size: int = AGGREGATOR_BATCH_SIZE
+    window_s: float = float(AGGREGATOR_BATCHING_WINDOW_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -341,8 +339,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.domains is not None and args.domains < 1:
         parser.error("--domains: at least 1")
     records = of_campaign(read_records(args.records), args.campaign)
-    if not any("recipient_id" in r["dynamodb"]["Keys"] for r in records):
-        parser.error(f"{args.records}: no ledger record of campaign {args.campaign or 'the last one'}")
+    try:
+        campaign_of_records(records)
+    except ValueError as exc:
+        parser.error(f"{args.records}, campaign {args.campaign or 'the last one'}: {exc}")
     if args.domains:
         records = with_domains(records, ZipfDomains(args.domains))
 
@@ -361,8 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "runs": runs,
         "config": {
-            "batch_size": BATCH_SIZE,
-            "batching_window_s": BATCHING_WINDOW_S,
+            "batch_size": AGGREGATOR_BATCH_SIZE,
+            "batching_window_s": float(AGGREGATOR_BATCHING_WINDOW_SECONDS),
             "ledger_write_units": args.ledger_write_units,
             "domains": args.domains or "as captured",
         },

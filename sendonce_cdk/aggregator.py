@@ -15,8 +15,6 @@ from sendonce_cdk.function import ServiceFunction
 
 HANDLER = "sendonce.handlers.aggregator.lambda_handler"
 TIMEOUT = cdk.Duration.seconds(120)
-BATCH_SIZE = AGGREGATOR_BATCH_SIZE
-BATCHING_WINDOW = cdk.Duration.seconds(AGGREGATOR_BATCHING_WINDOW_SECONDS)
 # A record applied twice counts once, so retrying is safe; a batch that still fails is
 # bisected down to its poison record, whose position goes to the dead-letter queue (the
 # counters then drift from the ledger by it: `sendonce campaign reconcile` shows by how much).
@@ -70,8 +68,8 @@ class Aggregator(Construct):
         self.log_group = handler.log_group
         common = dict(
             starting_position=lambda_.StartingPosition.TRIM_HORIZON,
-            batch_size=BATCH_SIZE,
-            max_batching_window=BATCHING_WINDOW,
+            batch_size=AGGREGATOR_BATCH_SIZE,
+            max_batching_window=cdk.Duration.seconds(AGGREGATOR_BATCHING_WINDOW_SECONDS),
             bisect_batch_on_error=True,
             retry_attempts=RETRY_ATTEMPTS,
             max_record_age=RECORD_MAX_AGE,

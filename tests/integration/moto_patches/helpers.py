@@ -415,15 +415,15 @@ def _lambda_function() -> Any:
     return LambdaFunction.instances_tracked[-1]
 
 
-def _streamed_table(ddb: Any) -> str:
+def _streamed_table(ddb: Any, name: str = "streamed") -> str:
     ddb.create_table(
-        TableName="streamed",
+        TableName=name,
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
         BillingMode="PAY_PER_REQUEST",
         StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
     )
-    return str(ddb.describe_table(TableName="streamed")["Table"]["LatestStreamArn"])
+    return str(ddb.describe_table(TableName=name)["Table"]["LatestStreamArn"])
 
 
 def _stream_records(arn: str) -> list[dict[str, Any]]:

@@ -70,13 +70,7 @@ def _every_kind_of_record(endpoint: str, binary: bool = False) -> tuple[list[dic
     client = functools.partial(boto3.client, endpoint_url=endpoint, region_name="us-east-1")
     ddb = client("dynamodb")
     table = f"streamed-{uuid.uuid4().hex[:8]}"  # the server's moto is this process's: fresh names
-    ddb.create_table(
-        TableName=table,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
-    )
+    arn = _streamed_table(ddb, table)
     item = {
         "s": _s('é "quoted" \\ </>'),
         "n": {"N": "-12.50"},
@@ -100,7 +94,6 @@ def _every_kind_of_record(endpoint: str, binary: bool = False) -> tuple[list[dic
     ddb.delete_item(TableName=table, Key={"pk": _s("r1")})
 
     streams = client("dynamodbstreams")
-    arn = ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
     [shard] = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
     iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON")[
         "ShardIterator"
@@ -120,12 +113,10 @@ def _every_kind_of_record(endpoint: str, binary: bool = False) -> tuple[list[dic
 
 @pytest.mark.parametrize(("profile", "serialized"), [("stock", 1), ("defects", 1), ("speed", 0)])
 def test_the_speed_patches_write_stream_records_as_json_as_stock_moto_reads_them(
-    profile: str, serialized: int, moto_threaded_server: str, monkeypatch: pytest.MonkeyPatch
+    profile: str, serialized: int, moto_threaded_server: str
 ) -> None:
     from sendonce_local import moto_patches
 
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(name, "testing")
     stock_records, _ = _every_kind_of_record(moto_threaded_server)
 
     # Given moto as the profile: when the same writes are read from the stream
@@ -151,13 +142,9 @@ def test_the_speed_patches_write_stream_records_as_json_as_stock_moto_reads_them
     assert [comparable(r) for r in records] == [comparable(r) for r in stock_records]
 
 
-def test_stream_records_with_binary_values_keep_moto_s_serializer(
-    moto_threaded_server: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_stream_records_with_binary_values_keep_moto_s_serializer(moto_threaded_server: str) -> None:
     from sendonce_local import moto_patches
 
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(name, "testing")
     with moto_patches.patched(speed=True):
         records, answered = _every_kind_of_record(moto_threaded_server, binary=True)
     assert answered == 1
