@@ -9,12 +9,14 @@ Lambda handlers nor this tooling.
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import sys
 from typing import Any
 
 import click
 
+from sendonce.settings import ConsumerSettings
 from sendonce_local.demo.run import demo
 from sendonce_ops.cli_context import Cli, pass_cli
 
@@ -47,11 +49,10 @@ def local_api(cli: Cli, host: str, port: int, fire_schedules: bool, clock_ahead:
 
     Requests carry your AWS identity as the IAM caller, so state changes record it.
     """
-    from sendonce.handlers import api
     from sendonce_local.http_api import LocalHttpApi
 
     firer = _schedule_firer(cli, clock_ahead) if fire_schedules else None
-    handler = functools.partial(api.lambda_handler, service=cli.service())
+    handler = api_handler(cli)
     server = LocalHttpApi(handler, caller_arn=cli.operator(), host=host, port=port, function_name="sendonce-api")
     cli.warn(
         f"sendonce API on {server.url} (OpenAPI: {server.url}/openapi.json, Swagger UI: {server.url}/swagger); "
@@ -71,6 +72,28 @@ def local_api(cli: Cli, host: str, port: int, fire_schedules: bool, clock_ahead:
         server.close()
         if firer is not None:
             firer.stop()
+
+
+def api_handler(cli: Cli) -> Any:
+    """The operator API's handler as the deployed function runs it, with what this CLI knows of
+    the stack: the operator service, and preview and test sends with the consumer's settings
+    (the stack's consumer function's, or SENDONCE_* variables), not this process's environment."""
+    from sendonce.domain.errors import SettingsError
+    from sendonce.handlers import api
+    from sendonce.handlers.preview_routes import SendingOnDemand
+    from sendonce_ops.endpoints import EndpointsError, sending_settings
+
+    endpoints = cli.endpoints
+
+    @functools.cache
+    def settings() -> ConsumerSettings:  # read once, when a preview or test send first needs them
+        try:
+            return sending_settings(cli.session, endpoints, os.environ)
+        except EndpointsError as exc:
+            raise SettingsError(str(exc)) from None
+
+    sending = SendingOnDemand(settings, campaigns_table=endpoints.campaigns_table)
+    return functools.partial(api.lambda_handler, service=cli.service(), sending=sending)
 
 
 def _schedule_firer(cli: Cli, clock_ahead: float) -> Any:

@@ -73,7 +73,7 @@ def openapi_document() -> dict[str, Any]:
     """The document the API serves at GET /openapi.json (the same call, parsed)."""
     from sendonce.handlers import api
 
-    return json.loads(api.app.get_openapi_json_schema(title=api.TITLE, version=api.VERSION))
+    return json.loads(api.document())
 
 
 CONTRACTS: dict[str, Callable[[], dict[str, Any]]] = {

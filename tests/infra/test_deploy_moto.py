@@ -14,7 +14,9 @@ resolves to None: they deploy, but read `https://None.execute-api...`.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -345,3 +347,48 @@ def test_deploy_to_moto_returns_the_outputs_and_parks_the_event_source(
         f"\ncdk bootstrap {bootstrapped:.1f} s, cdk deploy {cli_deployed.seconds:.1f} s (synth included),"
         f" deploy_to_moto {seconds:.1f} s (synth included)"
     )
+
+
+def test_sendonce_local_api_over_a_deployed_stack_answers_the_newer_routes_as_documented(
+    cli_deployed: Deployed, moto_endpoint: str, aws: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36: `sendonce local api` read the stack for its operator service, but preview, test
+    sends and the status's test sends from its own environment, which names no table: each of
+    these requests was a 500. Now they use what the CLI read of the stack (the consumer
+    function's settings, the campaigns table), and each answers as the document says."""
+    from rich.console import Console
+
+    from sendonce_local.commands import api_handler
+    from sendonce_ops.cli_context import Cli
+    from tests.integration.operator_helpers import api_event, lambda_context
+
+    for name in [n for n in os.environ if n.startswith(contract.ENV_PREFIX)]:
+        monkeypatch.delenv(name)
+    for name, value in {**FAKE_CREDENTIALS, "aws_default_region": REGION}.items():
+        monkeypatch.setenv(name.upper(), value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    # The secrets an operator puts in Secrets Manager after deploying (docs/deploy.md).
+    function = _functions_by_handler(aws, CLI_STACK)["sendonce.handlers.consumer.lambda_handler"]
+    for name, value in function["Environment"]["Variables"].items():
+        if name.endswith("_SECRET") and name.startswith(contract.ENV_PREFIX):
+            # 32 random bytes, urlsafe base64: an unsubscribe key's form, and a fine API key here.
+            aws("secretsmanager").create_secret(
+                Name=value, SecretString=base64.urlsafe_b64encode(os.urandom(32)).decode()
+            )
+    handler = api_handler(Cli(stack=CLI_STACK, operator_name="issue-36", out=Console(), err=Console()))
+
+    def call(method: str, path: str, body: Any = None) -> tuple[int, dict]:
+        answer = handler(api_event(method, path, body), lambda_context())
+        return answer["statusCode"], json.loads(answer["body"])
+
+    spec = {"id": "0", "name": "n", "subject": "s", "from": "a@b.example", "html": "<p>x</p>", "provider": "resend"}
+    assert call("POST", "/campaigns", spec)[0] == 201
+    status = call("GET", "/campaigns/0/delivery-status")
+    preview = call("POST", "/campaigns/0/preview", [None, None])
+    test_send = call("POST", "/campaigns/0/test-sends", {"include_suppressed": 0, "to": ["0@0.0"], "variables": {}})
+    plain_preview = call("POST", "/campaigns/0/preview")
+
+    assert status[0] == 200 and status[1]["state"] == "draft" and status[1]["test_sends"] == {"count": 0, "recent": []}
+    assert preview == (422, preview[1]) and preview[1]["detail"][0]["loc"] == ["body"]
+    assert test_send[0] == 422 and test_send[1]["detail"][0]["loc"] == ["body", "include_suppressed"]
+    assert plain_preview[0] == 200 and plain_preview[1]["subject"] == "s"

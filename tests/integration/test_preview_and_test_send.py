@@ -113,7 +113,7 @@ def call(system, method, path, body=None, env=None):
         api_event(method, path, body),
         lambda_context(),
         service=system.operator,
-        sending=SendingOnDemand(env if env is not None else dict(os.environ)),
+        sending=SendingOnDemand.from_env(env if env is not None else dict(os.environ)),
     )
     return response["statusCode"], json.loads(response["body"])
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from sendonce.domain.campaigns.operator_input import RecipientFileError
+from sendonce.domain.campaigns.operator_input import MissingFileError, RecipientFileError
 from sendonce.domain.ports import StoredObject
 
 _MISSING = {"NoSuchKey", "NoSuchBucket", "404", "AccessDenied", "403"}
@@ -48,7 +48,7 @@ class S3ObjectLines:
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in _MISSING:
-                raise RecipientFileError(f"s3://{bucket}/{key}: cannot be read ({code})") from exc
+                raise MissingFileError(f"s3://{bucket}/{key}: cannot be read ({code})") from exc
             raise
         return StoredObject(size=answer["ContentLength"], etag=answer["ETag"], version_id=answer.get("VersionId"))
 

@@ -19,6 +19,13 @@ class InvalidCampaignError(SendonceError):
     """A campaign spec or recipient that cannot be accepted; the message names the field."""
 
 
+class ConflictingRequestError(InvalidCampaignError):
+    """A well-formed request that what stands now refuses: the clock (a send_at already past, or
+    too far ahead), the campaign's templates (variables they lack), the suppression list, a
+    provider this deployment does not configure, an object the bucket does not hold. The same
+    request may succeed later (the API's 409)."""
+
+
 class UnknownProviderError(InvalidCampaignError):
     """A campaign names a provider that is not registered."""
 

@@ -31,6 +31,7 @@ from sendonce.domain.campaigns.service import CampaignService, PublishReport
 from sendonce.domain.errors import (
     CampaignNotFoundError,
     CampaignScheduleError,
+    ConflictingRequestError,
     IllegalTransitionError,
     InvalidCampaignError,
     JobNotFoundError,
@@ -66,6 +67,17 @@ app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=stri
 
 TITLE = "sendonce operator API"
 VERSION = "1"
+DESCRIPTION = (
+    "Every body is a JSON object in UTF-8 without lone surrogates (\\ud800-\\udfff; I-JSON, RFC 7493 section "
+    "2.1), NaN or nesting deeper than 32: anything else is a 400 naming the body, before its schema applies. "
+    "A well-formed request that what stands now refuses (a send_at already past or too far ahead, variables "
+    "the templates lack, a suppressed address, an S3 object not there) is a 409. Reference: docs/api.md."
+)
+
+
+def document() -> str:
+    """The OpenAPI document, as GET /openapi.json serves it and `make contracts` writes it."""
+    return app.get_openapi_json_schema(title=TITLE, version=VERSION, description=DESCRIPTION)
 
 
 # --- routes --------------------------------------------------------------------------
@@ -267,11 +279,11 @@ def openapi_document():
     return Response(
         status_code=200,
         content_type=content_types.APPLICATION_JSON,
-        body=app.get_openapi_json_schema(title=TITLE, version=VERSION),
+        body=document(),
     )
 
 
-app.enable_swagger(path="/swagger", title=TITLE, version=VERSION)
+app.enable_swagger(path="/swagger", title=TITLE, version=VERSION, description=DESCRIPTION)
 
 
 # --- errors --------------------------------------------------------------------------
@@ -303,6 +315,13 @@ def _job_not_found(exc: JobNotFoundError) -> Response:
 @app.exception_handler(IllegalTransitionError)
 def _conflict(exc: IllegalTransitionError) -> Response:
     return _error(409, "IllegalTransition", str(exc))
+
+
+@app.exception_handler(ConflictingRequestError)
+def _refused_now(exc: ConflictingRequestError) -> Response:
+    # Well formed, refused by what stands now (the clock, the campaign, the suppression list, the
+    # bucket): no schema can say it, and the same request may succeed later.
+    return _error(409, type(exc).__name__.removesuffix("Error"), str(exc))
 
 
 @app.exception_handler(CampaignScheduleError)
@@ -368,8 +387,11 @@ _UNDOCUMENTED_ROUTES = {"/openapi.json": ["GET"], "/swagger": ["GET"]}
 @functools.cache
 def _served() -> ServedPaths:
     """Read from the OpenAPI document, which Powertools builds from the routes themselves."""
-    paths = json.loads(app.get_openapi_json_schema(title=TITLE, version=VERSION))["paths"]
-    return ServedPaths({**{path: list(item) for path, item in paths.items()}, **_UNDOCUMENTED_ROUTES})
+    paths = json.loads(document())["paths"]
+    return ServedPaths(
+        {**{path: list(item) for path, item in paths.items()}, **_UNDOCUMENTED_ROUTES},
+        bodies={(m.upper(), p) for p, item in paths.items() for m, op in item.items() if "requestBody" in op},
+    )
 
 
 @app.exception_handler(Exception)
@@ -388,7 +410,7 @@ def lambda_handler(
     service: CampaignService | None = None,
     sending: Any = None,
 ) -> dict[str, Any]:
-    refused = _refuse_non_json(event)
+    refused = _refuse_non_json(event) or _refuse_array_body(event)
     if refused is not None:
         return refused
     service = service or campaign_service(ApiSettings.from_env(os.environ))
@@ -396,9 +418,36 @@ def lambda_handler(
         # An audit job runs here when there is no jobs queue (the local stack, tests), with
         # the consumer's sending settings when this process has them.
         service.jobs.auditor = auditor_of(lambda: ConsumerSettings.from_env(os.environ))
-    sending = sending or preview_routes.SendingOnDemand(os.environ)
+    sending = sending or preview_routes.SendingOnDemand.from_env(os.environ)
     app.append_context(service=service, sending=sending)
     return app.resolve(event, context)
+
+
+def _refuse_array_body(event: dict[str, Any]) -> dict[str, Any] | None:
+    """Every body a route takes is a JSON object. Powertools validates a body parameter as it
+    does a repeated query parameter, taking a list's first item for a parameter that is not a
+    list: `[null, null]` would pass as no body and `[{...}]` as `{...}`. So a JSON array is
+    refused here, as pydantic refuses any other non-object: a 422 naming the body."""
+    body = event.get("body")
+    if not body or event.get("isBase64Encoded"):
+        return None
+    method = ((event.get("requestContext") or {}).get("http") or {}).get("method", "GET")
+    if not _served().takes_body(method, event.get("rawPath") or ""):
+        return None
+    try:
+        parsed = strict_json_loads(body)
+    except ValueError:  # not JSON at all: Powertools answers that (400)
+        return None
+    if not isinstance(parsed, list):
+        return None
+    detail = [{"loc": ["body"], "msg": "a JSON object is expected, not an array", "type": "model_attributes_type"}]
+    answer = {"statusCode": 422, "error": "ValidationError", "message": f"body: {detail[0]['msg']}", "detail": detail}
+    return {
+        "statusCode": 422,
+        "headers": {"Content-Type": content_types.APPLICATION_JSON},
+        "body": json.dumps(answer),
+        "isBase64Encoded": False,
+    }
 
 
 def _refuse_non_json(event: dict[str, Any]) -> dict[str, Any] | None:

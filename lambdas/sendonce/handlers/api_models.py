@@ -8,7 +8,7 @@ import copy
 from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.event_handler.openapi.params import Path
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from sendonce.adapters.providers import registry
 from sendonce.domain import limits
@@ -25,7 +25,7 @@ from sendonce.domain.campaigns.service import DeliveryStatus
 from sendonce.domain.jobs.models import Job
 from sendonce.domain.models import ID_PATTERN, Campaign
 from sendonce.handlers import preview_routes
-from sendonce.handlers.api_routes import campaign_links
+from sendonce.handlers.api_routes import campaign_links, job_links
 
 INLINE_RECIPIENTS_MAX = limits.INLINE_RECIPIENTS
 CampaignId = Annotated[str, Path(pattern=ID_PATTERN, description="The campaign id.")]
@@ -118,12 +118,13 @@ class PublishBody(BaseModel):
 
     recipients: list[InlineRecipient] = Field(default=None, min_length=1, max_length=INLINE_RECIPIENTS_MAX)
     s3: S3Location = Field(default=None)
-    strict: bool = Field(
+    # StrictBool: JSON's true or false, as the document says; pydantic would read 0, 1, "yes" too.
+    strict: StrictBool = Field(
         default=True,
         description="S3 only: with true (default) one bad row rejects the whole file before anything is "
         "published; with false bad rows are skipped and reported.",
     )
-    dedupe_addresses: bool = Field(
+    dedupe_addresses: StrictBool = Field(
         default=False,
         description="Send an address given under several recipient ids once (the first). Without it each is sent "
         "and the repeats are counted in duplicate_addresses.",
@@ -258,7 +259,9 @@ _ERROR_MEANINGS = {
     400: "Invalid input: a body that is not UTF-8 JSON, bad file rows, an unknown provider, a delivery mode the "
     "provider cannot do",
     404: "No such campaign",
-    409: "Not allowed in the campaign's current state, or the id exists already",
+    409: "Not allowed in the campaign's current state, or the id exists already; or well formed but refused by "
+    "what stands now (a send_at already past or too far ahead, variables the templates lack, a suppressed "
+    "address, an S3 object not there): the same request may succeed later",
     422: "The request does not match the schema; `detail` names each field",
     500: "Not caused by the request (AWS unreachable, a bug): logged with its traceback",
     503: "Scheduled, but the one-time schedule could not be set: reschedule with the same time sets it",
@@ -269,6 +272,8 @@ def documented(ok: int, description: str, model: type[BaseModel], *errors: int) 
     answer = json_answer(description, model)
     if "campaign_id" in model.model_fields:
         answer["links"] = campaign_links()
+    if "job_id" in model.model_fields:
+        answer["links"] = {**answer.get("links", {}), **job_links()}
     return {
         ok: answer,
         **{code: json_answer(_ERROR_MEANINGS[code], ErrorBody) for code in sorted({*errors, 422, 500})},

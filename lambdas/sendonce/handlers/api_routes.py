@@ -10,7 +10,8 @@ from typing import Any
 
 # The operations on one campaign, which every answer naming a campaign links to by its
 # `campaign_id` (OpenAPI links): a client, or Schemathesis' stateful phase, goes from a
-# created campaign to publishing, pausing, resuming and cancelling that same campaign.
+# created campaign to every operation on that same campaign, so each is reached with a real
+# campaign in whatever state the sequence left it.
 CAMPAIGN_OPERATIONS = {
     "GetCampaign": ("get", "/campaigns/{campaign_id}"),
     "Publish": ("post", "/campaigns/{campaign_id}/publish"),
@@ -18,45 +19,56 @@ CAMPAIGN_OPERATIONS = {
     "Resume": ("post", "/campaigns/{campaign_id}/resume"),
     "Cancel": ("post", "/campaigns/{campaign_id}/cancel"),
     "DeliveryStatus": ("get", "/campaigns/{campaign_id}/delivery-status"),
+    "Preview": ("post", "/campaigns/{campaign_id}/preview"),
+    "TestSend": ("post", "/campaigns/{campaign_id}/test-sends"),
+    "Reschedule": ("post", "/campaigns/{campaign_id}/reschedule"),
+    "Unschedule": ("post", "/campaigns/{campaign_id}/unschedule"),
+    "Reconcile": ("post", "/campaigns/{campaign_id}/reconcile"),
+    "Audit": ("post", "/campaigns/{campaign_id}/audit"),
 }
-# Not linked: preview and test sends change nothing about the campaign, and a stateful
-# fuzz that followed them would reach the operations that do less often; reschedule and
-# unschedule act only on a scheduled campaign, which a link from an answer rarely is (a
-# publish with send_at in the future is needed first): followed, they answer 409 and take
-# the same share from the others. A job is named by a resume's or cancel's answer, not a
-# campaign. Reconcile and audit change nothing and read the whole ledger (as a job).
-UNLINKED_OPERATIONS = {
-    ("post", "/campaigns/{campaign_id}/preview"),
-    ("post", "/campaigns/{campaign_id}/test-sends"),
-    ("post", "/campaigns/{campaign_id}/reschedule"),
-    ("post", "/campaigns/{campaign_id}/unschedule"),
-    ("post", "/campaigns/{campaign_id}/reconcile"),
-    ("post", "/campaigns/{campaign_id}/audit"),
-    ("get", "/jobs/{job_id}"),
-}
+# An answer naming a job links to the job.
+JOB_OPERATIONS = {"GetJob": ("get", "/jobs/{job_id}")}
 
 
 def campaign_links() -> dict[str, Any]:
     """The `links` of a response whose body has `campaign_id`."""
+    return _links(CAMPAIGN_OPERATIONS, "campaign_id")
+
+
+def job_links() -> dict[str, Any]:
+    """The `links` of a response whose body has `job_id`."""
+    return _links(JOB_OPERATIONS, "job_id")
+
+
+def _links(operations: Mapping[str, tuple[str, str]], field: str) -> dict[str, Any]:
     return {
         name: {
             # A JSON pointer to the operation: "/" in a path is "~1" (RFC 6901).
             "operationRef": f"#/paths/{path.replace('~', '~0').replace('/', '~1')}/{method}",
-            "parameters": {"campaign_id": "$response.body#/campaign_id"},
+            "parameters": {field: f"$response.body#/{field}"},
         }
-        for name, (method, path) in CAMPAIGN_OPERATIONS.items()
+        for name, (method, path) in operations.items()
     }
+
+
+def _path_pattern(path: str) -> re.Pattern[str]:
+    return re.compile("[^/]+".join(re.escape(part) for part in re.split(r"\{[^}]+\}", path)))
 
 
 class ServedPaths:
     """Paths as OpenAPI writes them (`/campaigns/{campaign_id}`: a parameter is one segment)
     and the methods each serves."""
 
-    def __init__(self, paths: Mapping[str, Iterable[str]]):
+    def __init__(self, paths: Mapping[str, Iterable[str]], *, bodies: Iterable[tuple[str, str]] = ()):
         self._paths = [
-            (re.compile("[^/]+".join(re.escape(part) for part in re.split(r"\{[^}]+\}", path))), methods)
+            (_path_pattern(path), methods)
             for path, methods in ((p, sorted(m.upper() for m in ms)) for p, ms in paths.items())
         ]
+        self._bodies = [(method, _path_pattern(path)) for method, path in bodies]
+
+    def takes_body(self, method: str, path: str) -> bool:
+        """Whether the operation `method` `path` takes a request body (`bodies`, METHOD and path)."""
+        return any(m == method.upper() and pattern.fullmatch(path) for m, pattern in self._bodies)
 
     def methods(self, path: str) -> list[str]:
         """The methods served on `path`, sorted; empty when no route has this path."""

@@ -12,13 +12,13 @@ from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from sendonce import contract
 from sendonce.domain import limits
 from sendonce.domain.campaigns.operator_input import ADDRESS_PATTERN, InlineRecipient, VariableName
 from sendonce.domain.campaigns.preview import Preview, recipient_of
-from sendonce.domain.errors import InvalidCampaignError
+from sendonce.domain.errors import InvalidCampaignError, SettingsError
 from sendonce.domain.models import ID_PATTERN, TestSendRecord, VariableValue
 from sendonce.settings import ConsumerSettings
 from sendonce.wiring import OperatorSending, operator_sending_for, recorded_test_sends
@@ -78,7 +78,9 @@ class TestSendBody(BaseModel):
         min_length=1, max_length=limits.TEST_SEND_ADDRESSES, description="The addresses to send the test to."
     )
     variables: Variables = Field(default_factory=dict)
-    include_suppressed: bool = Field(default=False, description="Send to suppressed addresses too; else refused (400).")
+    include_suppressed: StrictBool = Field(
+        default=False, description="Send to suppressed addresses too; else refused (409)."
+    )
 
 
 class TestSendOutcomeView(BaseModel):
@@ -122,32 +124,59 @@ class TestSendsUnavailableError(InvalidCampaignError):
 
 
 class SendingOnDemand:
-    """The preview and test-send services, and the record of test sends, built from the
-    function's environment (the consumer's settings, by field) when a request first needs them."""
+    """The preview and test-send services, built from the consumer's settings (`settings`, read
+    when a request first needs them), and the record of test sends, read from the campaigns
+    table the operator service uses: a status read needs nothing of the consumer's."""
 
-    def __init__(self, environ: Mapping[str, str]):
-        self._environ = environ
+    def __init__(
+        self,
+        settings: Callable[[], ConsumerSettings],
+        *,
+        campaigns_table: str,
+        build: Callable[[ConsumerSettings], OperatorSending] = operator_sending_for,
+        session: Any = None,
+    ):
+        self._settings = settings
+        self._campaigns_table = campaigns_table
+        self._build = build
+        self._session = session
 
-    def _parts(self) -> OperatorSending:
-        return operator_sending_for(ConsumerSettings.from_env(self._environ))
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> "SendingOnDemand":
+        """A function's own: its SENDONCE_* variables (the consumer's, by field)."""
+        return cls(
+            lambda: ConsumerSettings.from_env(environ),
+            campaigns_table=environ.get(contract.env_name("campaigns_table"), ""),
+        )
+
+    def _consumer_settings(self) -> ConsumerSettings:
+        try:
+            return self._settings()
+        except SettingsError as exc:
+            raise TestSendsUnavailableError(
+                f"preview and test sends are not configured on this API function ({exc}); "
+                "`sendonce campaign preview` and `test-send` use the consumer's settings"
+            ) from None
 
     @property
     def preview(self) -> Any:
-        return self._parts().preview
+        return self._build(self._consumer_settings()).preview
 
     @property
     def test_sends(self) -> Any:
-        if not ConsumerSettings.from_env(self._environ).suppressions_table:
+        settings = self._consumer_settings()
+        if not settings.suppressions_table:
             # Not the consumer's settings: sending from here would skip the suppression list.
             raise TestSendsUnavailableError(
                 "test sends are not configured on this API function (it has no suppression list to check the "
                 "addresses against); `sendonce campaign test-send` sends them with the consumer's settings"
             )
-        return self._parts().test_sends
+        return self._build(settings).test_sends
 
     def recent(self, campaign_id: str) -> tuple[list[TestSendRecord], int]:
-        table = self._environ.get(contract.env_name("campaigns_table"), "")
-        return recorded_test_sends(table).recent(campaign_id, limit=limits.TEST_SENDS_SHOWN)
+        return recorded_test_sends(self._campaigns_table, self._session).recent(
+            campaign_id, limit=limits.TEST_SENDS_SHOWN
+        )
 
 
 def view_of_test_sends(sending: Any, campaign_id: str) -> TestSendsView:
@@ -174,7 +203,12 @@ def register(
     @app.post(
         "/campaigns/<campaign_id>/test-sends",
         responses=responses(
-            200, "Sent as a test (per address: sent or why not); the campaign is unchanged", TestSendView, 400, 404
+            200,
+            "Sent as a test (per address: sent or why not); the campaign is unchanged",
+            TestSendView,
+            400,
+            404,
+            409,
         ),
     )
     def test_send(campaign_id: CampaignId, body: Annotated[TestSendBody, Body()]) -> TestSendView:

@@ -30,10 +30,10 @@ from pydantic.config import JsonDict
 
 from sendonce.domain import limits
 from sendonce.domain.campaigns.scheduling import EXAMPLE as SEND_AT_EXAMPLE
-from sendonce.domain.campaigns.scheduling import parse_instant
+from sendonce.domain.campaigns.scheduling import RFC3339_PATTERN, parse_instant
 from sendonce.domain.campaigns.service import CampaignService, PublishReport
 from sendonce.domain.campaigns.windows import SendWindow
-from sendonce.domain.errors import InvalidCampaignError
+from sendonce.domain.errors import ConflictingRequestError, InvalidCampaignError
 from sendonce.domain.models import (
     MAX_RECIPIENTS_PER_BATCH,
     Campaign,
@@ -65,8 +65,8 @@ SENDER_PATTERN = rf"^(?:{_ADDRESS}|{_NAME} ?<{_ADDRESS}>)$"
 SUBJECT_PATTERN = rf"^[^{_CONTROL_BUT_TAB}]+$"
 LINE_PATTERN = rf"^[^{_CONTROL}]+$"
 PROVIDER_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
-# An instant with its UTC offset (the rest of ISO 8601 is checked by the validator).
-SEND_AT_PATTERN = r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|z|[+-]\d\d:?\d\d)$"
+# An instant with its UTC offset: RFC 3339's date-time (whether the day exists is the validator's).
+SEND_AT_PATTERN = RFC3339_PATTERN
 # Variable values may span lines (a postal address in the text part) but hold no other control.
 _VALUE_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -90,6 +90,11 @@ _SHARDS_RULE = f"must be a whole number from 1 to {MAX_LEDGER_SHARDS} (see docs/
 
 class RecipientFileError(InvalidCampaignError):
     """The file as a whole cannot be read (no header, unknown format): nothing was published."""
+
+
+class MissingFileError(RecipientFileError, ConflictingRequestError):
+    """The bucket does not hold (or lets us read) the object named: the request is well formed,
+    and the same one succeeds once the object is there."""
 
 
 def friendly_message(error: Mapping[str, Any]) -> str:
@@ -200,9 +205,9 @@ class CampaignSpec(BaseModel):
 
     window: SendWindow | None = Field(
         default=None,
-        description="When it may send: {days: [mon..sun], from: HH:MM, to: HH:MM, tz: IANA zone}, from before to "
-        "(no window spans midnight). Outside it the campaign pauses by itself and resumes at the next opening "
-        "(docs/operations-campaigns.md).",
+        description="When it may send: {days: [mon..sun], from: HH:MM, to: HH:MM, tz: IANA zone}; a `to` at or "
+        "before `from` spans midnight (equal: 24 hours). Outside it the campaign pauses by itself and resumes at the "
+        "next opening (docs/operations-campaigns.md).",
     )
 
     @field_validator("ledger_shards", mode="before")

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from sendonce.domain import limits
 from sendonce.domain.campaigns.operator_input import Row
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
-from sendonce.domain.errors import InvalidCampaignError, ProviderError, RetryableProviderError
+from sendonce.domain.errors import ConflictingRequestError, InvalidCampaignError, ProviderError, RetryableProviderError
 from sendonce.domain.models import (
     Campaign,
     OutboundEmail,
@@ -254,7 +254,7 @@ class TestSendService:
         campaign = self._campaigns.get(campaign_id)
         provider = self._providers.get(campaign.provider)
         if provider is None:
-            raise InvalidCampaignError(
+            raise ConflictingRequestError(
                 f"campaign {campaign_id!r} sends with {campaign.provider!r}, which is not configured here "
                 f"(configured: {', '.join(sorted(self._providers)) or 'none'})"
             )
@@ -264,7 +264,7 @@ class TestSendService:
         try:
             content.render(stand_in.variables)
         except RenderError as exc:
-            raise InvalidCampaignError(
+            raise ConflictingRequestError(
                 f"variables: {_render_problem(exc, _missing(content, stand_in.variables))}"
             ) from exc
         suppressed = self._suppressed(addresses, include_suppressed)
@@ -327,7 +327,7 @@ class TestSendService:
                 found[index] = f"{suppression.reason.value} ({suppression.source})"
         if found and not include_suppressed:
             which = ", ".join(f"to[{i}] ({reason})" for i, reason in found.items())
-            raise InvalidCampaignError(
+            raise ConflictingRequestError(
                 f"suppressed, so nothing was sent: {which}; include_suppressed (--include-suppressed) sends to it anyway"
             )
         return found

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -23,6 +24,7 @@ from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
 from sendonce.domain.errors import (
     CampaignScheduleError,
+    ConflictingRequestError,
     IllegalTransitionError,
     InvalidCampaignError,
     JobNotFoundError,
@@ -62,13 +64,26 @@ def iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms // 1000, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
+# RFC 3339's date-time (section 5.6), as the API's documents state it: `T` and `Z` in either case
+# (RFC 3339 allows lower case), a fraction of any length, an offset with its colon; years
+# 0001-9999 and no leap second (:60), which Python's datetime cannot hold.
+_TWO = r"(?:[01]\d|2[0-3])"
+RFC3339_PATTERN = (
+    r"^(?:000[1-9]|00[1-9]\d|0[1-9]\d\d|[1-9]\d{3})-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])"
+    rf"[Tt]{_TWO}:[0-5]\d:[0-5]\d(?:\.\d+)?(?:[Zz]|[+-]{_TWO}:[0-5]\d)$"
+)
+_RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)[Tt](\d\d):(\d\d):(\d\d)(?:\.\d+)?(?:[Zz]|([+-])(\d\d):(\d\d))")
+
+
 def parse_instant(text: object, *, what: str = "send_at") -> int:
-    """ISO 8601 with a UTC offset (`Z` or `+01:00`) -> epoch ms, to the second (EventBridge
-    Scheduler's `at()` has no finer grain; a fraction is dropped)."""
+    """An instant with its UTC offset -> epoch ms, to the second (EventBridge Scheduler's `at()`
+    has no finer grain; a fraction is dropped). RFC 3339 (the API's form) in full; the CLI's
+    looser ISO 8601 (`2026-12-02 09:00+01:00`) too."""
     if not isinstance(text, str):
         raise InvalidCampaignError(f"{what}: expected an ISO 8601 time such as {EXAMPLE}")
+    match = _RFC3339.fullmatch(text.strip())
     try:
-        value = dt.datetime.fromisoformat(text.strip())
+        value = _of_rfc3339(match) if match else dt.datetime.fromisoformat(text.strip())
     except ValueError:
         raise InvalidCampaignError(f"{what}: {text!r} is not an ISO 8601 time (write it as {EXAMPLE})") from None
     if value.tzinfo is None or value.utcoffset() is None:
@@ -78,17 +93,25 @@ def parse_instant(text: object, *, what: str = "send_at") -> int:
     return int(value.timestamp()) * 1000
 
 
+def _of_rfc3339(match: re.Match[str]) -> dt.datetime:
+    year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+    sign, offset_hours, offset_minutes = match.groups()[6:]
+    offset = dt.timedelta(hours=int(offset_hours or 0), minutes=int(offset_minutes or 0))
+    zone = dt.timezone(-offset if sign == "-" else offset)
+    return dt.datetime(year, month, day, hour, minute, second, tzinfo=zone)  # ValueError: no such day
+
+
 def check_future(send_at_ms: int, *, now_ms: int, what: str = "send_at") -> int:
     """The instant to the second (what a schedule and its firing carry: a finer one could never
     equal the firing's), refused in the past (or now) or further ahead than limits allow."""
     send_at_ms -= send_at_ms % 1000
     if send_at_ms <= now_ms:
-        raise InvalidCampaignError(
+        raise ConflictingRequestError(
             f"{what}: {iso(send_at_ms)} is in the past (now is {iso(now_ms)}); choose a later time"
         )
     most = limits.SCHEDULE_AHEAD_DAYS * 24 * 3600 * 1000
     if send_at_ms > now_ms + most:
-        raise InvalidCampaignError(
+        raise ConflictingRequestError(
             f"{what}: {iso(send_at_ms)} is more than {limits.SCHEDULE_AHEAD_DAYS} days ahead; see docs/limits.md"
         )
     return send_at_ms

@@ -7,22 +7,40 @@ campaign (it pauses, and resumes at the next opening) is campaigns/window_pauses
 is open from `from` (inclusive) to `to` (exclusive), local time, on those days. A local
 opening time that a spring-forward change skips opens when the clock jumps past it (02:30 on
 the change's night in Berlin opens at 03:00 summer time); one that an autumn change repeats
-opens at its first occurrence. A window does not span midnight (from < to): an overnight
-window is two days' windows, e.g. 20:00-24:00 written as 20:00-23:59 plus 00:00-06:00 the
-next day (one window per campaign: choose the part that matters).
+opens at its first occurrence. A window whose `to` is not after its `from` spans midnight:
+`mon 22:00-06:00` opens Monday 22:00 and closes Tuesday 06:00, and `from` equal to `to` is
+open the whole day from then (24 hours, or 23/25 across a daylight-saving change). The days
+are the days a window *opens*. Every window the schema allows means something: the API refuses
+none for its times.
+
+The zones are those of the `tzdata` package (pinned): the same list in the API's documents,
+in the validator and on Lambda (whose runtime ships no zoneinfo of its own).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import importlib.resources
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Day = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 DAYS: tuple[Day, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _CLOCK = r"^([01]\d|2[0-3]):[0-5]\d$"
+# A window's stretches that meet (24-hour windows on consecutive days) close together: at most
+# a week of them, after which an always-open window is said to close a week on.
+_DAYS_MERGED = 7
+
+
+def _iana_zones() -> tuple[str, ...]:
+    listed = importlib.resources.files("tzdata").joinpath("zones").read_text(encoding="utf-8")
+    return tuple(sorted(line.strip() for line in listed.splitlines() if line.strip()))
+
+
+IANA_ZONES = _iana_zones()
+_ZONES = frozenset(IANA_ZONES)
 
 
 class SendWindow(BaseModel):
@@ -36,7 +54,12 @@ class SendWindow(BaseModel):
     )
     opens: str = Field(alias="from", pattern=_CLOCK, description="Local time it opens, HH:MM (inclusive).")
     closes: str = Field(alias="to", pattern=_CLOCK, description="Local time it closes, HH:MM (exclusive).")
-    tz: str = Field(min_length=1, max_length=64, description="IANA time zone, e.g. Europe/Berlin.")
+    tz: str = Field(
+        min_length=1,
+        max_length=64,
+        json_schema_extra={"enum": list(IANA_ZONES)},
+        description="IANA time zone, e.g. Europe/Berlin.",
+    )
 
     @field_validator("opens", "closes", mode="before")
     @classmethod
@@ -49,17 +72,13 @@ class SendWindow(BaseModel):
     @field_validator("tz")
     @classmethod
     def _known_zone(cls, value: str) -> str:
+        if value not in _ZONES:
+            raise ValueError(f"{value!r} is not an IANA time zone (e.g. Europe/Berlin, America/New_York)")
         try:
             ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"{value!r} is not an IANA time zone (e.g. Europe/Berlin, America/New_York)") from None
+        except (ZoneInfoNotFoundError, ValueError):  # pragma: no cover - tzdata lists what it holds
+            raise ValueError(f"{value!r}: no zone data for it on this machine") from None
         return value
-
-    @model_validator(mode="after")
-    def _opens_before_it_closes(self) -> SendWindow:
-        if self.opens >= self.closes:
-            raise ValueError(f"from ({self.opens}) must be before to ({self.closes}); a window does not span midnight")
-        return self
 
     @field_validator("days")
     @classmethod
@@ -89,12 +108,23 @@ class SendWindow(BaseModel):
             probe += dt.timedelta(minutes=1)
         return int(probe.timestamp() * 1000)
 
+    def _stretch(self, day: dt.date) -> tuple[int, int]:
+        """The instants the window opening on `day` opens and closes (the next day's `to` when
+        it spans midnight)."""
+        closes_on = day + dt.timedelta(days=1) if self.closes <= self.opens else day
+        return self._instant(day, self.opens), self._instant(closes_on, self.closes)
+
+    def _open_stretch(self, at_ms: int) -> tuple[int, int] | None:
+        today = self._local(at_ms).date()
+        for day in (today - dt.timedelta(days=1), today):  # one opening yesterday may still be open
+            if DAYS[day.weekday()] in self.days:
+                opens, closes = self._stretch(day)
+                if opens <= at_ms < closes:
+                    return opens, closes
+        return None
+
     def is_open(self, at_ms: int) -> bool:
-        local = self._local(at_ms)
-        if DAYS[local.weekday()] not in self.days:
-            return False
-        day = local.date()
-        return self._instant(day, self.opens) <= at_ms < self._instant(day, self.closes)
+        return self._open_stretch(at_ms) is not None
 
     def next_opening(self, at_ms: int) -> int:
         """The first instant at or after `at_ms` when the window is open."""
@@ -111,9 +141,16 @@ class SendWindow(BaseModel):
 
     def closing_after(self, at_ms: int) -> int | None:
         """When the open window at `at_ms` closes (None: it is closed then)."""
-        if not self.is_open(at_ms):
+        stretch = self._open_stretch(at_ms)
+        if stretch is None:
             return None
-        return self._instant(self._local(at_ms).date(), self.closes)
+        closes = stretch[1]
+        for _ in range(_DAYS_MERGED):
+            following = self._open_stretch(closes)
+            if following is None:
+                break
+            closes = following[1]
+        return closes
 
     def local_iso(self, at_ms: int) -> str:
         """An instant in the window's zone, to the minute with its offset: 2026-12-07T09:00+01:00."""
