@@ -36,11 +36,10 @@ from schemathesis import GenerationMode
 from sendonce.domain.models import Campaign, CampaignState, Content, Recipient
 from sendonce.handlers import api
 from sendonce.handlers.preview_routes import SendingOnDemand
-from sendonce.settings import ApiSettings, ConsumerSettings
-from sendonce.wiring import campaign_service
+from sendonce.settings import ConsumerSettings
 from sendonce_local.http_api import LocalHttpApi
-from sendonce_local.resources import create_scheduling_resources
-from tests.fuzz.conftest import REQUEST_TIMEOUT_S, counting
+from tests.fuzz.conftest import REQUEST_TIMEOUT_S, counting, fuzz_tests_per_operation
+from tests.integration.operator_helpers import scheduling_operator
 
 pytestmark = pytest.mark.integration
 
@@ -134,22 +133,9 @@ class CampaignPool:
 def fuzzed_api(system, deliverability):
     """The operator API as `sendonce local api` serves it (src/sendonce_local/commands.py), over
     `system`'s moto resources with a schedule group, and the pool of real campaigns."""
-    scheduling = create_scheduling_resources()
-    r = system.resources
-    service = campaign_service(
-        ApiSettings(
-            ledger_table=r.ledger_table,
-            campaigns_table=r.campaigns_table,
-            queue_url=r.queue_url,
-            dead_letter_queue_url=r.dead_letter_queue_url,
-            scheduler_group=scheduling.group_name,
-            scheduler_role_arn=scheduling.role_arn,
-            scheduled_start_function_arn=scheduling.start_function_arn,
-        ),
-        operator="arn:aws:iam::123456789012:user/fuzz",
-    )
+    service = scheduling_operator(system, operator="arn:aws:iam::123456789012:user/fuzz")
     consumer = ConsumerSettings.from_env(system.env | deliverability.resources.env())
-    sending = SendingOnDemand(lambda: consumer, campaigns_table=r.campaigns_table)
+    sending = SendingOnDemand(lambda: consumer, campaigns_table=system.resources.campaigns_table)
     statuses: collections.Counter = collections.Counter()
     answers: collections.Counter = collections.Counter()
     handler = counting(
@@ -176,11 +162,7 @@ def test_the_fuzzed_document_is_the_one_the_server_serves(fuzzed_api):
     assert requests.get(f"{fuzzed_api.url}/openapi.json", timeout=REQUEST_TIMEOUT_S).json() == schema.raw_schema
 
 
-@schema.parametrize()
-@hypothesis.settings(
-    max_examples=MAX_EXAMPLES, derandomize=True, deadline=None, suppress_health_check=list(hypothesis.HealthCheck)
-)
-def test_the_operator_api_answers_every_generated_request_as_documented(case, fuzzed_api):
+def _fuzz(case, fuzzed_api) -> None:
     params = case.path_parameters or {}
     pick = _pick(case)
     real = False
@@ -192,6 +174,21 @@ def test_the_operator_api_answers_every_generated_request_as_documented(case, fu
     response = case.call_and_validate(base_url=fuzzed_api.url, timeout=REQUEST_TIMEOUT_S)
     if real or not params:
         ANSWERED_REAL[case.operation.label][response.status_code] += 1
+
+
+globals().update(
+    fuzz_tests_per_operation(
+        schema,
+        _fuzz,
+        hypothesis.settings(
+            max_examples=MAX_EXAMPLES,
+            derandomize=True,
+            deadline=None,
+            suppress_health_check=list(hypothesis.HealthCheck),
+        ),
+        "test_fuzz",
+    )
+)
 
 
 def test_every_operation_of_the_document_was_answered_for_a_real_campaign_or_job():

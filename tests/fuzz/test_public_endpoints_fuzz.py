@@ -17,7 +17,7 @@ from schemathesis import checks
 from schemathesis.specs.openapi import checks as openapi_checks
 
 from sendonce_local.resend_server import svix_headers
-from tests.fuzz.conftest import REQUEST_TIMEOUT_S
+from tests.fuzz.conftest import REQUEST_TIMEOUT_S, fuzz_tests_per_operation
 
 pytestmark = pytest.mark.integration
 
@@ -83,10 +83,11 @@ def base_url(public, path: str) -> str:
     return public.unsubscribe_api.url if path.startswith("/u/") else public.events_api.url
 
 
-@schema.parametrize()
-@hypothesis.settings(**SETTINGS)
-def test_the_public_endpoints_answer_generated_requests_as_documented(case, public):
+def _answers_as_documented(case, public):
     case.call_and_validate(base_url=base_url(public, case.formatted_path), timeout=REQUEST_TIMEOUT_S, checks=CHECKS)
+
+
+globals().update(fuzz_tests_per_operation(schema, _answers_as_documented, hypothesis.settings(**SETTINGS), "test_fuzz"))
 
 
 def _valid_token(public, system, recipient: str) -> str:

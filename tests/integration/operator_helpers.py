@@ -98,6 +98,29 @@ def people(system, n: int, start: int = 0) -> list[tuple[str, str, str]]:
     return [(f"r{i}", f"user{i}@{system.domain}", f"User {i}") for i in range(start, start + n)]
 
 
+def scheduling_operator(system, operator: str = "operator") -> Any:
+    """The operator service over `system`'s moto resources with a schedule group of its own, as
+    the deployed API function has it (a send_at is scheduled, not refused)."""
+    from sendonce.settings import ApiSettings
+    from sendonce.wiring import campaign_service
+    from sendonce_local.resources import create_scheduling_resources
+
+    scheduling = create_scheduling_resources()
+    r = system.resources
+    return campaign_service(
+        ApiSettings(
+            ledger_table=r.ledger_table,
+            campaigns_table=r.campaigns_table,
+            queue_url=r.queue_url,
+            dead_letter_queue_url=r.dead_letter_queue_url,
+            scheduler_group=scheduling.group_name,
+            scheduler_role_arn=scheduling.role_arn,
+            scheduled_start_function_arn=scheduling.start_function_arn,
+        ),
+        operator=operator,
+    )
+
+
 def spec_file(path: Path, system, campaign_id: str = "c1", provider: str = "resend") -> Path:
     path.write_text(
         f"id: {campaign_id}\nname: Spring launch\nsubject: 'Hello {{{{ name }}}}'\nfrom: News <news@{system.domain}>\n"

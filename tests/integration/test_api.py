@@ -240,7 +240,7 @@ def test_publish_from_s3_is_a_job_and_strict_rejects_a_bad_file_whole(system):
         f"s3://{bucket}/lists/bad.csv: 2 bad row(s); nothing was published: "
         "line 2: email: not a valid email address; line 153: expected 3 columns, found 2"
     )
-    assert missing[0] == 400 and "cannot be read (404)" in missing[1]["message"]  # the HEAD, before any job
+    assert missing[0] == 409 and "cannot be read (404)" in missing[1]["message"]  # the HEAD, before any job
     assert lenient[0] == 202 and lenient[1]["state"] == "done"
     progress = lenient[1]["progress"]
     assert (progress["accepted"], progress["bad_rows"], progress["batches_new"]) == (150, 2, 2)

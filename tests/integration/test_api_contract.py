@@ -10,10 +10,7 @@ import re
 import pytest
 
 from sendonce.handlers import api
-from sendonce.settings import ApiSettings
-from sendonce.wiring import campaign_service
-from sendonce_local.resources import create_scheduling_resources
-from tests.integration.operator_helpers import api_event, lambda_context
+from tests.integration.operator_helpers import api_event, lambda_context, scheduling_operator
 
 pytestmark = pytest.mark.integration
 
@@ -23,19 +20,7 @@ SPEC = DOCUMENT["components"]["schemas"]["CampaignSpec"]
 
 @pytest.fixture
 def call(system):
-    scheduling = create_scheduling_resources()
-    r = system.resources
-    service = campaign_service(
-        ApiSettings(
-            ledger_table=r.ledger_table,
-            campaigns_table=r.campaigns_table,
-            queue_url=r.queue_url,
-            dead_letter_queue_url=r.dead_letter_queue_url,
-            scheduler_group=scheduling.group_name,
-            scheduler_role_arn=scheduling.role_arn,
-            scheduled_start_function_arn=scheduling.start_function_arn,
-        )
-    )
+    service = scheduling_operator(system)
 
     def send(method: str, path: str, body=None, *, raw: str | None = None) -> tuple[int, dict]:
         event = api_event(method, path, body)

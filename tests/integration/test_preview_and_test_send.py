@@ -136,7 +136,7 @@ def test_the_api_previews_test_sends_and_shows_them_in_the_status(system, delive
     assert both[0] == 422
     assert sent[0] == 200 and sent[1]["sent"] == 1 and sent[1]["by"].endswith("user/ann")
     assert me not in json.dumps(sent[1])
-    assert bad[0] == 400 and "'name' is undefined" in bad[1]["message"]
+    assert bad[0] == 409 and "'name' is undefined" in bad[1]["message"]
     assert missing[0] == 404
     assert status[0] == 200 and (status[1]["total"], status[1]["test_sends"]["count"]) == (0, 1)
     assert system.resend.accepted()[0].subject == "[TEST] Hello Tester"

@@ -230,7 +230,7 @@ def test_the_api_schedules_reschedules_and_unschedules(scheduling):
     assert call("GET", "/campaigns/c1")[1]["send_at"] == published["send_at"]
 
     code, past = call("POST", "/campaigns/c1/reschedule", {"send_at": _in(-5)})
-    assert code == 400 and "is in the past" in past["message"]
+    assert code == 409 and "is in the past" in past["message"]
     assert call("POST", "/campaigns/c1/reschedule", {"send_at": "2030-01-01T09:00:00"})[0] == 422
     code, moved = call("POST", "/campaigns/c1/reschedule", {"send_at": _in(900)})
     assert (code, moved["state"]) == (200, "scheduled")
