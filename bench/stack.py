@@ -276,12 +276,16 @@ class LocalStack:
         )
 
     def redeliver(self, campaign: PublishedCampaign) -> None:
-        """Put the campaign's messages on the queue again (a redelivery, a redrive)."""
+        """Put the campaign's messages on the queue again (a redelivery, a redrive), in the
+        campaign's message group as the publisher sends them."""
         for start in range(0, len(campaign.bodies), 10):
             chunk = campaign.bodies[start : start + 10]
             self.sqs.send_message_batch(
                 QueueUrl=campaign.resources.queue_url,
-                Entries=[{"Id": str(i), "MessageBody": body} for i, body in enumerate(chunk)],
+                Entries=[
+                    {"Id": str(i), "MessageBody": body, "MessageGroupId": campaign.campaign_id}
+                    for i, body in enumerate(chunk)
+                ],
             )
 
     def accepted_times(self, campaign: PublishedCampaign) -> tuple[list[float], Counter]:

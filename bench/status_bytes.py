@@ -62,7 +62,7 @@ def populate(session: boto3.session.Session, resources: Any, campaign_id: str, s
     counters: CampaignCounters = DynamoDBCounters(client=dynamodb, table_name=resources.campaigns_table)
 
     class NoQueue:
-        def publish(self, bodies: list[str]) -> None:
+        def publish(self, campaign_id: str, bodies: list[str]) -> None:
             pass
 
     service = CampaignService(

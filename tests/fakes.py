@@ -390,11 +390,13 @@ class FakeScheduler:
 class FakeQueue:
     def __init__(self):
         self.published: list[str] = []
+        self.groups: list[tuple[str, str]] = []  # (the campaign it was published as, body), in order
         self.dead_letters: list[tuple[str, str]] = []
         self.returned_later: list[tuple[str, int]] = []
 
-    def publish(self, bodies: list[str]) -> None:
+    def publish(self, campaign_id: str, bodies: list[str]) -> None:
         self.published.extend(bodies)
+        self.groups.extend((campaign_id, body) for body in bodies)
 
     def dead_letter(self, body: str, *, reason: str) -> None:
         self.dead_letters.append((body, reason))

@@ -4,12 +4,16 @@ SQS's StartMessageMoveTask does the redrive on AWS; moto does not implement it, 
 `move_messages` does the equivalent move (receive, send to the source, then delete) for
 local runs. A message is deleted from the DLQ only after its copy is on the source queue:
 a crash in between leaves a duplicate message, which the ledger makes harmless, never a
-lost one.
+lost one. The copy keeps the message's group (its campaign, which makes the campaign queue
+a fair queue), or, for a message sent without one (an earlier release's), takes the
+campaign its body names; a body that is not a batch's goes back without a group.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from sendonce.domain.campaigns.batches import campaign_named_by
 
 
 def queue_depths(sqs: Any, queue_url: str) -> dict[str, int]:
@@ -63,6 +67,7 @@ def move_messages(sqs: Any, source_url: str, destination_url: str, *, limit: int
             QueueUrl=source_url,
             MaxNumberOfMessages=10 if limit is None else max(1, min(10, limit - moved)),
             MessageAttributeNames=["All"],
+            MessageSystemAttributeNames=["MessageGroupId"],
             VisibilityTimeout=60,
             WaitTimeSeconds=0,
         )
@@ -72,6 +77,9 @@ def move_messages(sqs: Any, source_url: str, destination_url: str, *, limit: int
         entries = []
         for i, message in enumerate(messages):
             entry = {"Id": str(i), "MessageBody": message["Body"]}
+            group = (message.get("Attributes") or {}).get("MessageGroupId") or campaign_named_by(message["Body"])
+            if group:
+                entry["MessageGroupId"] = group
             if message.get("MessageAttributes"):
                 entry["MessageAttributes"] = {
                     k: {kk: vv for kk, vv in v.items() if kk in ("DataType", "StringValue", "BinaryValue")}

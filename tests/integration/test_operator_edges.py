@@ -41,7 +41,7 @@ def test_the_queue_splits_send_message_batch_by_bytes_as_well_as_by_count(system
         "provide-client-params.sqs.SendMessageBatch", lambda params, **_: sent.append(len(params["Entries"]))
     )
 
-    queue.publish(bodies)
+    queue.publish("c1", bodies)
 
     assert queue_depths(sqs, system.resources.queue_url)["visible"] == 10
     assert sent == [1] * 10  # 200 KB each: one per 256 KiB request
@@ -52,7 +52,7 @@ def test_a_body_larger_than_an_sqs_message_is_refused_before_anything_is_sent(sy
     queue = SqsQueue(client=sqs, queue_url=system.resources.queue_url)
 
     with pytest.raises(ValueError, match="larger than SQS's 262,144 bytes"):
-        queue.publish(["small", "x" * (limits.SQS_MESSAGE_BYTES + 1)])
+        queue.publish("c1", ["small", "x" * (limits.SQS_MESSAGE_BYTES + 1)])
 
     assert queue_depths(sqs, system.resources.queue_url)["visible"] == 0
 

@@ -279,7 +279,7 @@ class QueueModel:
         self.dlq: list[Message] = []
 
     # the Queue port
-    def publish(self, bodies: list[str]) -> None:
+    def publish(self, campaign_id: str, bodies: list[str]) -> None:
         self.messages.extend(Message(body) for body in bodies)
 
     def dead_letter(self, body: str, *, reason: str) -> None:

@@ -384,8 +384,10 @@ class TestSendLog(Protocol):
 
 
 class Queue(Protocol):
-    def publish(self, bodies: list[str]) -> None:
-        """Send message bodies, 10 per request; raises if any could not be sent."""
+    def publish(self, campaign_id: str, bodies: list[str]) -> None:
+        """Send one campaign's batch bodies, 10 per request; raises if any could not be sent.
+        Each message is tagged with its campaign, so that a queue shared by many campaigns
+        can give each its turn (SQS fair queues: the campaign is the message group)."""
         ...
 
     def dead_letter(self, body: str, *, reason: str) -> None:

@@ -416,7 +416,8 @@ class CampaignRun:
 def redrive_campaign(sqs: Any, dead_letter_queue_url: str, queue_url: str, campaign_id: str) -> int:
     """Move the campaign's messages from the dead-letter queue back to the queue (copy, then
     delete, as `sendonce dlq redrive` does where SQS has no move task); other campaigns'
-    messages stay where they are."""
+    messages stay where they are. Each copy is in the campaign's message group, as the
+    publisher sends it (the campaign queue is a fair queue)."""
     moved, others = 0, []
     while True:
         messages = sqs.receive_message(
@@ -432,7 +433,7 @@ def redrive_campaign(sqs: Any, dead_letter_queue_url: str, queue_url: str, campa
             if not ours:
                 others.append(message)
                 continue
-            sqs.send_message(QueueUrl=queue_url, MessageBody=message["Body"])
+            sqs.send_message(QueueUrl=queue_url, MessageBody=message["Body"], MessageGroupId=campaign_id)
             sqs.delete_message(QueueUrl=dead_letter_queue_url, ReceiptHandle=message["ReceiptHandle"])
             moved += 1
     for message in others:

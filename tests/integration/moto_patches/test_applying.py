@@ -48,6 +48,7 @@ def _moto_attributes() -> dict[tuple[str, str], int]:
     import moto.dynamodb.parsing.ast_nodes as ast_nodes
     import moto.dynamodb.parsing.validators as validators
     import moto.dynamodb.responses as responses
+    from moto.sqs.models import Queue
     from moto.utilities.docker_utilities import DockerModel
 
     owners = (
@@ -62,6 +63,7 @@ def _moto_attributes() -> dict[tuple[str, str], int]:
         validators.OverlappingPathsValidator,
         validators.ActionCountValidator,
         ast_nodes.DepthFirstTraverser,
+        Queue,
     )
     return {
         (repr(owner), name): id(value)

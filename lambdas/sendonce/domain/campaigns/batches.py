@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator
 
 from sendonce.domain import limits
 from sendonce.domain.errors import InvalidCampaignError
-from sendonce.domain.models import MAX_RECIPIENTS_PER_BATCH, SCHEMA_VERSION, BatchMessage, Recipient
+from sendonce.domain.models import ID_PATTERN, MAX_RECIPIENTS_PER_BATCH, SCHEMA_VERSION, BatchMessage, Recipient
 
 BATCH_ID_CHARS = 25  # "b" (or the resume/cancel prefix) and 24 hex digits
 
@@ -101,3 +102,18 @@ def bodies_for(campaign_id: str, recipients: list[Recipient], *, prefix: str) ->
         )
         bodies.append(batch.to_body())
     return bodies
+
+
+def campaign_named_by(body: str) -> str | None:
+    """The campaign a message body read back from a queue names (a redrive tags the copy with
+    it, as the publisher tagged the original): a batch's `campaign_id`, or None for a body
+    that is not a batch's (a job's message; poison that is not a JSON object or names no
+    valid campaign id). Only the campaign is read: a batch too broken to send still names it."""
+    try:
+        data = json.loads(body)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    campaign_id = data.get("campaign_id") if isinstance(data, dict) else None
+    if isinstance(campaign_id, str) and re.fullmatch(ID_PATTERN, campaign_id):
+        return campaign_id
+    return None

@@ -221,7 +221,7 @@ class ScheduledSends:
 
     def _enqueue_batches(self, campaign_id: str, batches: list[BatchMessage], holder: str) -> int:
         self._open_publish(campaign_id, holder=holder)
-        self._queue.publish([b.to_body() for b in batches])
+        self._queue.publish(campaign_id, [b.to_body() for b in batches])
         for batch in batches:
             self._campaigns.mark_batch_enqueued(campaign_id, batch.batch_id)
         return len(batches)

@@ -341,7 +341,7 @@ class CampaignService(ScheduledSends, WindowOpenings):
         if self._open_publish(campaign_id, holder=holder).state is CampaignState.SCHEDULED:
             report.batches_recorded += len(batches)
             return
-        self._queue.publish([b.to_body() for b in batches])
+        self._queue.publish(campaign_id, [b.to_body() for b in batches])
         report.messages_sent += len(batches)
         for batch in batches:
             self._campaigns.mark_batch_enqueued(campaign_id, batch.batch_id)

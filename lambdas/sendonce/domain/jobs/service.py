@@ -381,7 +381,7 @@ class JobService:
         ]
         bodies = bodies_for(campaign_id, remaining, prefix=job.params["prefix"])
         if bodies:
-            self._campaign_queue.publish(bodies)
+            self._campaign_queue.publish(campaign_id, bodies)
         return Page(
             cursor=cursor,
             progress={
