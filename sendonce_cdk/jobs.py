@@ -92,5 +92,9 @@ class JobsWorker(Construct):
         self.function = worker.function
         self.role = worker.role
         self.log_group = worker.log_group
-        self.event_source = event_sources.SqsEventSource(self.queue, batch_size=1, report_batch_item_failures=True)
+        # Capped at the function's reservation, as the consumer's is: beyond it Lambda would be
+        # throttled, and a throttled receive counts toward the queue's maxReceiveCount.
+        self.event_source = event_sources.SqsEventSource(
+            self.queue, batch_size=1, report_batch_item_failures=True, max_concurrency=JOBS_RESERVED
+        )
         self.function.add_event_source(self.event_source)

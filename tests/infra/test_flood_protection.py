@@ -131,11 +131,36 @@ def test_every_function_has_reserved_concurrency(assembly: Synthesized) -> None:
 
 def test_the_consumer_reserves_exactly_what_its_event_source_may_run(assembly: Synthesized) -> None:
     # Less would throttle the event source; more would hold capacity it never uses.
+    consumers = {
+        i
+        for i, f in assembly.of_type("AWS::Lambda::Function").items()
+        if f["Properties"]["Handler"] == CONSUMER_HANDLER
+    }
     [mapping] = [
-        m for m in assembly.of_type("AWS::Lambda::EventSourceMapping").values() if "ScalingConfig" in m["Properties"]
+        m
+        for m in assembly.of_type("AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["FunctionName"].get("Ref") in consumers
     ]
     maximum = mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"]
     assert _function(assembly, CONSUMER_HANDLER)["ReservedConcurrentExecutions"] == maximum
+
+
+def test_every_sqs_event_source_is_capped_at_its_functions_reservation(assembly: Synthesized) -> None:
+    # AWS's guidance: MaximumConcurrency at or below the function's reserved concurrency, else
+    # throttled invocations return messages and count their receives toward the DLQ (issue 35).
+    queues = set(assembly.of_type("AWS::SQS::Queue"))
+    functions = assembly.of_type("AWS::Lambda::Function")
+    sqs_mappings = [
+        m["Properties"]
+        for m in assembly.of_type("AWS::Lambda::EventSourceMapping").values()
+        if (m["Properties"].get("EventSourceArn") or {}).get("Fn::GetAtt", [None])[0] in queues
+    ]
+    assert len(sqs_mappings) >= 2  # the campaign queue's consumer and the jobs worker at least
+    for mapping in sqs_mappings:
+        function = functions[mapping["FunctionName"]["Ref"]]["Properties"]
+        maximum = (mapping.get("ScalingConfig") or {}).get("MaximumConcurrency")
+        assert maximum is not None, f"{function['Handler']}: its SQS event source has no MaximumConcurrency"
+        assert maximum <= function["ReservedConcurrentExecutions"], function["Handler"]
 
 
 def test_reservations_leave_lambdas_unreserved_minimum(assembly: Synthesized) -> None:
