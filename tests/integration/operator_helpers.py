@@ -98,14 +98,14 @@ def people(system, n: int, start: int = 0) -> list[tuple[str, str, str]]:
     return [(f"r{i}", f"user{i}@{system.domain}", f"User {i}") for i in range(start, start + n)]
 
 
-def scheduling_operator(system, operator: str = "operator") -> Any:
-    """The operator service over `system`'s moto resources with a schedule group of its own, as
-    the deployed API function has it (a send_at is scheduled, not refused)."""
+def scheduling_operator(system, operator: str = "operator", scheduling: Any = None) -> Any:
+    """The operator service over `system`'s moto resources with a schedule group (`scheduling`'s,
+    or one of its own), as the deployed API function has it (a send_at is scheduled, not refused)."""
     from sendonce.settings import ApiSettings
     from sendonce.wiring import campaign_service
     from sendonce_local.resources import create_scheduling_resources
 
-    scheduling = create_scheduling_resources()
+    scheduling = scheduling or create_scheduling_resources()
     r = system.resources
     return campaign_service(
         ApiSettings(

@@ -14,8 +14,6 @@ import pytest
 
 from sendonce.adapters.scheduler import schedule_name
 from sendonce.handlers import api
-from sendonce.settings import ApiSettings
-from sendonce.wiring import campaign_service
 from sendonce_local.resources import SchedulingResources, create_scheduling_resources
 from sendonce_local.scheduler_poller import LocalClock, SchedulePoller
 from sendonce_ops.sqs_tools import queue_depths
@@ -25,6 +23,7 @@ from tests.integration.operator_helpers import (
     lambda_context,
     local_schedule_firer,
     people,
+    scheduling_operator,
     sendonce,
     spec_file,
     write_csv,
@@ -50,18 +49,7 @@ class Scheduling:
 
     def operator(self):
         """The operator service as the API function builds it (with the scheduler)."""
-        r = self.system.resources
-        return campaign_service(
-            ApiSettings(
-                ledger_table=r.ledger_table,
-                campaigns_table=r.campaigns_table,
-                queue_url=r.queue_url,
-                dead_letter_queue_url=r.dead_letter_queue_url,
-                scheduler_group=self.resources.group_name,
-                scheduler_role_arn=self.resources.role_arn,
-                scheduled_start_function_arn=self.resources.start_function_arn,
-            )
-        )
+        return scheduling_operator(self.system, scheduling=self.resources)
 
 
 @pytest.fixture
