@@ -16,7 +16,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 unexport PYTHONDONTWRITEBYTECODE
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: venv npm setup contracts lint test test-slow test-unit test-integration test-infra test-wheel test-chaos verify demo report-screenshot bench bench-scale clean
+.PHONY: venv npm setup contracts lint test test-slow test-unit test-integration test-infra test-wheel test-chaos verify demo report-screenshot bench bench-scale bench-fair clean
 
 # --no-compile: Python compiles what is imported when it is first imported; byte-compiling
 # every installed package was most of the install's CPU (the wheel test measured 120 s -> 44 s).
@@ -122,6 +122,11 @@ bench: $(STAMP)
 # BENCH_SCALE_ARGS="--sizes 1000000" for a million.
 bench-scale: $(STAMP)
 	$(BIN)/python -m bench.scale $(BENCH_SCALE_ARGS)
+
+# Campaigns sharing one queue and one provider rate (issue 31): a small campaign behind a large
+# one, and equal shares of four, through the stack deployed into moto (~15 min; see docs/fairness.md).
+bench-fair: $(STAMP)
+	$(BIN)/python -m bench.fair $(BENCH_FAIR_ARGS)
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache

@@ -242,21 +242,28 @@ class ScaleStack:
         self.accountant.attach(session)
         return session
 
+    def consumer_runtime(self, session: boto3.session.Session | None = None) -> Any:
+        """One consumer runtime on `session` (default: the run's), as Lambda builds one per
+        execution environment."""
+        return assemble_consumer(
+            self.consumer_settings, consumer_parts(self.consumer_settings, session or self.session)
+        )
+
     def start_consumers(
         self,
         count: int | None = None,
         invocation_seconds: list[float] | None = None,
         session: boto3.session.Session | None = None,
+        runtimes: list[Any] | None = None,
     ) -> None:
         """`count` runtimes (default: the mapping's concurrency), on `session` (default: the
         run's); with `invocation_seconds`, each invocation's time is appended to it as it ends
-        (batch size 1: one message each)."""
+        (batch size 1: one message each). `runtimes` built beforehand (`consumer_runtime`), one
+        per consumer, start at once: building forty here takes longer than sending thousands."""
         handler = import_handler(self.deployed.poller_handler)
-        session = session or self.session
         sqs = self.session.client("sqs")
-        for n in range(count or self.consumer_count):
-            # One runtime per execution environment, as Lambda builds one per sandbox.
-            runtime = assemble_consumer(self.consumer_settings, consumer_parts(self.consumer_settings, session))
+        for n in range(len(runtimes) if runtimes is not None else count or self.consumer_count):
+            runtime = runtimes[n] if runtimes is not None else self.consumer_runtime(session)
             poller = EventSourcePoller(
                 sqs_client=sqs,
                 queue_url=self.deployed.queue_url,

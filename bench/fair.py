@@ -1,0 +1,485 @@
+"""`make bench-fair`: campaigns sharing one queue and one provider rate (issue 31).
+
+    python -m bench.fair [--large 2000] [--small 200] [--smalls 3] [--consumers default,40]
+        [--noisy-large 5000 | --no-noisy] [--orders large-first,large-second,large-last] [--max-minutes 13]
+        [--out bench-fair.json]
+
+The stack as bench-scale deploys it (bench/scale_stack.py): the CDK app in moto's server,
+whose campaign queue is a fair queue (each batch carries its campaign as MessageGroupId; the
+moto patch `sqs_fairness` receives quiet tenants' messages first once one is noisy: >= 30 of
+its own in flight and > 10 % of all); batch mode; the shared limiter; the local Resend server
+holding the team to Resend's default 5 requests/s; provider events off. A round creates its
+campaigns, publishes them one after another with no consumer running, then starts the
+consumers. A campaign's time runs from the start of its own publish to the last of its emails
+the Resend server accepted (each record's `accepted_at`: the same machine's clock).
+
+- small behind large: a large campaign alone (T_alone), then a large one and right after it a
+  small one: small_time / large_time (issue 31's goal: <= 1/3; queue order gives ~1). At each
+  of `--consumers`, and once more with `--noisy-large` recipients at the most consumers: a
+  campaign of 2,000 is 20 batches, never the 30 in flight that make a tenant noisy.
+- equal shares: one large and `--smalls` small campaigns, published in each of `--orders`, at
+  each of `--consumers`; while all of them had work queued (from the consumers' start to the
+  first campaign's last email), each campaign's share of the emails accepted, its rate, and
+  Jain's index of the rates.
+
+Every campaign's duplicates and missing (counted at the provider) and whether it completed.
+A round starts only while the run is under `--max-minutes`, and every wait has a timeout.
+Progress goes to stderr; stdout gets a table; the figures go to `--out` (JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.core import machine
+from bench.run import stdout_to_devnull
+from bench.scale_stack import SENDER_DOMAIN, ScaleConfig, ScaleStack, bench_campaign, recipients_of
+from sendonce.domain.models import CampaignState
+from sendonce_client.streams import DEFAULT_STREAMS
+from sendonce_local.resend_server import DEFAULT_TEAM_RATE_LIMIT
+
+BATCH_RECIPIENTS = 100  # the publisher's batch: one queue message
+GOAL = 1 / 3  # issue 31: a small campaign behind a large one done in <= 1/3 of the large one's time
+NOISY_IN_FLIGHT = 30  # sendonce_local.moto_patches.sqs_fairness, after AWS's description
+ORDERS = ("large-first", "large-second", "large-last")
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class FairConfig:
+    large: int = 2_000
+    small: int = 200
+    smalls: int = 3
+    consumers: tuple[int | None, ...] = (None, 40)  # None: the mapping's MaximumConcurrency
+    noisy_large: int | None = 5_000
+    orders: tuple[str, ...] = ORDERS
+    streams: int = DEFAULT_STREAMS
+    team_limit: int = DEFAULT_TEAM_RATE_LIMIT
+    send_timeout_s: float = 300.0  # from the consumers' start to the round's last email
+    complete_timeout_s: float = 180.0  # then until every campaign of the round completed
+    max_minutes: float = 13.0
+
+
+class FairBench:
+    """Rounds on one ScaleStack; campaign ids are numbered across the run."""
+
+    def __init__(self, stack: ScaleStack, config: FairConfig, say: Say):
+        self.stack = stack
+        self.config = config
+        self.say = say
+        self.started = time.monotonic()
+        self.rounds = 0
+
+    def over_budget(self) -> str | None:
+        minutes = (time.monotonic() - self.started) / 60
+        if minutes < self.config.max_minutes:
+            return None
+        return (
+            f"the run had taken {minutes:.1f} min (rounds start only under --max-minutes {self.config.max_minutes:g})"
+        )
+
+    def run_round(
+        self, label: str, sizes: Sequence[tuple[str, int]], consumers: int | None
+    ) -> tuple[dict[str, Any], Timeline]:
+        """Publish `sizes` ((role, recipients), in that order), then send them with
+        `consumers` runtimes; per campaign its times, counts and state, and when each of
+        its emails was accepted."""
+        stack, config = self.stack, self.config
+        self.rounds += 1
+        campaigns = [(f"f{self.rounds}-{role}", role, size) for role, size in sizes]
+        count = consumers or stack.consumer_count
+        for campaign_id, role, _ in campaigns:
+            stack.operator.create(bench_campaign(campaign_id, f"bench-fair {label} ({role})"))
+        # The consumers' runtimes, built before the publish so that all start at once: built one
+        # by one beside the first ones' sends, forty took 15-40 s here (Lambda builds in parallel).
+        built_at = time.time()
+        runtimes = [stack.consumer_runtime() for _ in range(count)]
+        build_s = time.time() - built_at
+        accepted_before = stack.resend.stats()["emails_accepted"]
+        published: dict[str, tuple[float, float]] = {}
+        for campaign_id, _, size in campaigns:
+            started = time.time()
+            summary = stack.client.publish(campaign_id, recipients_of(campaign_id, size), streams=config.streams)
+            published[campaign_id] = (started, time.time())
+            if summary.batches_new != math.ceil(size / BATCH_RECIPIENTS):
+                raise RuntimeError(f"{campaign_id}: {summary.batches_new} batches published for {size} recipients")
+        total = sum(size for _, _, size in campaigns)
+        self.say(f"{label}: {len(campaigns)} campaigns published ({total:,} recipients); {count} consumers")
+
+        consumers_at = time.time()
+        stack.start_consumers(runtimes=runtimes)
+        sqs = stack.session.client("sqs")
+        peak_in_flight = accepted = 0
+        try:
+            deadline = time.monotonic() + config.send_timeout_s
+            while accepted < total and time.monotonic() < deadline:
+                time.sleep(0.5)
+                peak_in_flight = max(peak_in_flight, _in_flight(sqs, stack.deployed.queue_url))
+                accepted = stack.resend.stats()["emails_accepted"] - accepted_before
+            sent_s = time.time() - consumers_at
+            waiting = {c for c, _, _ in campaigns}
+            deadline = time.monotonic() + config.complete_timeout_s
+            while waiting and time.monotonic() < deadline:
+                waiting = {c for c in waiting if stack.operator.get(c).state is not CampaignState.COMPLETED}
+                if waiting:
+                    time.sleep(1)
+            completed_s = time.time() - consumers_at
+        finally:
+            stack.stop_consumers()
+        self.say(
+            f"{label}: {accepted:,} of {total:,} accepted in {sent_s:.0f} s, "
+            + ("all completed" if not waiting else f"not completed: {sorted(waiting)}")
+            + f" after {completed_s:.0f} s"
+        )
+
+        emails = _accepted_by_campaign(stack.resend.url)
+        figures: dict[str, Any] = {}
+        for campaign_id, role, size in campaigns:
+            publish_at, published_at = published[campaign_id]
+            times = sorted(emails.get(campaign_id, []))
+            duplicates, missing = stack.duplicates_and_missing(campaign_id, size)
+            figures[role] = {
+                "campaign_id": campaign_id,
+                "recipients": size,
+                "batches": math.ceil(size / BATCH_RECIPIENTS),
+                "publish_s": round(published_at - publish_at, 2),
+                # From the start of its own publish to its last email accepted: the time asked about.
+                "time_s": round(times[-1] - publish_at, 2) if times else None,
+                # From the consumers' start (every campaign of the round queued by then): its first
+                # email (how long it waited behind the others) and its last.
+                "first_email_s": round(times[0] - consumers_at, 2) if times else None,
+                "last_email_s": round(times[-1] - consumers_at, 2) if times else None,
+                "emails_accepted": len(times),
+                "duplicates": duplicates,
+                "missing": missing,
+                "completed": campaign_id not in waiting,
+            }
+        stack.drain_aggregator(self.say, label)
+        # A clean provider for the next round: its records read, its team limit set again.
+        stack.resend.reset()
+        stack.set_team_limit(config.team_limit)
+        stack.events_on(False)
+        round_ = {
+            "label": label,
+            "consumers": count,
+            "publish_order": [role for _, role, _ in campaigns],
+            # Sampled every 0.5 s (ApproximateNumberOfMessagesNotVisible): all campaigns together.
+            "peak_in_flight": peak_in_flight,
+            "consumers_built_s": round(build_s, 1),
+            "sent_s": round(sent_s, 1),
+            "completed_s": round(completed_s, 1),
+            "campaigns": figures,
+        }
+        return round_, Timeline(consumers_at, {role: emails.get(c, []) for c, role, _ in campaigns})
+
+    # --- scenarios -----------------------------------------------------------------------
+
+    def small_behind_large(self, consumers: int | None, large: int) -> dict[str, Any]:
+        small = self.config.small
+        count = consumers or self.stack.consumer_count
+        alone, _ = self.run_round(f"{large:,} alone, {count} consumers", [("large", large)], consumers)
+        together, _ = self.run_round(
+            f"{large:,} then {small:,}, {count} consumers", [("large", large), ("small", small)], consumers
+        )
+        t_alone = alone["campaigns"]["large"]["time_s"]
+        large_fig, small_fig = together["campaigns"]["large"], together["campaigns"]["small"]
+        ratio = _ratio(small_fig["time_s"], large_fig["time_s"])
+        return {
+            "consumers": count,
+            "large": large,
+            "small": small,
+            # A tenant is noisy with >= 30 of its own messages in flight: never when a campaign has
+            # fewer batches, or fewer consumers run.
+            "noisy_reachable": min(count, math.ceil(large / BATCH_RECIPIENTS)) >= NOISY_IN_FLIGHT,
+            "t_alone_s": t_alone,
+            "large_time_s": large_fig["time_s"],
+            "small_time_s": small_fig["time_s"],
+            "small_over_large": ratio,
+            "small_over_t_alone": _ratio(small_fig["time_s"], t_alone),
+            "goal": round(GOAL, 3),
+            "met": ratio is not None and ratio <= GOAL,
+            # How much of the small campaign's time was spent before its first email: queued
+            # behind the large campaign's batches (and its own publish: small beside them).
+            "small_waited_s": small_fig["first_email_s"],
+            "small_waited_share": _ratio(small_fig["first_email_s"], small_fig["time_s"]),
+            "rounds": {"alone": alone, "together": together},
+        }
+
+    def equal_shares(self, order: str, consumers: int | None) -> dict[str, Any]:
+        config = self.config
+        roles = [(f"small{n + 1}", config.small) for n in range(config.smalls)]
+        position = {"large-first": 0, "large-second": 1, "large-last": len(roles)}[order]
+        roles.insert(position, ("large", config.large))
+        count = consumers or self.stack.consumer_count
+        round_, timeline = self.run_round(f"equal shares, {order}, {count} consumers", roles, consumers)
+        return {"order": order, **shares(timeline), "round": round_}
+
+
+@dataclass(frozen=True)
+class Timeline:
+    consumers_at: float  # time.time() when the round's consumers had started
+    emails: dict[str, list[float]]  # per campaign role: when each of its emails was accepted
+
+
+def shares(timeline: Timeline) -> dict[str, Any]:
+    """Each campaign's share of the emails accepted while all had work queued: from the
+    consumers' start (every campaign published) to the first campaign's last email; its rate
+    there, and Jain's index (sum x)^2 / (n * sum x^2) of the rates."""
+    start, emails = timeline.consumers_at, timeline.emails
+    if not emails or not all(emails.values()):
+        return {"window_s": None, "rates": {}, "shares": {}, "jain": None}
+    end = min(max(times) for times in emails.values())
+    window = end - start
+    counts = {role: sum(1 for t in times if start <= t <= end) for role, times in emails.items()}
+    rates = {role: n / window if window > 0 else 0.0 for role, n in counts.items()}
+    total = sum(counts.values())
+    # The span in which every campaign was actually sending (first email of the last to start,
+    # to the last email of the first to finish); none when one only started after another ended.
+    overlap = min(max(t) for t in emails.values()) - max(min(t) for t in emails.values())
+    per_second = {}  # emails accepted in each second of the window
+    for role, times in emails.items():
+        seconds = Counter(int(t - start) for t in times if start <= t <= end)
+        per_second[role] = [seconds.get(s, 0) for s in range(int(window) + 1)]
+    return {
+        "window_s": round(window, 2),
+        "all_sending_s": round(max(overlap, 0.0), 2),
+        "emails_in_window": counts,
+        "shares": {role: round(n / total, 3) if total else None for role, n in counts.items()},
+        "rates_per_s": {role: round(r, 1) for role, r in rates.items()},
+        "jain": jain(list(rates.values())),
+        "per_second": per_second,
+    }
+
+
+def jain(rates: Sequence[float]) -> float | None:
+    squares = sum(x * x for x in rates)
+    return round(sum(rates) ** 2 / (len(rates) * squares), 3) if squares else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def _in_flight(sqs: Any, queue_url: str) -> int:
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])
+    return int(attributes["Attributes"]["ApproximateNumberOfMessagesNotVisible"])
+
+
+def _accepted_by_campaign(resend_url: str) -> dict[str, list[float]]:
+    """The local Resend server's records: when each email was accepted, by campaign (every
+    bench campaign's addresses are `u<i>@<campaign>.<sender domain>`)."""
+    with urllib.request.urlopen(resend_url + "/_local/accepted", timeout=120) as response:
+        records = json.loads(response.read())["accepted"]
+    suffix = "." + SENDER_DOMAIN
+    by_campaign: dict[str, list[float]] = {}
+    for email in records:
+        for address in email["to"]:
+            domain = address.rsplit("@", 1)[-1].lower()
+            if domain.endswith(suffix):
+                by_campaign.setdefault(domain.removesuffix(suffix), []).append(float(email["accepted_at"]))
+    return by_campaign
+
+
+def run_fair(config: FairConfig, say: Say) -> dict[str, Any]:
+    started = time.monotonic()
+    stack_config = ScaleConfig(
+        sizes=(), streams=config.streams, events_up_to=0, webhook_wait_s=config.complete_timeout_s, per_message=False
+    )
+    stack = ScaleStack(stack_config, say).start()
+    bench = FairBench(stack, config, say)
+    stack.set_team_limit(config.team_limit)
+    stack.events_on(False)
+    say(f"team limit {config.team_limit} requests/s at the Resend server; provider events off")
+    behind: list[dict[str, Any]] = []
+    equal: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    settings = [(c, config.large) for c in config.consumers]
+    if config.noisy_large is not None:
+        most = max(config.consumers, key=lambda c: c or stack.consumer_count)
+        settings.append((most, config.noisy_large))
+    try:
+        for consumers, large in settings:
+            if reason := bench.over_budget():
+                skipped.append(
+                    {"scenario": "small behind large", "consumers": consumers, "large": large, "reason": reason}
+                )
+                continue
+            behind.append(bench.small_behind_large(consumers, large))
+            say(f"small behind large: {_behind_line(behind[-1])}")
+        for consumers in config.consumers:
+            for order in config.orders:
+                if reason := bench.over_budget():
+                    skipped.append(
+                        {"scenario": "equal shares", "consumers": consumers, "order": order, "reason": reason}
+                    )
+                    continue
+                equal.append(bench.equal_shares(order, consumers))
+                say(f"equal shares, {order}: shares {equal[-1]['shares']}, Jain {equal[-1]['jain']}")
+    finally:
+        stack.stop()
+    return {
+        "small_behind_large": behind,
+        "equal_shares": equal,
+        "skipped": skipped,
+        "config": {
+            **asdict(config),
+            "default_consumers": stack.consumer_count,
+            "consumer_batch_size": stack.deployed.batch_size,
+            "resend_requests_per_second": stack.deployed.environment.get("SENDONCE_RESEND_REQUESTS_PER_SECOND"),
+            "provider_events": False,
+            "deploy_s": round(stack.deploy_s, 1),
+        },
+        "machine": machine(),
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+
+
+# --- the table ---------------------------------------------------------------------------------
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def _behind_line(row: dict[str, Any]) -> str:
+    return (
+        f"{row['consumers']} consumers, {row['large']:,} + {row['small']:,}: T_alone {_s(row['t_alone_s'])}, "
+        f"large {_s(row['large_time_s'])}, small {_s(row['small_time_s'])}, small/large {row['small_over_large']}"
+    )
+
+
+def _counts(campaigns: dict[str, Any]) -> tuple[str, str]:
+    duplicates = sum(c["duplicates"] for c in campaigns.values())
+    missing = sum(c["missing"] for c in campaigns.values())
+    completed = sum(1 for c in campaigns.values() if c["completed"])
+    return f"{duplicates} / {missing}", f"{completed}/{len(campaigns)}"
+
+
+def table(result: dict[str, Any]) -> str:
+    config = result["config"]
+    lines = [
+        f"bench-fair: team limit {config['team_limit']} requests/s (limiter: "
+        f"{config['resend_requests_per_second']} configured), batch mode, batch size {config['consumer_batch_size']}, "
+        "provider events off; times from each campaign's own publish to its last email accepted",
+        "",
+        "small behind large (goal: small/large <= 0.333)",
+    ]
+    head = ("consumers", "large", "small", "T_alone", "large", "small", "small/large", "small/T_alone")
+    head += ("small waited", "peak in flight", "dup / missing", "completed")
+    rows = [head]
+    for row in result["small_behind_large"]:
+        campaigns = {f"{k}-{r}": v for k, rnd in row["rounds"].items() for r, v in rnd["campaigns"].items()}
+        waited = row["small_waited_s"]
+        share = row["small_waited_share"]
+        peak = max(rnd["peak_in_flight"] for rnd in row["rounds"].values())
+        rows.append(
+            (
+                str(row["consumers"]),
+                f"{row['large']:,}",
+                f"{row['small']:,}",
+                _s(row["t_alone_s"]),
+                _s(row["large_time_s"]),
+                _s(row["small_time_s"]),
+                str(row["small_over_large"]),
+                str(row["small_over_t_alone"]),
+                f"{_s(waited)} ({share:.0%})" if share is not None else _s(waited),
+                str(peak) + ("" if row["noisy_reachable"] else " (never noisy)"),
+                *_counts(campaigns),
+            )
+        )
+    lines += _aligned(rows)
+    lines += [
+        "",
+        "equal shares (while every campaign had work queued; Jain: 1 even, 1/n one takes all;",
+        "times: each campaign's, in seconds, in publish order)",
+    ]
+    rows = [("order", "consumers", "window", "all sending", "shares", "Jain", "times", "dup / missing", "completed")]
+    for row in result["equal_shares"]:
+        rows.append(
+            (
+                row["order"],
+                str(row["round"]["consumers"]),
+                _s(row["window_s"]),
+                _s(row.get("all_sending_s")),
+                " ".join(f"{role} {share:.2f}" for role, share in row["shares"].items() if share is not None),
+                str(row["jain"]),
+                " ".join(f"{c['time_s']:.0f}" for c in row["round"]["campaigns"].values() if c["time_s"] is not None),
+                *_counts(row["round"]["campaigns"]),
+            )
+        )
+    lines += _aligned(rows)
+    lines += [f"skipped: {s}" for s in result["skipped"]]
+    lines.append(f"elapsed {result['elapsed_s']:.0f} s (deploy {config['deploy_s']:.0f} s)")
+    return "\n".join(lines)
+
+
+def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fair", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--large", type=int, default=2_000, help="recipients of the large campaign")
+    parser.add_argument("--small", type=int, default=200, help="recipients of each small campaign")
+    parser.add_argument("--smalls", type=int, default=3, help="small campaigns in the equal-shares rounds")
+    parser.add_argument("--consumers", default="default,40", help="consumer counts ('default': the mapping's)")
+    parser.add_argument(
+        "--noisy-large", type=int, default=5_000, help="the large campaign's size at the most consumers"
+    )
+    parser.add_argument("--no-noisy", dest="noisy_large", action="store_const", const=None)
+    parser.add_argument("--orders", default=",".join(ORDERS), help=f"equal-shares orders, of {ORDERS}")
+    parser.add_argument("--streams", type=int, default=DEFAULT_STREAMS, help="publish requests in flight")
+    parser.add_argument("--send-timeout", type=float, default=300.0, help="seconds a round may take to send")
+    parser.add_argument("--complete-timeout", type=float, default=180.0, help="then seconds until completed")
+    parser.add_argument("--max-minutes", type=float, default=13.0, help="no round starts after this")
+    parser.add_argument("--out", type=Path, default=Path("bench-fair.json"))
+    args = parser.parse_args(argv)
+    try:
+        consumers = tuple(None if c.strip() == "default" else int(c) for c in args.consumers.split(","))
+    except ValueError:
+        parser.error(f"--consumers: comma-separated counts or 'default', not {args.consumers!r}")
+    orders = tuple(o.strip() for o in args.orders.split(",") if o.strip())
+    if any(o not in ORDERS for o in orders):
+        parser.error(f"--orders: each of {ORDERS}")
+    if min(args.large, args.small, args.smalls) < 1 or any(c is not None and c < 1 for c in consumers):
+        parser.error("sizes, --smalls and --consumers must be at least 1")
+    config = FairConfig(
+        large=args.large,
+        small=args.small,
+        smalls=args.smalls,
+        consumers=consumers,
+        noisy_large=args.noisy_large,
+        orders=orders,
+        streams=args.streams,
+        send_timeout_s=args.send_timeout,
+        complete_timeout_s=args.complete_timeout,
+        max_minutes=args.max_minutes,
+    )
+
+    def say(message: str) -> None:
+        print(f"[bench-fair {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    with stdout_to_devnull():  # the functions' log lines and metrics, which Lambda sends to CloudWatch
+        result = run_fair(config, say)
+    result["command"] = shlex.join([sys.executable, "-m", "bench.fair", *(sys.argv[1:] if argv is None else argv)])
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(table(result))
+    print(f"figures: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

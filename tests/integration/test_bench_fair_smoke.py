@@ -1,0 +1,48 @@
+"""`make bench-fair` on tiny campaigns: the stack deployed into moto, a small campaign
+published behind a large one (and the large one alone), then one large and two small ones
+in one order; every campaign completed, nobody sent twice or missed, and the report has its
+figures. Counts only: no timing assertion (the machine is shared).
+
+Marked slow: about a minute on an idle machine (the deploy, then four rounds, each waiting for
+its campaigns to complete), several beside the test suite."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.test_bench_scale_smoke import run_bench
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+LARGE, SMALL, SMALLS = 300, 100, 2
+
+
+@pytest.mark.timeout(1200)
+def test_bench_fair_completes_every_campaign_with_no_duplicate_and_nobody_missing(tmp_path):
+    out = tmp_path / "bench-fair.json"
+    args = ("--large", str(LARGE), "--small", str(SMALL), "--smalls", str(SMALLS), "--consumers", "default")
+    stdout = run_bench("bench.fair", *args, "--no-noisy", "--orders", "large-first", "--out", str(out), timeout=900)
+    report = json.loads(out.read_text())
+    assert "small behind large" in stdout and "equal shares" in stdout
+    assert report["skipped"] == [] and report["command"].endswith("--out " + str(out))
+    assert report["machine"]["nproc"] >= 1 and report["config"]["default_consumers"] >= 1
+
+    [behind] = report["small_behind_large"]
+    assert (behind["large"], behind["small"], behind["noisy_reachable"]) == (LARGE, SMALL, False)
+    rounds = [behind["rounds"]["alone"], behind["rounds"]["together"]]
+    [equal] = report["equal_shares"]
+    rounds.append(equal["round"])
+    assert [list(r["campaigns"]) for r in rounds] == [["large"], ["large", "small"], ["large", "small1", "small2"]]
+    for round_ in rounds:
+        for role, campaign in round_["campaigns"].items():
+            assert (campaign["duplicates"], campaign["missing"], campaign["completed"]) == (0, 0, True), role
+            assert campaign["emails_accepted"] == campaign["recipients"], role
+            assert campaign["time_s"] is not None, role
+
+    # The shares are of the emails accepted while all three had work queued: they add up to
+    # 1, and Jain's index lies between 1/n (one campaign took everything) and 1 (even).
+    assert sum(equal["shares"].values()) == pytest.approx(1.0, abs=0.01)
+    assert 1 / 3 - 0.001 <= equal["jain"] <= 1.0
+    assert sum(equal["emails_in_window"].values()) == sum(sum(s) for s in equal["per_second"].values())
