@@ -1,30 +1,36 @@
 """`make bench-fair`: campaigns sharing one queue and one provider rate (issue 31).
 
-    python -m bench.fair [--large 2000] [--small 200] [--smalls 3] [--consumers default,40]
-        [--noisy-large 5000 | --no-noisy] [--orders large-first,large-second,large-last] [--max-minutes 13]
-        [--out bench-fair.json]
+    python -m bench.fair [--large 2000] [--small 200] [--smalls 3] [--consumers default]
+        [--noisy-large N] [--orders large-first,large-last] [--weighted 2000] [--no-priority]
+        [--max-minutes 13] [--out bench-fair.json]
 
 The stack as bench-scale deploys it (bench/scale_stack.py): the CDK app in moto's server,
 whose campaign queue is a fair queue (each batch carries its campaign as MessageGroupId; the
-moto patch `sqs_fairness` receives quiet tenants' messages first once one is noisy: >= 30 of
-its own in flight and > 10 % of all); batch mode; the shared limiter; the local Resend server
-holding the team to Resend's default 5 requests/s; provider events off. A round creates its
-campaigns, publishes them one after another with no consumer running, then starts the
-consumers. A campaign's time runs from the start of its own publish to the last of its emails
-the Resend server accepted (each record's `accepted_at`: the same machine's clock).
+moto patch `sqs_fairness` receives quiet tenants' messages first once one is noisy, by its
+messages in flight or its share of the consumers' processing time); batch mode; the shared
+limiter, which divides the rate among the campaigns sending (weights, priority); the local
+Resend server holding the team to Resend's default 5 requests/s; provider events off. A
+round creates its campaigns, publishes them one after another with no consumer running, then
+starts the consumers. A campaign's time runs from the start of its own publish to the last
+of its emails the Resend server accepted (each record's `accepted_at`: the same machine's
+clock).
 
 - small behind large: a large campaign alone (T_alone), then a large one and right after it a
   small one: small_time / large_time (issue 31's goal: <= 1/3; queue order gives ~1). At each
-  of `--consumers`, and once more with `--noisy-large` recipients at the most consumers: a
-  campaign of 2,000 is 20 batches, never the 30 in flight that make a tenant noisy.
+  of `--consumers`, and with `--noisy-large` recipients at the most consumers.
 - equal shares: one large and `--smalls` small campaigns, published in each of `--orders`, at
   each of `--consumers`; while all of them had work queued (from the consumers' start to the
   first campaign's last email), each campaign's share of the emails accepted, its rate, and
-  Jain's index of the rates.
+  Jain's index of the rates (goal: >= 0.9).
+- weights 2:1: two campaigns of `--weighted` recipients, weights 2 and 1, the heavier first:
+  their shares while both sent (goal: 2:1 within 10 %).
+- priority: two normal campaigns of `--large`, then a `priority: high` one of `--small`
+  published last: which campaign's last email came first (goal: the high one's).
 
 Every campaign's duplicates and missing (counted at the provider) and whether it completed.
 A round starts only while the run is under `--max-minutes`, and every wait has a timeout.
-Progress goes to stderr; stdout gets a table; the figures go to `--out` (JSON).
+Progress goes to stderr; stdout gets a table (bench/fair_table.py); the figures go to
+`--out` (JSON).
 """
 
 from __future__ import annotations
@@ -37,12 +43,13 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.core import machine
+from bench.fair_table import behind_line, table
 from bench.run import stdout_to_devnull
 from bench.scale_stack import SENDER_DOMAIN, ScaleConfig, ScaleStack, bench_campaign, recipients_of
 from sendonce.domain.models import CampaignState
@@ -53,6 +60,8 @@ BATCH_RECIPIENTS = 100  # the publisher's batch: one queue message
 GOAL = 1 / 3  # issue 31: a small campaign behind a large one done in <= 1/3 of the large one's time
 NOISY_IN_FLIGHT = 30  # sendonce_local.moto_patches.sqs_fairness, after AWS's description
 ORDERS = ("large-first", "large-second", "large-last")
+WEIGHTED_GOAL, WEIGHTED_TOLERANCE = 2.0, 0.10  # issue 31: weights 2:1 give shares within 10 % of 2:1
+JAIN_GOAL = 0.9  # issue 31: equal weights, Jain's index of the shares while all were sending
 
 Say = Callable[[str], None]
 
@@ -62,9 +71,11 @@ class FairConfig:
     large: int = 2_000
     small: int = 200
     smalls: int = 3
-    consumers: tuple[int | None, ...] = (None, 40)  # None: the mapping's MaximumConcurrency
-    noisy_large: int | None = 5_000
-    orders: tuple[str, ...] = ORDERS
+    consumers: tuple[int | None, ...] = (None,)  # None: the mapping's MaximumConcurrency
+    noisy_large: int | None = None
+    orders: tuple[str, ...] = ("large-first", "large-last")
+    weighted: int = 2_000  # each campaign of the weights 2:1 round (0: no such round)
+    priority: bool = True  # the round of a high-priority campaign published last
     streams: int = DEFAULT_STREAMS
     team_limit: int = DEFAULT_TEAM_RATE_LIMIT
     send_timeout_s: float = 300.0  # from the consumers' start to the round's last email
@@ -91,17 +102,22 @@ class FairBench:
         )
 
     def run_round(
-        self, label: str, sizes: Sequence[tuple[str, int]], consumers: int | None
+        self,
+        label: str,
+        sizes: Sequence[tuple[str, int]],
+        consumers: int | None,
+        specs: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> tuple[dict[str, Any], Timeline]:
         """Publish `sizes` ((role, recipients), in that order), then send them with
         `consumers` runtimes; per campaign its times, counts and state, and when each of
-        its emails was accepted."""
+        its emails was accepted. `specs`: a role's share fields (weight, priority, max_rate)."""
         stack, config = self.stack, self.config
         self.rounds += 1
         campaigns = [(f"f{self.rounds}-{role}", role, size) for role, size in sizes]
         count = consumers or stack.consumer_count
         for campaign_id, role, _ in campaigns:
-            stack.operator.create(bench_campaign(campaign_id, f"bench-fair {label} ({role})"))
+            campaign = bench_campaign(campaign_id, f"bench-fair {label} ({role})")
+            stack.operator.create(campaign.model_copy(update=dict((specs or {}).get(role, {}))))
         # The consumers' runtimes, built before the publish so that all start at once: built one
         # by one beside the first ones' sends, forty took 15-40 s here (Lambda builds in parallel).
         built_at = time.time()
@@ -147,6 +163,7 @@ class FairBench:
         emails = _accepted_by_campaign(stack.resend.url)
         figures: dict[str, Any] = {}
         for campaign_id, role, size in campaigns:
+            spec = (specs or {}).get(role, {})
             publish_at, published_at = published[campaign_id]
             times = sorted(emails.get(campaign_id, []))
             duplicates, missing = stack.duplicates_and_missing(campaign_id, size)
@@ -165,6 +182,8 @@ class FairBench:
                 "duplicates": duplicates,
                 "missing": missing,
                 "completed": campaign_id not in waiting,
+                "weight": spec.get("weight", 1),
+                "priority": spec.get("priority", "normal"),
             }
         stack.drain_aggregator(self.say, label)
         # A clean provider for the next round: its records read, its team limit set again.
@@ -225,6 +244,38 @@ class FairBench:
         count = consumers or self.stack.consumer_count
         round_, timeline = self.run_round(f"equal shares, {order}, {count} consumers", roles, consumers)
         return {"order": order, **shares(timeline), "round": round_}
+
+    def weighted(self, consumers: int | None) -> dict[str, Any]:
+        """Two campaigns of `--weighted` recipients, weights 2 and 1, the heavier published
+        first: their shares while both sent (goal: 2:1 within 10 %)."""
+        size = self.config.weighted
+        count = consumers or self.stack.consumer_count
+        round_, timeline = self.run_round(
+            f"weights 2:1, {count} consumers",
+            [("heavy", size), ("light", size)],
+            consumers,
+            specs={"heavy": {"weight": 2}, "light": {"weight": 1}},
+        )
+        figures = shares(timeline)
+        heavy, light = figures["shares"].get("heavy"), figures["shares"].get("light")
+        ratio = round(heavy / light, 2) if heavy and light else None
+        met = ratio is not None and abs(ratio - WEIGHTED_GOAL) <= WEIGHTED_GOAL * WEIGHTED_TOLERANCE
+        return {"ratio": ratio, "goal": WEIGHTED_GOAL, "met": met, **figures, "round": round_}
+
+    def priority(self, consumers: int | None) -> dict[str, Any]:
+        """Two normal campaigns of `--large` recipients, then one `priority: high` of
+        `--small` published last: it must be sent first (its last email before theirs)."""
+        config = self.config
+        count = consumers or self.stack.consumer_count
+        round_, timeline = self.run_round(
+            f"priority high last, {count} consumers",
+            [("normal1", config.large), ("normal2", config.large), ("urgent", config.small)],
+            consumers,
+            specs={"urgent": {"priority": "high"}},
+        )
+        last = {role: max(times) for role, times in timeline.emails.items() if times}
+        first_done = min(last, key=last.__getitem__) if last else None
+        return {"first_done": first_done, "met": first_done == "urgent", **shares(timeline), "round": round_}
 
 
 @dataclass(frozen=True)
@@ -304,6 +355,8 @@ def run_fair(config: FairConfig, say: Say) -> dict[str, Any]:
     say(f"team limit {config.team_limit} requests/s at the Resend server; provider events off")
     behind: list[dict[str, Any]] = []
     equal: list[dict[str, Any]] = []
+    weighted: list[dict[str, Any]] = []
+    urgent: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     settings = [(c, config.large) for c in config.consumers]
     if config.noisy_large is not None:
@@ -317,7 +370,7 @@ def run_fair(config: FairConfig, say: Say) -> dict[str, Any]:
                 )
                 continue
             behind.append(bench.small_behind_large(consumers, large))
-            say(f"small behind large: {_behind_line(behind[-1])}")
+            say(f"small behind large: {behind_line(behind[-1])}")
         for consumers in config.consumers:
             for order in config.orders:
                 if reason := bench.over_budget():
@@ -327,11 +380,23 @@ def run_fair(config: FairConfig, say: Say) -> dict[str, Any]:
                     continue
                 equal.append(bench.equal_shares(order, consumers))
                 say(f"equal shares, {order}: shares {equal[-1]['shares']}, Jain {equal[-1]['jain']}")
+            if config.weighted and not (reason := bench.over_budget()):
+                weighted.append(bench.weighted(consumers))
+                say(f"weights 2:1: shares {weighted[-1]['shares']}, ratio {weighted[-1]['ratio']}")
+            elif config.weighted:
+                skipped.append({"scenario": "weights 2:1", "consumers": consumers, "reason": reason})
+            if config.priority and not (reason := bench.over_budget()):
+                urgent.append(bench.priority(consumers))
+                say(f"priority: first done {urgent[-1]['first_done']}, shares {urgent[-1]['shares']}")
+            elif config.priority:
+                skipped.append({"scenario": "priority", "consumers": consumers, "reason": reason})
     finally:
         stack.stop()
     return {
         "small_behind_large": behind,
         "equal_shares": equal,
+        "weighted": weighted,
+        "priority": urgent,
         "skipped": skipped,
         "config": {
             **asdict(config),
@@ -346,101 +411,19 @@ def run_fair(config: FairConfig, say: Say) -> dict[str, Any]:
     }
 
 
-# --- the table ---------------------------------------------------------------------------------
-
-
-def _s(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} s"
-
-
-def _behind_line(row: dict[str, Any]) -> str:
-    return (
-        f"{row['consumers']} consumers, {row['large']:,} + {row['small']:,}: T_alone {_s(row['t_alone_s'])}, "
-        f"large {_s(row['large_time_s'])}, small {_s(row['small_time_s'])}, small/large {row['small_over_large']}"
-    )
-
-
-def _counts(campaigns: dict[str, Any]) -> tuple[str, str]:
-    duplicates = sum(c["duplicates"] for c in campaigns.values())
-    missing = sum(c["missing"] for c in campaigns.values())
-    completed = sum(1 for c in campaigns.values() if c["completed"])
-    return f"{duplicates} / {missing}", f"{completed}/{len(campaigns)}"
-
-
-def table(result: dict[str, Any]) -> str:
-    config = result["config"]
-    lines = [
-        f"bench-fair: team limit {config['team_limit']} requests/s (limiter: "
-        f"{config['resend_requests_per_second']} configured), batch mode, batch size {config['consumer_batch_size']}, "
-        "provider events off; times from each campaign's own publish to its last email accepted",
-        "",
-        "small behind large (goal: small/large <= 0.333)",
-    ]
-    head = ("consumers", "large", "small", "T_alone", "large", "small", "small/large", "small/T_alone")
-    head += ("small waited", "peak in flight", "dup / missing", "completed")
-    rows = [head]
-    for row in result["small_behind_large"]:
-        campaigns = {f"{k}-{r}": v for k, rnd in row["rounds"].items() for r, v in rnd["campaigns"].items()}
-        waited = row["small_waited_s"]
-        share = row["small_waited_share"]
-        peak = max(rnd["peak_in_flight"] for rnd in row["rounds"].values())
-        rows.append(
-            (
-                str(row["consumers"]),
-                f"{row['large']:,}",
-                f"{row['small']:,}",
-                _s(row["t_alone_s"]),
-                _s(row["large_time_s"]),
-                _s(row["small_time_s"]),
-                str(row["small_over_large"]),
-                str(row["small_over_t_alone"]),
-                f"{_s(waited)} ({share:.0%})" if share is not None else _s(waited),
-                str(peak) + ("" if row["noisy_reachable"] else " (never noisy)"),
-                *_counts(campaigns),
-            )
-        )
-    lines += _aligned(rows)
-    lines += [
-        "",
-        "equal shares (while every campaign had work queued; Jain: 1 even, 1/n one takes all;",
-        "times: each campaign's, in seconds, in publish order)",
-    ]
-    rows = [("order", "consumers", "window", "all sending", "shares", "Jain", "times", "dup / missing", "completed")]
-    for row in result["equal_shares"]:
-        rows.append(
-            (
-                row["order"],
-                str(row["round"]["consumers"]),
-                _s(row["window_s"]),
-                _s(row.get("all_sending_s")),
-                " ".join(f"{role} {share:.2f}" for role, share in row["shares"].items() if share is not None),
-                str(row["jain"]),
-                " ".join(f"{c['time_s']:.0f}" for c in row["round"]["campaigns"].values() if c["time_s"] is not None),
-                *_counts(row["round"]["campaigns"]),
-            )
-        )
-    lines += _aligned(rows)
-    lines += [f"skipped: {s}" for s in result["skipped"]]
-    lines.append(f"elapsed {result['elapsed_s']:.0f} s (deploy {config['deploy_s']:.0f} s)")
-    return "\n".join(lines)
-
-
-def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fair", description=__doc__.split("\n\n")[0])
     parser.add_argument("--large", type=int, default=2_000, help="recipients of the large campaign")
     parser.add_argument("--small", type=int, default=200, help="recipients of each small campaign")
     parser.add_argument("--smalls", type=int, default=3, help="small campaigns in the equal-shares rounds")
-    parser.add_argument("--consumers", default="default,40", help="consumer counts ('default': the mapping's)")
+    parser.add_argument("--consumers", default="default", help="consumer counts ('default': the mapping's)")
     parser.add_argument(
-        "--noisy-large", type=int, default=5_000, help="the large campaign's size at the most consumers"
+        "--noisy-large", type=int, default=None, help="a small-behind-large round at the most consumers with this large"
     )
+    parser.add_argument("--weighted", type=int, default=2_000, help="each campaign of the 2:1 round (0: none)")
+    parser.add_argument("--no-priority", dest="priority", action="store_false", help="no high-priority round")
     parser.add_argument("--no-noisy", dest="noisy_large", action="store_const", const=None)
-    parser.add_argument("--orders", default=",".join(ORDERS), help=f"equal-shares orders, of {ORDERS}")
+    parser.add_argument("--orders", default="large-first,large-last", help=f"equal-shares orders, of {ORDERS}")
     parser.add_argument("--streams", type=int, default=DEFAULT_STREAMS, help="publish requests in flight")
     parser.add_argument("--send-timeout", type=float, default=300.0, help="seconds a round may take to send")
     parser.add_argument("--complete-timeout", type=float, default=180.0, help="then seconds until completed")
@@ -463,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
         consumers=consumers,
         noisy_large=args.noisy_large,
         orders=orders,
+        weighted=args.weighted,
+        priority=args.priority,
         streams=args.streams,
         send_timeout_s=args.send_timeout,
         complete_timeout_s=args.complete_timeout,

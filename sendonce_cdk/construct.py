@@ -195,6 +195,9 @@ class SendOnce(SendOnceGrants, SendOnceFindings, Construct):
                 "scheduled_start_function_arn": self.scheduled_start.function.function_arn,
             },
             jobs_queue=self.jobs.queue,
+            provider_settings=_prefixed(
+                [(stack, stack.standing_consumer_settings(config)) for stack in config.provider_stacks.values()]
+            ),
             reserved_concurrency=config.api_reserved_concurrency,
             removal_policy=removal_policy,
             code=code,

@@ -62,6 +62,7 @@ class OperatorApi(Construct):
         dead_letter_queue: sqs.IQueue,
         scheduling: Mapping[str, str] | None = None,
         jobs_queue: sqs.IQueue,
+        provider_settings: Mapping[str, str] | None = None,
         reserved_concurrency: int | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
@@ -83,6 +84,8 @@ class OperatorApi(Construct):
                 # scheduler_group, scheduler_role_arn, scheduled_start_function_arn (ScheduledStart).
                 **(scheduling or {}),
                 "jobs_queue_url": jobs_queue.queue_url,
+                # The providers' rates, as the consumer's (a campaign's max_rate may not exceed its provider's).
+                **(provider_settings or {}),
             },
             timeout=TIMEOUT,
             memory_size=512,

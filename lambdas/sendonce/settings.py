@@ -6,9 +6,9 @@ from the function's environment (set by the CDK stack) as a SENDONCE_<FIELD> var
 Manager secret that holds each one.
 
 Each registered provider adds its own fields (`sendonce.adapters.providers.<name>.provider`):
-field `x` of provider `p` is the setting `p_x` (SENDONCE_P_X). `ConsumerSettings` and
-`EventsSettings` carry the built-in providers'; `for_providers` makes the model for another
-registry (a test's).
+field `x` of provider `p` is the setting `p_x` (SENDONCE_P_X). `ConsumerSettings`,
+`EventsSettings`, `JobsSettings` and (the rates only) `ApiSettings` carry the built-in
+providers'; `for_providers` makes the model for another registry (a test's).
 """
 
 from __future__ import annotations
@@ -116,9 +116,11 @@ class ConsumerSettings(consumer_settings_model(registered())):  # type: ignore[m
     """The consumer's settings with the registered providers' fields."""
 
 
-class ApiSettings(BaseModel):
-    """What the operator API needs."""
+class _ApiSettings(_WithProviders):
+    """What the operator API needs; of the providers' settings, the consumer's rates (a
+    campaign's max_rate may not be above the rate the consumer paces its provider at)."""
 
+    provider_part: ClassVar[str] = "rate_settings"
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     ledger_table: str = Field(min_length=3, max_length=255)
@@ -138,15 +140,19 @@ class ApiSettings(BaseModel):
     scheduled_start_function_arn: str | None = Field(default=None, pattern=r"^arn:[^:]+:lambda:.+$")
 
     @model_validator(mode="after")
-    def _scheduler_settings_go_together(self) -> ApiSettings:
+    def _scheduler_settings_go_together(self) -> _ApiSettings:
         given = [self.scheduler_group, self.scheduler_role_arn, self.scheduled_start_function_arn]
         if any(given) and not all(given):
             raise ValueError("scheduler_group, scheduler_role_arn and scheduled_start_function_arn go together")
         return self
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> ApiSettings:
+    def from_env(cls, environ: Mapping[str, str]) -> Any:
         return _from_env(cls, environ)
+
+
+class ApiSettings(_ApiSettings.for_providers(registered())):  # type: ignore[misc]
+    """The operator API's settings with the registered providers' fields."""
 
 
 class _JobsSettings(_WithProviders):

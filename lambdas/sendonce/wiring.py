@@ -233,14 +233,30 @@ def campaign_service(settings: ApiSettings | JobsSettings, operator: str = "oper
     return assemble_campaign_service(settings, operator)
 
 
+def configured_rates(
+    settings: ConsumerSettings | ApiSettings | JobsSettings, providers: Mapping[str, Provider] | None = None
+) -> dict[str, float]:
+    """Each provider's rate in requests per second as `settings` configure it (the consumer's
+    fields, or the API's part of them: `Provider.rate_settings`), before any provider states its
+    own: what a campaign's max_rate may not exceed. A field they do not carry: its default."""
+    rates = {}
+    for name, provider in (providers if providers is not None else registry.registered()).items():
+        fields = type(settings).model_fields
+        given = {f: getattr(settings, f"{name}_{f}") for f in provider.settings.model_fields if f"{name}_{f}" in fields}
+        rates[name] = provider.pace(provider.settings(**given), None).rate
+    return rates
+
+
 def assemble_campaign_service(
     settings: ApiSettings | JobsSettings,
     operator: str = "operator",
     session: boto3.session.Session | None = None,
     providers: Mapping[str, Provider] | None = None,
+    provider_rates: Mapping[str, float] | None = None,
 ) -> CampaignService:
     """Its jobs (resume, cancel) go to the jobs queue when the settings name one, else run in
-    process; either way each is recorded in the campaigns table."""
+    process; either way each is recorded in the campaigns table. A campaign's max_rate is
+    checked against `provider_rates`, by default those `settings` configure."""
     registered = providers if providers is not None else registry.registered()
     session = session or aws_session()
     dynamodb = session.client("dynamodb")
@@ -265,6 +281,7 @@ def assemble_campaign_service(
         queue=queue,
         provider_names=registry.names(registered),
         batch_provider_names=registry.batch_names(registered),
+        provider_rates=configured_rates(settings, registered) if provider_rates is None else provider_rates,
         operator=operator,
         counters=counters,
         jobs=jobs,

@@ -73,7 +73,8 @@ class ProviderStack:
         }
 
     def standing_consumer_settings(self, config: SendonceConfig) -> dict[str, str]:
-        """Settings the consumer carries whether or not the provider is deployed."""
+        """Settings the consumer carries whether or not the provider is deployed: its rate. The
+        operator API carries them too (a campaign's max_rate may not be above them)."""
         return {}
 
     def events_settings(self, config: SendonceConfig) -> dict[str, str]:

@@ -153,7 +153,8 @@ class Client:
             if not getattr(exc, "after_lost_attempt", False):
                 raise
             existing = self.get_campaign(str(spec["id"]))
-            same = all(existing.get(k) == spec.get(k) for k in ("name", "subject", "provider", "from") if k in spec)
+            fields = ("name", "subject", "provider", "from", "weight", "priority", "max_rate")
+            same = all(existing.get(k) == spec.get(k) for k in fields if k in spec)
             if not same:
                 raise
             return existing

@@ -25,7 +25,7 @@ from sendonce.domain.campaigns.scheduling import iso
 from sendonce.domain.campaigns.service import DeliveryStatus
 from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S
 from sendonce.domain.errors import InvalidCampaignError
-from sendonce.domain.models import CampaignState
+from sendonce.domain.models import Campaign, CampaignState
 from sendonce_ops.audit_cli import campaign_audit
 from sendonce_ops.cli_context import (
     FINISHED_STATES,
@@ -59,7 +59,7 @@ def campaign() -> None:
 @json_option
 @pass_cli
 def campaign_list(cli: Cli, state: str | None, as_json: bool) -> None:
-    """The campaigns (id, state, delivery mode, last change), by id.
+    """The campaigns (id, state, delivery mode, priority, last change), by id.
 
     One Scan of the campaigns table per call (it has no index by state); the ledger is not read.
     """
@@ -71,11 +71,13 @@ def campaign_list(cli: Cli, state: str | None, as_json: bool) -> None:
         click.echo(f"no campaign is {state}" if state else "no campaigns")
         return
     table = Table()
-    for column in ("id", "state", "delivery mode", "updated"):
+    for column in ("id", "state", "delivery mode", "priority", "updated"):
         table.add_column(column)
     for c in campaigns:
         reason = f" ({c.state_reason})" if c.state_reason else ""
-        table.add_row(Text(c.campaign_id), Text(c.state.value + reason), c.delivery_mode, c.updated_at or "-")
+        table.add_row(
+            Text(c.campaign_id), Text(c.state.value + reason), c.delivery_mode, c.priority, c.updated_at or "-"
+        )
     cli.out.print(table)
 
 
@@ -86,7 +88,7 @@ def campaign_list(cli: Cli, state: str | None, as_json: bool) -> None:
     required=True,
     type=click.Path(path_type=Path, dir_okay=False),
     help="YAML or JSON: id, name, subject, from, reply_to, html / html_file, text / text_file, provider, "
-    "delivery_mode.",
+    "delivery_mode, weight, priority, max_rate.",
 )
 @json_option
 @pass_cli
@@ -220,14 +222,16 @@ def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
     service = cli.service()
     status = service.status(campaign_id)
     current = service.get(campaign_id)
-    delivery_mode = current.delivery_mode
     dead = service.dead_lettered(campaign_id) if status.dead_lettered else []
     tests, tests_count = latest_test_sends(cli, campaign_id)
     if as_json:
         cli.json(
             {
                 **status.as_dict(),
-                "delivery_mode": delivery_mode,
+                "delivery_mode": current.delivery_mode,
+                "weight": current.weight,
+                "priority": current.priority,
+                "max_rate": current.max_rate,
                 "send_at": iso(current.send_at_ms) if current.send_at_ms is not None else None,
                 "test_sends": json_of_test_sends(tests, tests_count),
                 "dead_lettered_recipients": [
@@ -236,7 +240,7 @@ def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
             }
         )
         return
-    _print_status(cli, status, delivery_mode)
+    _print_status(cli, status, current)
     print_test_sends(cli, tests, tests_count)
     if dead:
         by_reason: dict[str, list[str]] = {}
@@ -287,10 +291,13 @@ def campaign_reconcile(cli: Cli, campaign_id: str, as_json: bool) -> None:
         raise SystemExit(1)
 
 
-def _print_status(cli: Cli, status: DeliveryStatus, delivery_mode: str | None = None) -> None:
+def _print_status(cli: Cli, status: DeliveryStatus, campaign: Campaign | None = None) -> None:
     reason = f" ({status.state_reason})" if status.state_reason else ""
-    mode = f", delivery mode {delivery_mode}" if delivery_mode else ""
-    click.echo(f"campaign {status.campaign_id}: {status.state.value}{reason}{mode}")
+    spec = ""
+    if campaign is not None:
+        cap = f", max_rate {campaign.max_rate:g} requests/s" if campaign.max_rate is not None else ""
+        spec = f", delivery mode {campaign.delivery_mode}, weight {campaign.weight}, priority {campaign.priority}{cap}"
+    click.echo(f"campaign {status.campaign_id}: {status.state.value}{reason}{spec}")
     table = Table(show_header=False)
     table.add_column(style="bold")
     table.add_column(justify="right")

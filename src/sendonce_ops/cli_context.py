@@ -28,8 +28,8 @@ from sendonce.domain.errors import (
 )
 from sendonce.domain.jobs.models import Job
 from sendonce.domain.models import Campaign, CampaignState
-from sendonce.wiring import campaign_service, unknown_outcomes
-from sendonce_ops.endpoints import Endpoints, EndpointsError, resolve_endpoints
+from sendonce.wiring import assemble_campaign_service, unknown_outcomes
+from sendonce_ops.endpoints import ConsumerRates, Endpoints, EndpointsError, resolve_endpoints
 from sendonce_ops.specs import SpecError
 
 
@@ -90,8 +90,10 @@ class Cli:
         """The operator service; `writes` records who changes state (an STS call, made only then)."""
         if writes not in self._services:
             operator = self.operator() if writes else "operator"
-            service = campaign_service(self.endpoints.api_settings(), operator=operator)
             endpoints, session = self.endpoints, self.session
+            # A max_rate is checked against the deployed consumer's rates, not this process's defaults.
+            rates = ConsumerRates(session, endpoints, os.environ)
+            service = assemble_campaign_service(endpoints.api_settings(), operator, provider_rates=rates)
             # `resume --include-unknown` (and `job run` of one) reads and reopens unknowns.
             service.jobs.unknown_outcomes = lambda accept: unknown_outcomes(
                 endpoints.ledger_table, endpoints.campaigns_table, session, accept_possible_duplicates=accept
@@ -160,6 +162,9 @@ def campaign_summary(campaign: Campaign) -> dict[str, Any]:
         "from": campaign.sender,
         "subject": campaign.subject,
         "delivery_mode": campaign.delivery_mode,
+        "weight": campaign.weight,
+        "priority": campaign.priority,
+        "max_rate": campaign.max_rate,
         "state": campaign.state.value,
         "state_reason": campaign.state_reason,
         "state_changed_by": campaign.state_changed_by,

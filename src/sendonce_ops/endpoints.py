@@ -7,7 +7,7 @@ read only when some value is missing from the environment.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from sendonce.contract import ENV_PREFIX, Output, env_name
 from sendonce.domain.errors import SettingsError
 from sendonce.settings import ApiSettings, ConsumerSettings
+from sendonce.wiring import configured_rates
 
 DEFAULT_STACK = "Sendonce"
 
@@ -104,6 +105,35 @@ def sending_settings(session: Any, endpoints: Endpoints, environ: Mapping[str, s
         return ConsumerSettings.from_env(values)
     except SettingsError as exc:
         raise EndpointsError(f"cannot send or render as the consumer does: {exc}") from None
+
+
+class ConsumerRates(Mapping[str, float]):
+    """Each provider's rate as the consumer paces it (`sending_settings`), read when first looked
+    up: only creating a campaign with a max_rate looks one up, so no other command reads the
+    consumer function's settings (nor needs lambda:GetFunctionConfiguration)."""
+
+    def __init__(self, session: Any, endpoints: Endpoints, environ: Mapping[str, str]):
+        self._where = (session, endpoints, environ)
+        self._rates: dict[str, float] | None = None
+
+    def _loaded(self) -> dict[str, float]:
+        if self._rates is None:
+            try:
+                self._rates = configured_rates(sending_settings(*self._where))
+            except EndpointsError as exc:
+                raise EndpointsError(
+                    f"max_rate: cannot read the rate the consumer paces each provider at ({exc})"
+                ) from None
+        return self._rates
+
+    def __getitem__(self, provider: str) -> float:
+        return self._loaded()[provider]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaded())
+
+    def __len__(self) -> int:
+        return len(self._loaded())
 
 
 def resolve_endpoints(session: Any, stack: str, environ: Mapping[str, str]) -> Endpoints:

@@ -17,6 +17,7 @@ import pytest
 from pydantic import BaseModel
 
 from sendonce import contract
+from sendonce.adapters.providers.registry import registered
 from sendonce.contract import Metric, Output, env_name
 from sendonce.settings import (
     AggregatorSettings,
@@ -196,8 +197,15 @@ def test_the_cli_finds_by_output_what_the_api_function_is_given(assembly: Synthe
     # Required from every stack, or optional (the scheduler's three: a stack without them
     # refuses send_at, and older stacks lack them); both as the function is given them.
     assert environment[env_name("counters")] == "true"
+    # The providers' rates (a campaign's max_rate may not exceed them): the CLI reads them from
+    # the consumer function's environment (ConsumerRates), which holds the same values.
+    rates = {f"{p.name}_{f}" for p in registered().values() for f in p.rate_settings.model_fields}
+    consumer = _environments(assembly)["sendonce.handlers.consumer.lambda_handler"]
+    assert rates and {env_name(f): environment[env_name(f)] for f in rates} == {
+        env_name(f): consumer[env_name(f)] for f in rates
+    }
     given = {**SOURCES, **{f: v for f, v in OPTIONAL.items() if f in ApiSettings.model_fields}}
-    assert set(given) == set(ApiSettings.model_fields) - {"counters", "jobs_queue_url"}
+    assert set(given) == set(ApiSettings.model_fields) - {"counters", "jobs_queue_url"} - rates
     for field, (variable, output) in given.items():
         assert outputs[output]["Value"] == environment[variable], field
     for field, (_, output) in OPTIONAL.items():

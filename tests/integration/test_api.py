@@ -113,6 +113,8 @@ def test_errors_map_to_http_codes_with_a_body_naming_the_problem(system):
     exists = call(system, "POST", "/campaigns", campaign_body(system))
     unknown_provider = call(system, "POST", "/campaigns", campaign_body(system, "c2", provider="mailgun"))
     bad_sender = call(system, "POST", "/campaigns", campaign_body(system, "c3", **{"from": "nobody"}))
+    too_fast = call(system, "POST", "/campaigns", campaign_body(system, "c4", max_rate=50))  # Resend: 5/s
+    bad_priority = call(system, "POST", "/campaigns", campaign_body(system, "c5", priority="urgent"))
     bad_recipient = call(
         system, "POST", "/campaigns/c1/publish", {"recipients": [{"recipient_id": "r1", "email": "not-an-address"}]}
     )
@@ -137,6 +139,15 @@ def test_errors_map_to_http_codes_with_a_body_naming_the_problem(system):
         "provider: 'mailgun' is not registered"
     )
     assert bad_sender[0] == 422 and bad_sender[1]["message"].startswith("body.from: not a valid sender address")
+    assert too_fast == (
+        409,
+        {
+            "statusCode": 409,
+            "error": "ConflictingRequest",
+            "message": "max_rate: 50 is above provider 'resend''s rate of 5 requests/s",
+        },
+    )
+    assert bad_priority[0] == 422 and bad_priority[1]["message"] == "body.priority: must be normal or high"
     assert bad_recipient[0] == 422
     assert bad_recipient[1]["message"] == "body.recipients.0.email: not a valid email address"
     assert "not-an-address" not in json.dumps(bad_recipient[1])  # the input is never echoed

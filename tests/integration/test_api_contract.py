@@ -77,6 +77,29 @@ def test_the_fuzzed_create_with_a_past_send_at_is_a_409_and_its_astral_sender_is
     assert "in the past" in answer["message"]
 
 
+def test_the_fuzzed_create_with_a_max_rate_above_the_providers_rate_is_a_409_naming_max_rate(call):
+    # Schema-valid (no document can state a deployment's rates): refused by what stands now.
+    body = {"id": "0", "name": "0", "subject": "0", "from": "0@0.0", "text": "0", "provider": "resend"}
+
+    status, answer = call("POST", "/campaigns", {**body, "delivery_mode": "batch", "max_rate": 99999.0})
+
+    assert (status, answer["error"]) == (409, "ConflictingRequest")
+    assert answer["message"] == "max_rate: 99999 is above provider 'resend''s rate of 5 requests/s"
+
+
+def test_a_max_rate_dynamodb_cannot_store_is_outside_the_documents_range(call):
+    # The fuzz's 5e-324 passed `exclusiveMinimum: 0` and failed the store's write (a 500).
+    body = {"name": "n", "subject": "s", "from": "a@b.example", "html": "<p>x</p>", "provider": "resend"}
+    rate = SPEC["properties"]["max_rate"]["anyOf"][0]
+
+    tiny = call("POST", "/campaigns", {**body, "id": "tiny", "max_rate": 5e-324})
+    least = call("POST", "/campaigns", {**body, "id": "least", "max_rate": rate["minimum"]})
+
+    assert (rate["minimum"], rate["maximum"]) == (0.001, 100_000)
+    assert tiny[0] == 422 and tiny[1]["detail"][0]["loc"] == ["body", "max_rate"]
+    assert least[0] == 201 and call("GET", "/campaigns/least")[1]["max_rate"] == 0.001
+
+
 def test_a_lone_surrogate_anywhere_is_a_400_naming_the_body_as_the_document_says(call):
     status, answer = call("POST", "/campaigns", raw='{"id": "0", "from": "\\ud800 <a@b.example>"}')
 

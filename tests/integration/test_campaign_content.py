@@ -1,6 +1,7 @@
 """A campaign's content lives in its own item, apart from its small, often updated state
 (issue 17): written once at creation, read once per campaign by a consumer process; a
-campaign created by the previous version (content on the state item) keeps working."""
+campaign created by the previous version (content on the state item) keeps working. Its share
+of the provider's rate (issue 31) is stored on the state item."""
 
 from __future__ import annotations
 
@@ -86,9 +87,34 @@ def test_a_campaign_created_with_its_content_on_the_state_item_keeps_working(rig
     rig.client.put_item(TableName=rig.store._table, Item=legacy)
     assert _item(rig, "old", "content") is None
     assert rig.store.content("old").text == "Hello {{ name }}" and rig.store.get("old").subject == "Hi {{ name }}"
+    # Written before campaigns shared the rate: an equal, uncapped share
+    old = rig.store.get("old")
+    assert (old.weight, old.priority, old.max_rate) == (1, "normal", None)
     # When it is published and delivered
     rig.operator.publish("old", rig.people, batch_size=1)
     rig.drain()
     # Then it sends and completes as before
     assert sum(n for (c, _), n in rig.provider.accepted.items() if c == "old") == 3
     assert rig.store.get("old").state is CampaignState.COMPLETED
+
+
+def test_a_campaigns_share_of_the_rate_is_stored_with_it_and_read_back(rig):
+    # Given a campaign with a weight, a priority and a fractional max_rate (DynamoDB takes no float)
+    shares = {"weight": 7, "priority": "high", "max_rate": 2.5}
+    rig.operator.create(
+        Campaign(
+            campaign_id="shared",
+            name="shared",
+            provider="resend",
+            sender="news@example.com",
+            content=Content(subject="Hi {{ name }}", text="Hello {{ name }}"),
+            **shares,
+        )
+    )
+
+    # Then the state item holds them as DynamoDB types, and every read gives them back
+    state = _item(rig, "shared", "campaign")
+    assert (state["weight"], state["priority"], state["max_rate"]) == ({"N": "7"}, {"S": "high"}, {"N": "2.5"})
+    read = rig.store.get("shared")
+    listed = next(c for c in rig.store.list(None) if c.campaign_id == "shared")
+    assert {k: getattr(read, k) for k in shares} == {k: getattr(listed, k) for k in shares} == shares

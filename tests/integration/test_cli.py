@@ -147,6 +147,33 @@ def test_a_malformed_spec_names_file_field_and_line_and_creates_nothing(system, 
         system.operator.get("c1")
 
 
+def test_a_share_of_the_rate_is_checked_against_the_consumers_rate_created_and_shown(system, tmp_path):
+    # Given specs asking for a share of the rate; this system's consumer paces Resend at 1,000
+    # requests/s (SENDONCE_RESEND_REQUESTS_PER_SECOND), far above Resend's default of 5
+    spec = spec_file(tmp_path / "c.yaml", system)
+    spec.write_text(spec.read_text() + "weight: 3\npriority: high\nmax_rate: 50\n")
+    too_fast = spec_file(tmp_path / "fast.yaml", system, "c2")
+    too_fast.write_text(too_fast.read_text() + "max_rate: 5000\n")
+    bad_weight = spec_file(tmp_path / "heavy.yaml", system, "c3")
+    bad_weight.write_text(bad_weight.read_text() + "weight: 0\n")
+
+    created = as_json(sendonce(system, "campaign", "create", "--spec", str(spec), "--json"))
+    refused = sendonce(system, "campaign", "create", "--spec", str(too_fast))
+    heavy = sendonce(system, "campaign", "create", "--spec", str(bad_weight))
+    status = sendonce(system, "campaign", "status", "c1")
+    status_json = as_json(sendonce(system, "campaign", "status", "c1", "--json"))
+    listed = sendonce(system, "campaign", "list")
+
+    shares = {"weight": 3, "priority": "high", "max_rate": 50.0}
+    assert {k: created[k] for k in shares} == {k: status_json[k] for k in shares} == shares
+    assert refused.exit_code == 2 and "nothing was created" in refused.stderr
+    assert f"{too_fast}:8: max_rate: 5000 is above provider 'resend''s rate of 1000 requests/s" in refused.stderr
+    assert heavy.exit_code == 2 and f"{bad_weight}:8: weight: must be a whole number from 1 to 100" in heavy.stderr
+    assert "delivery mode single, weight 3, priority high, max_rate 50 requests/s" in status.stdout
+    assert [line for line in listed.stdout.splitlines() if " c1 " in line and " high " in line]
+    assert [c.campaign_id for c in system.operator.list_campaigns()] == ["c1"]
+
+
 def test_unknown_campaign_and_illegal_transitions_exit_with_their_codes(system, tmp_path):
     system.campaign()
     recipients = write_csv(tmp_path / "people.csv", people(system, 3))

@@ -212,11 +212,18 @@ def test_errors_are_typed_and_carry_the_apis_body(system, client):
         client.create_campaign(spec(system, name="Another"))
     with pytest.raises(InvalidRequest) as unknown_provider:
         client.create_campaign(spec(system, "c2", provider="mailgun"))
+    with pytest.raises(Conflict) as too_fast:
+        client.create_campaign(spec(system, "c3", max_rate=50))  # the API's Resend rate: 5/s
+    with pytest.raises(InvalidRequest) as bad_weight:
+        client.create_campaign(spec(system, "c4", weight=0))
 
     assert (missing.value.status, missing.value.error) == (404, "CampaignNotFound")
     assert illegal.value.status == 409 and illegal.value.error == "IllegalTransition"
     assert "cannot move to sending" in illegal.value.message
     assert (unknown_provider.value.status, unknown_provider.value.error) == (400, "UnknownProvider")
+    assert (too_fast.value.status, too_fast.value.error) == (409, "ConflictingRequest")
+    assert too_fast.value.message == "max_rate: 50 is above provider 'resend''s rate of 5 requests/s"
+    assert (bad_weight.value.status, [f.path for f in bad_weight.value.fields]) == (422, ["body.weight"])
 
 
 def test_publishing_to_a_cancelled_campaign_fails_with_a_conflict(system, client):

@@ -43,6 +43,7 @@ FAMILIES = (
     "suppress",
     "schedule",
     "window",
+    "sharing",
 )
 FOCUSES = (
     frozenset(FAMILIES),

@@ -12,8 +12,8 @@ Profiles: `make test` runs the bounded one (derandomized, a few minutes at most)
 writes its figures to model-figures.json.
 
 Over 500 lines: one state machine (its rules, invariants and final drain must be read
-together); its world (world.py), its edge rules (edges.py) and windows (windows.py) are
-modules of their own.
+together); its world (world.py), its edge rules (edges.py), windows (windows.py) and the
+campaigns sharing the queue (sharing.py) are modules of their own.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from sendonce.domain.jobs.service import InMemoryJobStore, JobService
 from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryState
 from sendonce.domain.sending.protocol import FINAL, HELD
 from tests.model.edges import CRASHES, FAMILIES, FIGURES, FOCUS, HOUR, LEASE_MS, SWARM, VISIBILITY_MS, EdgeRules, family
+from tests.model.sharing import SharingRules
 from tests.model.windows import WindowRules
 from tests.model.world import Clock, Rig
 
@@ -111,7 +112,7 @@ def _write_figures() -> None:
     Path(path).write_text(json.dumps(figures, indent=1) + "\n")
 
 
-class DeliveryModel(EdgeRules, WindowRules, RuleBasedStateMachine):
+class DeliveryModel(EdgeRules, WindowRules, SharingRules, RuleBasedStateMachine):
     provider_name = "resend"
     mode = "single"
 
@@ -583,10 +584,13 @@ class DeliveryModel(EdgeRules, WindowRules, RuleBasedStateMachine):
 
     def teardown(self):
         if hasattr(self, "ledger"):
-            if currently_in_test_context():
-                for label, value in sorted(self.peaks.items()):
-                    target(value, label=label)
-            self._drain_and_check()
+            try:
+                if currently_in_test_context():
+                    for label, value in sorted(self.peaks.items()):
+                        target(value, label=label)
+                self._drain_and_check()
+            finally:
+                self.rig.close()  # else every example's tables (and streams) stay in moto's memory
 
     # --- invariants -----------------------------------------------------------------------
 
@@ -662,6 +666,7 @@ class DeliveryModel(EdgeRules, WindowRules, RuleBasedStateMachine):
         self.rig.drain()
         twice = {k: n for k, n in self.provider.accepted.items() if n > 1}
         assert not twice, f"duplicates after a fault-free drain: {twice}"
+        self.check_sharing_after_drain()
         while self.rig.aggregate():  # the aggregator catches up, fault-free
             pass
         reconciled = reconcile(self.store, self.ledger, self.rig.counters(), "c1")

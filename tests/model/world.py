@@ -257,11 +257,13 @@ class ModelRecords:
         return None
 
 
-@dataclass
+@dataclass(eq=False)
 class Message:
     body: str
     receive_count: int = 0
     visible_at_ms: int = 0
+    # Its campaign, as the publisher tagged it (MessageGroupId): a fair queue's tenant.
+    group_id: str | None = None
     # Its last receive died before the consumer wrote anything: no consumer can label its
     # recipients then, so SQS moves it to the DLQ with them pending (the one window the
     # dead-letter-first rule cannot close; docs/ledger.md).
@@ -269,7 +271,13 @@ class Message:
 
 
 class QueueModel:
-    """SQS with redrive: a message received more than `max_receive_count` times moves to the DLQ."""
+    """SQS with redrive: a message received more than `max_receive_count` times moves to the DLQ.
+
+    A fair queue when messages carry groups (`receive_fair`, the fault-free drain's receive):
+    AWS's rules as the local stack's moto patch emulates them (sendonce_local.moto_patches.
+    sqs_fairness), a receive being one unit of processing time. The rules' own receives pick
+    any visible message (an adversary's order); the drain's note, per campaign with messages
+    visible, how many receives went by since it was last served (`starved`: past the bound)."""
 
     def __init__(self, clock: Clock, *, max_receive_count: int, visibility_ms: int):
         self.clock = clock
@@ -277,10 +285,16 @@ class QueueModel:
         self.visibility_ms = visibility_ms
         self.messages: list[Message] = []
         self.dlq: list[Message] = []
+        self.processing: Counter[str | None] = Counter()
+        self.waiting: dict[str, int] = {}
+        self.starved: list[tuple[str, int, int]] = []  # (campaign, receives it waited, the bound)
 
     # the Queue port
     def publish(self, campaign_id: str, bodies: list[str]) -> None:
-        self.messages.extend(Message(body) for body in bodies)
+        from sendonce.adapters.sqs_queue import batch_entries
+
+        entries = batch_entries(campaign_id, {str(i): body for i, body in enumerate(bodies)})
+        self.messages.extend(Message(e["MessageBody"], group_id=e.get("MessageGroupId")) for e in entries)
 
     def dead_letter(self, body: str, *, reason: str) -> None:
         self.dlq.append(Message(body))
@@ -302,6 +316,35 @@ class QueueModel:
         message.visible_at_ms = self.clock() + self.visibility_ms
         return message
 
+    def receive_fair(self) -> Message | None:
+        """A fair queue's receive: quiet tenants' messages first, then noisy ones', fewest in
+        flight and smallest share of the processing time first (the local emulation's rules)."""
+        from sendonce.domain.campaigns.batches import campaign_named_by
+        from sendonce_local.moto_patches.sqs_fairness import fair_order, noisy_tenants
+
+        visible = self.visible()
+        if not visible:
+            self.waiting.clear()
+            return None
+        now = self.clock()
+        in_flight = Counter(m.group_id for m in self.messages if m.visible_at_ms > now)
+        first = fair_order(visible, noisy=noisy_tenants(in_flight, self.processing))[0]
+        # Liveness is the campaigns' (named by the body), whatever groups the messages carry.
+        self._note_turns({c for m in visible if (c := campaign_named_by(m.body))}, campaign_named_by(first.body))
+        self.processing[first.group_id] += 1
+        return self.receive(visible.index(first))
+
+    def _note_turns(self, waiting: set[str], served: str | None) -> None:
+        """Liveness: a campaign with messages visible is served within 2 x (campaigns waiting) + 1 receives."""
+        bound = 2 * len(waiting) + 1
+        for group in list(self.waiting):
+            if group not in waiting:
+                del self.waiting[group]
+        for group in waiting:
+            self.waiting[group] = 0 if group == served else self.waiting.get(group, 0) + 1
+            if self.waiting[group] > bound:
+                self.starved.append((group, self.waiting[group], bound))
+
     def receive_this(self, message: Message) -> Message | None:
         """SQS hands out this message (its visibility timeout has passed), or moves it to the DLQ."""
         if message not in self.messages or message.visible_at_ms > self.clock():
@@ -315,8 +358,11 @@ class QueueModel:
         self.messages.remove(message)
 
     def redrive(self) -> int:
+        from sendonce.domain.campaigns.batches import campaign_named_by
+
         moved = len(self.dlq)
-        self.messages.extend(Message(m.body) for m in self.dlq)  # a new message: new id, receive count 0
+        # A new message (new id, receive count 0), in its campaign's group as `sendonce dlq redrive` sends it.
+        self.messages.extend(Message(m.body, group_id=campaign_named_by(m.body)) for m in self.dlq)
         self.dlq.clear()
         return moved
 
@@ -421,6 +467,9 @@ class Rig:
             Recipient(recipient_id=f"r{i}", email=f"user{i}@example.com", variables={"name": f"U{i}"})
             for i in range(recipients)
         ]
+        # Other campaigns' recipients (tests/model/sharing.py), by id: the provider's listing
+        # an audit reads holds every campaign's emails.
+        self.other_emails: dict[str, str] = {}
 
     def process(
         self,
@@ -453,10 +502,11 @@ class Rig:
 
     def drain(self, rounds: int = 12) -> None:
         """Fault-free: past every lease and visibility timeout, every message processed, the DLQ redriven."""
+        self.queue.processing.clear()
         for _ in range(rounds):
             self.clock.advance(self.lease_ms + self.queue.visibility_ms + 1)
             progressed = False
-            while (message := self.queue.receive(0)) is not None:
+            while (message := self.queue.receive_fair()) is not None:
                 progressed = True
                 self.process(message)
             if self.queue.dlq:
@@ -464,6 +514,11 @@ class Rig:
                 progressed = True
             if not progressed and not self.queue.messages:
                 return
+
+    def close(self) -> None:
+        """Drops this rig's tables: moto keeps every table, with its stream, until the process ends."""
+        for table in self.stream_tables:
+            self._client.delete_table(TableName=table)
 
     def aggregate(self, *, limit: int | None = None, crash_after: int | None = None) -> int:
         """The counters' aggregator on each table's stream (moto's backend, in process): the
@@ -539,7 +594,7 @@ class Rig:
             campaigns=self.store,
             ledger=self.ledger,
             ledger_events=self.ledger_events(),
-            records=ModelRecords(self.provider, {p.recipient_id: p.email for p in self.people}),
+            records=ModelRecords(self.provider, {p.recipient_id: p.email for p in self.people} | self.other_emails),
             clock_ms=self.clock,
         ).run("c1", settle=settle)
 

@@ -211,6 +211,56 @@ def test_service_errors_are_located_at_their_field(tmp_path):
     )
 
 
+WEIGHT_RULE = "weight: must be a whole number from 1 to 100 (the campaign's share against others of its priority)"
+MAX_RATE_RULE = "max_rate: must be a number from 0.001 to 100,000 (provider requests per second)"
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("weight: 0", WEIGHT_RULE),
+        ("weight: 101", WEIGHT_RULE),
+        ("weight: 1.5", WEIGHT_RULE),
+        ("weight: '2'", WEIGHT_RULE),
+        ("priority: urgent", "priority: must be normal or high"),
+        ("max_rate: 0", MAX_RATE_RULE),
+        ("max_rate: -1", MAX_RATE_RULE),
+        ("max_rate: 0.0001", MAX_RATE_RULE),
+        ("max_rate: 1e6", MAX_RATE_RULE),
+        ("max_rate: .inf", MAX_RATE_RULE),
+        ("max_rate: fast", MAX_RATE_RULE),
+    ],
+)
+def test_a_bad_share_of_the_rate_is_named_with_its_file_and_line(tmp_path, line, problem):
+    spec_path = tmp_path / "campaign.yaml"
+    spec_path.write_text(SPEC.replace("html_file: templates/spring.html\n", f"{line}\n"))
+
+    with pytest.raises(SpecError) as raised:
+        load_spec(spec_path)
+
+    assert raised.value.problems == [f"{spec_path}:7: {problem}"]
+
+
+def test_weight_priority_and_max_rate_reach_the_campaign_and_default_to_an_equal_uncapped_share(tmp_path):
+    spec_path = tmp_path / "campaign.yaml"
+    spec_path.write_text(SPEC.replace("html_file: templates/spring.html\n", ""))
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(SPEC.replace("html_file: templates/spring.html\n", "weight: 3\npriority: high\nmax_rate: 2.5\n"))
+
+    plain, weighted = load_spec(spec_path).to_campaign(), load_spec(shared).to_campaign()
+
+    assert (plain.weight, plain.priority, plain.max_rate) == (1, "normal", None)
+    assert (weighted.weight, weighted.priority, weighted.max_rate) == (3, "high", 2.5)
+
+
+def test_a_campaign_stored_before_shares_reads_as_weight_1_normal_and_uncapped():
+    stored = {"campaign_id": "old", "name": "old", "provider": "resend", "sender": "a@example.com", "state": "sending"}
+
+    old = Campaign.model_validate(stored)
+
+    assert (old.weight, old.priority, old.max_rate) == (1, "normal", None)
+
+
 def test_the_api_body_uses_the_same_model_with_from_as_the_sender():
     spec = CampaignSpec.model_validate(
         {"id": "c1", "name": "n", "subject": "s", "from": "a@example.com", "text": "t", "provider": "resend"}

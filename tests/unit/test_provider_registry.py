@@ -73,3 +73,11 @@ def test_a_provider_reads_the_variables_its_registration_names_besides_its_own()
 
     assert settings.resend_api_url == "http://127.0.0.1:8"
     assert ConsumerSettings.env_fallbacks == {"resend_api_url": "RESEND_API_URL"}
+
+
+def test_the_rate_part_of_a_providers_settings_is_what_its_pace_reads():
+    # The operator API carries only this part: a campaign's max_rate may not exceed the rate.
+    for provider in registry.registered().values():
+        assert issubclass(provider.settings, provider.rate_settings), provider.name
+        rate = provider.settings(**{field: 0.5 for field in provider.rate_settings.model_fields})
+        assert provider.pace(rate, None).rate == 0.5, provider.name

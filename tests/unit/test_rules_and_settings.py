@@ -113,3 +113,16 @@ def test_resend_defaults_to_its_documented_team_limit_learned_from_headers_with_
     )
     with pytest.raises(SettingsError, match="RESEND_RATE_RESERVE"):
         ConsumerSettings.from_env({**GOOD, "SENDONCE_RESEND_RATE_RESERVE": "-1"})
+
+
+def test_the_operator_api_reads_the_rates_the_consumer_paces_its_providers_at():
+    from sendonce.settings import ApiSettings
+    from sendonce.wiring import configured_rates
+
+    api = {**GOOD, "SENDONCE_QUEUE_URL": "http://localhost:5000/123/queue"}
+
+    assert configured_rates(ApiSettings.from_env(api)) == {"ses": 14.0, "resend": 5.0}
+    both = {**api, "SENDONCE_SES_SEND_RATE": "200", "SENDONCE_RESEND_REQUESTS_PER_SECOND": "10"}
+    assert configured_rates(ApiSettings.from_env(both)) == {"ses": 200.0, "resend": 10.0}
+    with pytest.raises(SettingsError, match="RESEND_REQUESTS_PER_SECOND"):
+        ApiSettings.from_env({**api, "SENDONCE_RESEND_REQUESTS_PER_SECOND": "0"})

@@ -1,4 +1,4 @@
-"""Where `campaign preview` and `test-send` get the consumer's settings: the consumer
+"""Where `campaign preview` and `test-send` get the consumer's settings (and `campaign create` its rates): the consumer
 function's environment read from the stack, SENDONCE_* variables over it, the endpoints last."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sendonce.contract import Output
-from sendonce_ops.endpoints import Endpoints, EndpointsError, sending_settings
+from sendonce_ops.endpoints import ConsumerRates, Endpoints, EndpointsError, sending_settings
 
 
 class _Clients:
@@ -78,3 +78,20 @@ def test_without_a_stack_only_the_variables_and_the_endpoints_count():
 def test_settings_the_consumer_would_refuse_are_an_error_naming_the_variable():
     with pytest.raises(EndpointsError, match="SENDONCE_UNSUBSCRIBE_BASE_URL"):
         sending_settings(_Clients({}, {}), endpoints(None), {"SENDONCE_UNSUBSCRIBE_BASE_URL": "http://insecure"})
+
+
+def test_the_clis_provider_rates_are_the_consumers_read_only_when_looked_up():
+    session = _Clients({Output.CONSUMER_FUNCTION_NAME: "consumer-fn"}, {"consumer-fn": CONSUMER_ENV})
+
+    rates = ConsumerRates(session, endpoints("Sendonce"), {"SENDONCE_SES_SEND_RATE": "200"})
+    assert session.read == []  # built with the CLI's service: nothing read yet
+
+    assert (rates.get("resend"), rates.get("ses"), rates.get("mailgun")) == (2.0, 200.0, None)
+    assert session.read == ["cloudformation", "lambda"]  # once
+
+
+def test_provider_rates_that_cannot_be_read_are_an_error_naming_max_rate():
+    env = {"SENDONCE_RESEND_REQUESTS_PER_SECOND": "fast"}
+
+    with pytest.raises(EndpointsError, match=r"^max_rate: .*SENDONCE_RESEND_REQUESTS_PER_SECOND"):
+        ConsumerRates(_Clients({}, {}), endpoints(None), env).get("resend")

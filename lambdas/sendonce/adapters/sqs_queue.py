@@ -12,6 +12,13 @@ from sendonce.domain import limits
 POISON_REASON_ATTRIBUTE = "sendonce-poison-reason"
 
 
+def batch_entries(campaign_id: str, bodies: dict[str, str]) -> list[dict[str, str]]:
+    """SendMessageBatch entries for one campaign's batch bodies (by entry id), each in the
+    campaign's message group. The model check's queue (tests/model/world.py) takes its groups
+    from here, so reverting the group (mutant 13) reverts it there too."""
+    return [{"Id": i, "MessageBody": body, "MessageGroupId": campaign_id} for i, body in bodies.items()]
+
+
 class SqsQueue:
     def __init__(self, *, client: Any, queue_url: str, dead_letter_queue_url: str | None = None, attempts: int = 4):
         self._client = client
@@ -29,10 +36,7 @@ class SqsQueue:
             pending = {str(i): body for i, body in enumerate(request)}
             for attempt in range(self._attempts):
                 response = self._client.send_message_batch(
-                    QueueUrl=self._queue_url,
-                    Entries=[
-                        {"Id": i, "MessageBody": body, "MessageGroupId": campaign_id} for i, body in pending.items()
-                    ],
+                    QueueUrl=self._queue_url, Entries=batch_entries(campaign_id, pending)
                 )
                 failed = response.get("Failed", [])
                 pending = {f["Id"]: pending[f["Id"]] for f in failed}

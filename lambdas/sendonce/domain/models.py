@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from sendonce.domain.campaigns.windows import SendWindow
 from sendonce.domain.sending.shards import DEFAULT_LEDGER_SHARDS, MAX_LEDGER_SHARDS
+from sendonce.domain.sending.shares import MAX_WEIGHT
 
 SCHEMA_VERSION: Literal[1] = 1
 MAX_RECIPIENTS_PER_BATCH = 100
@@ -146,6 +147,13 @@ class Campaign(BaseModel):
     # When it may send (campaigns/windows.py); outside it the campaign pauses by itself and
     # resumes at the next opening (campaigns/window_pauses.py). Fixed at creation.
     window: SendWindow | None = None
+    # Its share of the provider's rate while other campaigns send too (sending/shares.py):
+    # weight against the others of its priority; `high` is served before every `normal`
+    # campaign (which keep a floor); `max_rate` caps its provider requests per second.
+    # A campaign item from before shares reads as weight 1, normal, uncapped.
+    weight: int = Field(default=1, ge=1, le=MAX_WEIGHT)
+    priority: Literal["normal", "high"] = "normal"
+    max_rate: float | None = Field(default=None, gt=0)
     version: int = 0
 
     @model_validator(mode="before")

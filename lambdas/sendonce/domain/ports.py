@@ -35,6 +35,7 @@ from sendonce.domain.models import (
     TestSendRecord,
 )
 from sendonce.domain.sending.protocol import Event
+from sendonce.domain.sending.shares import Claimant
 
 if TYPE_CHECKING:  # report.py reads the service's DeliveryStatus, which reads these ports
     from sendonce.domain.campaigns.report import ReportAggregates, ReportIncrements
@@ -68,9 +69,18 @@ class BatchEmailProvider(EmailProvider, Protocol):
 
 
 class RateLimiter(Protocol):
-    def acquire(self, provider: str, *, deadline: float | None = None) -> bool:
-        """Wait until one more request to `provider` is within the shared rate; False if
-        `deadline` (epoch seconds) would pass first."""
+    def acquire(
+        self,
+        provider: str,
+        *,
+        deadline: float | None = None,
+        claimant: Claimant | None = None,
+        dwell_ms: int | None = None,
+    ) -> bool:
+        """Wait until one more request to `provider` is within the shared rate (and, for a
+        `claimant`, within its campaign's share of it: sending/shares.py); False if
+        `deadline` (epoch seconds) would pass first. `dwell_ms`: how long the message being
+        sent waited in the queue, kept for the operator's view."""
         ...
 
     def throttled(self, provider: str) -> None:

@@ -52,6 +52,9 @@ class CampaignView(BaseModel):
     send_at: str | None = Field(
         default=None, description="When the send starts (or started), UTC; set while scheduled."
     )
+    weight: int = Field(description="Its share of the provider's rate against the others of its priority.")
+    priority: Literal["normal", "high"]
+    max_rate: float | None = Field(default=None, description="Its cap in provider requests per second; null: none.")
 
     @classmethod
     def of(cls, campaign: Campaign) -> "CampaignView":
@@ -69,6 +72,9 @@ class CampaignView(BaseModel):
             created_at=campaign.created_at,
             updated_at=campaign.updated_at,
             send_at=iso(campaign.send_at_ms) if campaign.send_at_ms is not None else None,
+            weight=campaign.weight,
+            priority=campaign.priority,
+            max_rate=campaign.max_rate,
         )
 
 
@@ -260,8 +266,8 @@ _ERROR_MEANINGS = {
     "provider cannot do",
     404: "No such campaign",
     409: "Not allowed in the campaign's current state, or the id exists already; or well formed but refused by "
-    "what stands now (a send_at already past or too far ahead, variables the templates lack, a suppressed "
-    "address, an S3 object not there): the same request may succeed later",
+    "what stands now (a send_at already past or too far ahead, a max_rate above the provider's configured rate, "
+    "variables the templates lack, a suppressed address, an S3 object not there): the same request may succeed later",
     422: "The request does not match the schema; `detail` names each field",
     500: "Not caused by the request (AWS unreachable, a bug): logged with its traceback",
     503: "Scheduled, but the one-time schedule could not be set: reschedule with the same time sets it",

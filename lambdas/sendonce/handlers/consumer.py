@@ -47,10 +47,12 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext, runtime: Consu
 
     def record_handler(record: SQSRecord) -> None:
         logger.append_keys(message_id=record.message_id, campaign_id=None, batch_id=None)
+        sent_at = record.attributes.sent_timestamp
         report = runtime.service.process(
             record.body,
             receive_count=int(record.attributes.approximate_receive_count or 1),
             remaining_ms=context.get_remaining_time_in_millis,
+            dwell_ms=max(0, int(time.time() * 1000) - int(sent_at)) if sent_at else None,
         )
         logger.append_keys(campaign_id=report.campaign_id, batch_id=report.batch_id)
         _emit(report)

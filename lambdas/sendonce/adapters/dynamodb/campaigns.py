@@ -27,6 +27,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
+from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
@@ -77,7 +78,7 @@ def _campaign(item: dict[str, Any]) -> Campaign:
         if k not in ("pk", "sk", bk.BATCH_SHARDS_ATTR) and not k.startswith(HOLDER_PREFIX)
     }
     data.pop("total", None)  # stored by earlier versions; status counts recipients from the ledger
-    for name in ("open_batches", "version", "publishing_until_ms", "ledger_shards", "send_at_ms"):
+    for name in ("open_batches", "version", "publishing_until_ms", "ledger_shards", "send_at_ms", "weight"):
         if name in data:
             data[name] = int(data[name])
     # Written before shards existed: its ledger records are under the plain campaign id.
@@ -149,7 +150,8 @@ class DynamoDBCampaignStore:
         if campaign.content is None:
             raise ValueError(f"campaign {campaign.campaign_id!r} has no content")
         state = campaign.model_dump(mode="json", exclude_none=True, exclude={"content"})
-        item = {k: _ser.serialize(v) for k, v in state.items()}
+        # DynamoDB takes no float: a max_rate is stored as the decimal it prints as.
+        item = {k: _ser.serialize(Decimal(str(v)) if isinstance(v, float) else v) for k, v in state.items()}
         item.update(self._key(campaign.campaign_id))
         item[bk.BATCH_SHARDS_ATTR] = {"N": str(bk.batch_shards_for(campaign.ledger_shards))}
         content = {

@@ -106,6 +106,9 @@ class Provider:
     label: str = ""
     # The consumer's settings for this provider, and the events function's.
     settings: type[ProviderSettings] = NoSettings
+    # The part of `settings` that states the rate `pace` paces it at (a base of `settings`):
+    # the operator API carries it too, to refuse a campaign's max_rate above it.
+    rate_settings: type[ProviderSettings] = NoSettings
     events_settings: type[ProviderSettings] = NoSettings
     # A settings field also read from another environment variable when its own is unset.
     env_fallbacks: Mapping[str, str] = field(default_factory=dict)

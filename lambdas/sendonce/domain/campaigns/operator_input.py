@@ -32,6 +32,7 @@ from sendonce.domain import limits
 from sendonce.domain.campaigns.scheduling import EXAMPLE as SEND_AT_EXAMPLE
 from sendonce.domain.campaigns.scheduling import RFC3339_PATTERN, parse_instant
 from sendonce.domain.campaigns.service import CampaignService, PublishReport
+from sendonce.domain.campaigns.share_input import MaxRate, Priority, Weight, share_rule
 from sendonce.domain.campaigns.windows import SendWindow
 from sendonce.domain.errors import ConflictingRequestError, InvalidCampaignError
 from sendonce.domain.models import (
@@ -109,6 +110,8 @@ def friendly_message(error: Mapping[str, Any]) -> str:
         return "unexpected field"
     if str(loc[-1]) == "ledger_shards":
         return _SHARDS_RULE
+    if (rule := share_rule(loc)) is not None:
+        return rule
     return message.removeprefix("Value error, ")
 
 
@@ -209,6 +212,10 @@ class CampaignSpec(BaseModel):
         "before `from` spans midnight (equal: 24 hours). Outside it the campaign pauses by itself and resumes at the "
         "next opening (docs/operations-campaigns.md).",
     )
+    # Its share of the provider's rate while other campaigns send (campaigns/share_input.py).
+    weight: Weight = 1
+    priority: Priority = "normal"
+    max_rate: MaxRate = None
 
     @field_validator("ledger_shards", mode="before")
     @classmethod
@@ -261,6 +268,9 @@ class CampaignSpec(BaseModel):
             ledger_shards=self.ledger_shards,
             send_at_ms=parse_instant(self.send_at) if self.send_at else None,
             window=self.window,
+            weight=self.weight,
+            priority=self.priority,
+            max_rate=self.max_rate,
         )
 
 

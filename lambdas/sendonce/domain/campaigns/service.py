@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +40,12 @@ from sendonce.domain.campaigns.status import (
 )
 from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S, UnknownOutcomes
 from sendonce.domain.campaigns.window_pauses import WindowOpenings
-from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError, UnknownProviderError
+from sendonce.domain.errors import (
+    ConflictingRequestError,
+    IllegalTransitionError,
+    InvalidCampaignError,
+    UnknownProviderError,
+)
 from sendonce.domain.jobs.models import Job, JobKind
 from sendonce.domain.jobs.service import InMemoryJobStore, JobService
 from sendonce.domain.models import (
@@ -148,6 +153,7 @@ class CampaignService(ScheduledSends, WindowOpenings):
         queue: Queue,
         provider_names: Iterable[str],
         batch_provider_names: Iterable[str] | None = None,
+        provider_rates: Mapping[str, float] | None = None,
         operator: str = "operator",
         clock_ms: Callable[[], int] = _system_clock,
         jobs: JobService | None = None,
@@ -182,6 +188,9 @@ class CampaignService(ScheduledSends, WindowOpenings):
         self._batch_provider_names = frozenset(
             self._provider_names if batch_provider_names is None else batch_provider_names
         )
+        # Each provider's configured rate (requests/s), read only for a campaign with a max_rate
+        # (the CLI's reads the deployment's when first asked). None or a provider not in it: unchecked.
+        self._provider_rates: Mapping[str, float] = {} if provider_rates is None else provider_rates
         self._operator = operator
 
     def create(self, campaign: Campaign) -> Campaign:
@@ -193,6 +202,13 @@ class CampaignService(ScheduledSends, WindowOpenings):
             raise InvalidCampaignError(
                 f"delivery_mode: 'batch' needs a provider with batch sends ({', '.join(sorted(self._batch_provider_names))}),"
                 f" not {campaign.provider!r}"
+            )
+        rate = self._provider_rates.get(campaign.provider) if campaign.max_rate is not None else None
+        if campaign.max_rate is not None and rate is not None and campaign.max_rate > rate:
+            # Well formed: the deployment's configured rate refuses it (409), as for an unconfigured
+            # provider; the same spec is accepted once the provider is configured faster.
+            raise ConflictingRequestError(
+                f"max_rate: {campaign.max_rate:g} is above provider {campaign.provider!r}'s rate of {rate:g} requests/s"
             )
         if campaign.content is None:
             raise InvalidCampaignError("content: required")
@@ -544,6 +560,7 @@ class CampaignService(ScheduledSends, WindowOpenings):
             queue=self._queue,
             provider_names=self._provider_names,
             batch_provider_names=self._batch_provider_names,
+            provider_rates=self._provider_rates,
             operator=operator,
             clock_ms=self._clock_ms,
             jobs=self._jobs,

@@ -82,6 +82,9 @@ class BatchRun:
     report: BatchReport
     # The message's last receive: what is released now is dead-lettered (protocol.py).
     last_receive: bool = False
+    # How long the message waited in the queue before this receive (the limiter keeps it
+    # for the operator's view of the sharing), when the queue said.
+    dwell_ms: int | None = None
     halt: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     returning_ids: list[str] = field(default_factory=list)

@@ -152,7 +152,9 @@ class DeliveryService:
             )
         )
 
-    def process(self, body: str, *, receive_count: int, remaining_ms: Callable[[], int]) -> BatchReport:
+    def process(
+        self, body: str, *, receive_count: int, remaining_ms: Callable[[], int], dwell_ms: int | None = None
+    ) -> BatchReport:
         try:
             batch = parse_batch(body)
         except InvalidMessageError as exc:
@@ -195,6 +197,7 @@ class DeliveryService:
             remaining_ms=remaining_ms,
             report=report,
             last_receive=last_receive,
+            dwell_ms=dwell_ms,
         )
         if last_receive:
             self._dead_letter_first(batch)

@@ -15,8 +15,19 @@ from sendonce.domain.models import Campaign, OutboundEmail, Recipient, email_fin
 from sendonce.domain.ports import RateLimiter, Suppressions
 from sendonce.domain.sending.batch_run import BatchRun
 from sendonce.domain.sending.rendering import CompiledContent, RenderError
+from sendonce.domain.sending.shares import Claimant
 
 T = TypeVar("T")
+
+
+def claimant_of(campaign: Campaign) -> Claimant:
+    """How a campaign shares the provider's rate with the others sending (its spec's fields)."""
+    return Claimant(
+        campaign_id=campaign.campaign_id,
+        weight=campaign.weight,
+        priority=campaign.priority,
+        max_rate=campaign.max_rate,
+    )
 
 
 def compose(
@@ -94,7 +105,9 @@ class Sender:
         while True:
             if self._limiter is not None:
                 deadline = time.time() + (run.remaining_ms() - self.safety_margin_ms) / 1000
-                if not self._limiter.acquire(run.provider.name, deadline=deadline):
+                if not self._limiter.acquire(
+                    run.provider.name, deadline=deadline, claimant=claimant_of(run.campaign), dwell_ms=run.dwell_ms
+                ):
                     raise RetryableProviderError("no slot in the shared send rate before the time budget ends")
             try:
                 return call()

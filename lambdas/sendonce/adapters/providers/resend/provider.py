@@ -16,13 +16,16 @@ NAME = "resend"
 API_URL_VARIABLE = "RESEND_API_URL"
 
 
-class ResendSettings(ProviderSettings):
-    # The name of the Secrets Manager secret holding the API key; unset: Resend is not registered.
-    api_key_secret: str | None = Field(default=None, min_length=1)
-    api_url: str | None = Field(default=None, pattern=r"^https?://")
+class ResendRateSettings(ProviderSettings):
     # The team's limit in requests per second, assumed until Resend's ratelimit-limit header
     # states it, paced less `rate_reserve` requests per second.
     requests_per_second: float = Field(default=CAPABILITIES.default_rate, gt=0, le=1_000)
+
+
+class ResendSettings(ResendRateSettings):
+    # The name of the Secrets Manager secret holding the API key; unset: Resend is not registered.
+    api_key_secret: str | None = Field(default=None, min_length=1)
+    api_url: str | None = Field(default=None, pattern=r"^https?://")
     rate_from_headers: bool = True
     rate_reserve: float = Field(default=1.0, ge=0, le=100)
 
@@ -84,6 +87,7 @@ PROVIDER = Provider(
     label="Resend",
     capabilities=CAPABILITIES,
     settings=ResendSettings,
+    rate_settings=ResendRateSettings,
     events_settings=ResendEventsSettings,
     env_fallbacks={"api_url": API_URL_VARIABLE},
     build=_build,

@@ -15,12 +15,15 @@ NAME = "ses"
 EVENT_SOURCE = "aws.ses"
 
 
-class SesSettings(ProviderSettings):
-    # The configuration set every send names, so that its events reach the events function.
-    configuration_set: str | None = None
+class SesRateSettings(ProviderSettings):
     # Recipients per second for the shared rate (capped further by the account's
     # MaxSendRate when GetAccount answers).
     send_rate: float = Field(default=CAPABILITIES.default_rate, gt=0, le=100_000)
+
+
+class SesSettings(SesRateSettings):
+    # The configuration set every send names, so that its events reach the events function.
+    configuration_set: str | None = None
 
 
 def _build(settings: SesSettings, env: ProviderEnv) -> EmailProvider:
@@ -40,6 +43,7 @@ PROVIDER = Provider(
     label="SES",
     capabilities=CAPABILITIES,
     settings=SesSettings,
+    rate_settings=SesRateSettings,
     build=_build,
     pace=_pace,
     bus_events=BusEvents(provider=NAME, source=EVENT_SOURCE, parse=parse_ses_event),
