@@ -1,13 +1,14 @@
 """`make bench-fair`: campaigns sharing one queue and one provider rate (issue 31).
 
     python -m bench.fair [--large 2000] [--small 200] [--smalls 3] [--consumers default]
-        [--noisy-large N] [--orders large-first,large-last] [--weighted 2000] [--no-priority]
+        [--noisy-large N] [--orders large-first,large-last] [--share-large 200] [--share-small 50]
+        [--share-consumers 6] [--weighted 150] [--no-priority]
         [--max-minutes 13] [--out bench-fair.json]
 
 The stack as bench-scale deploys it (bench/scale_stack.py): the CDK app in moto's server,
 whose campaign queue is a fair queue (each batch carries its campaign as MessageGroupId; the
 moto patch `sqs_fairness` receives quiet tenants' messages first once one is noisy, by its
-messages in flight or its share of the consumers' processing time); batch mode; the shared
+messages in flight or its share of the consumers' processing time); the shared
 limiter, which divides the rate among the campaigns sending (weights, priority); the local
 Resend server holding the team to Resend's default 5 requests/s; provider events off. A
 round creates its campaigns, publishes them one after another with no consumer running, then
@@ -18,13 +19,15 @@ clock).
 - small behind large: a large campaign alone (T_alone), then a large one and right after it a
   small one: small_time / large_time (issue 31's goal: <= 1/3; queue order gives ~1). At each
   of `--consumers`, and with `--noisy-large` recipients at the most consumers.
-- equal shares: one large and `--smalls` small campaigns, published in each of `--orders`, at
-  each of `--consumers`; while all of them had work queued (from the consumers' start to the
+- the rounds of shares run in single mode (one email a request: the rate binds, not the
+  consumers) at `--share-consumers` (one consumer a message: every campaign holds one).
+- equal shares: one `--share-large` and `--smalls` `--share-small` campaigns, published in
+  each of `--orders`; while all of them had work queued (from the consumers' start to the
   first campaign's last email), each campaign's share of the emails accepted, its rate, and
   Jain's index of the rates (goal: >= 0.9).
 - weights 2:1: two campaigns of `--weighted` recipients, weights 2 and 1, the heavier first:
   their shares while both sent (goal: 2:1 within 10 %).
-- priority: two normal campaigns of `--large`, then a `priority: high` one of `--small`
+- priority: two normal campaigns of `--share-large`, then a `priority: high` one of `--share-small`
   published last: which campaign's last email came first (goal: the high one's).
 
 Every campaign's duplicates and missing (counted at the provider) and whether it completed.
@@ -43,7 +46,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -74,7 +77,15 @@ class FairConfig:
     consumers: tuple[int | None, ...] = (None,)  # None: the mapping's MaximumConcurrency
     noisy_large: int | None = None
     orders: tuple[str, ...] = ("large-first", "large-last")
-    weighted: int = 2_000  # each campaign of the weights 2:1 round (0: no such round)
+    # The rounds of shares (equal, 2:1, priority) measure the limiter's division: one email a
+    # request (single mode), so that the rate binds, not the consumers (batch mode sends 100 a
+    # request, and here 2,000 took 18 s at 5 requests/s: the consumers' own pace); and one
+    # consumer per message, so that every campaign holds one (a fair queue does not hand a
+    # consumer to each tenant: with fewer consumers than campaigns, see the rounds above).
+    share_large: int = 200
+    share_small: int = 50
+    share_consumers: int = 6
+    weighted: int = 150  # each campaign of the weights 2:1 round (0: no such round)
     priority: bool = True  # the round of a high-priority campaign published last
     streams: int = DEFAULT_STREAMS
     team_limit: int = DEFAULT_TEAM_RATE_LIMIT
@@ -238,11 +249,13 @@ class FairBench:
 
     def equal_shares(self, order: str, consumers: int | None) -> dict[str, Any]:
         config = self.config
-        roles = [(f"small{n + 1}", config.small) for n in range(config.smalls)]
+        roles = [(f"small{n + 1}", config.share_small) for n in range(config.smalls)]
         position = {"large-first": 0, "large-second": 1, "large-last": len(roles)}[order]
-        roles.insert(position, ("large", config.large))
+        roles.insert(position, ("large", config.share_large))
         count = consumers or self.stack.consumer_count
-        round_, timeline = self.run_round(f"equal shares, {order}, {count} consumers", roles, consumers)
+        round_, timeline = self.run_round(
+            f"equal shares, {order}, {count} consumers", roles, consumers, specs=_single(r for r, _ in roles)
+        )
         return {"order": order, **shares(timeline), "round": round_}
 
     def weighted(self, consumers: int | None) -> dict[str, Any]:
@@ -254,7 +267,7 @@ class FairBench:
             f"weights 2:1, {count} consumers",
             [("heavy", size), ("light", size)],
             consumers,
-            specs={"heavy": {"weight": 2}, "light": {"weight": 1}},
+            specs=_single(("heavy", "light"), heavy={"weight": 2}),
         )
         figures = shares(timeline)
         heavy, light = figures["shares"].get("heavy"), figures["shares"].get("light")
@@ -269,9 +282,9 @@ class FairBench:
         count = consumers or self.stack.consumer_count
         round_, timeline = self.run_round(
             f"priority high last, {count} consumers",
-            [("normal1", config.large), ("normal2", config.large), ("urgent", config.small)],
+            [("normal1", config.share_large), ("normal2", config.share_large), ("urgent", config.share_small)],
             consumers,
-            specs={"urgent": {"priority": "high"}},
+            specs=_single(("normal1", "normal2", "urgent"), urgent={"priority": "high"}),
         )
         last = {role: max(times) for role, times in timeline.emails.items() if times}
         first_done = min(last, key=last.__getitem__) if last else None
@@ -312,6 +325,11 @@ def shares(timeline: Timeline) -> dict[str, Any]:
         "jain": jain(list(rates.values())),
         "per_second": per_second,
     }
+
+
+def _single(roles: Iterable[str], **fields: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The rounds of shares' specs: single mode (the rate binds), and a role's own fields."""
+    return {role: {"delivery_mode": "single", **fields.get(role, {})} for role in roles}
 
 
 def jain(rates: Sequence[float]) -> float | None:
@@ -371,7 +389,7 @@ def run_fair(config: FairConfig, say: Say) -> dict[str, Any]:
                 continue
             behind.append(bench.small_behind_large(consumers, large))
             say(f"small behind large: {behind_line(behind[-1])}")
-        for consumers in config.consumers:
+        for consumers in (config.share_consumers,):
             for order in config.orders:
                 if reason := bench.over_budget():
                     skipped.append(
@@ -420,7 +438,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--noisy-large", type=int, default=None, help="a small-behind-large round at the most consumers with this large"
     )
-    parser.add_argument("--weighted", type=int, default=2_000, help="each campaign of the 2:1 round (0: none)")
+    parser.add_argument("--share-large", type=int, default=200, help="the large campaign in the rounds of shares")
+    parser.add_argument("--share-small", type=int, default=50, help="each small one in the rounds of shares")
+    parser.add_argument("--share-consumers", type=int, default=6, help="consumers in the rounds of shares")
+    parser.add_argument("--weighted", type=int, default=150, help="each campaign of the 2:1 round (0: none)")
     parser.add_argument("--no-priority", dest="priority", action="store_false", help="no high-priority round")
     parser.add_argument("--no-noisy", dest="noisy_large", action="store_const", const=None)
     parser.add_argument("--orders", default="large-first,large-last", help=f"equal-shares orders, of {ORDERS}")
@@ -437,7 +458,9 @@ def main(argv: list[str] | None = None) -> int:
     orders = tuple(o.strip() for o in args.orders.split(",") if o.strip())
     if any(o not in ORDERS for o in orders):
         parser.error(f"--orders: each of {ORDERS}")
-    if min(args.large, args.small, args.smalls) < 1 or any(c is not None and c < 1 for c in consumers):
+    if min(args.large, args.small, args.smalls, args.share_large, args.share_small, args.share_consumers) < 1 or any(
+        c is not None and c < 1 for c in consumers
+    ):
         parser.error("sizes, --smalls and --consumers must be at least 1")
     config = FairConfig(
         large=args.large,
@@ -446,6 +469,9 @@ def main(argv: list[str] | None = None) -> int:
         consumers=consumers,
         noisy_large=args.noisy_large,
         orders=orders,
+        share_large=args.share_large,
+        share_small=args.share_small,
+        share_consumers=args.share_consumers,
         weighted=args.weighted,
         priority=args.priority,
         streams=args.streams,

@@ -28,7 +28,8 @@ def table(result: dict[str, Any]) -> str:
     config = result["config"]
     lines = [
         f"bench-fair: team limit {config['team_limit']} requests/s (limiter: "
-        f"{config['resend_requests_per_second']} configured), batch mode, batch size {config['consumer_batch_size']}, "
+        f"{config['resend_requests_per_second']} configured), consumer batch size {config['consumer_batch_size']}, "
+        "small behind large in batch mode, the rounds of shares in single mode (one email a request), "
         "provider events off; times from each campaign's own publish to its last email accepted",
         "",
         "small behind large (goal: small/large <= 0.333)",
