@@ -2,7 +2,7 @@
 
     python -m bench.fair [--large 2000] [--small 200] [--smalls 3] [--consumers default]
         [--noisy-large N] [--orders large-first,large-last] [--share-large 200] [--share-small 50]
-        [--share-consumers 6] [--weighted 150] [--no-priority]
+        [--share-consumers 6] [--weighted 200] [--no-priority]
         [--max-minutes 13] [--out bench-fair.json]
 
 The stack as bench-scale deploys it (bench/scale_stack.py): the CDK app in moto's server,
@@ -85,7 +85,7 @@ class FairConfig:
     share_large: int = 200
     share_small: int = 50
     share_consumers: int = 6
-    weighted: int = 150  # each campaign of the weights 2:1 round (0: no such round)
+    weighted: int = 200  # each campaign of the weights 2:1 round: two full messages each (0: none)
     priority: bool = True  # the round of a high-priority campaign published last
     streams: int = DEFAULT_STREAMS
     team_limit: int = DEFAULT_TEAM_RATE_LIMIT
@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--share-large", type=int, default=200, help="the large campaign in the rounds of shares")
     parser.add_argument("--share-small", type=int, default=50, help="each small one in the rounds of shares")
     parser.add_argument("--share-consumers", type=int, default=6, help="consumers in the rounds of shares")
-    parser.add_argument("--weighted", type=int, default=150, help="each campaign of the 2:1 round (0: none)")
+    parser.add_argument("--weighted", type=int, default=200, help="each campaign of the 2:1 round (0: none)")
     parser.add_argument("--no-priority", dest="priority", action="store_false", help="no high-priority round")
     parser.add_argument("--no-noisy", dest="noisy_large", action="store_const", const=None)
     parser.add_argument("--orders", default="large-first,large-last", help=f"equal-shares orders, of {ORDERS}")

@@ -122,6 +122,14 @@ def test_weights_two_to_one_give_shares_two_to_one(system):
     assert (steady["heavy"], steady["light"]) == (60, 30)
 
 
+def test_weights_two_to_one_hold_at_a_rate_they_do_not_divide_with_two_consumers_each(system):
+    heavy, light = Claimant("heavy", weight=2), Claimant("light", weight=1)
+    slots = run_slots(system, [heavy, heavy, light, light], rate=4, slots=20)
+
+    steady = total(slots[2:])  # 2.67 and 1.33 places a slot: 48 and 24 over 18 slots (45:27 before)
+    assert (steady["heavy"], steady["light"]) == (48, 24)
+
+
 def test_a_high_priority_campaign_goes_first_and_normal_ones_keep_their_floor(system):
     claimants: list[Claimant | None] = [Claimant("news"), Claimant("promo"), Claimant("urgent", priority="high")]
     slots = run_slots(system, claimants, rate=10, slots=22)

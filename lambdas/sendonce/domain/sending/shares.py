@@ -21,7 +21,6 @@ sees the same campaigns sending, each campaign's mean over slots its rate.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -98,15 +97,19 @@ def divide(rate: float, claimants: Iterable[Claimant]) -> dict[str, float]:
     return {**first, **rest}
 
 
+GOLDEN = (math.sqrt(5) - 1) / 2  # a Weyl sequence's step: slot offsets spread evenly over [0, 1)
+
+
 def places_in_slot(shares: Mapping[str, float], *, slot: int, campaign_id: str) -> int:
     """Whole places for one campaign in one one-second slot, out of every sending campaign's
     fractional rate: systematic rounding over the campaigns in id order with one offset per
-    slot (a hash of the slot, the same in every consumer). Each campaign gets its rate's
-    whole part or one more, its mean over slots is its rate, and in every slot the places
-    given add up to the rates' sum rounded (so two campaigns' extra places never meet in a
-    slot with room for one)."""
-    digest = hashlib.blake2b(f"slot:{slot}".encode(), digest_size=8).digest()
-    offset = int.from_bytes(digest, "big") / 2**64
+    slot, the same in every consumer. Each campaign gets its rate's whole part or one more,
+    and in every slot the places given add up to the rates' sum rounded (so two campaigns'
+    extra places never meet in a slot with room for one). The offsets are the slots' golden-
+    ratio sequence, not a hash: over any n consecutive slots a campaign's places are within
+    about log n of n times its rate (a hash's random offsets drift by sqrt n: over 18 slots,
+    a 2:1 split came out 45:27)."""
+    offset = math.fmod(slot * GOLDEN, 1.0)
     before = 0.0
     for cid in sorted(shares):
         if cid == campaign_id:
