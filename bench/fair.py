@@ -44,17 +44,17 @@ import math
 import shlex
 import sys
 import time
-import urllib.request
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.core import machine
+from bench.fair_measure import Timeline, accepted_by_campaign, in_flight, limiter_units, shares
+from bench.fair_measure import ratio as ratio_of
 from bench.fair_table import behind_line, table
 from bench.run import stdout_to_devnull
-from bench.scale_stack import SENDER_DOMAIN, ScaleConfig, ScaleStack, bench_campaign, recipients_of
+from bench.scale_stack import ScaleConfig, ScaleStack, bench_campaign, recipients_of
 from sendonce.domain.models import CampaignState
 from sendonce_client.streams import DEFAULT_STREAMS
 from sendonce_local.resend_server import DEFAULT_TEAM_RATE_LIMIT
@@ -145,6 +145,7 @@ class FairBench:
         total = sum(size for _, _, size in campaigns)
         self.say(f"{label}: {len(campaigns)} campaigns published ({total:,} recipients); {count} consumers")
 
+        stack.accountant.reset()  # from here: the sends' writes (the limiter's among them)
         consumers_at = time.time()
         stack.start_consumers(runtimes=runtimes)
         sqs = stack.session.client("sqs")
@@ -153,7 +154,7 @@ class FairBench:
             deadline = time.monotonic() + config.send_timeout_s
             while accepted < total and time.monotonic() < deadline:
                 time.sleep(0.5)
-                peak_in_flight = max(peak_in_flight, _in_flight(sqs, stack.deployed.queue_url))
+                peak_in_flight = max(peak_in_flight, in_flight(sqs, stack.deployed.queue_url))
                 accepted = stack.resend.stats()["emails_accepted"] - accepted_before
             sent_s = time.time() - consumers_at
             waiting = {c for c, _, _ in campaigns}
@@ -171,7 +172,8 @@ class FairBench:
             + f" after {completed_s:.0f} s"
         )
 
-        emails = _accepted_by_campaign(stack.resend.url)
+        limiter = limiter_units(stack)
+        emails = accepted_by_campaign(stack.resend.url)
         figures: dict[str, Any] = {}
         for campaign_id, role, size in campaigns:
             spec = (specs or {}).get(role, {})
@@ -207,6 +209,11 @@ class FairBench:
             "publish_order": [role for _, role, _ in campaigns],
             # Sampled every 0.5 s (ApproximateNumberOfMessagesNotVisible): all campaigns together.
             "peak_in_flight": peak_in_flight,
+            # The shared limiter's key (its slot items): write units (refused writes too) per
+            # recipient of the round, against the scale rule's 0.1.
+            "limiter_key": limiter[0],
+            "limiter_write_units_per_recipient": round(limiter[1] / total, 4),
+            "limiter_writes": limiter[2],
             "consumers_built_s": round(build_s, 1),
             "sent_s": round(sent_s, 1),
             "completed_s": round(completed_s, 1),
@@ -225,7 +232,7 @@ class FairBench:
         )
         t_alone = alone["campaigns"]["large"]["time_s"]
         large_fig, small_fig = together["campaigns"]["large"], together["campaigns"]["small"]
-        ratio = _ratio(small_fig["time_s"], large_fig["time_s"])
+        ratio = ratio_of(small_fig["time_s"], large_fig["time_s"])
         return {
             "consumers": count,
             "large": large,
@@ -237,13 +244,13 @@ class FairBench:
             "large_time_s": large_fig["time_s"],
             "small_time_s": small_fig["time_s"],
             "small_over_large": ratio,
-            "small_over_t_alone": _ratio(small_fig["time_s"], t_alone),
+            "small_over_t_alone": ratio_of(small_fig["time_s"], t_alone),
             "goal": round(GOAL, 3),
             "met": ratio is not None and ratio <= GOAL,
             # How much of the small campaign's time was spent before its first email: queued
             # behind the large campaign's batches (and its own publish: small beside them).
             "small_waited_s": small_fig["first_email_s"],
-            "small_waited_share": _ratio(small_fig["first_email_s"], small_fig["time_s"]),
+            "small_waited_share": ratio_of(small_fig["first_email_s"], small_fig["time_s"]),
             "rounds": {"alone": alone, "together": together},
         }
 
@@ -291,74 +298,9 @@ class FairBench:
         return {"first_done": first_done, "met": first_done == "urgent", **shares(timeline), "round": round_}
 
 
-@dataclass(frozen=True)
-class Timeline:
-    consumers_at: float  # time.time() when the round's consumers had started
-    emails: dict[str, list[float]]  # per campaign role: when each of its emails was accepted
-
-
-def shares(timeline: Timeline) -> dict[str, Any]:
-    """Each campaign's share of the emails accepted while all had work queued: from the
-    consumers' start (every campaign published) to the first campaign's last email; its rate
-    there, and Jain's index (sum x)^2 / (n * sum x^2) of the rates."""
-    start, emails = timeline.consumers_at, timeline.emails
-    if not emails or not all(emails.values()):
-        return {"window_s": None, "rates": {}, "shares": {}, "jain": None}
-    end = min(max(times) for times in emails.values())
-    window = end - start
-    counts = {role: sum(1 for t in times if start <= t <= end) for role, times in emails.items()}
-    rates = {role: n / window if window > 0 else 0.0 for role, n in counts.items()}
-    total = sum(counts.values())
-    # The span in which every campaign was actually sending (first email of the last to start,
-    # to the last email of the first to finish); none when one only started after another ended.
-    overlap = min(max(t) for t in emails.values()) - max(min(t) for t in emails.values())
-    per_second = {}  # emails accepted in each second of the window
-    for role, times in emails.items():
-        seconds = Counter(int(t - start) for t in times if start <= t <= end)
-        per_second[role] = [seconds.get(s, 0) for s in range(int(window) + 1)]
-    return {
-        "window_s": round(window, 2),
-        "all_sending_s": round(max(overlap, 0.0), 2),
-        "emails_in_window": counts,
-        "shares": {role: round(n / total, 3) if total else None for role, n in counts.items()},
-        "rates_per_s": {role: round(r, 1) for role, r in rates.items()},
-        "jain": jain(list(rates.values())),
-        "per_second": per_second,
-    }
-
-
 def _single(roles: Iterable[str], **fields: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The rounds of shares' specs: single mode (the rate binds), and a role's own fields."""
     return {role: {"delivery_mode": "single", **fields.get(role, {})} for role in roles}
-
-
-def jain(rates: Sequence[float]) -> float | None:
-    squares = sum(x * x for x in rates)
-    return round(sum(rates) ** 2 / (len(rates) * squares), 3) if squares else None
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 3) if a is not None and b else None
-
-
-def _in_flight(sqs: Any, queue_url: str) -> int:
-    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])
-    return int(attributes["Attributes"]["ApproximateNumberOfMessagesNotVisible"])
-
-
-def _accepted_by_campaign(resend_url: str) -> dict[str, list[float]]:
-    """The local Resend server's records: when each email was accepted, by campaign (every
-    bench campaign's addresses are `u<i>@<campaign>.<sender domain>`)."""
-    with urllib.request.urlopen(resend_url + "/_local/accepted", timeout=120) as response:
-        records = json.loads(response.read())["accepted"]
-    suffix = "." + SENDER_DOMAIN
-    by_campaign: dict[str, list[float]] = {}
-    for email in records:
-        for address in email["to"]:
-            domain = address.rsplit("@", 1)[-1].lower()
-            if domain.endswith(suffix):
-                by_campaign.setdefault(domain.removesuffix(suffix), []).append(float(email["accepted_at"]))
-    return by_campaign
 
 
 def run_fair(config: FairConfig, say: Say) -> dict[str, Any]:

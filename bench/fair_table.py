@@ -105,9 +105,32 @@ def table(result: dict[str, Any]) -> str:
             )
         )
     lines += _aligned(rows)
+    lines += ["", "the limiter's key (limiter#resend, every slot item): write units per recipient, refused writes too"]
+    rows = [("round", "mode", "recipients", "writes", "units / recipient")]
+    for round_ in _rounds(result):
+        rows.append(
+            (
+                round_["label"],
+                round_["mode"],
+                f"{round_['recipients']:,}",
+                f"{round_.get('limiter_writes', 0):,}",
+                str(round_.get("limiter_write_units_per_recipient")),
+            )
+        )
+    lines += _aligned(rows)
     lines += [f"skipped: {s}" for s in result["skipped"]]
     lines.append(f"elapsed {result['elapsed_s']:.0f} s (deploy {config['deploy_s']:.0f} s)")
     return "\n".join(lines)
+
+
+def _rounds(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every round of the run, with its mode (the rounds of shares: single) and recipients."""
+    found = [(r, "batch") for row in result["small_behind_large"] for r in row["rounds"].values()]
+    for scenario in ("equal_shares", "weighted", "priority"):
+        found += [(row["round"], "single") for row in result.get(scenario, [])]
+    return [
+        {**r, "mode": mode, "recipients": sum(c["recipients"] for c in r["campaigns"].values())} for r, mode in found
+    ]
 
 
 def _times(round_: dict[str, Any]) -> str:

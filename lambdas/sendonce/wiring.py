@@ -25,13 +25,14 @@ from sendonce.adapters.dynamodb.jobs import DynamoDBJobStore
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
 from sendonce.adapters.dynamodb.ledger_keys import CampaignShards
+from sendonce.adapters.dynamodb.limiter_slots import DynamoDBLimiterSlots
 from sendonce.adapters.dynamodb.rate_limiter import DynamoDBRateLimiter
 from sendonce.adapters.dynamodb.report_aggregates import DynamoDBReportAggregates
 from sendonce.adapters.dynamodb.suppressions import DynamoDBSuppressions
 from sendonce.adapters.dynamodb.test_sends import DynamoDBTestSendLog
 from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
 from sendonce.adapters.providers import registry
-from sendonce.adapters.providers.descriptor import Provider, ProviderEnv, event_readers
+from sendonce.adapters.providers.descriptor import Pace, Provider, ProviderEnv, event_readers
 from sendonce.adapters.s3_objects import S3ObjectLines
 from sendonce.adapters.scheduler import EventBridgeScheduler
 from sendonce.adapters.sqs_queue import SqsJobQueue, SqsQueue
@@ -60,6 +61,7 @@ from sendonce.domain.ports import (
     Suppressions,
 )
 from sendonce.domain.sending.delivery import DeliveryService
+from sendonce.domain.sending.sending_now import CampaignProgress, SendingNow
 from sendonce.settings import (
     AggregatorSettings,
     ApiSettings,
@@ -239,12 +241,19 @@ def configured_rates(
     """Each provider's rate in requests per second as `settings` configure it (the consumer's
     fields, or the API's part of them: `Provider.rate_settings`), before any provider states its
     own: what a campaign's max_rate may not exceed. A field they do not carry: its default."""
-    rates = {}
+    return {name: pace.rate for name, pace in configured_paces(settings, providers).items()}
+
+
+def configured_paces(
+    settings: ConsumerSettings | ApiSettings | JobsSettings, providers: Mapping[str, Provider] | None = None
+) -> dict[str, Pace]:
+    """Each provider's pace (rate and reserve) as `settings` configure it; see `configured_rates`."""
+    paces = {}
     for name, provider in (providers if providers is not None else registry.registered()).items():
         fields = type(settings).model_fields
         given = {f: getattr(settings, f"{name}_{f}") for f in provider.settings.model_fields if f"{name}_{f}" in fields}
-        rates[name] = provider.pace(provider.settings(**given), None).rate
-    return rates
+        paces[name] = provider.pace(provider.settings(**given), None)
+    return paces
 
 
 def assemble_campaign_service(
@@ -342,6 +351,29 @@ def operator_sending(
 def operator_sending_for(settings: ConsumerSettings) -> OperatorSending:
     """Built once per Lambda execution environment for these settings (the operator API)."""
     return operator_sending(settings)
+
+
+def sending_now(
+    campaigns_table: str,
+    campaigns: CampaignProgress,
+    *,
+    paces: Mapping[str, Pace],
+    session: boto3.session.Session | None = None,
+    providers: Mapping[str, Provider] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> SendingNow:
+    """What `sendonce sending` and `campaign status|watch` read of the shared limiter: every
+    registered provider's slot items (a provider nobody sends with has none: one empty
+    Query). `paces`: the consumer's, for the rate in force (the SES account's own send
+    quota, which the consumer also applies, is not read here)."""
+    session = session or aws_session()
+    registered = providers if providers is not None else registry.registered()
+    return SendingNow(
+        slots=DynamoDBLimiterSlots(client=session.client("dynamodb"), table_name=campaigns_table, paces=paces),
+        campaigns=campaigns,
+        batch_sizes={name: p.capabilities.max_batch for name, p in registered.items()},
+        clock=clock,
+    )
 
 
 def recorded_test_sends(campaigns_table: str, session: boto3.session.Session | None = None) -> DynamoDBTestSendLog:

@@ -44,6 +44,7 @@ from sendonce_ops.preview_cli import (
     latest_test_sends,
     print_test_sends,
 )
+from sendonce_ops.sending_cli import sending_json, sending_line, sending_of
 from sendonce_ops.specs import SpecError, load_spec, locate
 
 
@@ -218,10 +219,12 @@ STATUS_ROWS = (
 @json_option
 @pass_cli
 def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
-    """Counts of the campaign's deliveries by outcome, its state and why."""
+    """Counts of the campaign's deliveries by outcome, its state and why; while it sends, its
+    rate, share of the provider's rate, dwell and ETA over the last 30 s."""
     service = cli.service()
     status = service.status(campaign_id)
     current = service.get(campaign_id)
+    now = sending_of(cli, current, status)
     dead = service.dead_lettered(campaign_id) if status.dead_lettered else []
     tests, tests_count = latest_test_sends(cli, campaign_id)
     if as_json:
@@ -233,6 +236,7 @@ def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
                 "priority": current.priority,
                 "max_rate": current.max_rate,
                 "send_at": iso(current.send_at_ms) if current.send_at_ms is not None else None,
+                "sending_now": sending_json(now),
                 "test_sends": json_of_test_sends(tests, tests_count),
                 "dead_lettered_recipients": [
                     {"recipient_id": r.recipient_id, "reason": r.reason, "updated_at": r.updated_at} for r in dead[:100]
@@ -241,6 +245,7 @@ def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
         )
         return
     _print_status(cli, status, current)
+    click.echo(sending_line(now, status))
     print_test_sends(cli, tests, tests_count)
     if dead:
         by_reason: dict[str, list[str]] = {}
@@ -344,6 +349,7 @@ def campaign_watch(
 
 def _watch(cli: Cli, campaign_id: str, interval: float, timeout: float | None, as_json: bool) -> None:
     service = cli.service()
+    current = service.get(campaign_id)  # its provider and delivery mode never change
     deadline = time.monotonic() + timeout if timeout is not None else float("inf")
 
     def wait() -> bool:
@@ -356,7 +362,14 @@ def _watch(cli: Cli, campaign_id: str, interval: float, timeout: float | None, a
     if as_json:
         while True:
             status = service.status(campaign_id)
-            cli.json({**status.as_dict(), "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
+            now = sending_of(cli, current, status)
+            cli.json(
+                {
+                    **status.as_dict(),
+                    "sending_now": sending_json(now),
+                    "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                }
+            )
             if status.state in FINISHED_STATES:
                 return
             if not wait():
@@ -372,17 +385,19 @@ def _watch(cli: Cli, campaign_id: str, interval: float, timeout: float | None, a
         task = progress.add_task(campaign_id, total=None)
         while True:
             status = service.status(campaign_id)
+            now = sending_of(cli, current, status)
             progress.update(
                 task,
                 total=status.total or None,
                 completed=status.total - status.remaining,
                 description=f"{campaign_id} {status.state.value}: {status.sent} sent, {status.failed} failed, "
-                f"{status.dead_lettered} dead-lettered",
+                f"{status.dead_lettered} dead-lettered\n  {sending_line(now, status, short=True)}",
             )
             if status.state in FINISHED_STATES:
                 break
             if not wait():
                 progress.stop()
                 _print_status(cli, status)
+                click.echo(sending_line(now, status))
                 fail(ExitCode.PARTIAL, f"timed out after {timeout}s; campaign {campaign_id} is {status.state.value}")
     _print_status(cli, status)

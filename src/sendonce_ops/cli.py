@@ -133,6 +133,12 @@ campaign.add_command(campaign_publish)
 cli.add_command(dlq)
 cli.add_command(ledger)
 
+# --- campaigns sharing the providers' rate (docs/operations.md, "Who is sending now") ---
+
+from sendonce_ops.sending_cli import sending  # noqa: E402
+
+cli.add_command(sending)
+
 # --- deliverability: the suppression list, unknown outcomes (docs/deliverability.md) ---
 
 from sendonce_ops.audit_cli import campaign_audit  # noqa: E402

@@ -28,8 +28,9 @@ from sendonce.domain.errors import (
 )
 from sendonce.domain.jobs.models import Job
 from sendonce.domain.models import Campaign, CampaignState
-from sendonce.wiring import assemble_campaign_service, unknown_outcomes
-from sendonce_ops.endpoints import ConsumerRates, Endpoints, EndpointsError, resolve_endpoints
+from sendonce.domain.sending.sending_now import SendingNow
+from sendonce.wiring import assemble_campaign_service, sending_now, unknown_outcomes
+from sendonce_ops.endpoints import ConsumerPaces, ConsumerRates, Endpoints, EndpointsError, resolve_endpoints
 from sendonce_ops.specs import SpecError
 
 
@@ -71,6 +72,7 @@ class Cli:
     _session: Any = None
     _endpoints: Endpoints | None = None
     _services: dict[bool, CampaignService] = field(default_factory=dict)
+    _sending_now: SendingNow | None = None
 
     @property
     def session(self) -> boto3.session.Session:
@@ -100,6 +102,18 @@ class Cli:
             )
             self._services[writes] = service
         return self._services[writes]
+
+    def sending_now(self) -> SendingNow:
+        """Who shares the providers' rate now, read from the shared limiter's slot items."""
+        if self._sending_now is None:
+            endpoints, session = self.endpoints, self.session
+            self._sending_now = sending_now(
+                endpoints.campaigns_table,
+                self.service(),
+                paces=ConsumerPaces(session, endpoints, os.environ),
+                session=session,
+            )
+        return self._sending_now
 
     def operator(self) -> str:
         if self.operator_name:

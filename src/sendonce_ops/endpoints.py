@@ -14,10 +14,11 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
+from sendonce.adapters.providers.descriptor import Pace
 from sendonce.contract import ENV_PREFIX, Output, env_name
 from sendonce.domain.errors import SettingsError
 from sendonce.settings import ApiSettings, ConsumerSettings
-from sendonce.wiring import configured_rates
+from sendonce.wiring import configured_paces, configured_rates
 
 DEFAULT_STACK = "Sendonce"
 
@@ -127,6 +128,34 @@ class ConsumerRates(Mapping[str, float]):
         return self._rates
 
     def __getitem__(self, provider: str) -> float:
+        return self._loaded()[provider]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaded())
+
+    def __len__(self) -> int:
+        return len(self._loaded())
+
+
+class ConsumerPaces(Mapping[str, Pace]):
+    """Each provider's pace (rate and reserve) as the consumer is configured with it, read when
+    first looked up: only a view that finds a campaign sending now asks for the rate in force."""
+
+    def __init__(self, session: Any, endpoints: Endpoints, environ: Mapping[str, str]):
+        self._where = (session, endpoints, environ)
+        self._paces: dict[str, Pace] | None = None
+
+    def _loaded(self) -> dict[str, Pace]:
+        if self._paces is None:
+            try:
+                self._paces = configured_paces(sending_settings(*self._where))
+            except EndpointsError as exc:
+                raise EndpointsError(
+                    f"the rate in force: cannot read how the consumer paces each provider ({exc})"
+                ) from None
+        return self._paces
+
+    def __getitem__(self, provider: str) -> Pace:
         return self._loaded()[provider]
 
     def __iter__(self) -> Iterator[str]:

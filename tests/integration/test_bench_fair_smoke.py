@@ -1,6 +1,6 @@
 """`make bench-fair` on tiny campaigns: the stack deployed into moto, a small campaign
 published behind a large one (and the large one alone), then one large and two small ones
-in one order; every campaign completed, nobody sent twice or missed, and the report has its
+in one order, weights 2:1 and a high-priority campaign last; every campaign completed, nobody sent twice or missed, and the report has its
 figures. Counts only: no timing assertion (the machine is shared).
 
 Marked slow: about a minute on an idle machine (the deploy, then four rounds, each waiting for
@@ -17,12 +17,14 @@ from tests.integration.test_bench_scale_smoke import run_bench
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 LARGE, SMALL, SMALLS = 300, 100, 2
+SHARE_LARGE, SHARE_SMALL, WEIGHTED = 40, 10, 20  # the rounds of shares: single mode, one email a request
 
 
 @pytest.mark.timeout(1200)
 def test_bench_fair_completes_every_campaign_with_no_duplicate_and_nobody_missing(tmp_path):
     out = tmp_path / "bench-fair.json"
     args = ("--large", str(LARGE), "--small", str(SMALL), "--smalls", str(SMALLS), "--consumers", "default")
+    args += ("--share-large", str(SHARE_LARGE), "--share-small", str(SHARE_SMALL), "--weighted", str(WEIGHTED))
     stdout = run_bench("bench.fair", *args, "--no-noisy", "--orders", "large-first", "--out", str(out), timeout=900)
     report = json.loads(out.read_text())
     assert "small behind large" in stdout and "equal shares" in stdout
@@ -34,12 +36,27 @@ def test_bench_fair_completes_every_campaign_with_no_duplicate_and_nobody_missin
     rounds = [behind["rounds"]["alone"], behind["rounds"]["together"]]
     [equal] = report["equal_shares"]
     rounds.append(equal["round"])
-    assert [list(r["campaigns"]) for r in rounds] == [["large"], ["large", "small"], ["large", "small1", "small2"]]
+    [weighted] = report["weighted"]
+    [urgent] = report["priority"]
+    rounds += [weighted["round"], urgent["round"]]
+    assert [list(r["campaigns"]) for r in rounds] == [
+        ["large"],
+        ["large", "small"],
+        ["large", "small1", "small2"],
+        ["heavy", "light"],
+        ["normal1", "normal2", "urgent"],
+    ]
+    assert [c["recipients"] for c in urgent["round"]["campaigns"].values()] == [SHARE_LARGE, SHARE_LARGE, SHARE_SMALL]
+    assert {c["weight"] for c in weighted["round"]["campaigns"].values()} == {1, 2}
+    assert urgent["round"]["campaigns"]["urgent"]["priority"] == "high"
     for round_ in rounds:
         for role, campaign in round_["campaigns"].items():
             assert (campaign["duplicates"], campaign["missing"], campaign["completed"]) == (0, 0, True), role
             assert campaign["emails_accepted"] == campaign["recipients"], role
             assert campaign["time_s"] is not None, role
+        # The limiter's key was written while they sent, and its units per recipient reported.
+        assert round_["limiter_key"] == "limiter#resend" and round_["limiter_writes"] > 0
+        assert round_["limiter_write_units_per_recipient"] > 0
 
     # The shares are of the emails accepted while all three had work queued: they add up to
     # 1, and Jain's index lies between 1/n (one campaign took everything) and 1 (even).
