@@ -7,9 +7,9 @@ read only when some value is missing from the environment.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
@@ -19,6 +19,8 @@ from sendonce.contract import ENV_PREFIX, Output, env_name
 from sendonce.domain.errors import SettingsError
 from sendonce.settings import ApiSettings, ConsumerSettings
 from sendonce.wiring import configured_paces, configured_rates
+
+V = TypeVar("V")
 
 DEFAULT_STACK = "Sendonce"
 
@@ -108,26 +110,26 @@ def sending_settings(session: Any, endpoints: Endpoints, environ: Mapping[str, s
         raise EndpointsError(f"cannot send or render as the consumer does: {exc}") from None
 
 
-class ConsumerRates(Mapping[str, float]):
-    """Each provider's rate as the consumer paces it (`sending_settings`), read when first looked
-    up: only creating a campaign with a max_rate looks one up, so no other command reads the
-    consumer function's settings (nor needs lambda:GetFunctionConfiguration)."""
+class _FromConsumer(Mapping[str, V]):
+    """A value per provider from the consumer function's settings, read when first looked up:
+    so no command that never looks one up reads them (nor needs lambda:GetFunctionConfiguration)."""
+
+    READ: Callable[[ConsumerSettings], dict[str, V]]
+    FAILS: str  # what cannot be known when they cannot be read
 
     def __init__(self, session: Any, endpoints: Endpoints, environ: Mapping[str, str]):
         self._where = (session, endpoints, environ)
-        self._rates: dict[str, float] | None = None
+        self._values: dict[str, V] | None = None
 
-    def _loaded(self) -> dict[str, float]:
-        if self._rates is None:
+    def _loaded(self) -> dict[str, V]:
+        if self._values is None:
             try:
-                self._rates = configured_rates(sending_settings(*self._where))
+                self._values = type(self).READ(sending_settings(*self._where))
             except EndpointsError as exc:
-                raise EndpointsError(
-                    f"max_rate: cannot read the rate the consumer paces each provider at ({exc})"
-                ) from None
-        return self._rates
+                raise EndpointsError(f"{self.FAILS} ({exc})") from None
+        return self._values
 
-    def __getitem__(self, provider: str) -> float:
+    def __getitem__(self, provider: str) -> V:
         return self._loaded()[provider]
 
     def __iter__(self) -> Iterator[str]:
@@ -137,32 +139,20 @@ class ConsumerRates(Mapping[str, float]):
         return len(self._loaded())
 
 
-class ConsumerPaces(Mapping[str, Pace]):
-    """Each provider's pace (rate and reserve) as the consumer is configured with it, read when
-    first looked up: only a view that finds a campaign sending now asks for the rate in force."""
+class ConsumerRates(_FromConsumer[float]):
+    """Each provider's rate as the consumer paces it: only creating a campaign with a max_rate
+    looks one up."""
 
-    def __init__(self, session: Any, endpoints: Endpoints, environ: Mapping[str, str]):
-        self._where = (session, endpoints, environ)
-        self._paces: dict[str, Pace] | None = None
+    READ = staticmethod(configured_rates)
+    FAILS = "max_rate: cannot read the rate the consumer paces each provider at"
 
-    def _loaded(self) -> dict[str, Pace]:
-        if self._paces is None:
-            try:
-                self._paces = configured_paces(sending_settings(*self._where))
-            except EndpointsError as exc:
-                raise EndpointsError(
-                    f"the rate in force: cannot read how the consumer paces each provider ({exc})"
-                ) from None
-        return self._paces
 
-    def __getitem__(self, provider: str) -> Pace:
-        return self._loaded()[provider]
+class ConsumerPaces(_FromConsumer[Pace]):
+    """Each provider's pace (rate and reserve): only a view that finds a campaign sending now
+    asks for the rate in force."""
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._loaded())
-
-    def __len__(self) -> int:
-        return len(self._loaded())
+    READ = staticmethod(configured_paces)
+    FAILS = "the rate in force: cannot read how the consumer paces each provider"
 
 
 def resolve_endpoints(session: Any, stack: str, environ: Mapping[str, str]) -> Endpoints:
