@@ -23,7 +23,7 @@ import jinja2
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from sendonce.domain.campaigns.report import FEEDBACK, OUTCOMES, CampaignReport, Mark, trouble
+from sendonce.domain.campaigns.report import FEEDBACK, OUTCOMES, Bucket, CampaignReport, Mark, trouble
 
 COLOURS = {
     "sent": "#2e7d32",
@@ -87,6 +87,10 @@ state <b data-figure="state">{{ r.status.state.value }}</b>{% if r.status.state_
 {% if r.marks %}<table id="marks"><thead><tr><th>when</th><th>move</th><th>by</th><th>why</th></tr></thead><tbody>
 {% for m in r.marks %}<tr><td>{{ when(m.at_ms) }}</td><td>{{ m.event }}</td><td>{{ m.by or "" }}</td><td>{{ m.reason or "" }}</td></tr>
 {% endfor %}</tbody></table>{% endif %}
+<h2>Rate beside the other campaigns sending at the time</h2>
+<div class="chart" id="rates"></div>
+{% if r.others_left_out %}<p class="note" id="others-left-out">{{ r.others_left_out }} more campaign{{ "s" if r.others_left_out > 1 else "" }}
+may have sent at the time too: not drawn (only the most recently created are).</p>{% endif %}
 <div class="row">
 <div><h2>Outcomes</h2><div class="chart" id="outcomes"></div></div>
 <div><h2>Duplicates prevented</h2><div class="chart" id="duplicates"></div></div>
@@ -217,6 +221,40 @@ def _mark_hover(mark: Mark) -> str:
     return f"{mark.event} by {mark.by or 'unknown'}" + (f": {mark.reason}" if mark.reason else "")
 
 
+def rates_figure(report: CampaignReport) -> go.Figure:
+    """Sends per minute (each bar's sends over its minutes) of this campaign, emphasised, and
+    of each other campaign that sent within its minutes, on the timeline's axis."""
+    per_minute = report.bucket_ms / 60_000
+    # Every bar of the span, for every line, at zero where a campaign sent nothing (a gap is
+    # no sends, not a line drawn across it); the others are folded on the timeline's bars.
+    starts = [b.start_ms for bs in (report.timeline, *report.others.values()) for b in bs]
+    grid = list(range(min(starts), max(starts) + 1, report.bucket_ms)) if starts else []
+    x = [_at(ms) for ms in grid]
+
+    def line(campaign_id: str, buckets: list[Bucket], *, own: bool) -> go.Scatter:
+        sent = {b.start_ms: b.counts.get("sent", 0) for b in buckets}
+        return go.Scatter(
+            x=x,
+            y=[sent.get(ms, 0) / per_minute for ms in grid],
+            name=f"{campaign_id} (this one)" if own else campaign_id,
+            mode="lines",
+            line={"width": 4, "color": COLOURS["sent"]} if own else {"width": 1.5, "dash": "dot"},
+        )
+
+    lines = [line(cid, buckets, own=False) for cid, buckets in report.others.items()]
+    # This campaign's line last, on top; alone it would only repeat the timeline.
+    figure = go.Figure(lines + [line(report.campaign_id, report.timeline, own=True)] if lines else [])
+    figure.update_layout(
+        _layout(xaxis={"type": "date", "range": time_range(report)}, yaxis={"title": "sent per minute"})
+    )
+    if not report.others:
+        nothing_to_draw(
+            figure,
+            "no other campaign sent at the same time" if report.timeline else "nothing sent yet: no rate to compare",
+        )
+    return figure
+
+
 def outcomes_figure(report: CampaignReport) -> go.Figure:
     outcomes = {k: v for k, v in report.outcomes.items() if v}
     figure = go.Figure(
@@ -311,6 +349,7 @@ def render(report: CampaignReport) -> str:
     """The page, as one string of HTML."""
     charts = {
         "timeline": timeline_figure(report),
+        "rates": rates_figure(report),
         "outcomes": outcomes_figure(report),
         "duplicates": duplicates_figure(report),
         "feedback": feedback_figure(report),

@@ -3,17 +3,23 @@
 Nothing here is per recipient. The report is assembled from the campaign's status (its
 counters), and from aggregates kept per minute and per recipient domain, so it costs the same
 at 1,000 and at 10,000,000 recipients; a timeline longer than MAX_POINTS buckets is folded
-into wider buckets (a week-long campaign is still at most MAX_POINTS bars).
+into wider buckets (a week-long campaign is still at most MAX_POINTS bars). Beside it, the
+sends of at most MAX_OTHERS other campaigns whose sending overlapped its own, chosen from the
+campaign listing (a Query per state on its index) and read through the same aggregates,
+clipped to its minutes.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from sendonce.domain.models import Campaign, CampaignState
 
 if TYPE_CHECKING:  # the counters' aggregator imports this module, and the service imports them
     from sendonce.domain.campaigns.service import CampaignService
@@ -24,6 +30,10 @@ MINUTE_MS = 60_000
 MAX_POINTS = 240  # bars on the timeline: readable on one screen at any campaign length
 MAX_DOMAINS = 12  # mailbox providers shown by name; the rest are summed as "other"
 OTHER_DOMAINS = "other"
+MAX_OTHERS = 8  # other campaigns drawn beside this one: the most recent; more is unreadable
+# A campaign that stopped (paused, cancelled, completed) can still end sends already under
+# way for a while after its last change: a consumer's lease outlives the move.
+STOP_SLACK_MS = 15 * MINUTE_MS
 
 # The outcomes a delivery ends as (docs/ledger.md), in the order the page stacks them.
 OUTCOMES = ("sent", "failed", "suppressed", "unknown", "dead_lettered", "cancelled")
@@ -94,6 +104,10 @@ class CampaignReport:
     engagement: Mapping[str, int] | None
     engagement_off_reason: str | None
     audit: AuditVerdict | None
+    # Other campaigns' sends within this one's minutes, folded like `timeline` (counts
+    # {"sent": n}), by campaign id; `others_left_out` overlapped too but are not drawn.
+    others: Mapping[str, list[Bucket]] = field(default_factory=dict)
+    others_left_out: int = 0
 
     @property
     def outcomes(self) -> dict[str, int]:
@@ -164,6 +178,8 @@ def build_report(
     aggregates: ReportAggregates,
     marks: Iterable[Mark] = (),
     audit: AuditVerdict | None = None,
+    others: Mapping[str, Iterable[Bucket]] | None = None,
+    others_left_out: int = 0,
     now_ms: int,
 ) -> CampaignReport:
     """The report of `campaign` (a domain Campaign) from its status and aggregates."""
@@ -192,12 +208,64 @@ def build_report(
         engagement=aggregates.engagement,
         engagement_off_reason=None if aggregates.engagement is not None else aggregates.engagement_off_reason,
         audit=audit,
+        others={cid: fold(buckets, width, origin=origin) for cid, buckets in (others or {}).items()},
+        others_left_out=others_left_out,
     )
+
+
+def sending_span(aggregates: ReportAggregates) -> tuple[int, int] | None:
+    """The first and last minute the campaign ended a delivery in; None before any."""
+    minutes = [b.start_ms for b in aggregates.outcomes_per_minute]
+    return (min(minutes), max(minutes)) if minutes else None
+
+
+def _ms(iso: str | None) -> int | None:
+    if not iso:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    return int((parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)).timestamp() * 1000)
+
+
+def could_send_within(campaign: Campaign, span: tuple[int, int]) -> bool:
+    """Whether the listed `campaign` may have sent during `span`, from its listing alone: not
+    before it was created, and, unless it is sending now, not long after its last change."""
+    if campaign.state in (CampaignState.DRAFT, CampaignState.SCHEDULED):
+        return False  # it has not started (a scheduled one that ran moved to sending)
+    created = _ms(campaign.created_at)
+    if created is not None and minute_of(created) > span[1]:
+        return False
+    changed = _ms(campaign.updated_at)
+    if campaign.state is CampaignState.SENDING or changed is None:
+        return True
+    return changed + STOP_SLACK_MS >= span[0]
+
+
+def overlapping(
+    campaigns: Iterable[Campaign], span: tuple[int, int], *, exclude: str, limit: int = MAX_OTHERS
+) -> tuple[list[Campaign], int]:
+    """The `limit` most recently created campaigns (other than `exclude`) that may have sent
+    within `span`, and how many more did."""
+    found = [c for c in campaigns if c.campaign_id != exclude and could_send_within(c, span)]
+    found.sort(key=lambda c: (_ms(c.created_at) or 0, c.campaign_id), reverse=True)
+    return found[:limit], max(0, len(found) - limit)
+
+
+def sent_within(aggregates: ReportAggregates, span: tuple[int, int]) -> list[Bucket]:
+    """A campaign's sends per minute within `span` (minutes it sent nothing are left out)."""
+    return [
+        Bucket(b.start_ms, {"sent": b.counts.get("sent", 0)})
+        for b in aggregates.outcomes_per_minute
+        if span[0] <= b.start_ms <= span[1] and b.counts.get("sent", 0)
+    ]
 
 
 class ReportService:
     """Assembles a campaign's report from its status and its aggregates: two reads whose
-    cost does not grow with the number of recipients."""
+    cost does not grow with the number of recipients; then, once it has sent, the campaign
+    listing and the aggregates of at most MAX_OTHERS others that sent at the same time."""
 
     def __init__(self, *, campaigns: CampaignService, aggregates: ReportAggregatesStore, clock: Any) -> None:
         self._campaigns = campaigns
@@ -206,12 +274,23 @@ class ReportService:
 
     def report(self, campaign_id: str) -> CampaignReport:
         campaign = self._campaigns.get(campaign_id)
+        aggregates = self._aggregates.aggregates(campaign_id)
+        others, left_out = self._others(campaign_id, sending_span(aggregates))
         return build_report(
             campaign=campaign,
             status=self._campaigns.status(campaign_id),
-            aggregates=self._aggregates.aggregates(campaign_id),
+            aggregates=aggregates,
+            others=others,
+            others_left_out=left_out,
             now_ms=self._clock(),
         )
+
+    def _others(self, campaign_id: str, span: tuple[int, int] | None) -> tuple[dict[str, list[Bucket]], int]:
+        if span is None:
+            return {}, 0
+        candidates, left_out = overlapping(self._campaigns.list_campaigns(), span, exclude=campaign_id)
+        others = {c.campaign_id: sent_within(self._aggregates.aggregates(c.campaign_id), span) for c in candidates}
+        return {cid: buckets for cid, buckets in others.items() if buckets}, left_out
 
 
 # --- Duplicates prevented: counted by the consumer, not the stream ---------------------------
