@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import re
@@ -335,3 +336,15 @@ class TestSendRecord(BaseModel):
     @property
     def sent(self) -> int:
         return sum(1 for o in self.outcomes if o.sent)
+
+
+def epoch_ms(iso: str | None) -> int | None:
+    """Milliseconds since the epoch of a record's ISO 8601 time (`created_at`, `updated_at`;
+    naive means UTC); None when absent or not a time."""
+    if not iso:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    return int((parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)).timestamp() * 1000)

@@ -31,7 +31,7 @@ from typing import Any
 
 from sendonce.domain.audit.records import ListedEmail, ProviderRecords
 from sendonce.domain.errors import SendonceError
-from sendonce.domain.models import Campaign, DeliveryRecord, DeliveryState
+from sendonce.domain.models import Campaign, DeliveryRecord, DeliveryState, epoch_ms
 from sendonce.domain.ports import CampaignStore, Ledger, LedgerEvents
 
 S = DeliveryState
@@ -131,18 +131,6 @@ def _iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
 
 
-def _ms(iso: str | None) -> int | None:
-    if not iso:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(iso)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return int(parsed.timestamp() * 1000)
-
-
 def _address(sender: str) -> str:
     """`News <news@example.com>` and `news@example.com` alike: the address, lower case."""
     found = re.search(r"<([^>]+)>", sender)
@@ -175,7 +163,7 @@ class CampaignAudit:
 
     def run(self, campaign_id: str, *, settle: bool = False) -> AuditResult:
         campaign = self._campaigns.get(campaign_id)
-        started = _ms(campaign.created_at)
+        started = epoch_ms(campaign.created_at)
         if started is None:
             raise AuditOutsideRetentionError(f"campaign {campaign_id!r} has no creation time to start an audit from")
         window_from = started - SKEW_MS
@@ -280,7 +268,7 @@ class CampaignAudit:
             result.duplicates[rid] = [e.email_id for e in mine]
             result.add(Verdict.DUPLICATE, rid)
             return
-        changed_ms = _ms(record.updated_at)
+        changed_ms = epoch_ms(record.updated_at)
         after_listing = changed_ms is not None and changed_ms + LATE_ACCEPTANCE_MS > result.listing_read_at_ms
         if record.state is S.SENT:
             if mine:

@@ -11,7 +11,6 @@ clipped to its minutes.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import zlib
 from collections import Counter
@@ -19,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sendonce.domain.models import Campaign, CampaignState
+from sendonce.domain.models import Campaign, CampaignState, epoch_ms
 
 if TYPE_CHECKING:  # the counters' aggregator imports this module, and the service imports them
     from sendonce.domain.campaigns.service import CampaignService
@@ -219,25 +218,15 @@ def sending_span(aggregates: ReportAggregates) -> tuple[int, int] | None:
     return (min(minutes), max(minutes)) if minutes else None
 
 
-def _ms(iso: str | None) -> int | None:
-    if not iso:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(iso)
-    except ValueError:
-        return None
-    return int((parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)).timestamp() * 1000)
-
-
 def could_send_within(campaign: Campaign, span: tuple[int, int]) -> bool:
     """Whether the listed `campaign` may have sent during `span`, from its listing alone: not
     before it was created, and, unless it is sending now, not long after its last change."""
     if campaign.state in (CampaignState.DRAFT, CampaignState.SCHEDULED):
         return False  # it has not started (a scheduled one that ran moved to sending)
-    created = _ms(campaign.created_at)
+    created = epoch_ms(campaign.created_at)
     if created is not None and minute_of(created) > span[1]:
         return False
-    changed = _ms(campaign.updated_at)
+    changed = epoch_ms(campaign.updated_at)
     if campaign.state is CampaignState.SENDING or changed is None:
         return True
     return changed + STOP_SLACK_MS >= span[0]
@@ -249,7 +238,7 @@ def overlapping(
     """The `limit` most recently created campaigns (other than `exclude`) that may have sent
     within `span`, and how many more did."""
     found = [c for c in campaigns if c.campaign_id != exclude and could_send_within(c, span)]
-    found.sort(key=lambda c: (_ms(c.created_at) or 0, c.campaign_id), reverse=True)
+    found.sort(key=lambda c: (epoch_ms(c.created_at) or 0, c.campaign_id), reverse=True)
     return found[:limit], max(0, len(found) - limit)
 
 
