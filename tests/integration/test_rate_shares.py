@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import boto3
 import pytest
@@ -55,13 +55,22 @@ class VirtualTime:
 
 
 def run_slots(
-    system, claimants: list[Claimant | None], *, rate: float, slots: int, stops: dict[str, int] | None = None
+    system,
+    claimants: list[Claimant | None],
+    *,
+    rate: float,
+    slots: int,
+    stops: dict[str, int] | None = None,
+    start: float | None = None,
+    reserve: float = 0.0,
+    dwell_ms: Mapping[str, int] | None = None,
 ) -> list[Counter[str]]:
     """Places per campaign in each of `slots` seconds: one consumer per claimant, each asking
     again SEND_S after every place, until the last slot ends (or, for a campaign in `stops`,
     until that slot starts: it paused)."""
-    time_ = VirtualTime(len(claimants), START)
-    end = START + slots
+    start = START if start is None else start
+    time_ = VirtualTime(len(claimants), start)
+    end = start + slots
     places: list[tuple[str, float]] = []
 
     def consume(k: int, claimant: Claimant | None) -> None:
@@ -69,17 +78,20 @@ def run_slots(
             client=boto3.client("dynamodb"),
             table_name=system.resources.campaigns_table,
             rates={"resend": rate},
+            reserve={"resend": reserve},
             chunk=4,
             clock=time_.clock(k),
             sleep=lambda seconds: time_.sleep(k, seconds),
         )
-        stop = START + (stops or {}).get(claimant.campaign_id if claimant else "-", slots)
+        name = claimant.campaign_id if claimant else "-"
+        stop = start + (stops or {}).get(name, slots)
         try:
             time_.sleep(k, 0)
             while time_.now[k] < stop:
-                if not limiter.acquire("resend", deadline=stop - 0.001, claimant=claimant):
+                dwell = (dwell_ms or {}).get(name)
+                if not limiter.acquire("resend", deadline=stop - 0.001, claimant=claimant, dwell_ms=dwell):
                     break  # no place before it stops
-                places.append((claimant.campaign_id if claimant else "-", time_.now[k]))
+                places.append((name, time_.now[k]))
                 time_.sleep(k, SEND_S)
         finally:
             time_.done(k)
@@ -91,8 +103,8 @@ def run_slots(
         thread.join(timeout=120)
     taken = [Counter[str]() for _ in range(slots)]
     for campaign, at in places:
-        if START <= at < end:
-            taken[int(at - START)][campaign] += 1
+        if start <= at < end:
+            taken[int(at - start)][campaign] += 1
     return taken
 
 

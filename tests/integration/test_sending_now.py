@@ -5,18 +5,16 @@ slot items, against moto's DynamoDB. The expected figures are the slot items' ow
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 
 import boto3
 import pytest
 
-from sendonce.adapters.dynamodb.rate_limiter import DynamoDBRateLimiter
 from sendonce.domain.models import Campaign, Content
 from sendonce.domain.sending.shares import Claimant
 from tests.integration.operator_helpers import as_json, json_lines, sendonce
-from tests.integration.test_rate_shares import VirtualTime
+from tests.integration.test_rate_shares import run_slots
 
 pytestmark = pytest.mark.integration
 
@@ -30,33 +28,7 @@ CONSUMER = {"SENDONCE_RESEND_REQUESTS_PER_SECOND": "10", "SENDONCE_RESEND_RATE_R
 
 def take_places(system, claimants: list[Claimant], *, start: float) -> None:
     """One consumer per claimant asking for a place every 10 ms for SLOTS seconds from `start`."""
-    time_ = VirtualTime(len(claimants), start)
-    stop = start + SLOTS
-
-    def consume(k: int, claimant: Claimant) -> None:
-        limiter = DynamoDBRateLimiter(
-            client=boto3.client("dynamodb"),
-            table_name=system.resources.campaigns_table,
-            rates={"resend": 10},
-            reserve={"resend": 1},
-            clock=time_.clock(k),
-            sleep=lambda seconds: time_.sleep(k, seconds),
-        )
-        try:
-            time_.sleep(k, 0)
-            while time_.now[k] < stop:
-                dwell = DWELL_MS[claimant.campaign_id]
-                if not limiter.acquire("resend", deadline=stop - 0.001, claimant=claimant, dwell_ms=dwell):
-                    break
-                time_.sleep(k, 0.01)
-        finally:
-            time_.done(k)
-
-    threads = [threading.Thread(target=consume, args=(k, c)) for k, c in enumerate(claimants)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    run_slots(system, claimants, rate=10, reserve=1, slots=SLOTS, start=start, dwell_ms=DWELL_MS)
 
 
 def raw_places(system) -> tuple[Counter[str], int]:
