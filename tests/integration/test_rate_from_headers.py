@@ -7,7 +7,8 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from sendonce.adapters.dynamodb.rate_limiter import STATE_TTL_S, DynamoDBRateLimiter
+from sendonce.adapters.dynamodb.limiter_state import STATE_TTL_S
+from sendonce.adapters.dynamodb.rate_limiter import DynamoDBRateLimiter
 from sendonce.adapters.providers.resend.sender import RateLimitHeaders, ResendProvider
 from sendonce.domain.errors import RetryableProviderError
 from sendonce.domain.models import OutboundEmail

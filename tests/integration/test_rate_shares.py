@@ -15,6 +15,7 @@ import pytest
 
 from sendonce.adapters.dynamodb.rate_limiter import DynamoDBRateLimiter
 from sendonce.domain.sending.shares import Claimant
+from sendonce_local.write_units import WriteUnitAccountant
 
 pytestmark = pytest.mark.integration
 
@@ -64,43 +65,54 @@ def run_slots(
     start: float | None = None,
     reserve: float = 0.0,
     dwell_ms: Mapping[str, int] | None = None,
+    threads: int = 1,
+    send_s: float | None = None,
+    client=None,
 ) -> list[Counter[str]]:
-    """Places per campaign in each of `slots` seconds: one consumer per claimant, each asking
-    again SEND_S after every place, until the last slot ends (or, for a campaign in `stops`,
-    until that slot starts: it paused)."""
+    """Places per campaign in each of `slots` seconds: one consumer per claimant (`threads`
+    threads sharing its limiter, as a Lambda instance's send threads do), each thread asking
+    again `send_s` after every place, until the last slot ends (or, for a campaign in
+    `stops`, until that slot starts: it paused)."""
     start = START if start is None else start
-    time_ = VirtualTime(len(claimants), start)
+    send_s = SEND_S if send_s is None else send_s
+    time_ = VirtualTime(len(claimants) * threads, start)
     end = start + slots
     places: list[tuple[str, float]] = []
+    index = threading.local()
 
-    def consume(k: int, claimant: Claimant | None) -> None:
+    def consumer(k: int, claimant: Claimant | None) -> list[threading.Thread]:
         limiter = DynamoDBRateLimiter(
-            client=boto3.client("dynamodb"),
+            client=client or boto3.client("dynamodb"),
             table_name=system.resources.campaigns_table,
             rates={"resend": rate},
             reserve={"resend": reserve},
             chunk=4,
-            clock=time_.clock(k),
-            sleep=lambda seconds: time_.sleep(k, seconds),
+            clock=lambda: time_.now[index.k],
+            sleep=lambda seconds: time_.sleep(index.k, seconds),
         )
         name = claimant.campaign_id if claimant else "-"
         stop = start + (stops or {}).get(name, slots)
-        try:
-            time_.sleep(k, 0)
-            while time_.now[k] < stop:
-                dwell = (dwell_ms or {}).get(name)
-                if not limiter.acquire("resend", deadline=stop - 0.001, claimant=claimant, dwell_ms=dwell):
-                    break  # no place before it stops
-                places.append((name, time_.now[k]))
-                time_.sleep(k, SEND_S)
-        finally:
-            time_.done(k)
 
-    threads = [threading.Thread(target=consume, args=(k, c)) for k, c in enumerate(claimants)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+        def thread(j: int) -> None:
+            index.k = j
+            try:
+                time_.sleep(j, 0)
+                while time_.now[j] < stop:
+                    dwell = (dwell_ms or {}).get(name)
+                    if not limiter.acquire("resend", deadline=stop - 0.001, claimant=claimant, dwell_ms=dwell):
+                        break  # no place before it stops
+                    places.append((name, time_.now[j]))
+                    time_.sleep(j, send_s)
+            finally:
+                time_.done(j)
+
+        return [threading.Thread(target=thread, args=(k * threads + t,)) for t in range(threads)]
+
+    workers = [worker for k, c in enumerate(claimants) for worker in consumer(k, c)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
     taken = [Counter[str]() for _ in range(slots)]
     for campaign, at in places:
         if start <= at < end:
@@ -184,6 +196,23 @@ def test_sends_without_a_campaign_stay_within_the_total_rate(system):
     slots = run_slots(system, [Claimant("c"), None], rate=6, slots=8)
     assert all(sum(got.values()) <= 6 for got in slots)
     assert total(slots)["c"] > 0 and total(slots)["-"] > 0
+
+
+def test_a_consumer_with_many_threads_reserves_a_second_of_places_in_one_write(system):
+    # Two Lambda instances of 8 send threads each, 40 ms a send (200 a second each), two
+    # campaigns at 300 a second: the rate binds. Each instance asks for as many places as it
+    # used in the last second, so the limiter's key takes far under the scale rule's 0.1
+    # write units a send: 0.02 (4 places a reservation took 0.29).
+    client = boto3.client("dynamodb")
+    accountant = WriteUnitAccountant(boto3.client("dynamodb"))
+    accountant.attach(client)
+    slots = run_slots(system, [Claimant("a"), Claimant("b")], rate=300, slots=6, threads=8, send_s=0.04, client=client)
+
+    steady = total(slots[1:])
+    assert steady["a"] + steady["b"] >= 0.9 * 300 * 5 and abs(steady["a"] - steady["b"]) <= 0.1 * steady["a"]
+    assert all(sum(got.values()) <= 300 for got in slots)
+    (limiter,) = [k for k in accountant.hottest(n=None) if k.partition == "limiter#resend"]
+    assert limiter.units / sum(total(slots).values()) <= 0.03, (limiter, total(slots))
 
 
 def test_the_slot_item_says_who_is_sending_how_and_how_long_their_messages_waited(system):

@@ -1,16 +1,13 @@
 """A send-rate limit shared by every concurrent consumer, kept in the campaigns table.
 
-Time is cut into one-second slots; a consumer reserves a few sends in the current slot
-with one conditional `ADD` (the slot's count may not pass the rate) and waits for the
-next slot when the current one is full. The count returned tells the consumer which
-places in the slot it holds; place i is used at slot start + i / rate, so sends are
-paced evenly through the second rather than bunched at its start. A place whose time has
-passed is used no sooner than 1 / rate after the last place this consumer used, whichever
-of its threads holds it, so a consumer that fell behind does not catch up in a burst; for
-a provider paced with a reserve at 50/s or less, a place more than a quarter of 1 / rate
-late is dropped instead, so places of different consumers never meet either. A provider's
-"slow down" (429) lowers the shared rate for everyone (multiplicative decrease); it
-recovers additively while no further 429 arrives.
+Time is cut into one-second slots; a consumer reserves sends in the current slot with one
+conditional `ADD` (the slot's count may not pass the rate) and waits for the next slot when
+the current one is full. The count returned tells the consumer which places in the slot it
+holds, and `domain/sending/pacing.py` when to use each. A reservation asks for as many
+places as the consumer used in the last second, doubling while it runs out: one write a
+second covers a steady consumer however fast it sends, and a refused write answers with
+what is left. A provider's "slow down" (429) lowers the shared rate for everyone
+(multiplicative decrease); it recovers additively while no further 429 arrives.
 
 A provider that states its limit (Resend's `ratelimit-limit` on every answer) teaches it
 to every consumer: the learned limit replaces the configured one, shared through the
@@ -35,8 +32,7 @@ campaign asks nothing: within `PRESENCE_S` its share is the others'.
                                                         per campaign: n#<id> places taken,
                                                         w#<id> how it shares, d#<id> the
                                                         dwell of its latest message (ms)
-    pk = limiter#<provider>, sk = state                 throttle factor and when it was cut;
-                                                        the learned limit and when it was seen
+    pk = limiter#<provider>, sk = state                 see limiter_state.py
 """
 
 from __future__ import annotations
@@ -51,12 +47,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from sendonce.adapters.dynamodb.limiter_state import LimiterState
+from sendonce.domain.sending.pacing import indexed_times, spread_times
 from sendonce.domain.sending.shares import Claimant, divide, places_in_slot
 
-DECREASE = 0.7  # factor kept after each provider 429
-RECOVERY_PER_SECOND = 0.05  # factor regained per second without a 429
-MIN_FACTOR = 0.1
-STATE_TTL_S = 2.0  # how long a consumer trusts its copy of the shared factor
 SLOT_RETENTION_S = 3600
 # A campaign seen in a slot this recently is sending: its share is kept for it. Every
 # sending campaign writes to the slot at least once a second (a place, or its presence).
@@ -70,19 +64,15 @@ SHARE_SPENT = -1
 # Below this rate (a place is worth 20 ms or more) late places are dropped for a provider
 # with a reserve; above it dropping them would burn a reservation per few places.
 STRICT_SPACING_MAX_RATE = 50.0
-
-
-@dataclass(frozen=True)
-class _SharedState:
-    factor: float  # the throttle factor, recovered to now
-    limit: float | None  # the limit the provider stated, if any consumer has seen one
-    read_at: float
+RESERVE_TRIES = 3  # writes a reservation may take: each refusal says what is left
 
 
 @dataclass
 class _Allowance:
     slot: int = -1
     times: list[float] | None = None  # when each reserved place may be used
+    used: int = 0  # places used in the slot
+    asked: int = 0  # places the last reservation asked for
 
 
 class DynamoDBRateLimiter:
@@ -113,21 +103,27 @@ class DynamoDBRateLimiter:
         self._looked_back: dict[str, int] = {}  # provider -> the slot whose previous one was read
         # (provider, campaign) -> (slot, late part?) where its places ran out
         self._share_spent: dict[tuple[str, str], tuple[int, bool]] = {}
-        self._state: dict[str, _SharedState] = {}  # provider -> the state item as last read
+        self._state = LimiterState(client=client, table_name=table_name, clock=clock)
         self._full: dict[str, int] = {}  # provider -> a slot this process saw full
         self._hold_until: dict[str, float] = {}  # provider -> no send before (its window is spent)
-        self._cursor: dict[str, float] = {}  # provider -> the earliest time for this consumer's next place
-        self.requests = 0
+        # provider (indexed places) or (provider, campaign) -> the earliest time for the next place
+        self._cursor: dict[Any, float] = {}
+        self._requests = 0
+
+    @property
+    def requests(self) -> int:
+        """DynamoDB requests this limiter made."""
+        return self._requests + self._state.requests
 
     def limit(self, provider: str) -> float:
         """The provider's limit: the one it stated (learned by any consumer), else the configured one."""
-        return self._shared_state(provider).limit or self._rates[provider]
+        return self._state.read(provider).limit or self._rates[provider]
 
     def rate(self, provider: str) -> float:
         """The rate in force now: the limit less the reserve, times the shared throttle factor."""
         limit = self.limit(provider)
         paced = max(limit - self._reserved.get(provider, 0.0), limit / 2)
-        return paced * self._shared_state(provider).factor
+        return paced * self._state.read(provider).factor
 
     def shares(self, provider: str, claimant: Claimant) -> dict[str, float]:
         """Each campaign's rate now, as this process sees who is sending (itself included)."""
@@ -164,53 +160,7 @@ class DynamoDBRateLimiter:
                 # Shares bind in a slot's first part; its rest is for whoever still asks
                 # (work-conserving: places a campaign seen a moment ago leaves are not lost).
                 phase = (slot, now - slot >= SHARES_BIND_S)
-                allowance = self._allowance.setdefault(own, _Allowance())
-                at = None
-                granted, first = 0, 0
-                if allowance.slot == slot and allowance.times:
-                    at = allowance.times.pop(0)
-                elif self._full.get(provider) != slot and self._share_spent.get(own) != phase:
-                    rate = self.rate(provider)
-                    capacity = max(1, math.floor(rate))
-                    want = max(1, min(self._chunk, capacity))
-                    mine = None
-                    if claimant is not None:
-                        self._look_back(provider, slot)
-                        mine = self._places(provider, claimant, slot, late=phase[1])
-                        want = min(want, mine)
-                    if want > 0:
-                        granted, first = self._reserve(provider, slot, want, capacity, claimant, mine, dwell_ms)
-                        if first == SHARE_SPENT:
-                            self._share_spent[own] = phase
-                    elif claimant is not None:  # its share gives it no place in this part of the slot
-                        self._present(provider, slot, claimant, dwell_ms)
-                        self._share_spent[own] = phase
-                    if granted:
-                        # A place whose time has passed is spent no sooner than 1/rate after
-                        # the previous one this consumer spent, whichever thread holds it (no
-                        # catch-up burst), and never after its slot ends.
-                        # Against a provider that counts a sliding second (one with a reserve)
-                        # at a low rate, a place more than a quarter of 1/rate late is dropped
-                        # instead: shifted places of two consumers would meet in a burst.
-                        strict = self._reserved.get(provider, 0.0) > 0 and rate <= STRICT_SPACING_MAX_RATE
-                        times, cursor = [], max(now, self._cursor.get(provider, 0.0))
-                        for i in range(granted):
-                            place = slot + (first + i) / rate
-                            if strict and place < now - 0.25 / rate:
-                                continue
-                            at_i = max(place, cursor)
-                            if at_i >= slot + 1:
-                                break
-                            times.append(at_i)
-                            cursor = at_i + 1 / rate
-                        self._cursor[provider] = cursor
-                        if times:
-                            at = times.pop(0)
-                        self._allowance[own] = _Allowance(slot=slot, times=times)
-                    elif want > 0 and self._share_spent.get(own) != phase:
-                        self._full[provider] = slot  # other threads here wait without asking
-                        if claimant is not None:  # refused, but sending: the others leave it its share
-                            self._present(provider, slot, claimant, dwell_ms)
+                at = self._next_place(provider, own, claimant, phase, now, dwell_ms)
             if at is not None:
                 if deadline is not None and at > deadline:
                     return False
@@ -227,6 +177,75 @@ class DynamoDBRateLimiter:
                 return False
             self._sleep(max(0.0, wait))
 
+    def _next_place(
+        self,
+        provider: str,
+        own: tuple[str, str],
+        claimant: Claimant | None,
+        phase: tuple[int, bool],
+        now: float,
+        dwell_ms: int | None,
+    ) -> float | None:
+        """When this consumer may use its next place (the lock held): one it holds, else one
+        it reserves now; None when the slot, or the campaign's share of this part of it, is
+        spent."""
+        slot = phase[0]
+        allowance = self._allowance.setdefault(own, _Allowance())
+        if allowance.slot == slot and allowance.times:
+            allowance.used += 1
+            return allowance.times.pop(0)
+        if self._full.get(provider) == slot or self._share_spent.get(own) == phase:
+            return None
+        rate = self.rate(provider)
+        capacity = max(1, math.floor(rate))
+        want = self._want(allowance, slot, capacity)
+        mine = None
+        if claimant is not None:
+            self._look_back(provider, slot)
+            mine = self._places(provider, claimant, slot, late=phase[1])
+            want = min(want, mine)
+            if want <= 0:  # its share gives it no place in this part of the slot
+                self._share_spent[own] = phase
+                self._present(provider, slot, claimant, dwell_ms)
+                return None
+        granted, first = self._reserve(provider, slot, want, capacity, claimant, mine, dwell_ms)
+        if not granted:
+            if first == SHARE_SPENT:
+                self._share_spent[own] = phase
+            else:
+                self._full[provider] = slot  # other threads here wait without asking
+                if claimant is not None:  # refused, but sending: the others leave it its share
+                    self._present(provider, slot, claimant, dwell_ms)
+            return None
+        if self._reserved.get(provider, 0.0) > 0 and rate <= STRICT_SPACING_MAX_RATE:
+            times, self._cursor[provider] = indexed_times(
+                slot=slot, first=first, count=granted, rate=rate, now=now, cursor=self._cursor.get(provider, 0.0)
+            )
+        else:
+            times, self._cursor[own] = spread_times(
+                slot=slot,
+                count=granted,
+                now=now,
+                cursor=self._cursor.get(own, 0.0),
+                spacing=1 / rate,
+            )
+        at = times.pop(0) if times else None
+        used = (allowance.used if allowance.slot == slot else 0) + (at is not None)
+        self._allowance[own] = _Allowance(slot=slot, times=times, used=used, asked=want)
+        return at
+
+    def _want(self, allowance: _Allowance, slot: int, capacity: int) -> int:
+        """How many places to ask for: as many as this consumer used in the last second (at
+        least `chunk`); twice its last ask when its places in this second ran out. One
+        reservation a second covers a steady consumer, however fast it sends."""
+        if allowance.slot == slot:
+            want = 2 * allowance.asked
+        elif allowance.slot == slot - 1:
+            want = max(self._chunk, allowance.used)
+        else:
+            want = self._chunk
+        return max(1, min(want, capacity))
+
     def _places(self, provider: str, claimant: Claimant, slot: int, *, late: bool) -> int:
         """The claimant's places in the slot: its share of the rate among the campaigns
         sending now; late in the slot, among those that asked in this slot only."""
@@ -242,7 +261,7 @@ class DynamoDBRateLimiter:
         """The campaigns that asked in this slot (its item, read once late in the slot)."""
         if self._slot_read.get(provider) != slot:
             self._slot_read[provider] = slot
-            self.requests += 1
+            self._requests += 1
             item = self._client.get_item(
                 TableName=self._table,
                 Key={"pk": {"S": f"limiter#{provider}"}, "sk": {"S": f"slot#{slot}"}},
@@ -289,60 +308,85 @@ class DynamoDBRateLimiter:
         dwell_ms: int | None = None,
     ) -> tuple[int, int]:
         """Reserve up to `want` places in the slot, within the campaign's `mine` places there
-        when a claimant asks: (how many, index of the first); (0, SHARE_SPENT) when the slot
-        has room but the campaign's places in it are taken."""
-        for n in (want, 1) if want > 1 else (1,):
-            self.requests += 1
-            update = "ADD used :n SET expires_at = :exp"
-            condition = "(attribute_not_exists(used) OR used <= :room)"
-            names: dict[str, str] = {}
-            values = {
-                ":n": {"N": str(n)},
-                ":room": {"N": str(capacity - n)},
-                ":exp": {"N": str(slot + SLOT_RETENTION_S)},
-            }
-            if claimant is not None:
-                update = "ADD used :n, #mine :n SET expires_at = :exp, #who = :who"
-                names = self._names(claimant)
-                values[":who"] = {"S": claimant.encode()}
-                if mine is not None:
-                    condition += " AND (attribute_not_exists(#mine) OR #mine <= :myroom)"
-                    values[":myroom"] = {"N": str(mine - n)}
-                if dwell_ms is not None:
-                    update += ", #dwell = :dwell"
-                    values[":dwell"] = {"N": str(max(0, int(dwell_ms)))}
-                else:
-                    names.pop("#dwell")
-            request: dict[str, Any] = {
-                "TableName": self._table,
-                "Key": {"pk": {"S": f"limiter#{provider}"}, "sk": {"S": f"slot#{slot}"}},
-                "UpdateExpression": update,
-                "ConditionExpression": condition,
-                "ExpressionAttributeValues": values,
-                "ReturnValues": "ALL_NEW" if claimant is not None else "UPDATED_NEW",
-            }
-            if names:
-                request["ExpressionAttributeNames"] = names
-            if claimant is not None:
-                request["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        when a claimant asks: (how many, index of the first). A refused write answers with
+        the item as it was, so the next try asks for exactly what is left (at most
+        `RESERVE_TRIES` writes); (0, SHARE_SPENT) when the slot has room but the campaign's
+        places in it are taken, (0, 0) when it is full."""
+        n = want
+        for _ in range(RESERVE_TRIES):
+            self._requests += 1
             try:
-                response = self._client.update_item(**request)
-                if claimant is not None:
-                    self._learn(provider, response["Attributes"], slot=slot)
-                return n, int(response["Attributes"]["used"]["N"]) - n
+                response = self._client.update_item(
+                    **self._reservation(provider, slot, n, capacity, claimant, mine, dwell_ms)
+                )
             except ClientError as exc:
                 if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
                     raise
+                item = exc.response.get("Item")
+                if item is None:  # no item in the answer: ask for one place
+                    n = 1
+                    continue
                 if claimant is not None:
-                    item = exc.response.get("Item") or {}
                     self._learn(provider, item, slot=slot)
-                    full = int(item.get("used", {}).get("N", "0")) > capacity - 1
-                    if not full and mine is not None:
-                        # The slot has room, this campaign's share of it does not.
-                        mine_now = int(item.get(f"{COUNT_PREFIX}{claimant.campaign_id}", {}).get("N", "0"))
-                        if mine_now + 1 > mine:
-                            return 0, SHARE_SPENT
+                room = capacity - int(item.get("used", {}).get("N", "0"))
+                if room <= 0:
+                    return 0, 0
+                if claimant is not None and mine is not None:
+                    room_mine = mine - int(item.get(COUNT_PREFIX + claimant.campaign_id, {}).get("N", "0"))
+                    if room_mine <= 0:
+                        return 0, SHARE_SPENT
+                    room = min(room, room_mine)
+                n = min(n, room)
+                continue
+            if claimant is not None:
+                self._learn(provider, response["Attributes"], slot=slot)
+            return n, int(response["Attributes"]["used"]["N"]) - n
         return 0, 0
+
+    def _reservation(
+        self,
+        provider: str,
+        slot: int,
+        n: int,
+        capacity: int,
+        claimant: Claimant | None,
+        mine: int | None,
+        dwell_ms: int | None,
+    ) -> dict[str, Any]:
+        """The conditional `ADD` of `n` places: within the slot's capacity and, for a
+        claimant, within its campaign's `mine` places; a claimant also says it is sending."""
+        update = "ADD used :n SET expires_at = :exp"
+        condition = "(attribute_not_exists(used) OR used <= :room)"
+        names: dict[str, str] = {}
+        values = {
+            ":n": {"N": str(n)},
+            ":room": {"N": str(capacity - n)},
+            ":exp": {"N": str(slot + SLOT_RETENTION_S)},
+        }
+        if claimant is not None:
+            update = "ADD used :n, #mine :n SET expires_at = :exp, #who = :who"
+            names = self._names(claimant)
+            values[":who"] = {"S": claimant.encode()}
+            if mine is not None:
+                condition += " AND (attribute_not_exists(#mine) OR #mine <= :myroom)"
+                values[":myroom"] = {"N": str(mine - n)}
+            if dwell_ms is not None:
+                update += ", #dwell = :dwell"
+                values[":dwell"] = {"N": str(max(0, int(dwell_ms)))}
+            else:
+                names.pop("#dwell")
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": {"pk": {"S": f"limiter#{provider}"}, "sk": {"S": f"slot#{slot}"}},
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+            "ReturnValues": "ALL_NEW" if claimant is not None else "UPDATED_NEW",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if names:
+            request["ExpressionAttributeNames"] = names
+        return request
 
     @staticmethod
     def _names(claimant: Claimant) -> dict[str, str]:
@@ -350,8 +394,12 @@ class DynamoDBRateLimiter:
         return {"#mine": COUNT_PREFIX + cid, "#who": CLAIMANT_PREFIX + cid, "#dwell": DWELL_PREFIX + cid}
 
     def _present(self, provider: str, slot: int, claimant: Claimant, dwell_ms: int | None) -> None:
-        """A campaign whose share gives it no place in this slot says it is sending (no place)."""
-        self.requests += 1
+        """A campaign whose share gives it no place in this slot says it is sending (no place),
+        unless the slot already says so (any consumer of it wrote there)."""
+        seen = self._this_slot.get(provider)
+        if seen is not None and seen[0] == slot and claimant.campaign_id in seen[1]:
+            return
+        self._requests += 1
         names = self._names(claimant)
         update = "SET expires_at = :exp, #who = :who"
         values = {":exp": {"N": str(slot + SLOT_RETENTION_S)}, ":who": {"S": claimant.encode()}}
@@ -377,7 +425,7 @@ class DynamoDBRateLimiter:
         if self._looked_back.get(provider) == slot:
             return
         self._looked_back[provider] = slot
-        self.requests += 1
+        self._requests += 1
         item = self._client.get_item(
             TableName=self._table, Key={"pk": {"S": f"limiter#{provider}"}, "sk": {"S": f"slot#{slot - 1}"}}
         ).get("Item")
@@ -405,43 +453,18 @@ class DynamoDBRateLimiter:
         """The provider said "too fast": lower the shared rate for every consumer."""
         if provider not in self._rates:
             return
-        now = self._clock()
-        state = self._shared_state(provider)
-        factor = max(MIN_FACTOR, state.factor * DECREASE)
-        self.requests += 1
-        # SET, not a put: the learned limit on the same item stays.
-        self._client.update_item(
-            TableName=self._table,
-            Key=self._state_key(provider),
-            UpdateExpression="SET #factor = :f, cut_at = :t",
-            ExpressionAttributeNames={"#factor": "factor"},
-            ExpressionAttributeValues={":f": {"N": f"{factor:.4f}"}, ":t": {"N": f"{now:.3f}"}},
-        )
+        self._state.cut(provider)
         with self._lock:
-            self._state[provider] = _SharedState(factor=factor, limit=state.limit, read_at=now)
             self._drop_allowances(provider)  # places reserved at the old rate are dropped
 
     def observed_limit(self, provider: str, limit_per_s: float) -> None:
         """The provider stated its limit (e.g. Resend's `ratelimit-limit`): use it from now
-        on, here at once and in every consumer at its next state read. Written only when it
-        differs from what this consumer last knew, so a steady limit costs no request."""
+        on, here at once and in every consumer at its next state read."""
         if provider not in self._rates or not limit_per_s or limit_per_s <= 0:
             return
-        state = self._shared_state(provider)
-        if state.limit == limit_per_s:
-            return
-        now = self._clock()
-        self.requests += 1
-        self._client.update_item(
-            TableName=self._table,
-            Key=self._state_key(provider),
-            UpdateExpression="SET #limit = :l, limit_seen_at = :t",
-            ExpressionAttributeNames={"#limit": "limit"},
-            ExpressionAttributeValues={":l": {"N": f"{limit_per_s:g}"}, ":t": {"N": f"{now:.3f}"}},
-        )
-        with self._lock:
-            self._state[provider] = _SharedState(factor=state.factor, limit=limit_per_s, read_at=state.read_at)
-            self._drop_allowances(provider)
+        if self._state.learn(provider, limit_per_s):
+            with self._lock:
+                self._drop_allowances(provider)
 
     def exhausted(self, provider: str, *, reset_s: float) -> None:
         """The provider said none is left in its window (remaining 0), which resets in
@@ -457,23 +480,3 @@ class DynamoDBRateLimiter:
     def _drop_allowances(self, provider: str) -> None:
         for own in [own for own in self._allowance if own[0] == provider]:
             del self._allowance[own]
-
-    @staticmethod
-    def _state_key(provider: str) -> dict[str, Any]:
-        return {"pk": {"S": f"limiter#{provider}"}, "sk": {"S": "state"}}
-
-    def _shared_state(self, provider: str) -> _SharedState:
-        now = self._clock()
-        cached = self._state.get(provider)
-        if cached and now - cached.read_at < STATE_TTL_S:
-            return cached
-        self.requests += 1
-        item = self._client.get_item(TableName=self._table, Key=self._state_key(provider)).get("Item") or {}
-        factor = 1.0
-        if "factor" in item:
-            cut = float(item["factor"]["N"])
-            factor = min(1.0, cut + RECOVERY_PER_SECOND * max(0.0, now - float(item["cut_at"]["N"])))
-        limit = float(item["limit"]["N"]) if "limit" in item else None
-        state = _SharedState(factor=factor, limit=limit, read_at=now)
-        self._state[provider] = state
-        return state
