@@ -16,7 +16,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 unexport PYTHONDONTWRITEBYTECODE
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: venv npm setup contracts lint test test-slow test-unit test-integration test-infra test-wheel test-chaos verify demo report-screenshot bench bench-scale bench-fair clean
+.PHONY: venv npm setup contracts lint test test-slow test-unit test-integration test-infra test-wheel test-chaos verify demo report-screenshot bench bench-scale bench-fair bench-limiter clean
 
 # --no-compile: Python compiles what is imported when it is first imported; byte-compiling
 # every installed package was most of the install's CPU (the wheel test measured 120 s -> 44 s).
@@ -127,6 +127,10 @@ bench-scale: $(STAMP)
 # one, and equal shares of four, through the stack deployed into moto (~15 min; see docs/fairness.md).
 bench-fair: $(STAMP)
 	$(BIN)/python -m bench.fair $(BENCH_FAIR_ARGS)
+
+# The shared limiter's key, write units per send from 5 to 10,000 sends/s (virtual time, ~2 min).
+bench-limiter: $(STAMP)
+	$(BIN)/python -m bench.limiter $(BENCH_LIMITER_ARGS)
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache

@@ -6,122 +6,22 @@ No timed assertion: time is the fake clock's."""
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
 
 import boto3
 import pytest
 
 from sendonce.adapters.dynamodb.rate_limiter import DynamoDBRateLimiter
 from sendonce.domain.sending.shares import Claimant
+from sendonce_local.limiter_run import run_consumers
 from sendonce_local.write_units import WriteUnitAccountant
 
 pytestmark = pytest.mark.integration
 
 
-class VirtualTime:
-    """Consumers as threads on one virtual timeline: one runs at a time, and a consumer's
-    sleep hands the turn to whichever consumer wakes first (ties: the lower index). So their
-    requests reach DynamoDB in the order of their times, as concurrent consumers' would."""
-
-    def __init__(self, count: int, start: float):
-        self.now = [start + k * 0.001 for k in range(count)]
-        self._count = count
-        self._cond = threading.Condition()
-        self._wake: dict[int, float] = {}
-        self._turn: int | None = None
-
-    def clock(self, k: int) -> Callable[[], float]:
-        return lambda: self.now[k]
-
-    def sleep(self, k: int, seconds: float) -> None:
-        with self._cond:
-            self._wake[k] = self.now[k] + max(0.0, seconds)
-            self._next()
-            self._cond.wait_for(lambda: self._turn == k)
-            self.now[k] = self._wake.pop(k)
-
-    def done(self, k: int) -> None:
-        with self._cond:
-            self._count -= 1
-            self._next()
-
-    def _next(self) -> None:
-        if len(self._wake) >= self._count and self._wake:
-            self._turn = min(self._wake, key=lambda j: (self._wake[j], j))
-        else:
-            self._turn = None
-        self._cond.notify_all()
-
-
-def run_slots(
-    system,
-    claimants: list[Claimant | None],
-    *,
-    rate: float,
-    slots: int,
-    stops: dict[str, int] | None = None,
-    start: float | None = None,
-    reserve: float = 0.0,
-    dwell_ms: Mapping[str, int] | None = None,
-    threads: int = 1,
-    send_s: float | None = None,
-    client=None,
-) -> list[Counter[str]]:
-    """Places per campaign in each of `slots` seconds: one consumer per claimant (`threads`
-    threads sharing its limiter, as a Lambda instance's send threads do), each thread asking
-    again `send_s` after every place, until the last slot ends (or, for a campaign in
-    `stops`, until that slot starts: it paused)."""
-    start = START if start is None else start
-    send_s = SEND_S if send_s is None else send_s
-    time_ = VirtualTime(len(claimants) * threads, start)
-    end = start + slots
-    places: list[tuple[str, float]] = []
-    index = threading.local()
-
-    def consumer(k: int, claimant: Claimant | None) -> list[threading.Thread]:
-        limiter = DynamoDBRateLimiter(
-            client=client or boto3.client("dynamodb"),
-            table_name=system.resources.campaigns_table,
-            rates={"resend": rate},
-            reserve={"resend": reserve},
-            chunk=4,
-            clock=lambda: time_.now[index.k],
-            sleep=lambda seconds: time_.sleep(index.k, seconds),
-        )
-        name = claimant.campaign_id if claimant else "-"
-        stop = start + (stops or {}).get(name, slots)
-
-        def thread(j: int) -> None:
-            index.k = j
-            try:
-                time_.sleep(j, 0)
-                while time_.now[j] < stop:
-                    dwell = (dwell_ms or {}).get(name)
-                    if not limiter.acquire("resend", deadline=stop - 0.001, claimant=claimant, dwell_ms=dwell):
-                        break  # no place before it stops
-                    places.append((name, time_.now[j]))
-                    time_.sleep(j, send_s)
-            finally:
-                time_.done(j)
-
-        return [threading.Thread(target=thread, args=(k * threads + t,)) for t in range(threads)]
-
-    workers = [worker for k, c in enumerate(claimants) for worker in consumer(k, c)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=120)
-    taken = [Counter[str]() for _ in range(slots)]
-    for campaign, at in places:
-        if start <= at < end:
-            taken[int(at - start)][campaign] += 1
-    return taken
-
-
-START = 2_000_000_000.0
-SEND_S = 0.01  # a consumer's time between a place and its next ask
+def run_slots(system, claimants: list[Claimant | None], *, client=None, **options) -> list[Counter[str]]:
+    """`run_consumers` on the system's campaigns table (options: its keyword arguments)."""
+    return run_consumers(client or boto3.client("dynamodb"), system.resources.campaigns_table, claimants, **options)
 
 
 def total(slots: list[Counter[str]]) -> Counter[str]:
@@ -213,6 +113,23 @@ def test_a_consumer_with_many_threads_reserves_a_second_of_places_in_one_write(s
     assert all(sum(got.values()) <= 300 for got in slots)
     (limiter,) = [k for k in accountant.hottest(n=None) if k.partition == "limiter#resend"]
     assert limiter.units / sum(total(slots).values()) <= 0.03, (limiter, total(slots))
+
+
+def test_a_share_the_slot_item_showed_spent_is_not_asked_for_again_in_that_slot(system):
+    # Resend's 5/s less one in reserve, six instances of one thread for four campaigns (two
+    # campaigns have two instances): each second an instance whose campaign's place its
+    # sibling took learns it from the refused write's answer, and does not ask again in the
+    # slot's second part. 1.6 writes a send; 2.7 when it asked again.
+    client = boto3.client("dynamodb")
+    accountant = WriteUnitAccountant(boto3.client("dynamodb"))
+    accountant.attach(client)
+    claimants: list[Claimant | None] = [Claimant(f"c{k % 4}") for k in range(6)]
+    slots = run_slots(system, claimants, rate=5, reserve=1, slots=10, send_s=0.2, client=client)
+
+    sends = sum(total(slots).values())
+    assert sends >= 36 and all(sum(got.values()) <= 4 for got in slots)
+    (limiter,) = [k for k in accountant.hottest(n=None) if k.partition == "limiter#resend"]
+    assert limiter.writes / sends <= 2.0, (limiter, sends)
 
 
 def test_the_slot_item_says_who_is_sending_how_and_how_long_their_messages_waited(system):

@@ -20,13 +20,12 @@ place in reserve the window never fills from our own sends, so an answer with re
 names (`exhausted`).
 
 Campaigns sending at once share the rate (domain/sending/shares.py): a consumer asks for
-places *for a campaign* (a `Claimant`), and the same conditional `ADD` that takes places in
-the slot adds them to the campaign's own count there, which may not pass the campaign's
-places in that slot. Who is sending right now is what the slot items say: each reservation
-returns the slot item, and a consumer's first in a second reads the previous second's; the
-claimants found there this process remembers for `PRESENCE_S`; a campaign whose share gives it no place in a slot, or that finds the slot
-full, still says it is there (one write, no place), so the others leave it its share. A paused or finished
-campaign asks nothing: within `PRESENCE_S` its share is the others'.
+places *for a campaign* (a `Claimant`); the same `ADD` adds them to the campaign's count in
+the slot, which may not pass its places there. Who is sending is what the slot items say
+(each reservation returns its item; a consumer's first in a second reads the previous
+one's), remembered for `PRESENCE_S`. A campaign with no place in a slot, or that finds it
+full, still says it is there (one write, unless the slot already says so). A paused or
+finished campaign asks nothing: within `PRESENCE_S` its share is the others'.
 
     pk = limiter#<provider>, sk = slot#<epoch second>   reserved sends in that second;
                                                         per campaign: n#<id> places taken,
@@ -99,6 +98,9 @@ class DynamoDBRateLimiter:
         # provider -> campaign -> (how it shares, when a slot last showed it sending)
         self._seen: dict[str, dict[str, tuple[Claimant, float]]] = {}
         self._this_slot: dict[str, tuple[int, dict[str, Claimant]]] = {}  # provider -> who asked in that slot
+        # provider -> (slot, places taken in it, per campaign) as its item last said: a count
+        # only grows within a slot, so a share or a slot seen spent is spent without asking
+        self._taken: dict[str, tuple[int, int, dict[str, int]]] = {}
         self._slot_read: dict[str, int] = {}  # provider -> the slot read late in it
         self._looked_back: dict[str, int] = {}  # provider -> the slot whose previous one was read
         # (provider, campaign) -> (slot, late part?) where its places ran out
@@ -208,6 +210,16 @@ class DynamoDBRateLimiter:
                 self._share_spent[own] = phase
                 self._present(provider, slot, claimant, dwell_ms)
                 return None
+        taken = self._taken.get(provider)
+        if taken is not None and taken[0] == slot:
+            if claimant is not None and mine is not None and taken[2].get(claimant.campaign_id, 0) >= mine:
+                self._share_spent[own] = phase
+                return None
+            if taken[1] >= capacity:
+                self._full[provider] = slot
+                if claimant is not None:
+                    self._present(provider, slot, claimant, dwell_ms)
+                return None
         granted, first = self._reserve(provider, slot, want, capacity, claimant, mine, dwell_ms)
         if not granted:
             if first == SHARE_SPENT:
@@ -307,11 +319,9 @@ class DynamoDBRateLimiter:
         mine: int | None = None,
         dwell_ms: int | None = None,
     ) -> tuple[int, int]:
-        """Reserve up to `want` places in the slot, within the campaign's `mine` places there
-        when a claimant asks: (how many, index of the first). A refused write answers with
-        the item as it was, so the next try asks for exactly what is left (at most
-        `RESERVE_TRIES` writes); (0, SHARE_SPENT) when the slot has room but the campaign's
-        places in it are taken, (0, 0) when it is full."""
+        """Up to `want` places in the slot, within a claimant's `mine`: (how many, index of the
+        first); (0, SHARE_SPENT) when the campaign's places are taken, (0, 0) when the slot is
+        full. A refused write answers with the item, so the next asks for what is left."""
         n = want
         for _ in range(RESERVE_TRIES):
             self._requests += 1
@@ -353,8 +363,7 @@ class DynamoDBRateLimiter:
         mine: int | None,
         dwell_ms: int | None,
     ) -> dict[str, Any]:
-        """The conditional `ADD` of `n` places: within the slot's capacity and, for a
-        claimant, within its campaign's `mine` places; a claimant also says it is sending."""
+        """The conditional `ADD` of `n` places (within `mine` for a claimant, who says it sends)."""
         update = "ADD used :n SET expires_at = :exp"
         condition = "(attribute_not_exists(used) OR used <= :room)"
         names: dict[str, str] = {}
@@ -440,6 +449,16 @@ class DynamoDBRateLimiter:
         current = self._this_slot.get(provider)
         if slot is not None and (current is None or current[0] != slot):
             current = self._this_slot[provider] = (slot, {})
+        if slot is not None:
+            taken = self._taken.get(provider)
+            if taken is None or taken[0] != slot:
+                taken = self._taken[provider] = (slot, 0, {})
+            counts = dict(taken[2])
+            for name, value in item.items():
+                if name.startswith(COUNT_PREFIX):
+                    cid = name.removeprefix(COUNT_PREFIX)
+                    counts[cid] = max(counts.get(cid, 0), int(value["N"]))
+            self._taken[provider] = (slot, max(taken[1], int(item.get("used", {}).get("N", "0"))), counts)
         for name, value in item.items():
             if name.startswith(CLAIMANT_PREFIX):
                 cid = name.removeprefix(CLAIMANT_PREFIX)
@@ -478,5 +497,4 @@ class DynamoDBRateLimiter:
                 self._drop_allowances(provider)
 
     def _drop_allowances(self, provider: str) -> None:
-        for own in [own for own in self._allowance if own[0] == provider]:
-            del self._allowance[own]
+        self._allowance = {own: held for own, held in self._allowance.items() if own[0] != provider}
