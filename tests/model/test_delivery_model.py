@@ -781,3 +781,21 @@ def test_a_publisher_that_ends_first_leaves_the_lease_to_the_one_still_streaming
     assert state.store.get("c1").state is CampaignState.COMPLETED
     assert not {k: n for k, n in state.provider.accepted.items() if n > 1}
     state.teardown()
+
+
+def test_a_closed_rig_leaves_moto_no_table_and_no_copy_of_one():
+    """Each example's rig dropped its tables, but moto kept every copy a transaction made to
+    roll back (its `BaseModel` tracks every instance): a deep run grew past 20 GB and was
+    killed. A closed rig leaves none."""
+    from moto.dynamodb.models.table import Table
+
+    client = boto3.client("dynamodb")
+    rig = Rig(client, provider="resend", mode="batch", clock=Clock(1_800_000_000_000), recipients=4)
+    rig.operator.publish("c1", rig.people, batch_size=2)
+    rig.drain()
+    tables = set(rig.stream_tables)
+    assert len(Table.instances_tracked) > len(tables)  # the transactions' copies
+
+    rig.close()
+    assert not tables & set(client.list_tables()["TableNames"])
+    assert Table.instances_tracked == []

@@ -516,9 +516,15 @@ class Rig:
                 return
 
     def close(self) -> None:
-        """Drops this rig's tables: moto keeps every table, with its stream, until the process ends."""
+        """Drops this rig's tables, and moto's record of every model instance it made: moto
+        keeps every table until the process ends, and every copy of one, too (a transaction
+        deep-copies its tables to roll back; `BaseModel` tracks each copy for its dashboard),
+        so a deep run grew past 20 GB."""
+        from moto.core.model_instances import reset_model_data
+
         for table in self.stream_tables:
             self._client.delete_table(TableName=table)
+        reset_model_data()
 
     def aggregate(self, *, limit: int | None = None, crash_after: int | None = None) -> int:
         """The counters' aggregator on each table's stream (moto's backend, in process): the
