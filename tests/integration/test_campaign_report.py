@@ -34,7 +34,9 @@ from tests.integration.operator_helpers import sendonce
 pytestmark = pytest.mark.integration
 
 T0 = 1_764_633_600_000
-CHARTS = ("timeline", "outcomes", "duplicates", "feedback", "unknowns")
+CHARTS = ("timeline", "rates", "outcomes", "duplicates", "feedback", "unknowns")
+# What a drawn chart has in it: bars or slices, or (the rates) lines
+MARKS = {"rates": "g.trace.scatter path.js-line"}
 
 
 def million_recipient_report():
@@ -74,6 +76,11 @@ def million_recipient_report():
         status=status,
         aggregates=aggregates,
         marks=[Mark(T0 + 600 * MINUTE_MS, "pause", "brakes"), Mark(T0 + 700 * MINUTE_MS, "resume")],
+        # two campaigns that sent beside it, for part of its minutes
+        others={
+            "news": [Bucket(T0 + i * MINUTE_MS, {"sent": 200}) for i in range(300, 900)],
+            "alert": [Bucket(T0 + i * MINUTE_MS, {"sent": 90 + i % 20}) for i in range(1200, 1260)],
+        },
         audit=AuditVerdict(T0 + 2100 * MINUTE_MS, "0 duplicates, every difference explained", 0, 2),
         now_ms=T0 + 2200 * MINUTE_MS,
     )
@@ -107,7 +114,7 @@ def test_a_million_recipient_report_draws_every_chart_offline_without_a_console_
     # Then each chart is drawn: an SVG with marks in it, in more than a handful of colours
     for chart in CHARTS:
         element = page.page.locator(f"#{chart}")
-        assert element.locator("g.point, g.slice").count() > 0, chart
+        assert element.locator(MARKS.get(chart, "g.point, g.slice")).count() > 0, chart
         assert colours_in(element.screenshot()) > 20, f"{chart} looks blank"
     # ... the timeline folds 2,000 minutes into at most MAX_POINTS bars per outcome (not one
     # point per recipient, nor per minute), marking the pause and the resume
@@ -115,6 +122,9 @@ def test_a_million_recipient_report_draws_every_chart_offline_without_a_console_
     assert bars.count() == len(OUTCOMES)
     assert 0 < page.page.locator("#timeline g.trace.bars").first.locator("g.point").count() <= MAX_POINTS
     assert {"pause", "resume"} <= set(page.page.locator("#timeline .annotation-text").all_text_contents())
+    # ... the rates draw this campaign beside the two others, one line each, named
+    assert page.page.locator("#rates g.trace.scatter").count() == 3
+    assert set(page.page.locator("#rates .legendtext").all_text_contents()) == {"news", "alert", "big (this one)"}
     # ... the campaign's name is shown as text, not markup
     assert page.page.locator("h1").text_content() == "Winter sale <b>"
     assert "Not shown" in page.page.locator("#engagement").text_content()
