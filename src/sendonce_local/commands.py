@@ -9,6 +9,7 @@ Lambda handlers nor this tooling.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import signal
 import sys
@@ -19,6 +20,13 @@ import click
 from sendonce.settings import ConsumerSettings
 from sendonce_local.demo.run import demo
 from sendonce_ops.cli_context import Cli, pass_cli
+
+# The `local` extra. Without it these commands are listed as unavailable and say what to
+# install, rather than failing part way with an import error (looked up, not imported: the
+# CDK library takes seconds to import, and `sendonce --help` lists these commands).
+_MISSING = [name for name in ("moto", "aws_cdk", "cdk_nag", "plotly") if importlib.util.find_spec(name) is None]
+if _MISSING:
+    raise ImportError(f"not installed: {', '.join(_MISSING)}")
 
 __all__ = ["demo", "local"]
 

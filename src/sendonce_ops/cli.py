@@ -78,8 +78,8 @@ def _unavailable(name: str, error: ImportError) -> click.Command:
             traceback.print_exception(error)
         fail(
             ExitCode.UNEXPECTED,
-            f"error: `sendonce {name}` is unavailable: {reason}. It needs sendonce's runtime dependencies "
-            "(moto[server], aws-cdk-lib, constructs, cdk-nag): reinstall with `pip install sendonce`, not --no-deps.",
+            f"error: `sendonce {name}` is unavailable: {reason}. It needs the local tooling's dependencies "
+            "(moto[server], aws-cdk-lib, constructs, cdk-nag, plotly): `pip install 'sendonce[local]'`.",
         )
 
     return unavailable

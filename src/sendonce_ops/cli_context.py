@@ -9,7 +9,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, NoReturn
 
 import boto3
 import click
@@ -160,7 +160,7 @@ def classify(exc: Exception) -> tuple[ExitCode, str]:
     return ExitCode.UNEXPECTED, f"unexpected error: {type(exc).__name__}: {exc} (SENDONCE_DEBUG=1 shows the traceback)"
 
 
-def fail(code: ExitCode, message: str) -> None:
+def fail(code: ExitCode, message: str) -> NoReturn:
     click.echo(message, err=True)
     raise click.exceptions.Exit(int(code))
 

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from sendonce.wiring import campaign_reports
+from sendonce_ops.cli_context import ExitCode, fail
 
 
 @click.command("report")
@@ -25,7 +26,13 @@ from sendonce.wiring import campaign_reports
 @click.pass_obj
 def campaign_report(obj: Any, campaign_id: str, out: Path | None) -> None:
     """Write the campaign's report: one self-contained HTML page (opens with no network)."""
-    from sendonce_ops.report_page import write  # plotly: loaded for this command only
+    try:
+        from sendonce_ops.report_page import write  # plotly: loaded for this command only
+    except ImportError as error:
+        fail(
+            ExitCode.UNEXPECTED,
+            f"error: `sendonce campaign report` needs plotly ({error}): `pip install 'sendonce[report]'`.",
+        )
 
     report = campaign_reports(obj.endpoints.api_settings()).report(campaign_id)
     path = write(report, out or Path(f"{campaign_id}-report.html"))

@@ -1,7 +1,8 @@
 """The wheel on its own: built from the sources, installed into a fresh venv, with no
 checkout of this repository on the way.
 
-- `pip install <wheel>` gives a working `sendonce` CLI, and `[cdk]` still resolves;
+- `pip install <wheel>` gives the `sendonce` CLI and the client without the CDK, jsii, moto
+  or plotly, and `[cdk,local]` adds the construct and the local tooling;
 - someone else's CDK app (tests/infra/foreign_app/app.py, copied to a temporary
   directory) synthesizes `SendOnce` next to its own producer function under cdk-nag,
   bundling the Lambda code from the installed `sendonce` package;
@@ -37,11 +38,25 @@ PUBLISH_ROUTES = {"POST/campaigns", "POST/campaigns/*/publish", "GET/campaigns/*
 
 
 @dataclass(frozen=True)
+class Base:
+    distributions: set[str]  # normalised names
+    megabytes: float  # the venv's site-packages
+    help: subprocess.CompletedProcess[str]
+    client: subprocess.CompletedProcess[str]  # `import sendonce_client`
+    report: subprocess.CompletedProcess[str]  # `sendonce campaign report x`: needs the report extra
+    demo: subprocess.CompletedProcess[str]  # `sendonce demo`: needs the local extra
+
+
+HEAVY = {"aws-cdk-lib", "jsii", "constructs", "cdk-nag", "moto", "plotly"}
+
+
+@dataclass(frozen=True)
 class Installed:
     root: Path
     venv: Path
     env: dict[str, str]
-    help: subprocess.CompletedProcess[str]  # `sendonce --help` right after `pip install <wheel>`
+    base: Base  # what `pip install <wheel>` alone gave, before the extras
+    help: subprocess.CompletedProcess[str]  # `sendonce --help` with the extras installed
     timings: dict[str, float]
 
     def run(self, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -95,27 +110,50 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
         subprocess.run([*pip, str(wheel)], env=env, cwd=root, capture_output=True, text=True, timeout=600, check=False)
     )
     timings["install"] = time.monotonic() - started
-    help_result = subprocess.run(
-        [str(venv / "bin" / "sendonce"), "--help"],
-        env=env,
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(args, env=env, cwd=root, capture_output=True, text=True, timeout=120, check=False)
+
+    python, sendonce = str(venv / "bin" / "python"), str(venv / "bin" / "sendonce")
+    listed = _checked(run(python, "-m", "pip", "list", "--format=json"))
+    (site_packages,) = (venv / "lib").glob("python*/site-packages")
+    base = Base(
+        distributions={d["name"].lower().replace("_", "-") for d in json.loads(listed.stdout)},
+        megabytes=sum(f.stat().st_size for f in site_packages.rglob("*") if f.is_file()) / 1e6,
+        help=run(sendonce, "--help"),
+        client=run(python, "-c", "import sendonce_client; print(sendonce_client.__name__)"),
+        report=run(sendonce, "campaign", "report", "c1"),
+        demo=run(sendonce, "demo"),
     )
 
+    # Then the extras: the construct (someone else's CDK app) and the local tooling (the demo)
     started = time.monotonic()
     _checked(
         subprocess.run(
-            [*pip, f"{wheel}[cdk]"], env=env, cwd=root, capture_output=True, text=True, timeout=600, check=False
+            [*pip, f"{wheel}[cdk,local]"], env=env, cwd=root, capture_output=True, text=True, timeout=600, check=False
         )
     )
-    timings["install_cdk"] = time.monotonic() - started
-    return Installed(root=root, venv=venv, env=env, help=help_result, timings=timings)
+    timings["install_extras"] = time.monotonic() - started
+    return Installed(root=root, venv=venv, env=env, base=base, help=run(sendonce, "--help"), timings=timings)
 
 
 # The install is this test's setup: a hang guard for a loaded machine, not a time budget.
+@pytest.mark.timeout(600)
+def test_the_base_install_holds_the_cli_and_the_client_and_nothing_heavy(installed: Installed) -> None:
+    base = installed.base
+    print(f"wheel base install: {base.megabytes:.0f} MB of site-packages, {len(base.distributions)} distributions")
+    assert not HEAVY & base.distributions, sorted(HEAVY & base.distributions)
+    assert _checked(base.client).stdout.strip() == "sendonce_client"
+    help_text = _checked(base.help).stdout
+    assert help_text.startswith("Usage: sendonce") and "\n  campaign " in help_text
+    # the local commands say what they need; a report says which extra draws it
+    assert "(unavailable:" in help_text
+    assert base.report.returncode == 1 and "pip install 'sendonce[report]'" in base.report.stderr
+    assert base.demo.returncode == 1 and "not installed: moto, aws_cdk, cdk_nag, plotly" in base.demo.stderr
+    assert "pip install 'sendonce[local]'" in base.demo.stderr
+    assert "Traceback" not in base.report.stderr + base.demo.stderr
+
+
 @pytest.mark.timeout(600)
 def test_pip_install_gives_a_working_cli(installed: Installed) -> None:
     result = _checked(installed.help)

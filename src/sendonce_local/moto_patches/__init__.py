@@ -55,8 +55,9 @@ from sendonce_local.moto_patches.replacing import PatchFunction, recorder, undo
 from sendonce_local.moto_patches.replacing import Replace as Replace  # re-exported: a patch's signature
 from sendonce_local.moto_patches.sqs_fairness import receives_serve_quiet_groups_first
 
-# constraints.txt pins the same version: update the two together, after checking each
-# patch in this package against the new moto (tests/integration/moto_patches/ helps).
+# constraints.txt and the `local` extra (pyproject.toml) pin the same version: update them
+# together, after checking each patch in this package against the new moto
+# (tests/integration/moto_patches/ helps).
 MOTO_VERSION = "5.2.5"
 
 
