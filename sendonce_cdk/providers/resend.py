@@ -5,15 +5,12 @@ its descriptor (POST /webhooks/resend)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sendonce.adapters.providers.descriptor import Provider
 from sendonce.adapters.providers.resend.provider import CAPABILITIES, PROVIDER
 from sendonce_cdk.context_values import number
-from sendonce_cdk.providers.base import ProviderStack, SecretNeed
-
-if TYPE_CHECKING:
-    from sendonce_cdk.config import SendonceConfig
+from sendonce_cdk.providers.base import ProviderConfig, ProviderStack, SecretNeed
 
 
 @dataclass(frozen=True)
@@ -43,7 +40,7 @@ class ResendStack(ProviderStack):
             ),
         }
 
-    def standing_consumer_settings(self, config: SendonceConfig) -> dict[str, str]:
+    def standing_consumer_settings(self, config: ProviderConfig) -> dict[str, str]:
         return {"requests_per_second": f"{config.provider_value('resend_requests_per_second'):g}"}
 
 

@@ -17,11 +17,9 @@ from aws_cdk import aws_ses as ses
 
 from sendonce.adapters.providers.descriptor import Provider
 from sendonce.adapters.providers.ses.provider import EVENT_SOURCE, PROVIDER
-from sendonce_cdk.providers.base import ProviderStack
+from sendonce_cdk.providers.base import MailConstruct, ProviderConfig, ProviderStack
 
 if TYPE_CHECKING:
-    from sendonce_cdk.config import SendonceConfig
-    from sendonce_cdk.construct import SendOnce
     from sendonce_cdk.provider_events import ProviderEvents
 
 CONFIGURATION_SET_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -48,7 +46,7 @@ SES_DETAIL_TYPES = (
 )
 
 
-def configuration_set_name(config: SendonceConfig) -> str | None:
+def configuration_set_name(config: ProviderConfig) -> str | None:
     """The SES configuration set the stack creates and every SES send names (SES only)."""
     if PROVIDER.name not in config.providers:
         return None
@@ -66,20 +64,20 @@ class SesStack(ProviderStack):
         raw = value("ses_configuration_set")
         return {"ses_configuration_set": None if raw is None else str(raw)}
 
-    def problems(self, config: SendonceConfig) -> list[str]:
+    def problems(self, config: ProviderConfig) -> list[str]:
         name = config.provider_value("ses_configuration_set")
         if name is not None and not CONFIGURATION_SET_NAME.fullmatch(name):
             return ["ses_configuration_set must be 1-64 letters, digits, '-' or '_'"]
         return []
 
-    def standing_consumer_settings(self, config: SendonceConfig) -> dict[str, str]:
+    def standing_consumer_settings(self, config: ProviderConfig) -> dict[str, str]:
         # The send rate every concurrent consumer shares (a DynamoDB-paced limiter).
         return {"send_rate": f"{config.send_rate:g}"}
 
-    def consumer_settings(self, config: SendonceConfig) -> dict[str, str]:
+    def consumer_settings(self, config: ProviderConfig) -> dict[str, str]:
         return {"configuration_set": str(configuration_set_name(config))}
 
-    def grant_consumer(self, mail: SendOnce, function: lambda_.IFunction) -> None:
+    def grant_consumer(self, mail: MailConstruct, function: lambda_.IFunction) -> None:
         stack = cdk.Stack.of(mail)
         resources = [
             stack.format_arn(service="ses", resource="identity", resource_name=mail.config.sender_domain),
@@ -98,7 +96,7 @@ class SesStack(ProviderStack):
             iam.PolicyStatement(sid="ReadSendQuota", actions=["ses:GetAccount"], resources=["*"])
         )
 
-    def add_event_sources(self, scope: ProviderEvents, config: SendonceConfig) -> None:
+    def add_event_sources(self, scope: ProviderEvents, config: ProviderConfig) -> None:
         name = configuration_set_name(config)
         default_bus = events.EventBus.from_event_bus_name(scope, "DefaultBus", "default")
         scope.configuration_set = ses.ConfigurationSet(scope, "ConfigurationSet", configuration_set_name=name)
@@ -128,7 +126,7 @@ class SesStack(ProviderStack):
             ],
         )
 
-    def acknowledge(self, mail: SendOnce) -> None:
+    def acknowledge(self, mail: MailConstruct) -> None:
         cdk.Validations.of(mail.consumer_parts.role).acknowledge(
             cdk.Acknowledgment(
                 id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",

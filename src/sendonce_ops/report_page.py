@@ -23,7 +23,8 @@ import jinja2
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from sendonce.domain.campaigns.report import FEEDBACK, OUTCOMES, Bucket, CampaignReport, Mark, trouble
+from sendonce.domain.campaigns.report import CampaignReport, trouble
+from sendonce.domain.campaigns.report_data import FEEDBACK, OUTCOMES, Bucket, Mark
 
 COLOURS = {
     "sent": "#2e7d32",

@@ -13,8 +13,8 @@ import pytest
 from PIL import Image
 
 from sendonce.adapters.dynamodb.report_aggregates import DynamoDBReportAggregates, increment_updates
-from sendonce.domain.campaigns.report import (
-    MAX_POINTS,
+from sendonce.domain.campaigns.report import MAX_POINTS, ReportService, build_report
+from sendonce.domain.campaigns.report_data import (
     MINUTE_MS,
     OUTCOMES,
     AuditVerdict,
@@ -22,8 +22,6 @@ from sendonce.domain.campaigns.report import (
     LedgerChange,
     Mark,
     ReportAggregates,
-    ReportService,
-    build_report,
     increments_of,
 )
 from sendonce.domain.campaigns.service import DeliveryStatus

@@ -8,17 +8,13 @@ from types import SimpleNamespace
 from sendonce.domain.campaigns.report import (
     MAX_DOMAINS,
     MAX_POINTS,
-    MINUTE_MS,
     OTHER_DOMAINS,
-    Bucket,
-    LedgerChange,
-    ReportAggregates,
     bucket_width,
     build_report,
     fold,
-    increments_of,
     top_domains,
 )
+from sendonce.domain.campaigns.report_data import MINUTE_MS, Bucket, LedgerChange, ReportAggregates, increments_of
 from sendonce.domain.campaigns.service import DeliveryStatus
 from sendonce.domain.models import CampaignState
 
@@ -112,7 +108,7 @@ def test_the_report_takes_its_figures_from_the_status_and_says_when_tracking_is_
 
 def test_a_batch_with_too_many_domains_or_minutes_fits_one_transaction_with_the_same_totals():
     from sendonce.adapters.dynamodb.report_aggregates import fit, item_count
-    from sendonce.domain.campaigns.report import ReportIncrements
+    from sendonce.domain.campaigns.report_data import ReportIncrements
 
     increments = ReportIncrements()
     for i in range(300):  # 300 minutes (an aggregator catching up after hours) and 300 domains
@@ -168,7 +164,7 @@ def test_the_aggregators_report_writes_spread_over_keys_of_their_own():
     from collections import Counter
 
     from sendonce.adapters.dynamodb.report_aggregates import aggregator_writer, increment_updates, partitions
-    from sendonce.domain.campaigns.report import ReportIncrements
+    from sendonce.domain.campaigns.report_data import ReportIncrements
 
     writers = Counter(aggregator_writer(f"ledger#c1#{k}") for k in range(256))
     # Dealt, not hashed: each of the 64 keys gets exactly 4 of the 256 ledger shards (a hash

@@ -1,5 +1,6 @@
 """The layering rules of docs/architecture.md, read from the source (every import statement,
-module level or inside a function; `if TYPE_CHECKING:` blocks excepted).
+module level, inside a function or in an `if TYPE_CHECKING:` block: a type-only import is
+still a dependency a reader follows, and it closes a cycle as any other does).
 
 - the domain imports no SDK (boto3, botocore, resend), no Powertools, no `os`, and nothing
   of sendonce outside the domain;
@@ -55,23 +56,10 @@ def first_party_modules() -> dict[str, Path]:
     return modules
 
 
-def _type_checking_only(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.If) and _type_checking_only(node):
-            stack.extend(node.orelse)
-            continue
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node
-        stack.extend(ast.iter_child_nodes(node))
 
 
 def imports_of(name: str, source: str, modules: set[str], *, is_package: bool = False) -> list[Import]:
@@ -247,9 +235,14 @@ def test_the_checker_reports_each_breach(importer, source, rule):
     assert len(found) == 1 and rule in found[0]
 
 
-def test_the_checker_ignores_type_checking_imports():
+def test_the_checker_reads_type_checking_imports():
     source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import boto3\n"
-    assert violations(imports_of("sendonce.domain.x", source, MODULES)) == []
+    assert len(violations(imports_of("sendonce.domain.x", source, MODULES))) == 1
+    # ... and a type-only import closes a cycle as any other does
+    imports = imports_of("a", "import b", MODULES) + imports_of(
+        "b", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from a import Thing\n", MODULES
+    )
+    assert cycles(imports, MODULES) == [["a", "b"]]
 
 
 def test_the_checker_finds_a_cycle():

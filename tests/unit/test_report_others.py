@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from sendonce.domain.campaigns.report import MAX_OTHERS, MINUTE_MS, Bucket, ReportAggregates, ReportService
+from sendonce.domain.campaigns.report import MAX_OTHERS, ReportService
+from sendonce.domain.campaigns.report_data import MINUTE_MS, Bucket, ReportAggregates
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.models import Campaign, CampaignState, Content
 from sendonce_ops.report_page import render

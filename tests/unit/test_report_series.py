@@ -10,12 +10,12 @@ import pytest
 
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import AUTOMATIC_HALT, CampaignEvent
-from sendonce.domain.campaigns.report import (
+from sendonce.domain.campaigns.report import build_report
+from sendonce.domain.campaigns.report_data import (
     MINUTE_MS,
     PREVENTED_WRITERS,
     Mark,
     ReportAggregates,
-    build_report,
     minute_of,
     prevented_writer,
 )

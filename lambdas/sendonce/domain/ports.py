@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sendonce.domain.campaigns.report_data import ReportAggregates, ReportIncrements
 from sendonce.domain.models import (
     BatchMessage,
     Campaign,
@@ -37,8 +38,7 @@ from sendonce.domain.models import (
 from sendonce.domain.sending.protocol import Event
 from sendonce.domain.sending.shares import Claimant
 
-if TYPE_CHECKING:  # report.py reads the service's DeliveryStatus, which reads these ports
-    from sendonce.domain.campaigns.report import ReportAggregates, ReportIncrements
+if TYPE_CHECKING:
     from sendonce.domain.jobs.models import Job
 
 
@@ -245,7 +245,7 @@ class CampaignStore(Protocol):
         `publishing_until_ms` sets the shared publish lease (what completion waits for) and,
         with `holder`, that publisher's own lease to the same instant.
         With `mark` (the event's name), the change also leaves a mark for the campaign's
-        report (report.Mark: when, by whom, why), one small item of its own.
+        report (report_data.Mark: when, by whom, why), one small item of its own.
         Callers go through lifecycle.apply (domain/campaigns/lifecycle.py), which reads the transition table."""
         ...
 

@@ -32,9 +32,9 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sendonce.domain.campaigns.report import (
+from sendonce.domain.campaigns.report import OTHER_DOMAINS
+from sendonce.domain.campaigns.report_data import (
     MINUTE_MS,
-    OTHER_DOMAINS,
     Bucket,
     Mark,
     ReportAggregates,

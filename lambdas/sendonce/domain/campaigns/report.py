@@ -12,20 +12,25 @@ clipped to its minutes.
 from __future__ import annotations
 
 import math
-import zlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from sendonce.domain.campaigns.report_data import (
+    MINUTE_MS,
+    AuditVerdict,
+    Bucket,
+    Mark,
+    ReportAggregates,
+    minute_of,
+)
 from sendonce.domain.models import Campaign, CampaignState, epoch_ms
 
-if TYPE_CHECKING:  # the counters' aggregator imports this module, and the service imports them
-    from sendonce.domain.campaigns.service import CampaignService
+if TYPE_CHECKING:
     from sendonce.domain.campaigns.status import DeliveryStatus
     from sendonce.domain.ports import ReportAggregatesStore
 
-MINUTE_MS = 60_000
 MAX_POINTS = 240  # bars on the timeline: readable on one screen at any campaign length
 MAX_DOMAINS = 12  # mailbox providers shown by name; the rest are summed as "other"
 OTHER_DOMAINS = "other"
@@ -33,56 +38,6 @@ MAX_OTHERS = 8  # other campaigns drawn beside this one: the most recent; more i
 # A campaign that stopped (paused, cancelled, completed) can still end sends already under
 # way for a while after its last change: a consumer's lease outlives the move.
 STOP_SLACK_MS = 15 * MINUTE_MS
-
-# The outcomes a delivery ends as (docs/ledger.md), in the order the page stacks them.
-OUTCOMES = ("sent", "failed", "suppressed", "unknown", "dead_lettered", "cancelled")
-# The provider events drawn per mailbox provider.
-FEEDBACK = ("delivered", "bounced", "complained")
-
-
-@dataclass(frozen=True)
-class Bucket:
-    """Counts of one period starting at `start_ms` (UTC epoch ms), by name."""
-
-    start_ms: int
-    counts: Mapping[str, int]
-
-
-@dataclass(frozen=True)
-class Mark:
-    """A lifecycle move marked on the timeline (a pause, resume, cancel, brake, start...):
-    when, which event, who took it (an operator, or sendonce on its own) and why. Written
-    beside each transition (lifecycle.apply), one small item each."""
-
-    at_ms: int
-    event: str
-    reason: str | None = None
-    by: str | None = None
-
-
-@dataclass(frozen=True)
-class AuditVerdict:
-    """The latest audit against the provider's records (sendonce campaign audit)."""
-
-    at_ms: int
-    verdict: str  # e.g. "0 duplicates, every difference explained"
-    duplicates: int
-    differences: int
-
-
-@dataclass(frozen=True)
-class ReportAggregates:
-    """What the campaign's aggregates hold beyond its status."""
-
-    outcomes_per_minute: list[Bucket] = field(default_factory=list)
-    duplicates_prevented_per_minute: list[Bucket] = field(default_factory=list)
-    feedback_by_domain: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    unknowns_settled: Mapping[str, int] = field(default_factory=dict)  # "sent" / "not_sent"
-    # Whether the provider reports opens and clicks to sendonce for this campaign; when not,
-    # the page says so instead of drawing zeros.
-    engagement: Mapping[str, int] | None = None
-    engagement_off_reason: str | None = "open and click tracking is not recorded by sendonce"
-    marks: list[Mark] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -251,12 +206,22 @@ def sent_within(aggregates: ReportAggregates, span: tuple[int, int]) -> list[Buc
     ]
 
 
+class CampaignReader(Protocol):
+    """What the report reads of the campaigns (the campaign service gives it)."""
+
+    def get(self, campaign_id: str) -> Campaign: ...
+
+    def status(self, campaign_id: str) -> DeliveryStatus: ...
+
+    def list_campaigns(self) -> Iterable[Campaign]: ...
+
+
 class ReportService:
     """Assembles a campaign's report from its status and its aggregates: two reads whose
     cost does not grow with the number of recipients; then, once it has sent, the campaign
     listing and the aggregates of at most MAX_OTHERS others that sent at the same time."""
 
-    def __init__(self, *, campaigns: CampaignService, aggregates: ReportAggregatesStore, clock: Any) -> None:
+    def __init__(self, *, campaigns: CampaignReader, aggregates: ReportAggregatesStore, clock: Any) -> None:
         self._campaigns = campaigns
         self._aggregates = aggregates
         self._clock = clock
@@ -280,72 +245,3 @@ class ReportService:
         candidates, left_out = overlapping(self._campaigns.list_campaigns(), span, exclude=campaign_id)
         others = {c.campaign_id: sent_within(self._aggregates.aggregates(c.campaign_id), span) for c in candidates}
         return {cid: buckets for cid, buckets in others.items() if buckets}, left_out
-
-
-# --- Duplicates prevented: counted by the consumer, not the stream ---------------------------
-#
-# A refused claim writes nothing to the ledger, so no stream record shows it. The consumer
-# adds a message's refused claims in one small write, only when it had any (a fresh message
-# writes nothing more), to one of PREVENTED_WRITERS items per minute chosen by its batch id:
-# a redrive of many messages spreads its writes instead of queueing them on one item, and
-# they never share an item with the aggregator's transactions.
-PREVENTED_WRITERS = 8
-
-
-def prevented_writers() -> list[str]:
-    """Every item name `prevented_writer` can give."""
-    return [f"consumer-{k}" for k in range(PREVENTED_WRITERS)]
-
-
-def prevented_writer(batch_id: str) -> str:
-    """The report item a message's duplicates prevented are added to (stable per batch)."""
-    return f"consumer-{zlib.crc32(batch_id.encode()) % PREVENTED_WRITERS}"
-
-
-# --- Kept as the ledger changes (the stream aggregator folds each batch of changes) ---------
-
-FINAL_OUTCOMES = frozenset(OUTCOMES)
-
-
-@dataclass(frozen=True)
-class LedgerChange:
-    """One delivery's change as a stream record shows it: its state before and after, when,
-    and the provider events it gained (kind, recipient domain or None)."""
-
-    old_state: str | None
-    new_state: str | None
-    at_ms: int
-    new_events: tuple[tuple[str, str | None], ...] = ()
-
-
-@dataclass
-class ReportIncrements:
-    """What a batch of ledger changes adds to a campaign's report aggregates."""
-
-    outcomes: Counter[tuple[int, str]] = field(default_factory=Counter)  # (minute start, outcome)
-    prevented: Counter[int] = field(default_factory=Counter)  # minute start
-    feedback: Counter[tuple[str, str]] = field(default_factory=Counter)  # (domain, event kind)
-    unknowns_settled: Counter[str] = field(default_factory=Counter)  # "sent" / "not_sent"
-
-    def __bool__(self) -> bool:
-        return bool(self.outcomes or self.prevented or self.feedback or self.unknowns_settled)
-
-
-def minute_of(at_ms: int) -> int:
-    return at_ms - at_ms % MINUTE_MS
-
-
-def increments_of(changes: Iterable[LedgerChange]) -> ReportIncrements:
-    """A delivery counts on the timeline in the minute it reached its outcome (once: a change
-    that leaves the outcome as it was adds nothing); an unknown that becomes sent counts as
-    settled; each new event counts for its recipient's domain."""
-    increments = ReportIncrements()
-    for change in changes:
-        if change.new_state != change.old_state and change.new_state in FINAL_OUTCOMES:
-            increments.outcomes[(minute_of(change.at_ms), change.new_state)] += 1
-            if change.old_state == "unknown" and change.new_state == "sent":
-                increments.unknowns_settled["sent"] += 1
-        for kind, domain in change.new_events:
-            if kind in FEEDBACK:
-                increments.feedback[(domain or "unknown domain", kind)] += 1
-    return increments

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import AUTOMATIC_HALT, CampaignEvent
-from sendonce.domain.campaigns.report import prevented_writer
+from sendonce.domain.campaigns.report_data import prevented_writer
 from sendonce.domain.campaigns.status import complete_if_done
 from sendonce.domain.campaigns.window_pauses import close_window, outside_window
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks

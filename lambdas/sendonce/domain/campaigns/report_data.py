@@ -1,0 +1,134 @@
+"""A campaign report's data as it is kept: the per-minute and per-domain aggregates, and the
+increments a batch of ledger changes adds to them (the counters' aggregator folds the
+stream into them; the consumer adds the duplicates it prevented). Only values and pure
+functions: the ports, the aggregator and the consumer import this module, and the report
+itself (report.py) is built from it.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+MINUTE_MS = 60_000
+
+# The outcomes a delivery ends as (docs/ledger.md), in the order the page stacks them.
+OUTCOMES = ("sent", "failed", "suppressed", "unknown", "dead_lettered", "cancelled")
+# The provider events drawn per mailbox provider.
+FEEDBACK = ("delivered", "bounced", "complained")
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Counts of one period starting at `start_ms` (UTC epoch ms), by name."""
+
+    start_ms: int
+    counts: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A lifecycle move marked on the timeline (a pause, resume, cancel, brake, start...):
+    when, which event, who took it (an operator, or sendonce on its own) and why. Written
+    beside each transition (lifecycle.apply), one small item each."""
+
+    at_ms: int
+    event: str
+    reason: str | None = None
+    by: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditVerdict:
+    """The latest audit against the provider's records (sendonce campaign audit)."""
+
+    at_ms: int
+    verdict: str  # e.g. "0 duplicates, every difference explained"
+    duplicates: int
+    differences: int
+
+
+@dataclass(frozen=True)
+class ReportAggregates:
+    """What the campaign's aggregates hold beyond its status."""
+
+    outcomes_per_minute: list[Bucket] = field(default_factory=list)
+    duplicates_prevented_per_minute: list[Bucket] = field(default_factory=list)
+    feedback_by_domain: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    unknowns_settled: Mapping[str, int] = field(default_factory=dict)  # "sent" / "not_sent"
+    # Whether the provider reports opens and clicks to sendonce for this campaign; when not,
+    # the page says so instead of drawing zeros.
+    engagement: Mapping[str, int] | None = None
+    engagement_off_reason: str | None = "open and click tracking is not recorded by sendonce"
+    marks: list[Mark] = field(default_factory=list)
+
+
+# --- Duplicates prevented: counted by the consumer, not the stream ---------------------------
+#
+# A refused claim writes nothing to the ledger, so no stream record shows it. The consumer
+# adds a message's refused claims in one small write, only when it had any (a fresh message
+# writes nothing more), to one of PREVENTED_WRITERS items per minute chosen by its batch id:
+# a redrive of many messages spreads its writes instead of queueing them on one item, and
+# they never share an item with the aggregator's transactions.
+PREVENTED_WRITERS = 8
+
+
+def prevented_writers() -> list[str]:
+    """Every item name `prevented_writer` can give."""
+    return [f"consumer-{k}" for k in range(PREVENTED_WRITERS)]
+
+
+def prevented_writer(batch_id: str) -> str:
+    """The report item a message's duplicates prevented are added to (stable per batch)."""
+    return f"consumer-{zlib.crc32(batch_id.encode()) % PREVENTED_WRITERS}"
+
+
+# --- Kept as the ledger changes (the stream aggregator folds each batch of changes) ---------
+
+FINAL_OUTCOMES = frozenset(OUTCOMES)
+
+
+@dataclass(frozen=True)
+class LedgerChange:
+    """One delivery's change as a stream record shows it: its state before and after, when,
+    and the provider events it gained (kind, recipient domain or None)."""
+
+    old_state: str | None
+    new_state: str | None
+    at_ms: int
+    new_events: tuple[tuple[str, str | None], ...] = ()
+
+
+@dataclass
+class ReportIncrements:
+    """What a batch of ledger changes adds to a campaign's report aggregates."""
+
+    outcomes: Counter[tuple[int, str]] = field(default_factory=Counter)  # (minute start, outcome)
+    prevented: Counter[int] = field(default_factory=Counter)  # minute start
+    feedback: Counter[tuple[str, str]] = field(default_factory=Counter)  # (domain, event kind)
+    unknowns_settled: Counter[str] = field(default_factory=Counter)  # "sent" / "not_sent"
+
+    def __bool__(self) -> bool:
+        return bool(self.outcomes or self.prevented or self.feedback or self.unknowns_settled)
+
+
+def minute_of(at_ms: int) -> int:
+    return at_ms - at_ms % MINUTE_MS
+
+
+def increments_of(changes: Iterable[LedgerChange]) -> ReportIncrements:
+    """A delivery counts on the timeline in the minute it reached its outcome (once: a change
+    that leaves the outcome as it was adds nothing); an unknown that becomes sent counts as
+    settled; each new event counts for its recipient's domain."""
+    increments = ReportIncrements()
+    for change in changes:
+        if change.new_state != change.old_state and change.new_state in FINAL_OUTCOMES:
+            increments.outcomes[(minute_of(change.at_ms), change.new_state)] += 1
+            if change.old_state == "unknown" and change.new_state == "sent":
+                increments.unknowns_settled["sent"] += 1
+        for kind, domain in change.new_events:
+            if kind in FEEDBACK:
+                increments.feedback[(domain or "unknown domain", kind)] += 1
+    return increments
