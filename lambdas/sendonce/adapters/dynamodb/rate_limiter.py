@@ -41,7 +41,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -51,17 +51,13 @@ from sendonce.domain.sending.pacing import indexed_times, spread_times
 from sendonce.domain.sending.shares import Claimant, divide, places_in_slot
 
 SLOT_RETENTION_S = 3600
-# A campaign seen in a slot this recently is sending: its share is kept for it. Every
-# sending campaign writes to the slot at least once a second (a place, or its presence).
-PRESENCE_S = 2.0
-# For this much of each one-second slot shares are among the campaigns seen sending in the
-# last PRESENCE_S; after it, among those that asked in this slot: a campaign seen a moment
-# ago that has no message in hand now does not cost the others its share (work-conserving).
+PRESENCE_S = 2.0  # a campaign seen in a slot this recently is sending: its share is kept
+# For this much of each slot shares are among the campaigns seen in the last PRESENCE_S;
+# after it, among those that asked in this slot (work-conserving).
 SHARES_BIND_S = 0.5
 COUNT_PREFIX, CLAIMANT_PREFIX, DWELL_PREFIX = "n#", "w#", "d#"
 SHARE_SPENT = -1
-# Below this rate (a place is worth 20 ms or more) late places are dropped for a provider
-# with a reserve; above it dropping them would burn a reservation per few places.
+# Below this rate late places are dropped for a provider with a reserve (pacing.py).
 STRICT_SPACING_MAX_RATE = 50.0
 RESERVE_TRIES = 3  # writes a reservation may take: each refusal says what is left
 
@@ -72,6 +68,17 @@ class _Allowance:
     times: list[float] | None = None  # when each reserved place may be used
     used: int = 0  # places used in the slot
     asked: int = 0  # places the last reservation asked for
+
+
+@dataclass
+class _SlotSeen:
+    """A slot's item as last seen: who asked, places taken (all, per campaign). Counts only
+    grow in a slot: a share or a slot seen spent is spent without asking."""
+
+    slot: int
+    claimants: dict[str, Claimant] = field(default_factory=dict)
+    used: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 class DynamoDBRateLimiter:
@@ -97,10 +104,7 @@ class DynamoDBRateLimiter:
         self._allowance: dict[tuple[str, str], _Allowance] = {}  # (provider, campaign or "")
         # provider -> campaign -> (how it shares, when a slot last showed it sending)
         self._seen: dict[str, dict[str, tuple[Claimant, float]]] = {}
-        self._this_slot: dict[str, tuple[int, dict[str, Claimant]]] = {}  # provider -> who asked in that slot
-        # provider -> (slot, places taken in it, per campaign) as its item last said: a count
-        # only grows within a slot, so a share or a slot seen spent is spent without asking
-        self._taken: dict[str, tuple[int, int, dict[str, int]]] = {}
+        self._this_slot: dict[str, _SlotSeen] = {}  # provider -> the current slot's item, as last seen
         self._slot_read: dict[str, int] = {}  # provider -> the slot read late in it
         self._looked_back: dict[str, int] = {}  # provider -> the slot whose previous one was read
         # (provider, campaign) -> (slot, late part?) where its places ran out
@@ -210,12 +214,12 @@ class DynamoDBRateLimiter:
                 self._share_spent[own] = phase
                 self._present(provider, slot, claimant, dwell_ms)
                 return None
-        taken = self._taken.get(provider)
-        if taken is not None and taken[0] == slot:
-            if claimant is not None and mine is not None and taken[2].get(claimant.campaign_id, 0) >= mine:
+        seen = self._this_slot.get(provider)
+        if seen is not None and seen.slot == slot:
+            if claimant is not None and mine is not None and seen.counts.get(claimant.campaign_id, 0) >= mine:
                 self._share_spent[own] = phase
                 return None
-            if taken[1] >= capacity:
+            if seen.used >= capacity:
                 self._full[provider] = slot
                 if claimant is not None:
                     self._present(provider, slot, claimant, dwell_ms)
@@ -281,7 +285,7 @@ class DynamoDBRateLimiter:
             ).get("Item")
             self._learn(provider, item or {}, slot=slot)
         seen = self._this_slot.get(provider)
-        return dict(seen[1]) if seen and seen[0] == slot else {}
+        return dict(seen.claimants) if seen and seen.slot == slot else {}
 
     def acquire_background(self, provider: str, *, share: float = 0.5, deadline: float | None = None) -> bool:
         """One request at a lower priority than sending (an audit's reads): a place in the
@@ -406,7 +410,7 @@ class DynamoDBRateLimiter:
         """A campaign whose share gives it no place in this slot says it is sending (no place),
         unless the slot already says so (any consumer of it wrote there)."""
         seen = self._this_slot.get(provider)
-        if seen is not None and seen[0] == slot and claimant.campaign_id in seen[1]:
+        if seen is not None and seen.slot == slot and claimant.campaign_id in seen.claimants:
             return
         self._requests += 1
         names = self._names(claimant)
@@ -446,25 +450,21 @@ class DynamoDBRateLimiter:
         item is the current slot's."""
         now = self._clock()
         seen = self._seen.setdefault(provider, {})
-        current = self._this_slot.get(provider)
-        if slot is not None and (current is None or current[0] != slot):
-            current = self._this_slot[provider] = (slot, {})
+        current = None
         if slot is not None:
-            taken = self._taken.get(provider)
-            if taken is None or taken[0] != slot:
-                taken = self._taken[provider] = (slot, 0, {})
-            counts = dict(taken[2])
-            for name, value in item.items():
-                if name.startswith(COUNT_PREFIX):
-                    cid = name.removeprefix(COUNT_PREFIX)
-                    counts[cid] = max(counts.get(cid, 0), int(value["N"]))
-            self._taken[provider] = (slot, max(taken[1], int(item.get("used", {}).get("N", "0"))), counts)
+            current = self._this_slot.get(provider)
+            if current is None or current.slot != slot:
+                current = self._this_slot[provider] = _SlotSeen(slot)
+            current.used = max(current.used, int(item.get("used", {}).get("N", "0")))
         for name, value in item.items():
             if name.startswith(CLAIMANT_PREFIX):
                 cid = name.removeprefix(CLAIMANT_PREFIX)
                 seen[cid] = (Claimant.decode(cid, value["S"]), now)
-                if slot is not None and current is not None:
-                    current[1][cid] = seen[cid][0]
+                if current is not None:
+                    current.claimants[cid] = seen[cid][0]
+            elif name.startswith(COUNT_PREFIX) and current is not None:
+                cid = name.removeprefix(COUNT_PREFIX)
+                current.counts[cid] = max(current.counts.get(cid, 0), int(value["N"]))
         for cid in [cid for cid, (_, at) in seen.items() if now - at > PRESENCE_S]:
             del seen[cid]
 
