@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""CDK entry point (`npx cdk synth`, `npx cdk deploy`); see docs/deploy.md."""
+"""CDK entry point (`npx cdk synth`, `npx cdk deploy`); the app is infra/ (infra/sendonce_infra/app.py,
+imported as `sendonce_infra`, installed with the project); see docs/deploy.md."""
 
 import os
 from pathlib import Path

@@ -54,8 +54,8 @@ class ResponseBytes:
 
 
 def populate(session: boto3.session.Session, resources: Any, campaign_id: str, size: int) -> None:
+    from sendonce.domain.campaigns.ports import CampaignCounters
     from sendonce.domain.campaigns.service import CampaignService
-    from sendonce.domain.ports import CampaignCounters
 
     dynamodb = session.client("dynamodb")
     campaigns = DynamoDBCampaignStore(client=dynamodb, table_name=resources.campaigns_table, counted=True)

@@ -1,8 +1,9 @@
-"""In-memory fakes of the ports (sending and deliverability), for unit tests of domain logic
-(no sockets).
+"""In-memory fakes of the ports (domain/{sending,campaigns,deliverability,jobs}/ports.py), for
+unit tests of domain logic (no sockets). tests/integration/test_port_contracts.py runs the same
+contract tests against them and the DynamoDB adapters, and checks that each has every method of
+its port.
 
-Over 500 lines: one in-memory fake per port of domain/ports.py, side by side with the
-contracts they implement.
+Over 500 lines: one in-memory fake per port, side by side.
 """
 
 from __future__ import annotations
@@ -18,7 +19,21 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from pathlib import Path
 
+from sendonce.domain.campaigns.ports import BatchStatus, CounterTotals, Counts, StateChange
 from sendonce.domain.deliverability import event_order
+from sendonce.domain.deliverability.ports import (
+    Annotation,
+    AnnotationStatus,
+    CampaignFeedback,
+    EventKind,
+    FeedbackCounter,
+    ImportReport,
+    ProviderEvent,
+    ReopenReport,
+    Suppression,
+    SuppressionReason,
+    UnknownDelivery,
+)
 from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, LeaseLostError
 from sendonce.domain.models import (
     BatchMessage,
@@ -30,27 +45,11 @@ from sendonce.domain.models import (
     DeliveryState,
     OutboundEmail,
     Receipt,
+    SendGroup,
     email_fingerprint,
 )
-from sendonce.domain.ports import (
-    Annotation,
-    AnnotationStatus,
-    BatchStatus,
-    CampaignFeedback,
-    ClaimResult,
-    ClaimStatus,
-    CounterTotals,
-    Counts,
-    EventKind,
-    FeedbackCounter,
-    ImportReport,
-    ProviderEvent,
-    ReopenReport,
-    Suppression,
-    SuppressionReason,
-    UnknownDelivery,
-)
 from sendonce.domain.sending import protocol
+from sendonce.domain.sending.ports import ClaimResult, ClaimStatus, GroupClaim
 from sendonce.domain.sending.protocol import Event, Verdict, classify
 
 
@@ -209,6 +208,118 @@ class FakeLedger:
         record = self.items.get((campaign_id, recipient_id))
         return record.state if record else None
 
+    # --- send groups (SendGroupClaims): all members or none, as the adapter's transactions ---
+
+    def claim_group(
+        self,
+        group: SendGroup,
+        payload_hashes: dict[str, str],
+        *,
+        owner: str,
+        provider: str,
+        lease_until_ms: int,
+        now_ms: int,
+    ) -> GroupClaim:
+        with self._lock:
+            self.requests["claim_group"] += 1
+            records = {r.recipient_id: self.items.get((group.campaign_id, r.recipient_id)) for r in group.recipients}
+            refused = {
+                rid: record
+                for rid, record in records.items()
+                if classify(
+                    record,
+                    payload_hash=payload_hashes[rid],
+                    provider_idempotent=True,
+                    now_ms=now_ms,
+                    group_key=group.idempotency_key,
+                )
+                is not Verdict.CLAIM
+            }
+            if refused:
+                final = {rid: r for rid, r in refused.items() if r is not None and r.state in protocol.FINAL}
+                leases = [
+                    r.lease_until_ms
+                    for r in refused.values()
+                    if r is not None and r.state not in protocol.FINAL and (r.lease_until_ms or 0) >= now_ms
+                ]
+                return GroupClaim(claimed=False, final=final, held_until_ms=max(leases, default=None))
+            for rid, record in records.items():
+                base = record or DeliveryRecord(
+                    campaign_id=group.campaign_id, recipient_id=rid, state=DeliveryState.PENDING
+                )
+                update = {
+                    "state": DeliveryState.CLAIMED,
+                    "owner": owner,
+                    "lease_until_ms": lease_until_ms,
+                    "attempts": base.attempts + 1,
+                    "payload_hash": base.payload_hash or payload_hashes[rid],
+                    "batch_id": group.group_id,
+                    "provider": provider,
+                    "maybe_sent_at_ms": base.maybe_sent_at_ms or now_ms,
+                    "maybe_sent_by": base.maybe_sent_by or owner,
+                    "group_key": group.idempotency_key,
+                }
+                self._put(base.model_copy(update=update), "claimed", owner)
+            return GroupClaim(claimed=True)
+
+    def _group_members(self, group: SendGroup, owner: str, events: dict[str, Event]) -> dict[str, DeliveryRecord]:
+        members = {}
+        for recipient in group.recipients:
+            rid = recipient.recipient_id
+            record = self.items.get((group.campaign_id, rid))
+            if record is None or record.owner != owner or record.state.value not in protocol.sources(events[rid]):
+                raise LeaseLostError(f"group {group.group_id} is no longer owned by {owner}")
+            members[rid] = record
+        return members
+
+    def complete_group(self, group: SendGroup, *, owner: str, outcomes: dict[str, Receipt | str]) -> None:
+        with self._lock:
+            self.requests["complete_group"] += 1
+            events = {
+                r.recipient_id: Event.MARK_SENT
+                if isinstance(outcomes[r.recipient_id], Receipt)
+                else Event.SETTLE_FAILED
+                for r in group.recipients
+            }
+            for rid, record in self._group_members(group, owner, events).items():
+                outcome = outcomes[rid]
+                if isinstance(outcome, Receipt):
+                    update = {
+                        "state": DeliveryState.SENT,
+                        "provider_message_id": outcome.provider_message_id,
+                        "lease_until_ms": None,
+                        "reason": None,
+                        "error_class": None,
+                    }
+                else:
+                    update = {
+                        "state": DeliveryState.FAILED,
+                        "reason": outcome[:500],
+                        "error_class": "permanent",
+                        "lease_until_ms": None,
+                    }
+                self._put(record.model_copy(update=update), update["state"].value, owner)
+
+    def release_group(
+        self,
+        group: SendGroup,
+        *,
+        owner: str,
+        state: DeliveryState,
+        reason: str,
+        error_class: str,
+        refused: bool = False,
+    ) -> None:
+        with self._lock:
+            self.requests["release_group"] += 1
+            event = protocol.settle_event(state, maybe_sent=not refused)
+            members = self._group_members(group, owner, {r.recipient_id: event for r in group.recipients})
+            for record in members.values():
+                update = {"state": state, "reason": reason, "error_class": error_class, "lease_until_ms": None}
+                if refused and record.maybe_sent_by == owner:  # only the mark this owner set is lifted
+                    update.update(maybe_sent_at_ms=None, maybe_sent_by=None, group_key=None)
+                self._put(record.model_copy(update=update), state.value, owner)
+
 
 class FakeProvider:
     """Records accepted emails per address. `script` maps an address to a list of
@@ -253,6 +364,7 @@ class FakeCampaignStore:
         self.campaigns: dict[str, Campaign] = {}
         self.batch_records: dict[str, dict[str, tuple[BatchMessage, bool]]] = {}
         self.holders: dict[str, dict[str, int]] = {}  # campaign -> publish lease holder -> until
+        self.groups: dict[tuple[str, str], SendGroup] = {}  # (campaign, group id) -> the frozen group
 
     def create(self, campaign: Campaign) -> Campaign:
         if campaign.campaign_id in self.campaigns:
@@ -272,25 +384,15 @@ class FakeCampaignStore:
             raise CampaignNotFoundError(campaign_id)
         return content
 
-    def transition(
-        self,
-        campaign_id,
-        *,
-        to,
-        allowed_from,
-        by,
-        reason=None,
-        publishing_until_ms=None,
-        holder=None,
-        unless_publishing_at_ms=None,
-        stays=False,
-        open_batches=None,
-        send_at_ms=None,
-        clear_send_at=False,
-        if_send_at_ms=None,
-        if_reason=None,
-        mark=None,
-    ) -> Campaign:
+    def transition(self, campaign_id: str, change: StateChange) -> Campaign:
+        to, allowed_from, by, reason, stays = change.to, change.allowed_from, change.by, change.reason, change.stays
+        publishing_until_ms, holder, open_batches = change.publishing_until_ms, change.holder, change.open_batches
+        unless_publishing_at_ms, send_at_ms, clear_send_at = (
+            change.unless_publishing_at_ms,
+            change.send_at_ms,
+            change.clear_send_at,
+        )
+        if_send_at_ms, if_reason, mark = change.if_send_at_ms, change.if_reason, change.mark
         campaign = self.get(campaign_id)
         if campaign.state not in set(allowed_from):
             raise IllegalTransitionError(f"{campaign.state} -> {to}")
@@ -368,6 +470,17 @@ class FakeCampaignStore:
                 (c for c in self.campaigns.values() if state is None or c.state == state), key=lambda c: c.campaign_id
             )
         )
+
+    def record_group(self, group: SendGroup) -> SendGroup:
+        return self.groups.setdefault((group.campaign_id, group.group_id), group)
+
+    def get_group(self, campaign_id: str, group_id: str) -> SendGroup | None:
+        return self.groups.get((campaign_id, group_id))
+
+    def groups_of_batch(self, campaign_id: str, batch_id: str) -> list[SendGroup]:
+        # A group id is `<batch id>-g<n>`: oldest (lowest n) first, as the adapter sorts them.
+        mine = [g for (c, gid), g in self.groups.items() if c == campaign_id and gid.rsplit("-g", 1)[0] == batch_id]
+        return sorted(mine, key=lambda g: int(g.group_id.rsplit("-g", 1)[1]))
 
 
 class FakeScheduler:

@@ -28,6 +28,7 @@ from pydantic import Field
 
 from sendonce.adapters.providers.descriptor import Pace, Provider, ProviderEnv, ProviderSettings, SecretReader
 from sendonce.domain.capabilities import ProviderCapabilities
+from sendonce.domain.deliverability.ports import EventKind, ProviderEvent, SuppressionReason
 from sendonce.domain.deliverability.provider_events import InvalidEventError
 from sendonce.domain.errors import (
     AmbiguousProviderError,
@@ -37,7 +38,7 @@ from sendonce.domain.errors import (
     WebhookSignatureError,
 )
 from sendonce.domain.models import OutboundEmail, Receipt
-from sendonce.domain.ports import EmailProvider, EventKind, ProviderEvent, SuppressionReason
+from sendonce.domain.sending.ports import EmailProvider
 
 NAME = "standin"
 MAX_BATCH = 10

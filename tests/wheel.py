@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # What the wheel is built from; nothing else of the checkout is copied.
-SOURCES = ("pyproject.toml", "README.md", "lambdas", "src", "sendonce_cdk", "sendonce_infra")
+SOURCES = ("pyproject.toml", "README.md", "lambdas", "src", "sendonce_cdk", "infra")
 
 
 def copy_sources(root: Path) -> Path:

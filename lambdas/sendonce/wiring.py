@@ -9,6 +9,7 @@ reads a secret (tests/unit/test_layering.py relies on that).
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,10 +28,9 @@ from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
 from sendonce.adapters.dynamodb.ledger_keys import CampaignShards
 from sendonce.adapters.dynamodb.limiter_slots import DynamoDBLimiterSlots
 from sendonce.adapters.dynamodb.rate_limiter import DynamoDBRateLimiter
+from sendonce.adapters.dynamodb.recorded_test_sends import DynamoDBTestSendLog
 from sendonce.adapters.dynamodb.report_aggregates import DynamoDBReportAggregates
 from sendonce.adapters.dynamodb.suppressions import DynamoDBSuppressions
-from sendonce.adapters.dynamodb.test_sends import DynamoDBTestSendLog
-from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
 from sendonce.adapters.providers import registry
 from sendonce.adapters.providers.descriptor import Pace, Provider, ProviderEnv, event_readers
 from sendonce.adapters.s3_objects import S3ObjectLines
@@ -38,29 +38,23 @@ from sendonce.adapters.scheduler import EventBridgeScheduler
 from sendonce.adapters.sqs_queue import SqsJobQueue, SqsQueue
 from sendonce.domain.audit.service import CampaignAudit
 from sendonce.domain.campaigns.counters import CounterAggregator
+from sendonce.domain.campaigns.ports import CampaignCounters, CampaignScheduler, CampaignStore, ReportAggregatesStore
 from sendonce.domain.campaigns.preview import PreviewService, TestSendService
 from sendonce.domain.campaigns.report import ReportService
 from sendonce.domain.campaigns.s3_publish import S3Publish
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes
+from sendonce.domain.deliverability.ports import Suppressions
 from sendonce.domain.deliverability.provider_events import BrakeSettings, ProviderEventService, WebhookReader
 from sendonce.domain.deliverability.suppressions import SuppressionService
 from sendonce.domain.deliverability.unsubscribe import KeySet, UnsubscribeLinks, UnsubscribeService, UnsubscribeTokens
 from sendonce.domain.errors import SettingsError
 from sendonce.domain.jobs.models import JobKind
 from sendonce.domain.jobs.service import JobService
-from sendonce.domain.ports import (
-    CampaignCounters,
-    CampaignScheduler,
-    CampaignStore,
-    EmailProvider,
-    Ledger,
-    Queue,
-    RateLimiter,
-    ReportAggregatesStore,
-    Suppressions,
-)
+from sendonce.domain.jobs.work import Audit
 from sendonce.domain.sending.delivery import DeliveryService
+from sendonce.domain.sending.guards import LedgerDeliveryGuard, LedgerGroupGuard
+from sendonce.domain.sending.ports import EmailProvider, Ledger, Queue, RateLimiter
 from sendonce.domain.sending.sending_now import CampaignProgress, SendingNow
 from sendonce.settings import (
     AggregatorSettings,
@@ -77,8 +71,8 @@ PROVIDER_NAMES = registry.names()
 @dataclass(frozen=True)
 class ConsumerRuntime:
     service: DeliveryService
-    guard: PowertoolsDeliveryGuard
-    group_guard: PowertoolsGroupGuard
+    guard: LedgerDeliveryGuard
+    group_guard: LedgerGroupGuard
     queue: Queue
 
     def register_lambda_context(self, context) -> None:
@@ -199,8 +193,8 @@ def assemble_consumer(
     settings: ConsumerSettings, parts: ConsumerParts, *, window_clock_ms: Callable[[], int] | None = None
 ) -> ConsumerRuntime:
     """`window_clock_ms`: what time it is for send windows (a local stack's moved clock)."""
-    guard = PowertoolsDeliveryGuard(parts.ledger)
-    group_guard = PowertoolsGroupGuard(parts.ledger)
+    guard = LedgerDeliveryGuard(parts.ledger)
+    group_guard = LedgerGroupGuard(parts.ledger)
     service = DeliveryService(
         ledger=parts.ledger,
         guard=guard,
@@ -262,10 +256,15 @@ def assemble_campaign_service(
     session: boto3.session.Session | None = None,
     providers: Mapping[str, Provider] | None = None,
     provider_rates: Mapping[str, float] | None = None,
+    unknown_outcomes: Callable[[bool], UnknownOutcomes] | None = None,
 ) -> CampaignService:
     """Its jobs (resume, cancel) go to the jobs queue when the settings name one, else run in
     process; either way each is recorded in the campaigns table. A campaign's max_rate is
-    checked against `provider_rates`, by default those `settings` configure."""
+    checked against `provider_rates`, by default those `settings` configure. An audit job
+    audits with the jobs worker's settings, or (the API, the CLI) with the consumer's sending
+    settings read from the environment when it runs. `unknown_outcomes` (given
+    accept_possible_duplicates): what `resume --include-unknown` as a job reads and reopens
+    (the CLI's); without it such a job is refused."""
     registered = providers if providers is not None else registry.registered()
     session = session or aws_session()
     dynamodb = session.client("dynamodb")
@@ -274,17 +273,26 @@ def assemble_campaign_service(
     ledger = DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table, shards_of=shards)
     queue = SqsQueue(client=sqs, queue_url=settings.queue_url, dead_letter_queue_url=settings.dead_letter_queue_url)
     counters = DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table)
-    jobs = JobService(
-        jobs=DynamoDBJobStore(client=dynamodb, table_name=settings.campaigns_table),
-        queue=SqsJobQueue(client=sqs, queue_url=settings.jobs_queue_url) if settings.jobs_queue_url else None,
-        campaigns=campaigns,
-        ledger=ledger,
-        campaign_queue=queue,
-        clock=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
-        counters=counters,
-    )
+    sending_settings = (lambda: settings) if isinstance(settings, JobsSettings) else consumer_settings_now
+
+    def jobs_of(service: CampaignService) -> JobService:
+        # The service's own work, the audit's, and S3 publish as a job in parts, each part
+        # publishing through the service.
+        return JobService(
+            jobs=DynamoDBJobStore(client=dynamodb, table_name=settings.campaigns_table),
+            queue=SqsJobQueue(client=sqs, queue_url=settings.jobs_queue_url) if settings.jobs_queue_url else None,
+            campaigns=campaigns,
+            clock=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+            work={
+                **service.job_work(unknown_outcomes=unknown_outcomes),
+                JobKind.AUDIT: Audit(campaigns=campaigns, auditor=auditor_of(sending_settings)),
+            },
+            parted={JobKind.PUBLISH_S3: S3Publish(service=service, objects=S3ObjectLines(client=session.client("s3")))},
+            on_finished=service.job_finished,
+        )
+
     scheduler = scheduler_for(settings, session) if isinstance(settings, ApiSettings) else None
-    service = CampaignService(
+    return CampaignService(
         campaigns=campaigns,
         ledger=ledger,
         queue=queue,
@@ -293,12 +301,15 @@ def assemble_campaign_service(
         provider_rates=configured_rates(settings, registered) if provider_rates is None else provider_rates,
         operator=operator,
         counters=counters,
-        jobs=jobs,
+        jobs=jobs_of,
         scheduler=scheduler,
     )
-    # S3 publish runs as a job in parts, each publishing through this service.
-    jobs.parted[JobKind.PUBLISH_S3] = S3Publish(service=service, objects=S3ObjectLines(client=session.client("s3")))
-    return service
+
+
+def consumer_settings_now() -> ConsumerSettings:
+    """The consumer's sending settings as this process's environment holds them now (an audit
+    run by the API: the local stack's, or none, and the audit job fails saying so)."""
+    return ConsumerSettings.from_env(os.environ)
 
 
 def job_service(settings: JobsSettings) -> JobService:
@@ -529,7 +540,7 @@ def campaign_store(dynamodb, table_name: str, *, counted: bool = False) -> tuple
 def auditor_of(
     settings: Callable[[], ConsumerSettings | JobsSettings], session: boto3.session.Session | None = None
 ) -> Callable[[str], CampaignAudit]:
-    """An audit job's auditor (JobService.auditor): the campaign's provider's own records,
+    """An audit job's auditor (jobs/work.py's Audit): the campaign's provider's own records,
     with that provider's settings (`settings()`, read when an audit runs)."""
 
     def auditor(provider: str) -> CampaignAudit:

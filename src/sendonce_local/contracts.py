@@ -2,7 +2,7 @@
 needs to talk to sendonce without reading its Python.
 
     schemas/batch-message.v1.json   the SQS message body (sendonce.domain.models.BatchMessage)
-    schemas/campaign-spec.v1.json   a campaign spec (sendonce.domain.campaigns.operator_input.CampaignSpec)
+    schemas/campaign-spec.v1.json   a campaign spec (sendonce.domain.campaigns.spec.CampaignSpec)
     docs/openapi.json               the operator API, as it serves it at GET /openapi.json
     docs/ledger.md, docs/operations-campaigns.md   their generated blocks: the delivery protocol's
                                     and the campaign lifecycle's diagrams and tables
@@ -62,7 +62,7 @@ def campaign_spec_schema() -> dict[str, Any]:
     """The spec's schema, with the provider registry's answer to which providers exist and
     which accept batch mode (the domain's model knows no provider's name)."""
     from sendonce.adapters.providers import registry
-    from sendonce.domain.campaigns.operator_input import CampaignSpec
+    from sendonce.domain.campaigns.spec import CampaignSpec
 
     return registry.annotate_spec_schema(
         _schema(CampaignSpec, schema_id=CAMPAIGN_SPEC_ID, description=_CAMPAIGN_SPEC_NOTES)

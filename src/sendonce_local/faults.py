@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sendonce.domain.models import DeliveryKey, OutboundEmail, Receipt
-from sendonce.domain.ports import ClaimStatus
+from sendonce.domain.sending.ports import ClaimStatus
 from sendonce.handlers import consumer
 from sendonce.settings import ConsumerSettings
 from sendonce.wiring import ConsumerParts, ConsumerRuntime, assemble_consumer, consumer_parts

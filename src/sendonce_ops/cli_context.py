@@ -95,12 +95,15 @@ class Cli:
             endpoints, session = self.endpoints, self.session
             # A max_rate is checked against the deployed consumer's rates, not this process's defaults.
             rates = ConsumerRates(session, endpoints, os.environ)
-            service = assemble_campaign_service(endpoints.api_settings(), operator, provider_rates=rates)
             # `resume --include-unknown` (and `job run` of one) reads and reopens unknowns.
-            service.jobs.unknown_outcomes = lambda accept: unknown_outcomes(
-                endpoints.ledger_table, endpoints.campaigns_table, session, accept_possible_duplicates=accept
+            self._services[writes] = assemble_campaign_service(
+                endpoints.api_settings(),
+                operator,
+                provider_rates=rates,
+                unknown_outcomes=lambda accept: unknown_outcomes(
+                    endpoints.ledger_table, endpoints.campaigns_table, session, accept_possible_duplicates=accept
+                ),
             )
-            self._services[writes] = service
         return self._services[writes]
 
     def sending_now(self) -> SendingNow:

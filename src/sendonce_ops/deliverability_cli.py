@@ -21,8 +21,8 @@ import click
 
 from sendonce.contract import Output, env_name
 from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S
+from sendonce.domain.deliverability.ports import SuppressionReason
 from sendonce.domain.deliverability.suppressions import ChangeReport, parse_reason
-from sendonce.domain.ports import SuppressionReason
 from sendonce.wiring import suppression_service, unknown_outcomes
 from sendonce_ops.endpoints import DEFAULT_STACK, EndpointsError, stack_outputs
 

@@ -1,7 +1,7 @@
 """Where a deployed sendonce lives: the stack's outputs, or SENDONCE_* variables.
 
 Each value comes from its environment variable when set, else from the CloudFormation
-stack's output of the same meaning (the names sendonce_infra/stack.py gives them). The stack is
+stack's output of the same meaning (the names infra/sendonce_infra/stack.py gives them). The stack is
 read only when some value is missing from the environment.
 """
 

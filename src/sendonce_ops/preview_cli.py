@@ -19,14 +19,14 @@ from rich.table import Table
 from rich.text import Text
 
 from sendonce.domain import limits
-from sendonce.domain.campaigns.operator_input import (
+from sendonce.domain.campaigns.input_rules import strict_json_loads
+from sendonce.domain.campaigns.preview import Preview, recipient_of
+from sendonce.domain.campaigns.recipients_file import (
     RecipientFileError,
     RecipientReader,
     Row,
     format_for,
-    strict_json_loads,
 )
-from sendonce.domain.campaigns.preview import Preview, recipient_of
 from sendonce.domain.errors import InvalidCampaignError
 from sendonce.domain.models import TestSendRecord
 from sendonce.wiring import OperatorSending, operator_sending, recorded_test_sends

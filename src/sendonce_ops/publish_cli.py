@@ -22,7 +22,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from sendonce.domain.campaigns.operator_input import (
+from sendonce.domain.campaigns.recipients_file import (
     RecipientFileError,
     RecipientReader,
     RejectedFileError,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from sendonce.domain.campaigns.operator_input import (
+from sendonce.domain.campaigns.recipients_file import (
     RejectedFileError,
     Row,
     RowTally,
@@ -42,7 +42,7 @@ def publish_file_in_streams(
     on_batch: Callable[[PublishReport], None] | None = None,
     send_at_ms: int | None = None,
 ) -> tuple[PublishReport, RowTally]:
-    """`operator_input.publish_file` with `streams` chunks in flight (1: exactly it)."""
+    """`recipients_file.publish_file` with `streams` chunks in flight (1: exactly it)."""
     check_streams(streams)
     campaign = service.get(campaign_id)  # an unknown campaign fails before the file is read
     scheduled = send_at_ms is not None or (campaign.state is CampaignState.DRAFT and campaign.send_at_ms is not None)

@@ -15,7 +15,8 @@ import yaml
 from pydantic import ValidationError
 
 from sendonce.domain import limits
-from sendonce.domain.campaigns.operator_input import CampaignSpec, describe_validation_error
+from sendonce.domain.campaigns.input_rules import describe_validation_error
+from sendonce.domain.campaigns.spec import CampaignSpec
 from sendonce.domain.errors import InvalidCampaignError
 
 TEMPLATE_FILES = {"html_file": "html", "text_file": "text"}

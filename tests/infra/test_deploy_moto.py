@@ -305,7 +305,7 @@ def _without_cdk_metadata(template_file: Path) -> dict[str, Any]:
 
 
 def test_in_process_synthesis_is_the_cli_synthesis(cli_deployed: Deployed, tmp_path: Path) -> None:
-    # Same app, same feature flags (they travel with sendonce_infra/, not cdk.json), same context rules.
+    # Same app, same feature flags (they travel with infra/sendonce_infra/, not cdk.json), same context rules.
     synthesize(tmp_path / "cdk.out", context=CLI_CONTEXT)
 
     in_process = _without_cdk_metadata(tmp_path / "cdk.out" / f"{CLI_STACK}.template.json")

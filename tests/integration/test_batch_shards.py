@@ -12,8 +12,8 @@ import pytest
 
 from sendonce.adapters.dynamodb import batch_records as bk
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+from sendonce.domain.campaigns.ports import BatchStatus
 from sendonce.domain.models import SCHEMA_VERSION, BatchMessage, Campaign, Content, Recipient, SendGroup
-from sendonce.domain.ports import BatchStatus
 
 pytestmark = pytest.mark.integration
 

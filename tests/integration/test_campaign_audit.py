@@ -11,8 +11,8 @@ import boto3
 import pytest
 import resend
 
-from sendonce.adapters.idempotency import PowertoolsDeliveryGuard
 from sendonce.domain.models import DeliveryRequest, DeliveryState
+from sendonce.domain.sending.guards import LedgerDeliveryGuard
 from tests.integration.operator_helpers import as_json, sendonce
 
 pytestmark = pytest.mark.integration
@@ -132,7 +132,7 @@ def _unknown_before_sending(system, people, rid: str) -> None:
     now = int(time.time() * 1000)
     ledger.claim(
         request,
-        payload_hash=PowertoolsDeliveryGuard(ledger).payload_hash(people[index].email, people[index].variables),
+        payload_hash=LedgerDeliveryGuard(ledger).payload_hash(people[index].email, people[index].variables),
         lease_until_ms=now + 60_000,
         now_ms=now,
     )
@@ -272,7 +272,7 @@ def test_the_audit_takes_the_shared_rate_limit_at_a_lower_priority_than_sending(
 
 
 def test_ses_is_audited_on_its_recorded_send_events_and_proves_nothing_absent(system):
-    from sendonce.domain.ports import EventKind, ProviderEvent
+    from sendonce.domain.deliverability.ports import EventKind, ProviderEvent
     from sendonce.wiring import ledger_events_of
 
     system.campaign(provider="ses")

@@ -10,6 +10,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from sendonce.domain.campaigns.ports import StateChange
 from sendonce.domain.models import CampaignState
 from tests.model.world import Clock, Rig
 
@@ -117,8 +118,8 @@ def test_parallel_publishers_each_hold_a_lease_and_the_last_to_end_releases_it(r
     rig.operator.publish("c1", rig.people[:1], batch_size=1)  # a draft starts sending
     for holder in ("first", "second"):
         store.transition(
-            "c1", to=CampaignState.SENDING, allowed_from=[CampaignState.SENDING], by="t",
-            stays=True, publishing_until_ms=now + 60_000, holder=holder,
+            "c1", StateChange(to=CampaignState.SENDING, allowed_from=(CampaignState.SENDING,), by="t",
+            stays=True, publishing_until_ms=now + 60_000, holder=holder),
         )  # fmt: skip
 
     store.end_publish("c1", "second", now_ms=now)
@@ -133,12 +134,12 @@ def test_a_dead_publishers_expired_lease_does_not_hold_the_campaign(rig_for):
     store, now = rig.store, rig.clock()
     rig.operator.publish("c1", rig.people[:1], batch_size=1)
     store.transition(
-        "c1", to=CampaignState.SENDING, allowed_from=[CampaignState.SENDING], by="t",
-        stays=True, publishing_until_ms=now - 1, holder="dead",
+        "c1", StateChange(to=CampaignState.SENDING, allowed_from=(CampaignState.SENDING,), by="t",
+        stays=True, publishing_until_ms=now - 1, holder="dead"),
     )  # fmt: skip
     store.transition(
-        "c1", to=CampaignState.SENDING, allowed_from=[CampaignState.SENDING], by="t",
-        stays=True, publishing_until_ms=now + 60_000, holder="alive",
+        "c1", StateChange(to=CampaignState.SENDING, allowed_from=(CampaignState.SENDING,), by="t",
+        stays=True, publishing_until_ms=now + 60_000, holder="alive"),
     )  # fmt: skip
 
     store.end_publish("c1", "alive", now_ms=now)
@@ -155,8 +156,8 @@ def test_a_renewal_between_the_last_holders_two_writes_keeps_the_lease(rig_for):
     store, now = rig.store, rig.clock()
     rig.operator.publish("c1", rig.people[:1], batch_size=1)
     store.transition(
-        "c1", to=CampaignState.SENDING, allowed_from=[CampaignState.SENDING], by="t",
-        stays=True, publishing_until_ms=now + 60_000, holder="last",
+        "c1", StateChange(to=CampaignState.SENDING, allowed_from=(CampaignState.SENDING,), by="t",
+        stays=True, publishing_until_ms=now + 60_000, holder="last"),
     )  # fmt: skip
     renewed = []
 
@@ -164,8 +165,8 @@ def test_a_renewal_between_the_last_holders_two_writes_keeps_the_lease(rig_for):
         if params.get("UpdateExpression", "").startswith("REMOVE publishing_until_ms") and not renewed:
             renewed.append(True)
             store.transition(
-                "c1", to=CampaignState.SENDING, allowed_from=[CampaignState.SENDING], by="t",
-                stays=True, publishing_until_ms=now + 90_000, holder="newcomer",
+                "c1", StateChange(to=CampaignState.SENDING, allowed_from=(CampaignState.SENDING,), by="t",
+                stays=True, publishing_until_ms=now + 90_000, holder="newcomer"),
             )  # fmt: skip
 
     store._client.meta.events.register("provide-client-params.dynamodb.UpdateItem", newcomer_renews)

@@ -20,6 +20,13 @@ import pytest
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
 from sendonce.adapters.dynamodb.suppressions import DynamoDBSuppressions
+from sendonce.domain.deliverability.ports import (
+    AnnotationStatus,
+    EventKind,
+    FeedbackCounter,
+    ProviderEvent,
+    SuppressionReason,
+)
 from sendonce.domain.models import (
     CampaignState,
     DeliveryKey,
@@ -28,14 +35,7 @@ from sendonce.domain.models import (
     Receipt,
     email_fingerprint,
 )
-from sendonce.domain.ports import (
-    AnnotationStatus,
-    ClaimStatus,
-    EventKind,
-    FeedbackCounter,
-    ProviderEvent,
-    SuppressionReason,
-)
+from sendonce.domain.sending.ports import ClaimStatus
 from sendonce.handlers import events as events_handler
 from sendonce.wiring import assemble_events
 from sendonce_local.poller import LocalLambdaContext
@@ -549,7 +549,7 @@ def test_batch_mode_leaves_suppressed_addresses_out_of_the_group_and_adds_the_he
 
 
 def test_an_operator_lists_unknowns_and_resumes_with_them(system, deliverability):
-    from sendonce.adapters.idempotency import PowertoolsDeliveryGuard
+    from sendonce.domain.sending.guards import LedgerDeliveryGuard
     from tests.integration.operator_helpers import as_json, json_lines, sendonce
 
     system.campaign(provider="ses")
@@ -570,7 +570,7 @@ def test_an_operator_lists_unknowns_and_resumes_with_them(system, deliverability
     now = int(time.time() * 1000)
     ledger.claim(
         request,
-        payload_hash=PowertoolsDeliveryGuard(ledger).payload_hash(people[1].email, people[1].variables),
+        payload_hash=LedgerDeliveryGuard(ledger).payload_hash(people[1].email, people[1].variables),
         lease_until_ms=now + 60_000,
         now_ms=now,
     )

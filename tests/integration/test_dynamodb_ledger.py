@@ -8,10 +8,10 @@ import boto3
 import pytest
 
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
-from sendonce.adapters.idempotency import PowertoolsDeliveryGuard
 from sendonce.domain.errors import LeaseLostError
 from sendonce.domain.models import DeliveryRequest, DeliveryState, Receipt
-from sendonce.domain.ports import ClaimStatus
+from sendonce.domain.sending.guards import LedgerDeliveryGuard
+from sendonce.domain.sending.ports import ClaimStatus
 from sendonce_local.request_counter import RequestCounter
 from sendonce_local.resources import create_tables
 
@@ -130,7 +130,7 @@ def test_failure_keeps_the_record_and_its_history_instead_of_deleting_it(ledger)
 
 def test_dynamodb_requests_per_recipient(ledger):
     """Fresh path: claim + mark_sent; duplicate hit: one failed conditional write."""
-    guard = PowertoolsDeliveryGuard(ledger)
+    guard = LedgerDeliveryGuard(ledger)
 
     class Ctx:
         def get_remaining_time_in_millis(self):
@@ -152,11 +152,11 @@ def test_dynamodb_requests_per_recipient(ledger):
 
 
 def test_missing_key_fields_raise_instead_of_running_unguarded(ledger):
-    from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyKeyError
+    from sendonce.domain.sending.guards import MissingDeliveryKeyError
 
-    guard = PowertoolsDeliveryGuard(ledger)
+    guard = LedgerDeliveryGuard(ledger)
     bad = request("A").model_copy(update={"recipient_id": ""})
     calls = []
-    with pytest.raises(IdempotencyKeyError):
+    with pytest.raises(MissingDeliveryKeyError):
         guard.send_once(bad, lambda: calls.append(1))
     assert calls == []

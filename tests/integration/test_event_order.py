@@ -13,8 +13,8 @@ import json
 import boto3
 import pytest
 
+from sendonce.domain.deliverability.ports import AnnotationStatus, EventKind, FeedbackCounter, ProviderEvent
 from sendonce.domain.models import DeliveryKey
-from sendonce.domain.ports import AnnotationStatus, EventKind, FeedbackCounter, ProviderEvent
 from sendonce.handlers import events as events_handler
 from sendonce.wiring import assemble_events
 from tests.integration.test_deliverability import claim, kinds, run_campaign

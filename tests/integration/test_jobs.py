@@ -19,6 +19,7 @@ from sendonce.adapters.sqs_queue import SqsJobQueue, SqsQueue
 from sendonce.domain.errors import JobNotFoundError
 from sendonce.domain.jobs.models import Job, JobKind, JobState
 from sendonce.domain.jobs.service import JobService
+from sendonce.domain.jobs.work import Reconcile, Republish
 from sendonce.domain.models import DeliveryState
 from sendonce.handlers import jobs as jobs_handler
 from sendonce_local.poller import EventSourcePoller
@@ -72,10 +73,17 @@ def test_the_worker_republishes_what_the_queue_lost_and_everyone_is_then_sent_on
         jobs=DynamoDBJobStore(client=dynamodb, table_name=system.resources.campaigns_table),
         queue=SqsJobQueue(client=sqs, queue_url=jobs_queue),
         campaigns=campaigns,
-        ledger=DynamoDBLedger(client=dynamodb, table_name=system.resources.ledger_table, shards_of=system.shards_of),
-        campaign_queue=SqsQueue(client=sqs, queue_url=system.resources.queue_url),
         clock=lambda: "2026-12-02T00:00:00.000+00:00",
-        page_batches=2,
+        work={
+            JobKind.REPUBLISH: Republish(
+                campaigns=campaigns,
+                ledger=DynamoDBLedger(
+                    client=dynamodb, table_name=system.resources.ledger_table, shards_of=system.shards_of
+                ),
+                queue=SqsQueue(client=sqs, queue_url=system.resources.queue_url),
+                page_batches=2,
+            )
+        },
     )
 
     # When a job republishes everyone not ended, a step a message through the real handler
@@ -123,11 +131,14 @@ def test_a_reconcile_job_whose_worker_died_midway_is_taken_up_and_gives_the_same
         jobs=DynamoDBJobStore(client=dynamodb, table_name=system.resources.campaigns_table),
         queue=SqsJobQueue(client=sqs, queue_url=jobs_queue),
         campaigns=DynamoDBCampaignStore(client=dynamodb, table_name=system.resources.campaigns_table),
-        ledger=system.ledger(),
-        campaign_queue=SqsQueue(client=sqs, queue_url=system.resources.queue_url),
         clock=lambda: "2026-12-02T00:00:00.000+00:00",
-        counters=DynamoDBCounters(client=dynamodb, table_name=system.resources.campaigns_table),
-        page_records=6,
+        work={
+            JobKind.RECONCILE: Reconcile(
+                ledger=system.ledger(),
+                counters=DynamoDBCounters(client=dynamodb, table_name=system.resources.campaigns_table),
+                page_records=6,
+            )
+        },
     )
 
     # When its worker takes two steps, the second one twice (its message received again), and dies
@@ -153,9 +164,8 @@ def test_a_message_that_is_no_step_of_a_job_is_dropped_with_a_reason(system, cap
         jobs=DynamoDBJobStore(client=boto3.client("dynamodb"), table_name=system.resources.campaigns_table),
         queue=None,
         campaigns=None,
-        ledger=None,
-        campaign_queue=None,
         clock=lambda: "now",
+        work={},
     )
     records = [
         {"messageId": "m1", "body": "not json"},

@@ -25,8 +25,8 @@ from sendonce.domain.models import (
     Recipient,
     SendGroup,
 )
-from sendonce.domain.ports import ClaimStatus
 from sendonce.domain.sending import protocol
+from sendonce.domain.sending.ports import ClaimStatus
 from sendonce.domain.sending.protocol import IDEMPOTENCY_WINDOW_MS, Group, Verdict, classify
 from sendonce_local.resources import create_tables
 

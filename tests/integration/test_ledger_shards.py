@@ -14,10 +14,10 @@ import pytest
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.ledger_keys import CampaignShards, one_shard
-from sendonce.adapters.idempotency import PowertoolsDeliveryGuard
 from sendonce.adapters.sqs_queue import SqsQueue
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryRequest, DeliveryState, Receipt
+from sendonce.domain.sending.guards import LedgerDeliveryGuard
 from sendonce.domain.sending.shards import shard_of
 from sendonce.handlers import consumer, events
 from sendonce.wiring import PROVIDER_NAMES, assemble_consumer, assemble_events, consumer_parts
@@ -263,7 +263,7 @@ def test_a_campaign_created_before_shards_keeps_its_ledger_records_in_force(syst
     system.operator.publish("c1", people)
     # and half its recipients sent by the previous version, keyed by the plain campaign id
     previous = DynamoDBLedger(client=dynamodb, table_name=resources.ledger_table, shards_of=one_shard)
-    guard = PowertoolsDeliveryGuard(previous)
+    guard = LedgerDeliveryGuard(previous)
     guard.register_lambda_context(LocalLambdaContext(function_name="before", invoked_function_arn="arn", timeout_s=30))
     for person in people[:5]:
         request = DeliveryRequest(

@@ -11,7 +11,7 @@ import pytest
 
 from sendonce.adapters.sqs_queue import SqsQueue
 from sendonce.domain import limits
-from sendonce.domain.campaigns.operator_input import InlineRecipient
+from sendonce.domain.campaigns.recipients_file import InlineRecipient
 from sendonce.domain.models import CampaignState
 from sendonce.handlers import api
 from sendonce_local.http_api import http_api_event

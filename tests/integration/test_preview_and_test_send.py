@@ -8,8 +8,8 @@ import os
 
 import pytest
 
+from sendonce.domain.deliverability.ports import SuppressionReason
 from sendonce.domain.models import CampaignState, email_fingerprint
-from sendonce.domain.ports import SuppressionReason
 from sendonce.handlers import api
 from sendonce.handlers.preview_routes import SendingOnDemand
 from tests.integration.operator_helpers import api_event, as_json, lambda_context, sendonce, spec_file, write_csv

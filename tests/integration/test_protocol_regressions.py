@@ -8,8 +8,8 @@ import time
 import boto3
 import pytest
 
+from sendonce.domain.deliverability.ports import SuppressionReason
 from sendonce.domain.models import CampaignState
-from sendonce.domain.ports import SuppressionReason
 from tests.model.world import Clock, Rig
 
 pytestmark = pytest.mark.integration

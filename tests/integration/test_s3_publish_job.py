@@ -13,13 +13,16 @@ import boto3
 import pytest
 
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+from sendonce.adapters.dynamodb.jobs import DynamoDBJobStore
 from sendonce.adapters.s3_objects import S3ObjectLines
+from sendonce.adapters.sqs_queue import SqsJobQueue, SqsQueue
 from sendonce.domain.campaigns.s3_publish import S3Publish
+from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.jobs.models import JobKind, JobState
+from sendonce.domain.jobs.service import JobService
 from sendonce.domain.models import CampaignState
 from sendonce.handlers import jobs as jobs_handler
-from sendonce.settings import ApiSettings
-from sendonce.wiring import campaign_service
+from sendonce.wiring import PROVIDER_NAMES
 from sendonce_local.poller import EventSourcePoller
 
 pytestmark = pytest.mark.integration
@@ -29,21 +32,40 @@ BAD_LINE = 1_777  # a line of the file (the JSONL has no header)
 RANGE_BYTES = 100_000  # ~280 KB of lines: 3 ranges
 
 
-def queued_publisher(system):
-    sqs = boto3.client("sqs")
+def queued_publisher(system, *, queued: bool = True):
+    """The operator service as wiring builds it, its S3 publish cut into RANGE_BYTES ranges;
+    its parts on a jobs queue of their own (`queued`), else run in process one after another."""
+    sqs, dynamodb = boto3.client("sqs"), boto3.client("dynamodb")
     jobs_queue = sqs.create_queue(QueueName=f"jobs-{uuid.uuid4().hex[:8]}")["QueueUrl"]
-    service = campaign_service(
-        ApiSettings(
-            ledger_table=system.resources.ledger_table,
-            campaigns_table=system.resources.campaigns_table,
+    campaigns = DynamoDBCampaignStore(client=dynamodb, table_name=system.resources.campaigns_table)
+    built: dict[str, S3Publish] = {}
+
+    def jobs_of(service: CampaignService) -> JobService:
+        built["publisher"] = S3Publish(
+            service=service, objects=S3ObjectLines(client=boto3.client("s3")), range_bytes=RANGE_BYTES
+        )
+        return JobService(
+            jobs=DynamoDBJobStore(client=dynamodb, table_name=system.resources.campaigns_table),
+            queue=SqsJobQueue(client=sqs, queue_url=jobs_queue) if queued else None,
+            campaigns=campaigns,
+            clock=lambda: "2026-12-02T00:00:00.000+00:00",
+            work=service.job_work(),
+            parted={JobKind.PUBLISH_S3: built["publisher"]},
+            on_finished=service.job_finished,
+        )
+
+    service = CampaignService(
+        campaigns=campaigns,
+        ledger=system.ledger(),
+        queue=SqsQueue(
+            client=sqs,
             queue_url=system.resources.queue_url,
             dead_letter_queue_url=system.resources.dead_letter_queue_url,
-            jobs_queue_url=jobs_queue,
-        )
+        ),
+        provider_names=PROVIDER_NAMES,
+        jobs=jobs_of,
     )
-    publisher = S3Publish(service=service, objects=S3ObjectLines(client=boto3.client("s3")), range_bytes=RANGE_BYTES)
-    service.jobs.parted[JobKind.PUBLISH_S3] = publisher
-    return service, publisher, jobs_queue
+    return service, built["publisher"], jobs_queue
 
 
 def recipient_file(system) -> tuple[str, str]:
@@ -105,8 +127,7 @@ def test_ranges_published_in_parallel_parts_a_part_run_twice_records_and_enqueue
 def test_a_strict_publish_checks_every_range_first_and_publishes_nothing_when_one_line_is_bad(system):
     system.campaign()
     bucket, key = recipient_file(system)
-    service, publisher, _ = queued_publisher(system)
-    service.jobs._queue = None  # run the parts in process, one after another
+    service, publisher, _ = queued_publisher(system, queued=False)  # the parts run in process, one after another
 
     job = publisher.start(
         "c1", bucket=bucket, key=key, fmt=None, strict=True, dedupe_addresses=False, send_at_ms=None, by="test"

@@ -9,9 +9,9 @@ import boto3
 import pytest
 
 from sendonce.adapters.dynamodb.suppressions import DynamoDBSuppressions
+from sendonce.domain.deliverability.ports import SuppressionReason
 from sendonce.domain.errors import SuppressionsUnavailableError
 from sendonce.domain.models import email_fingerprint
-from sendonce.domain.ports import SuppressionReason
 from sendonce_local.resources import create_suppressions_table
 from tests.model.world import Clock, Rig
 

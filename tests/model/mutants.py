@@ -27,7 +27,6 @@ from hypothesis.database import InMemoryExampleDatabase
 from hypothesis.stateful import run_state_machine_as_test
 from moto import mock_aws
 
-from sendonce.adapters import idempotency as idempotency_module
 from sendonce.adapters import sqs_queue as sqs_queue_module
 from sendonce.adapters.dynamodb import campaigns as dynamodb_campaigns
 from sendonce.adapters.dynamodb import ledger as dynamodb_ledger
@@ -39,6 +38,7 @@ from sendonce.domain.campaigns import window_pauses as window_pauses_module
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
 from sendonce.domain.sending import delivery as delivery_module
 from sendonce.domain.sending import groups as groups_module
+from sendonce.domain.sending import guards as guards_module
 from sendonce.domain.sending import protocol
 from sendonce.domain.sending.protocol import Event
 from tests.model import test_delivery_model as model
@@ -242,8 +242,8 @@ FOCUS = {
 EXPLORER_DEPTH = {"7": 3, "10": 0, "11": 0, "12": 0, "13": 0}
 
 MUTANTS = {
-    "1 refused takeover forgets the first attempt": lambda: replaced(dynamodb_ledger, "_LIFT_GUARD", ""),
-    "2 window counted from the last claim": lambda: replaced(dynamodb_ledger, "_FIRST_MARK", ":now"),
+    "1 refused takeover forgets the first attempt": lambda: replaced(dynamodb_ledger.items, "_LIFT_GUARD", ""),
+    "2 window counted from the last claim": lambda: replaced(dynamodb_ledger.items, "_FIRST_MARK", ":now"),
     "3a refused group keeps its mark": lambda: replaced(
         dynamodb_ledger.DynamoDBLedger,
         "release_group",
@@ -264,7 +264,7 @@ MUTANTS = {
         delivery_module.DeliveryService, "_dead_letter_first", lambda self, batch: None
     ),
     "6b last receive releases to pending": lambda: replaced(
-        idempotency_module, "settlement_for", _released_to_pending(idempotency_module.settlement_for)
+        guards_module, "settlement_for", _released_to_pending(guards_module.settlement_for)
     ),
     "7 a cancelled campaign's last receive closes without dead-lettering first": lambda: replaced(
         delivery_module.DeliveryService,

@@ -36,6 +36,7 @@ from sendonce.domain.campaigns.status import reconcile
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError
 from sendonce.domain.jobs.models import Job, JobKind
 from sendonce.domain.jobs.service import InMemoryJobStore, JobService
+from sendonce.domain.jobs.work import Reconcile
 from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryState
 from sendonce.domain.sending.protocol import FINAL, HELD
 from tests.model.edges import CRASHES, FAMILIES, FIGURES, FOCUS, HOUR, LEASE_MS, SWARM, VISIBILITY_MS, EdgeRules, family
@@ -127,7 +128,9 @@ class DeliveryModel(EdgeRules, WindowRules, SharingRules, RuleBasedStateMachine)
         FIGURES["examples"] += 1
         FIGURES["example_steps"] = 0
         EXAMPLE_RULES.clear()
-        self.clock = Clock(int(time.time() * 1000) + 30 * 24 * HOUR)  # ahead of the wall clock Powertools reads
+        self.clock = Clock(
+            int(time.time() * 1000) + 30 * 24 * HOUR
+        )  # a month ahead of the wall clock: nothing may read the wall clock instead
         self.rig = Rig(
             boto3.client("dynamodb", region_name="us-east-1"),
             provider=provider,
@@ -440,7 +443,7 @@ class DeliveryModel(EdgeRules, WindowRules, SharingRules, RuleBasedStateMachine)
     @rule(index=st.integers(0, RECIPIENTS - 1))
     def recipient_unsubscribes(self, index):
         self._step("suppress")
-        from sendonce.domain.ports import SuppressionReason
+        from sendonce.domain.deliverability.ports import SuppressionReason
 
         self.suppressions.add(self.people[index].email, SuppressionReason.UNSUBSCRIBED, "model")
 
@@ -644,11 +647,8 @@ class DeliveryModel(EdgeRules, WindowRules, SharingRules, RuleBasedStateMachine)
             jobs=InMemoryJobStore(),
             queue=None,
             campaigns=self.store,
-            ledger=self.ledger,
-            campaign_queue=None,  # type: ignore[arg-type]
             clock=lambda: "at rest",
-            counters=self.rig.counters(),
-            page_records=7,
+            work={JobKind.RECONCILE: Reconcile(ledger=self.ledger, counters=self.rig.counters(), page_records=7)},
         )
         store = jobs._jobs
         job = store.create(Job(job_id="reconcile", kind=JobKind.RECONCILE, campaign_id="c1"))

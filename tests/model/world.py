@@ -399,10 +399,10 @@ class Rig:
 
         from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
         from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
-        from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
         from sendonce.domain.campaigns.service import CampaignService
         from sendonce.domain.models import Campaign, Content, Recipient
         from sendonce.domain.sending.delivery import DeliveryService
+        from sendonce.domain.sending.guards import LedgerDeliveryGuard, LedgerGroupGuard
         from sendonce_local.resources import create_tables
         from tests.fakes import FakeScheduler, FakeSuppressions
 
@@ -423,8 +423,8 @@ class Rig:
         ledger = CrashingProxy(self.ledger, self.faults, LEDGER_WRITES)
         campaigns = CrashingProxy(self.store, self.faults, CAMPAIGN_WRITES)
         guard, group_guard = (
-            PowertoolsDeliveryGuard(ledger, clock_ms=clock),
-            PowertoolsGroupGuard(ledger, clock_ms=clock),
+            LedgerDeliveryGuard(ledger, clock_ms=clock),
+            LedgerGroupGuard(ledger, clock_ms=clock),
         )
         guard.register_lambda_context(Ctx(lease_ms))
         group_guard.register_lambda_context(Ctx(lease_ms))

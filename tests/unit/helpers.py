@@ -1,10 +1,18 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sendonce.adapters.idempotency import PowertoolsDeliveryGuard
+from sendonce.domain.campaigns.service import CampaignService, JobsOf
+from sendonce.domain.campaigns.unknowns import UnknownOutcomes
+from sendonce.domain.jobs.models import JobKind
+from sendonce.domain.jobs.pages import PartedWork
+from sendonce.domain.jobs.ports import JobQueue, JobStore
+from sendonce.domain.jobs.service import InMemoryJobStore, JobService
+from sendonce.domain.jobs.work import PageWork
 from sendonce.domain.models import SCHEMA_VERSION, BatchMessage, Campaign, CampaignState, Content, Recipient
 from sendonce.domain.sending.delivery import DeliveryService
+from sendonce.domain.sending.guards import LedgerDeliveryGuard
 from tests.fakes import FakeCampaignStore, FakeClock, FakeLedger, FakeProvider, FakeQueue
 
 
@@ -38,7 +46,7 @@ class World:
         return self.providers[self.provider_name]
 
     def service(self, **overrides) -> DeliveryService:
-        guard = PowertoolsDeliveryGuard(self.ledger, clock_ms=self.clock)
+        guard = LedgerDeliveryGuard(self.ledger, clock_ms=self.clock)
         guard.register_lambda_context(self.ctx)
         options = dict(
             ledger=self.ledger,
@@ -92,3 +100,34 @@ def batch(campaign_id: str = "c1", n: int = 5, batch_id: str = "b1", people: lis
     return BatchMessage(
         schema_version=SCHEMA_VERSION, campaign_id=campaign_id, batch_id=batch_id, recipients=people or recipients(n)
     ).to_body()
+
+
+JOB_CLOCK = "2026-12-02T00:00:00.000+00:00"
+
+
+def jobs_of(
+    campaigns,
+    *,
+    store: JobStore | None = None,
+    queue: JobQueue | None = None,
+    clock: Callable[[], str] = lambda: JOB_CLOCK,
+    unknown_outcomes: Callable[[bool], UnknownOutcomes] | None = None,
+    work: dict[JobKind, PageWork] | None = None,
+    parted: Callable[[CampaignService], dict[JobKind, PartedWork]] | None = None,
+) -> JobsOf:
+    """A campaign service's jobs built as wiring builds them (the service's own work, plus
+    `work` and `parted`), kept in `store` (in memory by default) and run in process unless
+    given a `queue`."""
+
+    def build(service: CampaignService) -> JobService:
+        return JobService(
+            jobs=store if store is not None else InMemoryJobStore(),
+            queue=queue,
+            campaigns=campaigns,
+            clock=clock,
+            work={**service.job_work(unknown_outcomes=unknown_outcomes), **(work or {})},
+            parted=parted(service) if parted is not None else None,
+            on_finished=service.job_finished,
+        )
+
+    return build

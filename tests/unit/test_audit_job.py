@@ -8,7 +8,7 @@ from collections import Counter
 from sendonce.domain.audit.service import AuditOutsideRetentionError, AuditResult
 from sendonce.domain.jobs.models import JobKind, JobState
 from sendonce.domain.jobs.service import InMemoryJobStore, JobService
-from tests.fakes import FakeQueue
+from sendonce.domain.jobs.work import Audit
 from tests.unit.helpers import World
 
 
@@ -27,16 +27,14 @@ class FakeAudit:
 def jobs(auditor=None) -> JobService:
     world = World()
     world.campaign("c1")
-    service = JobService(
+    return JobService(
         jobs=InMemoryJobStore(),
         queue=None,
         campaigns=world.campaigns,
-        ledger=world.ledger,
-        campaign_queue=FakeQueue(),
         clock=lambda: "2026-12-02T00:00:00.000+00:00",
+        # No auditor (no sending settings): this process cannot run an audit.
+        work={} if auditor is None else {JobKind.AUDIT: Audit(campaigns=world.campaigns, auditor=auditor)},
     )
-    service.auditor = auditor
-    return service
 
 
 def found(**counts: int) -> AuditResult:

@@ -16,9 +16,9 @@ from sendonce.domain.campaigns.counters import (
     state_counts,
     unapplied,
 )
+from sendonce.domain.campaigns.ports import Counts, StateChange
 from sendonce.domain.campaigns.status import complete_if_done, delivery_status, reconcile
 from sendonce.domain.models import CampaignState, DeliveryState
-from sendonce.domain.ports import Counts
 from tests.fakes import FakeCampaignStore, FakeCounters, FakeLedger
 
 S = DeliveryState
@@ -309,8 +309,8 @@ def test_not_complete_while_a_batch_is_open_or_a_publish_lease_is_live(world):
 
     world.campaigns.reset_open_batches("c1", 0)
     world.campaigns.transition(
-        "c1", to=CampaignState.SENDING, allowed_from=[CampaignState.SENDING], by="t",
-        publishing_until_ms=world.clock() + 60_000, stays=True,
+        "c1", StateChange(to=CampaignState.SENDING, allowed_from=(CampaignState.SENDING,), by="t",
+        publishing_until_ms=world.clock() + 60_000, stays=True),
     )  # fmt: skip
     world.aggregator.apply([change(20, S.SENT, S.SENT)])
     assert world.aggregator.complete_if_done("c1") is None

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from sendonce.domain.deliverability.ports import SuppressionReason
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks, UnsubscribeTokens
 from sendonce.domain.errors import SettingsError
 from sendonce.domain.models import DeliveryState, email_fingerprint
-from sendonce.domain.ports import SuppressionReason
 from sendonce.settings import ConsumerSettings
 from tests.fakes import FakeSuppressions
 from tests.unit.helpers import World, batch

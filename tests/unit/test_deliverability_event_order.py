@@ -14,9 +14,9 @@ from sendonce.adapters.providers.descriptor import event_readers
 from sendonce.adapters.providers.registry import registered
 from sendonce.adapters.providers.ses.events import parse_ses_event
 from sendonce.domain.deliverability import event_order
+from sendonce.domain.deliverability.ports import EventKind, ProviderEvent
 from sendonce.domain.deliverability.provider_events import ProviderEventService
 from sendonce.domain.models import DeliveryRecord, DeliveryState
-from sendonce.domain.ports import EventKind, ProviderEvent
 from tests.fakes import FakeCampaignStore, FakeLedger, FakeLedgerEvents, FakeSuppressions, ses_event
 
 

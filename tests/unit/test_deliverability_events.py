@@ -15,10 +15,11 @@ from sendonce.adapters.providers.registry import registered
 from sendonce.adapters.providers.resend.events import parse_resend_event
 from sendonce.adapters.providers.resend.webhooks import SvixWebhooks, SvixWebhookVerifier
 from sendonce.adapters.providers.ses.events import parse_ses_event
+from sendonce.domain.campaigns.ports import StateChange
+from sendonce.domain.deliverability.ports import EventKind, SuppressionReason
 from sendonce.domain.deliverability.provider_events import BrakeSettings, ProviderEventService
 from sendonce.domain.errors import WebhookSignatureError
 from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryRecord, DeliveryState, email_fingerprint
-from sendonce.domain.ports import EventKind, SuppressionReason
 from sendonce.handlers import events as events_handler
 from sendonce_local.poller import LocalLambdaContext
 from sendonce_local.resend_server import svix_headers
@@ -303,7 +304,9 @@ def test_the_bounce_brake_uses_its_own_threshold(env):
 def test_a_brake_on_a_campaign_that_is_no_longer_sending_does_nothing(env):
     env.brakes = BrakeSettings(min_sent=1)
     sent(env, 5)
-    env.campaigns.transition("c1", to=CampaignState.CANCELLED, allowed_from=[CampaignState.SENDING], by="operator")
+    env.campaigns.transition(
+        "c1", StateChange(to=CampaignState.CANCELLED, allowed_from=(CampaignState.SENDING,), by="operator")
+    )
 
     report = env.service.handle_event("aws.ses", ses_event("complaint", recipient_id="r0"))
 

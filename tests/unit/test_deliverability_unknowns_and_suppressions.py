@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from sendonce.domain.campaigns.ports import StateChange
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes, unknowns_older_than
+from sendonce.domain.deliverability.ports import EventKind, ProviderEvent, SuppressionReason
 from sendonce.domain.deliverability.suppressions import SuppressionService, parse_import_lines
 from sendonce.domain.errors import IllegalTransitionError, SettingsError, SuppressedError
 from sendonce.domain.models import (
@@ -17,7 +19,6 @@ from sendonce.domain.models import (
     DeliveryState,
     email_fingerprint,
 )
-from sendonce.domain.ports import EventKind, ProviderEvent, SuppressionReason
 from sendonce.domain.sending.outcomes import settlement_for
 from sendonce.domain.sending.protocol import Verdict, classify
 from sendonce.settings import EventsSettings, UnsubscribeSettings
@@ -107,7 +108,9 @@ def test_resume_including_unknown_republishes_the_reopened_recipients(world):
     record(world, "r0", DeliveryState.SENT)
     record(world, "r1", DeliveryState.UNKNOWN)
     record(world, "r2", DeliveryState.SENT)
-    world.campaigns.transition("c1", to=CampaignState.COMPLETED, allowed_from=[CampaignState.PAUSED], by="sendonce")
+    world.campaigns.transition(
+        "c1", StateChange(to=CampaignState.COMPLETED, allowed_from=(CampaignState.PAUSED,), by="sendonce")
+    )
 
     events.prove_not_sent(DeliveryKey(campaign_id="c1", recipient_id="r1"), audit="audit-1")
 
@@ -124,7 +127,9 @@ def test_resume_including_unknown_republishes_the_reopened_recipients(world):
 def test_a_cancelled_campaign_cannot_be_resumed_with_its_unknowns(world):
     events = FakeLedgerEvents(world.ledger)
     record(world, "r1", DeliveryState.UNKNOWN)
-    world.campaigns.transition("c1", to=CampaignState.CANCELLED, allowed_from=[CampaignState.PAUSED], by="operator")
+    world.campaigns.transition(
+        "c1", StateChange(to=CampaignState.CANCELLED, allowed_from=(CampaignState.PAUSED,), by="operator")
+    )
     service = CampaignService(campaigns=world.campaigns, ledger=world.ledger, queue=world.queue, provider_names=["ses"])
 
     with pytest.raises(IllegalTransitionError, match="cancelled"):

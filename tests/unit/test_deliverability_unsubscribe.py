@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from sendonce.domain.deliverability.ports import SuppressionReason
 from sendonce.domain.deliverability.unsubscribe import (
     UnsubscribeLinks,
     UnsubscribeService,
@@ -15,7 +16,6 @@ from sendonce.domain.deliverability.unsubscribe import (
 )
 from sendonce.domain.errors import InvalidTokenError
 from sendonce.domain.models import DeliveryRecord, DeliveryState, email_fingerprint
-from sendonce.domain.ports import SuppressionReason
 from sendonce.handlers import unsubscribe as handler
 from sendonce_local.poller import LocalLambdaContext
 from tests.fakes import FakeLedger, FakeLedgerEvents, FakeSuppressions

@@ -344,7 +344,7 @@ def test_without_the_ledger_the_redelivered_batch_is_sent_twice(world):
 
     class NoGuard:
         def send_once(self, request, send):
-            from sendonce.domain.ports import GuardResult
+            from sendonce.domain.sending.ports import GuardResult
 
             return GuardResult(kind="sent", provider_message_id=send().provider_message_id)
 
@@ -357,8 +357,6 @@ def test_without_the_ledger_the_redelivered_batch_is_sent_twice(world):
 
 
 def _hash(world, request):
-    from sendonce.adapters.idempotency import PowertoolsDeliveryGuard
+    from sendonce.domain.sending.guards import payload_hash
 
-    guard = PowertoolsDeliveryGuard(world.ledger)
-    guard._persistence.configure(guard.config, "x")
-    return guard._persistence._get_hashed_payload(request.model_dump(mode="json"))
+    return payload_hash(request.email, request.variables)

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from sendonce.domain.jobs.models import JobState
+from sendonce.domain.jobs.models import JobKind, JobState
 from sendonce.domain.jobs.service import InMemoryJobStore, JobService
+from sendonce.domain.jobs.work import Republish
 from sendonce.domain.models import SCHEMA_VERSION, BatchMessage, DeliveryRecord, DeliveryState
 from tests.fakes import FakeCampaignStore, FakeJobQueue, FakeLedger, FakeQueue
 from tests.unit.helpers import World, recipients
@@ -45,10 +46,12 @@ class Jobs:
             jobs=self.store,
             queue=self.job_queue,
             campaigns=self.campaigns,
-            ledger=self.ledger,
-            campaign_queue=self.queue,
             clock=lambda: "2026-12-02T00:00:00.000+00:00",
-            page_batches=3,
+            work={
+                JobKind.REPUBLISH: Republish(
+                    campaigns=self.campaigns, ledger=self.ledger, queue=self.queue, page_batches=3
+                )
+            },
         )
 
     def republished(self) -> list[str]:
@@ -142,13 +145,13 @@ def test_starting_a_job_twice_with_its_id_starts_it_once():
 
 def test_a_job_on_a_campaign_that_is_gone_fails_with_the_reason():
     jobs = Jobs()
+    missing = _Missing()
     job = JobService(
         jobs=InMemoryJobStore(),
         queue=None,
-        campaigns=_Missing(),
-        ledger=jobs.ledger,
-        campaign_queue=jobs.queue,
+        campaigns=missing,
         clock=lambda: "now",
+        work={JobKind.REPUBLISH: Republish(campaigns=missing, ledger=jobs.ledger, queue=jobs.queue)},
     ).start_republish("c1", NOT_ENDED, prefix="r", by="ops")
     assert job.state is JobState.FAILED and "c1" in (job.error or "")
 

@@ -30,7 +30,7 @@ PACKAGE_ROOTS = {
     "sendonce_local": ROOT / "src",
     "sendonce_client": ROOT / "src",
     "sendonce_cdk": ROOT,
-    "sendonce_infra": ROOT,
+    "sendonce_infra": ROOT / "infra",
 }
 
 

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-TREES = ("lambdas", "src", "sendonce_cdk", "sendonce_infra", "bench", "tests", "infra")
+TREES = ("lambdas", "src", "sendonce_cdk", "infra", "bench", "tests")
 LIMIT = 500
 
 

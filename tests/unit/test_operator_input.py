@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sendonce.domain.campaigns.operator_input import (
-    CampaignSpec,
+from sendonce.domain.campaigns.recipients_file import (
     RecipientFileError,
     RecipientReader,
     RejectedFileError,
@@ -15,6 +14,7 @@ from sendonce.domain.campaigns.operator_input import (
     publish_file,
 )
 from sendonce.domain.campaigns.service import CampaignService
+from sendonce.domain.campaigns.spec import CampaignSpec
 from sendonce.domain.models import Campaign, CampaignState, Content
 from sendonce_ops.specs import SpecError, load_spec, locate
 from tests.fakes import FakeCampaignStore, FakeLedger, FakeQueue

@@ -9,19 +9,18 @@ import pytest
 from pydantic import ValidationError
 
 from sendonce.domain import limits
-from sendonce.domain.campaigns.operator_input import (
-    CampaignSpec,
+from sendonce.domain.campaigns.input_rules import describe_validation_error, strict_json_loads
+from sendonce.domain.campaigns.recipients_file import (
     InlineRecipient,
     RecipientFileError,
     RecipientReader,
     RowTally,
     describe_row,
-    describe_validation_error,
     inline_rows,
     publish_file,
-    strict_json_loads,
 )
 from sendonce.domain.campaigns.service import CampaignService
+from sendonce.domain.campaigns.spec import CampaignSpec
 from sendonce.domain.models import BatchMessage, Campaign, Content
 from tests.fakes import FakeCampaignStore, FakeLedger, FakeQueue
 

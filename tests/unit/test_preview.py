@@ -10,7 +10,6 @@ import itertools
 import pytest
 
 from sendonce.domain import limits
-from sendonce.domain.campaigns.operator_input import RecipientReader
 from sendonce.domain.campaigns.preview import (
     TEST_HEADER,
     TEST_KEY_PREFIX,
@@ -18,10 +17,11 @@ from sendonce.domain.campaigns.preview import (
     TestSendService,
     recipient_of,
 )
+from sendonce.domain.campaigns.recipients_file import RecipientReader
+from sendonce.domain.deliverability.ports import SuppressionReason
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks, UnsubscribeTokens
 from sendonce.domain.errors import InvalidCampaignError, RetryableProviderError
 from sendonce.domain.models import Campaign, Content, DeliveryKey, Recipient, email_fingerprint
-from sendonce.domain.ports import SuppressionReason
 from sendonce.domain.sending.rendering import CompiledContent
 from sendonce.domain.sending.sender import compose
 from tests.fakes import FakeCampaignStore, FakeProvider, FakeSuppressions, FakeTestSendLog

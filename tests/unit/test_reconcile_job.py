@@ -9,8 +9,9 @@ from sendonce.domain.campaigns.counters import BatchRecorded, CounterAggregator,
 from sendonce.domain.errors import InvalidCampaignError
 from sendonce.domain.jobs.models import JobKind, JobState
 from sendonce.domain.jobs.service import InMemoryJobStore, JobService
+from sendonce.domain.jobs.work import Reconcile
 from sendonce.domain.models import DeliveryRecord, DeliveryState
-from tests.fakes import FakeCounters, FakeJobQueue, FakeLedger, FakeQueue
+from tests.fakes import FakeCounters, FakeJobQueue, FakeLedger
 from tests.unit.helpers import World
 
 S = DeliveryState
@@ -60,11 +61,8 @@ def rig(*, counted: bool = True, queued: bool = False, store: InMemoryJobStore |
         jobs=store or InMemoryJobStore(),
         queue=FakeJobQueue() if queued else None,
         campaigns=world.campaigns,
-        ledger=ledger,
-        campaign_queue=FakeQueue(),
         clock=lambda: "2026-12-02T00:00:00.000+00:00",
-        counters=counters,
-        page_records=4,
+        work={JobKind.RECONCILE: Reconcile(ledger=ledger, counters=counters, page_records=4)},
     )
     return service, ledger
 
@@ -131,8 +129,9 @@ def test_a_campaign_without_counters_reports_its_records_and_nothing_to_compare(
 
 
 def test_a_service_without_counters_refuses_to_start_one():
-    service, _ = rig()
-    service._counters = None
+    world = World()
+    world.campaign("c1")
+    service = JobService(jobs=InMemoryJobStore(), queue=None, campaigns=world.campaigns, clock=lambda: "now", work={})
 
-    with pytest.raises(InvalidCampaignError, match="reconcile"):
+    with pytest.raises(InvalidCampaignError, match="reconcile: this service keeps no counters"):
         service.start_reconcile("c1", by="ops")

@@ -8,14 +8,15 @@ import json
 
 import pytest
 
+from sendonce.domain.campaigns.ports import StateChange
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes
 from sendonce.domain.errors import IllegalTransitionError
-from sendonce.domain.jobs import service as jobs_module
+from sendonce.domain.jobs import work as jobs_work
 from sendonce.domain.jobs.models import JobKind, JobState
 from sendonce.domain.models import BatchMessage, CampaignState, DeliveryKey, DeliveryRecord, DeliveryState
 from tests.fakes import FakeClock, FakeLedgerEvents
-from tests.unit.helpers import World, recipients
+from tests.unit.helpers import World, jobs_of, recipients
 
 NOW = 1_800_000_000_000
 PROVEN = ("r1", "r3", "r5")  # of r0..r5 unknown, the audit proved these absent
@@ -23,7 +24,7 @@ PROVEN = ("r1", "r3", "r5")  # of r0..r5 unknown, the audit proved these absent
 
 @pytest.fixture
 def rig(monkeypatch):
-    monkeypatch.setattr(jobs_module, "PAGE_UNKNOWNS", 2)  # 6 unknowns: 3 pages
+    monkeypatch.setattr(jobs_work, "PAGE_UNKNOWNS", 2)  # 6 unknowns: 3 pages
     world = World(provider_name="ses")
     world.campaign(state=CampaignState.PAUSED)
     people = recipients(8)
@@ -36,9 +37,17 @@ def rig(monkeypatch):
     events = FakeLedgerEvents(world.ledger)
     for rid in PROVEN:
         events.prove_not_sent(DeliveryKey(campaign_id="c1", recipient_id=rid), audit="audit-1")
-    service = CampaignService(campaigns=world.campaigns, ledger=world.ledger, queue=world.queue, provider_names=["ses"])
-    service.jobs.unknown_outcomes = lambda accept: UnknownOutcomes(
-        ledger_events=events, clock_ms=FakeClock(NOW), accept_possible_duplicates=accept
+    service = CampaignService(
+        campaigns=world.campaigns,
+        ledger=world.ledger,
+        queue=world.queue,
+        provider_names=["ses"],
+        jobs=jobs_of(
+            world.campaigns,
+            unknown_outcomes=lambda accept: UnknownOutcomes(
+                ledger_events=events, clock_ms=FakeClock(NOW), accept_possible_duplicates=accept
+            ),
+        ),
     )
     return world, service
 
@@ -102,7 +111,9 @@ def test_a_step_taken_again_after_its_worker_died_reopens_nobody_twice(rig):
 
 def test_a_cancelled_campaign_cannot_be_resumed_with_its_unknowns(rig):
     world, service = rig
-    world.campaigns.transition("c1", to=CampaignState.CANCELLED, allowed_from=[CampaignState.PAUSED], by="ops")
+    world.campaigns.transition(
+        "c1", StateChange(to=CampaignState.CANCELLED, allowed_from=(CampaignState.PAUSED,), by="ops")
+    )
 
     with pytest.raises(IllegalTransitionError, match="cancelled"):
         service.start_resume_including_unknown("c1")

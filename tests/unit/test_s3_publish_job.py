@@ -9,16 +9,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from sendonce.domain.campaigns.operator_input import RecipientFileError
+from sendonce.domain.campaigns.ports import StoredObject
+from sendonce.domain.campaigns.recipients_file import RecipientFileError
 from sendonce.domain.campaigns.s3_publish import S3Publish
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError
 from sendonce.domain.jobs.models import JobKind, JobState
-from sendonce.domain.jobs.service import InMemoryJobStore, JobService
+from sendonce.domain.jobs.pages import PartedWork
 from sendonce.domain.models import CampaignState
-from sendonce.domain.ports import StoredObject
 from tests.fakes import FakeJobQueue
-from tests.unit.helpers import World
+from tests.unit.helpers import World, jobs_of
 
 BAD = {3: "x3,nobody,X\n", 41: "x41,x41@example.com\n"}  # line -> its text (line 1 is the header)
 
@@ -59,22 +59,22 @@ def rig(*, queued: bool = False, range_bytes: int = 400):
     world = World()
     world.campaign("c1", state=CampaignState.DRAFT)
     job_queue = FakeJobQueue() if queued else None
-    jobs = JobService(
-        jobs=InMemoryJobStore(),
-        queue=job_queue,
-        campaigns=world.campaigns,
-        ledger=world.ledger,
-        campaign_queue=world.queue,
-        clock=lambda: "2026-12-02T00:00:00.000+00:00",
-    )
-    service = CampaignService(
-        campaigns=world.campaigns, ledger=world.ledger, queue=world.queue, provider_names=["resend"], jobs=jobs
-    )
     objects = FakeObjects()
     objects.objects[("b", "list.csv")] = csv_file()
-    publisher = S3Publish(service=service, objects=objects, range_bytes=range_bytes)
-    jobs.parted[JobKind.PUBLISH_S3] = publisher
-    return world, service, publisher, job_queue
+    built: dict[str, S3Publish] = {}
+
+    def parted(service: CampaignService) -> dict[JobKind, PartedWork]:
+        built["publisher"] = S3Publish(service=service, objects=objects, range_bytes=range_bytes)
+        return {JobKind.PUBLISH_S3: built["publisher"]}
+
+    service = CampaignService(
+        campaigns=world.campaigns,
+        ledger=world.ledger,
+        queue=world.queue,
+        provider_names=["resend"],
+        jobs=jobs_of(world.campaigns, queue=job_queue, parted=parted),
+    )
+    return world, service, built["publisher"], job_queue
 
 
 def start(publisher, *, strict: bool = False, key: str = "list.csv", campaign: str = "c1"):

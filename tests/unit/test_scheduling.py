@@ -9,15 +9,14 @@ import pytest
 
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
-from sendonce.domain.campaigns.operator_input import CampaignSpec
 from sendonce.domain.campaigns.scheduling import Firing, iso, parse_instant, parse_send_at, start_holder
 from sendonce.domain.campaigns.service import CampaignService
+from sendonce.domain.campaigns.spec import CampaignSpec
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError
-from sendonce.domain.jobs import service as jobs_service
-from sendonce.domain.jobs.service import InMemoryJobStore, JobService
+from sendonce.domain.jobs import work as jobs_work
 from sendonce.domain.models import Campaign, CampaignState, Content
 from tests.fakes import FakeCampaignStore, FakeJobQueue, FakeLedger, FakeQueue, FakeScheduler
-from tests.unit.helpers import recipients
+from tests.unit.helpers import jobs_of, recipients
 
 C = CampaignState
 NOW = parse_instant("2026-12-01T12:00:00Z")
@@ -367,11 +366,8 @@ def test_enqueueing_the_recorded_batches_stops_when_the_campaign_is_cancelled(se
 def queued_service(store, queue, scheduler, clock, monkeypatch):
     """The service as deployed: its jobs on a jobs queue, a step per message; two batch
     records a step, so that five batches take three steps."""
-    monkeypatch.setattr(jobs_service, "PAGE_RECORDED_BATCHES", 2)
+    monkeypatch.setattr(jobs_work, "PAGE_RECORDED_BATCHES", 2)
     job_queue = FakeJobQueue()
-    jobs = JobService(
-        jobs=InMemoryJobStore(), queue=job_queue, campaigns=store, ledger=FakeLedger(), campaign_queue=queue, clock=str
-    )
     svc = CampaignService(
         campaigns=store,
         ledger=FakeLedger(),
@@ -380,7 +376,7 @@ def queued_service(store, queue, scheduler, clock, monkeypatch):
         operator="ann",
         clock_ms=clock,
         scheduler=scheduler,
-        jobs=jobs,
+        jobs=jobs_of(store, queue=job_queue, clock=str),
     )
     svc.create(_campaign())
     return svc, job_queue

@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 from pydantic import ValidationError
 
-from sendonce.domain.campaigns.operator_input import CampaignSpec, describe_validation_error
+from sendonce.domain.campaigns.input_rules import describe_validation_error
+from sendonce.domain.campaigns.spec import CampaignSpec
 from sendonce.domain.models import ID_PATTERN
 from sendonce.domain.sending.shards import (
     DEFAULT_LEDGER_SHARDS,

@@ -28,4 +28,4 @@ def test_every_top_level_name_the_wheel_installs_starts_with_sendonce(tmp_path):
         "sendonce_local",
         "sendonce_ops",
     } <= top_level
-    assert "sendonce_infra/app.py" in files
+    assert "infra/sendonce_infra/app.py" in files

@@ -7,8 +7,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from sendonce.domain.campaigns.operator_input import MissingFileError, RecipientFileError
-from sendonce.domain.ports import StoredObject
+from sendonce.domain.campaigns.ports import StoredObject
+from sendonce.domain.campaigns.recipients_file import MissingFileError, RecipientFileError
 
 _MISSING = {"NoSuchKey", "NoSuchBucket", "404", "AccessDenied", "403"}
 _CHANGED = {"PreconditionFailed", "412"}

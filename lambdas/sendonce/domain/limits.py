@@ -1,5 +1,6 @@
 """Every size sendonce accepts from an operator, in one place. docs/limits.md gives the reason
-for each number; the validators in operator_input.py and the queue adapter read them here.
+for each number; the validators in campaigns/spec.py, campaigns/recipients_file.py
+and the queue adapter read them here.
 
 Sizes of stored or sent text are UTF-8 bytes, because the limits downstream are in bytes.
 """

@@ -18,13 +18,12 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from sendonce.domain.campaigns.operator_input import (
+from sendonce.domain.campaigns.input_rules import friendly_message, strict_json_loads
+from sendonce.domain.campaigns.recipients_file import (
     RejectedFileError,
     RowTally,
     describe_row,
-    friendly_message,
     inline_rows,
-    strict_json_loads,
 )
 from sendonce.domain.campaigns.scheduling import parse_instant
 from sendonce.domain.campaigns.service import CampaignService, PublishReport
@@ -58,8 +57,8 @@ from sendonce.handlers.api_models import (
 )
 from sendonce.handlers.api_routes import ServedPaths
 from sendonce.handlers.observability import logger
-from sendonce.settings import ApiSettings, ConsumerSettings
-from sendonce.wiring import auditor_of, campaign_service
+from sendonce.settings import ApiSettings
+from sendonce.wiring import campaign_service
 
 # Bodies are parsed strictly (no NaN, no lone surrogates, bounded nesting): what would fail
 # later in DynamoDB or at the provider is refused here as a 400 naming the body.
@@ -148,7 +147,7 @@ def publish(campaign_id: CampaignId, body: Annotated[PublishBody, Body()]) -> Re
         result = _publish_result(report, tally, where="recipients.")
         return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=result)
     location = body.s3
-    job = service.jobs.parted[JobKind.PUBLISH_S3].start(  # type: ignore[attr-defined]
+    job = service.jobs.parted_work(JobKind.PUBLISH_S3).start(  # type: ignore[attr-defined]
         campaign_id,
         bucket=location.bucket,
         key=location.key,
@@ -413,11 +412,9 @@ def lambda_handler(
     refused = _refuse_non_json(event) or _refuse_array_body(event)
     if refused is not None:
         return refused
+    # An audit job runs here when there is no jobs queue (the local stack, tests), with the
+    # consumer's sending settings when this process has them (wiring gives its jobs that work).
     service = service or campaign_service(ApiSettings.from_env(os.environ))
-    if service.jobs.auditor is None:
-        # An audit job runs here when there is no jobs queue (the local stack, tests), with
-        # the consumer's sending settings when this process has them.
-        service.jobs.auditor = auditor_of(lambda: ConsumerSettings.from_env(os.environ))
     sending = sending or preview_routes.SendingOnDemand.from_env(os.environ)
     app.append_context(service=service, sending=sending)
     return app.resolve(event, context)

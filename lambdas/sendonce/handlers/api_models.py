@@ -12,16 +12,16 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from sendonce.adapters.providers import registry
 from sendonce.domain import limits
-from sendonce.domain.campaigns.operator_input import (
+from sendonce.domain.campaigns.input_rules import (
     LINE_PATTERN,
     SEND_AT_PATTERN,
-    InlineRecipient,
 )
-from sendonce.domain.campaigns.operator_input import (
-    CampaignSpec as SpecModel,
-)
+from sendonce.domain.campaigns.recipients_file import InlineRecipient
 from sendonce.domain.campaigns.scheduling import iso
 from sendonce.domain.campaigns.service import DeliveryStatus
+from sendonce.domain.campaigns.spec import (
+    CampaignSpec as SpecModel,
+)
 from sendonce.domain.jobs.models import Job
 from sendonce.domain.models import ID_PATTERN, Campaign
 from sendonce.handlers import preview_routes

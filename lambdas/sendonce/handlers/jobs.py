@@ -18,19 +18,13 @@ from sendonce.domain.errors import JobNotFoundError
 from sendonce.domain.jobs.service import JobService
 from sendonce.handlers.observability import logger, metrics
 from sendonce.settings import JobsSettings
-from sendonce.wiring import auditor_of, job_service
+from sendonce.wiring import job_service
 
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext, service: JobService | None = None) -> dict:
-    if service is None:
-        settings = JobsSettings.from_env(os.environ)
-        jobs = job_service(settings)
-        if jobs.auditor is None:
-            jobs.auditor = auditor_of(lambda: settings)
-    else:
-        jobs = service
+    jobs = service or job_service(JobsSettings.from_env(os.environ))
 
     def record_handler(record: SQSRecord) -> None:
         try:

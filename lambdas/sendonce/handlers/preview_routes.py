@@ -16,8 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from sendonce import contract
 from sendonce.domain import limits
-from sendonce.domain.campaigns.operator_input import ADDRESS_PATTERN, InlineRecipient, VariableName
+from sendonce.domain.campaigns.input_rules import ADDRESS_PATTERN
 from sendonce.domain.campaigns.preview import Preview, recipient_of
+from sendonce.domain.campaigns.recipients_file import InlineRecipient, VariableName
 from sendonce.domain.errors import InvalidCampaignError, SettingsError
 from sendonce.domain.models import ID_PATTERN, TestSendRecord, VariableValue
 from sendonce.settings import ConsumerSettings

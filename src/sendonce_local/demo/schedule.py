@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sendonce.domain.campaigns.ports import StateChange
 from sendonce.domain.models import CampaignState, DeliveryState, Recipient
 from sendonce_local.demo.campaign import demo_campaign
 from sendonce_local.demo.consumer import read_counts, read_timings
@@ -292,8 +293,8 @@ class CampaignRun:
             # The generic consumer never reads campaign state and keeps no record of who
             # was sent, so there is nothing to republish: only the state goes back.
             self.system.campaign_store().transition(
-                self.campaign_id, to=CampaignState.SENDING, allowed_from=[CampaignState.PAUSED],
-                by="sendonce demo", reason="demo: operator resume",
+                self.campaign_id, StateChange(to=CampaignState.SENDING, allowed_from=(CampaignState.PAUSED,),
+                by="sendonce demo", reason="demo: operator resume"),
             )  # fmt: skip
             self.event(
                 f"operator resumed after {time.monotonic() - paused_at:.1f} s (the baseline never reads campaign "

@@ -51,9 +51,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from sendonce.domain.deliverability.ports import SuppressionReason
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError
 from sendonce.domain.models import DeliveryState
-from sendonce.domain.ports import SuppressionReason
 from sendonce.domain.sending import delivery as delivery_module
 from sendonce.domain.sending import protocol
 from tests.model.explore.invariants import InvariantError, check, drain_and_check

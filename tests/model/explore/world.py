@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from sendonce.adapters.idempotency import PowertoolsDeliveryGuard, PowertoolsGroupGuard
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.errors import LeaseLostError, PermanentProviderError
 from sendonce.domain.jobs.service import InMemoryJobStore, JobService
@@ -27,9 +26,10 @@ from sendonce.domain.models import (
     Recipient,
     SendGroup,
 )
-from sendonce.domain.ports import GroupClaim
 from sendonce.domain.sending import protocol
 from sendonce.domain.sending.delivery import DeliveryService
+from sendonce.domain.sending.guards import LedgerDeliveryGuard, LedgerGroupGuard
+from sendonce.domain.sending.ports import GroupClaim
 from sendonce.domain.sending.protocol import Event, Verdict
 from tests.fakes import FakeCampaignStore, FakeLedger, FakeSuppressions
 from tests.model.world import (
@@ -322,13 +322,13 @@ class World:
             queue=self.queue,
             provider_names=[self.provider_name],
             clock_ms=self.clock,
-            jobs=JobService(
+            jobs=lambda service: JobService(
                 jobs=self.job_store,
                 queue=None,
                 campaigns=self.store,
-                ledger=self.ledger,
-                campaign_queue=self.queue,
                 clock=lambda: str(self.clock()),
+                work=service.job_work(),
+                on_finished=service.job_finished,
             ),
         )
         self.operator.create(
@@ -351,8 +351,8 @@ class World:
     def _consumer(self) -> DeliveryService:
         ledger = CrashingProxy(self.ledger, self.faults, LEDGER_WRITES)
         campaigns = CrashingProxy(self.store, self.faults, CAMPAIGN_WRITES)
-        guard = PowertoolsDeliveryGuard(ledger, clock_ms=self.clock)
-        group_guard = PowertoolsGroupGuard(ledger, clock_ms=self.clock)
+        guard = LedgerDeliveryGuard(ledger, clock_ms=self.clock)
+        group_guard = LedgerGroupGuard(ledger, clock_ms=self.clock)
         guard.register_lambda_context(Ctx(LEASE_MS))
         group_guard.register_lambda_context(Ctx(LEASE_MS))
         return DeliveryService(

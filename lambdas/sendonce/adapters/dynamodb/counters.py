@@ -33,9 +33,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from sendonce.adapters.dynamodb.report_aggregates import aggregator_writer, fit, increment_updates
+from sendonce.domain.campaigns.ports import CounterTotals, Counts
 from sendonce.domain.campaigns.report_data import ReportIncrements
 from sendonce.domain.models import DeliveryState
-from sendonce.domain.ports import CounterTotals, Counts
 from sendonce.domain.sending.shards import dealt, shard_of
 
 SEQUENCE_DIGITS = 40

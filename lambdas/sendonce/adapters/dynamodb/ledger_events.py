@@ -52,8 +52,7 @@ from botocore.exceptions import ClientError
 
 from sendonce.adapters.dynamodb.ledger_keys import LedgerKeys, ShardsOf
 from sendonce.domain.deliverability import event_order
-from sendonce.domain.models import DeliveryKey, DeliveryState
-from sendonce.domain.ports import (
+from sendonce.domain.deliverability.ports import (
     Annotation,
     AnnotationStatus,
     CampaignFeedback,
@@ -63,6 +62,7 @@ from sendonce.domain.ports import (
     ReopenReport,
     UnknownDelivery,
 )
+from sendonce.domain.models import DeliveryKey, DeliveryState
 from sendonce.domain.sending import protocol
 from sendonce.domain.sending.protocol import Event
 

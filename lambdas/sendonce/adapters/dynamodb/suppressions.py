@@ -18,9 +18,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from sendonce.domain.deliverability.ports import ImportReport, Suppression, SuppressionReason
 from sendonce.domain.errors import SuppressionsUnavailableError
 from sendonce.domain.models import email_fingerprint
-from sendonce.domain.ports import ImportReport, Suppression, SuppressionReason
 
 IMPORT_WORKERS = 8
 BATCH_GET_KEYS = 100  # BatchGetItem's limit per request

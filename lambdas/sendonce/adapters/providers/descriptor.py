@@ -14,8 +14,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from sendonce.domain.capabilities import ProviderCapabilities
+from sendonce.domain.deliverability.ports import ProviderEvent
 from sendonce.domain.deliverability.provider_events import EventReader, WebhookReader
-from sendonce.domain.ports import EmailProvider, ProviderEvent, RateLimiter
+from sendonce.domain.sending.ports import EmailProvider, RateLimiter
 
 
 class ProviderSettings(BaseModel):

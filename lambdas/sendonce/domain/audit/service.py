@@ -30,9 +30,11 @@ from enum import StrEnum
 from typing import Any
 
 from sendonce.domain.audit.records import ListedEmail, ProviderRecords
+from sendonce.domain.campaigns.ports import CampaignStore
+from sendonce.domain.deliverability.ports import LedgerEvents
 from sendonce.domain.errors import SendonceError
 from sendonce.domain.models import Campaign, DeliveryRecord, DeliveryState, epoch_ms
-from sendonce.domain.ports import CampaignStore, Ledger, LedgerEvents
+from sendonce.domain.sending.ports import DeliveryReads
 
 S = DeliveryState
 # Clocks differ (ours, the provider's): a margin on both ends of every window compared.
@@ -150,7 +152,7 @@ class CampaignAudit:
         self,
         *,
         campaigns: CampaignStore,
-        ledger: Ledger,
+        ledger: DeliveryReads,
         ledger_events: LedgerEvents,
         records: ProviderRecords,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
+from sendonce.domain.campaigns.ports import CampaignCounters, CampaignStore, Counts
 from sendonce.domain.campaigns.report_data import LedgerChange, increments_of
 from sendonce.domain.errors import CampaignBusyError, CampaignNotFoundError, IllegalTransitionError
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
-from sendonce.domain.ports import CampaignCounters, CampaignStore, Counts
 
 logger = logging.getLogger(__name__)
 

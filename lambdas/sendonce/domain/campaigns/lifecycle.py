@@ -13,9 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from enum import StrEnum
 
+from sendonce.domain.campaigns.ports import CampaignRecords, StateChange
 from sendonce.domain.errors import IllegalTransitionError
 from sendonce.domain.models import Campaign, CampaignState
-from sendonce.domain.ports import CampaignStore
 
 C = CampaignState
 
@@ -138,7 +138,7 @@ def leaves_mark(event: CampaignEvent, *, stays: bool) -> bool:
 
 
 def apply(
-    store: CampaignStore,
+    store: CampaignRecords,
     campaign_id: str,
     event: CampaignEvent,
     *,
@@ -161,13 +161,13 @@ def apply(
     last: IllegalTransitionError | None = None
     for target, allowed, stays in writes(event):
         try:
-            return store.transition(
-                campaign_id,
+            change = StateChange(
                 to=target,
-                allowed_from=allowed,
+                allowed_from=tuple(allowed),
                 by=by,
                 reason=reason,
                 stays=stays,
+                mark=event.value if leaves_mark(event, stays=stays) else None,
                 publishing_until_ms=publishing_until_ms,
                 holder=holder,
                 unless_publishing_at_ms=unless_publishing_at_ms,
@@ -176,8 +176,8 @@ def apply(
                 clear_send_at=clear_send_at,
                 if_send_at_ms=if_send_at_ms,
                 if_reason=if_reason,
-                mark=event.value if leaves_mark(event, stays=stays) else None,
             )
+            return store.transition(campaign_id, change)
         except IllegalTransitionError as exc:
             last = exc
     assert last is not None

@@ -22,7 +22,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from sendonce.domain import limits
-from sendonce.domain.campaigns.operator_input import Row
+from sendonce.domain.campaigns.ports import CampaignStore
+from sendonce.domain.campaigns.recipients_file import Row
+from sendonce.domain.deliverability.ports import Suppressions
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
 from sendonce.domain.errors import ConflictingRequestError, InvalidCampaignError, ProviderError, RetryableProviderError
 from sendonce.domain.models import (
@@ -35,7 +37,7 @@ from sendonce.domain.models import (
     email_fingerprint,
     is_valid_email,
 )
-from sendonce.domain.ports import CampaignStore, EmailProvider, RateLimiter, Suppressions, TestSendLog
+from sendonce.domain.sending.ports import EmailProvider, RateLimiter, TestSendLog
 from sendonce.domain.sending.rendering import CompiledContent, RenderError
 from sendonce.domain.sending.sender import compose
 

@@ -28,8 +28,8 @@ from sendonce.domain.campaigns.report_data import (
 from sendonce.domain.models import Campaign, CampaignState, epoch_ms
 
 if TYPE_CHECKING:
+    from sendonce.domain.campaigns.ports import ReportAggregatesStore
     from sendonce.domain.campaigns.status import DeliveryStatus
-    from sendonce.domain.ports import ReportAggregatesStore
 
 MAX_POINTS = 240  # bars on the timeline: readable on one screen at any campaign length
 MAX_DOMAINS = 12  # mailbox providers shown by name; the rest are summed as "other"

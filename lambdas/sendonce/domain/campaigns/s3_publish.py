@@ -36,7 +36,8 @@ from typing import Any
 
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
-from sendonce.domain.campaigns.operator_input import (
+from sendonce.domain.campaigns.ports import ObjectLines, StoredObject
+from sendonce.domain.campaigns.recipients_file import (
     RecipientFileError,
     RecipientReader,
     RowTally,
@@ -48,7 +49,6 @@ from sendonce.domain.errors import IllegalTransitionError
 from sendonce.domain.jobs.models import Job, JobKind, JobState
 from sendonce.domain.jobs.pages import PhaseEnd
 from sendonce.domain.models import CampaignState
-from sendonce.domain.ports import ObjectLines, StoredObject
 
 RANGE_BYTES = 2 * 1024 * 1024  # a part: ~20,000 lines of 100 bytes, 200 batch records
 # The job item holds each part's outcome (under DynamoDB's 400 KB): a larger object is cut
@@ -61,7 +61,7 @@ CHECK, PUBLISH = "check", "publish"
 
 
 class S3Publish:
-    """The `publish_s3` kind of job: registered in JobService.parted by the wiring."""
+    """The `publish_s3` kind of job: given to JobService (`parted`) by the wiring."""
 
     def __init__(self, *, service: CampaignService, objects: ObjectLines, range_bytes: int = RANGE_BYTES):
         self._service = service

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sendonce.domain import limits
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
+from sendonce.domain.campaigns.ports import CampaignScheduler, CampaignStore
 from sendonce.domain.errors import (
     CampaignScheduleError,
     ConflictingRequestError,
@@ -31,7 +32,7 @@ from sendonce.domain.errors import (
 )
 from sendonce.domain.jobs.models import Job
 from sendonce.domain.models import BatchMessage, Campaign, CampaignState
-from sendonce.domain.ports import CampaignScheduler, CampaignStore, Queue
+from sendonce.domain.sending.ports import Queue
 
 if TYPE_CHECKING:
     from sendonce.domain.jobs.service import JobService

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sendonce.domain.campaigns.counters import StateCounts, complete, state_counts
+from sendonce.domain.campaigns.ports import CampaignCounters, CampaignStore, CounterTotals, Counts
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
-from sendonce.domain.ports import CampaignCounters, CampaignStore, CounterTotals, Counts, Ledger
+from sendonce.domain.sending.ports import DeliveryReads
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def _status(campaign: Campaign, counts: StateCounts) -> DeliveryStatus:
     )
 
 
-def ledger_counts(campaigns: CampaignStore, ledger: Ledger, campaign_id: str) -> StateCounts:
+def ledger_counts(campaigns: CampaignStore, ledger: DeliveryReads, campaign_id: str) -> StateCounts:
     """Counts by ledger state from a full read: O(recipients)."""
     recipient_ids: set[str] = set()
     for batch, _ in campaigns.batches(campaign_id):
@@ -92,7 +93,7 @@ def ledger_counts(campaigns: CampaignStore, ledger: Ledger, campaign_id: str) ->
 
 
 def delivery_status(
-    campaigns: CampaignStore, ledger: Ledger, campaign_id: str, counters: CampaignCounters | None = None
+    campaigns: CampaignStore, ledger: DeliveryReads, campaign_id: str, counters: CampaignCounters | None = None
 ) -> DeliveryStatus:
     """Counts of every published recipient by ledger state. A pure read: from the counters
     when the campaign is counted (they lag the ledger by the stream's delay), else in full."""
@@ -105,7 +106,7 @@ def delivery_status(
 
 def complete_if_done(
     campaigns: CampaignStore,
-    ledger: Ledger,
+    ledger: DeliveryReads,
     campaign_id: str,
     *,
     now_ms: int,
@@ -150,7 +151,9 @@ class Reconciliation:
         }
 
 
-def reconcile(campaigns: CampaignStore, ledger: Ledger, counters: CampaignCounters, campaign_id: str) -> Reconciliation:
+def reconcile(
+    campaigns: CampaignStore, ledger: DeliveryReads, counters: CampaignCounters, campaign_id: str
+) -> Reconciliation:
     """Compare a campaign's counters with a full read of its batches and ledger: every
     state whose counts differ is a drift (at rest there is none; while the campaign sends,
     the counters lag by the stream's delay). O(recipients): the ledger is read over its

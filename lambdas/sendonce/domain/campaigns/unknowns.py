@@ -16,8 +16,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
+from sendonce.domain.deliverability.ports import LedgerEvents, ReopenReport, UnknownDelivery
 from sendonce.domain.models import DeliveryKey
-from sendonce.domain.ports import LedgerEvents, ReopenReport, UnknownDelivery
 
 # SES publishes a Send event within seconds; a quarter of an hour without one says the
 # email was most likely not accepted (never certainly).

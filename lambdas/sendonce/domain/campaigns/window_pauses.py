@@ -24,11 +24,11 @@ from collections.abc import Callable
 
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
+from sendonce.domain.campaigns.ports import CampaignScheduler, CampaignStore
 from sendonce.domain.campaigns.scheduling import Firing, FiringResult, iso
 from sendonce.domain.errors import IllegalTransitionError
 from sendonce.domain.jobs.service import JobService
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
-from sendonce.domain.ports import CampaignScheduler, CampaignStore
 
 logger = logging.getLogger(__name__)
 

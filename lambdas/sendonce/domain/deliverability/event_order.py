@@ -31,7 +31,7 @@ from __future__ import annotations
 import datetime as dt
 from types import MappingProxyType
 
-from sendonce.domain.ports import EventKind, ProviderEvent
+from sendonce.domain.deliverability.ports import EventKind, ProviderEvent
 
 RANKS = MappingProxyType(
     {

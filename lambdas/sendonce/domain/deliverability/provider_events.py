@@ -26,17 +26,17 @@ from typing import Any, Protocol
 
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
-from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, WebhookSignatureError
-from sendonce.domain.models import DeliveryState, is_valid_email
-from sendonce.domain.ports import (
+from sendonce.domain.campaigns.ports import CampaignStore
+from sendonce.domain.deliverability.ports import (
     AnnotationStatus,
-    CampaignStore,
     EventKind,
     FeedbackCounter,
     LedgerEvents,
     ProviderEvent,
     Suppressions,
 )
+from sendonce.domain.errors import CampaignNotFoundError, IllegalTransitionError, WebhookSignatureError
+from sendonce.domain.models import DeliveryState, is_valid_email
 
 logger = logging.getLogger(__name__)
 

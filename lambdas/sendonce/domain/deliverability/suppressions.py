@@ -12,8 +12,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from sendonce.domain.deliverability.ports import ImportReport, Suppression, SuppressionReason, Suppressions
 from sendonce.domain.models import is_valid_email
-from sendonce.domain.ports import ImportReport, Suppression, SuppressionReason, Suppressions
 
 IMPORT_CHUNK = 500
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 from urllib.parse import parse_qs
 
+from sendonce.domain.deliverability.ports import EventKind, LedgerEvents, ProviderEvent, SuppressionReason, Suppressions
 from sendonce.domain.errors import InvalidTokenError
 from sendonce.domain.models import ID_PATTERN, email_fingerprint
-from sendonce.domain.ports import EventKind, LedgerEvents, ProviderEvent, SuppressionReason, Suppressions
 
 VERSION = "v1"
 MIN_KEY_BYTES = 32

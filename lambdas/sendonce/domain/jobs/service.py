@@ -21,79 +21,45 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
 
-from sendonce.domain.audit.service import AuditOutsideRetentionError, CampaignAudit
-from sendonce.domain.campaigns.batches import bodies_for
-from sendonce.domain.campaigns.status import reconciliation_of
-from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S, UnknownOutcomes
-from sendonce.domain.errors import CampaignNotFoundError, InvalidCampaignError, SettingsError
+from sendonce.domain.campaigns.ports import CampaignStore
+from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S
+from sendonce.domain.errors import CampaignNotFoundError, InvalidCampaignError
 from sendonce.domain.jobs.memory import InMemoryJobStore as InMemoryJobStore  # re-exported
 from sendonce.domain.jobs.models import LISTED_MOST, Job, JobKind, JobState
 from sendonce.domain.jobs.pages import Page, PartedWork
-from sendonce.domain.models import DeliveryState, Recipient
-from sendonce.domain.ports import CampaignCounters, CampaignStore, JobQueue, JobStore, Ledger, Queue
+from sendonce.domain.jobs.ports import JobQueue, JobStore
+from sendonce.domain.jobs.work import UNAVAILABLE, PageWork
+from sendonce.domain.models import DeliveryState
 
 logger = logging.getLogger(__name__)
 
-PAGE_BATCHES = 25  # batch records per step: at most 2,500 recipients, 25 ledger BatchGetItems
-PAGE_RECORDS = 1_000  # ledger records per reconcile step: one Query (at most 1 MB)
-# Batch records an enqueue_recorded step reads (at most 10,000 recipients: one BatchGetItem
-# of their markers, ten SendMessageBatch requests each after a lease renewal).
-PAGE_RECORDED_BATCHES = 100
-PAGE_UNKNOWNS = 500  # unknown deliveries a resume_unknown step reopens (a conditional write each)
-# A reconcile job's progress: records read, and one count per ledger state ("ledger_sent", ...).
-LEDGER_PREFIX = "ledger_"
-
 
 class JobService:
+    """Starts jobs and takes their steps. Built whole: `work` runs one page of each paged kind
+    this process can run (domain/jobs/work.py), `parted` does the parts of each kind done in
+    parts (params["parts"] of them, params["phase"] names the phase), and `on_finished` hears
+    of each job that ends done (the service whose jobs these are)."""
+
     def __init__(
         self,
         *,
         jobs: JobStore,
         queue: JobQueue | None,
         campaigns: CampaignStore,
-        ledger: Ledger,
-        campaign_queue: Queue,
         clock: Callable[[], str],
+        work: Mapping[JobKind, PageWork],
+        parted: Mapping[JobKind, PartedWork] | None = None,
         on_finished: Callable[[Job], None] | None = None,
-        page_batches: int = PAGE_BATCHES,
-        counters: CampaignCounters | None = None,
-        page_records: int = PAGE_RECORDS,
     ) -> None:
         self._jobs = jobs
         self._queue = queue
         self._campaigns = campaigns
-        self._ledger = ledger
-        self._campaign_queue = campaign_queue
         self._clock = clock
-        self.on_finished = on_finished  # set once by the service whose jobs these are
-        self._page_batches = page_batches
-        self._counters = counters
-        self._page_records = page_records
-        self._pages: dict[JobKind, Callable[[Job], Page]] = {
-            JobKind.REPUBLISH: self._republish_page,
-            JobKind.RECONCILE: self._reconcile_page,
-            JobKind.AUDIT: self._audit_page,
-            JobKind.RESUME_UNKNOWN: self._resume_unknown_page,
-            JobKind.ENQUEUE_RECORDED: self._enqueue_recorded_page,
-        }
-        # A page of a started campaign's recorded batches onto the queue, under the lease of
-        # `holder` (set by the campaign service, which holds the leases): (campaign_id, holder,
-        # cursor, limit) -> (batches enqueued, next cursor, why it stopped early or None).
-        self.enqueue_recorded: Callable[[str, str, str | None, int], tuple[int, str | None, str | None]] | None = None
-        # `resume --include-unknown`'s parts, set by whoever has them: the unknown outcomes
-        # (given accept_possible_duplicates), and what resumes the campaign once every
-        # eligible unknown is reopened (the campaign service: its result is the job's).
-        self.unknown_outcomes: Callable[[bool], UnknownOutcomes] | None = None
-        self.after_reopening: Callable[[Job, dict[str, int]], dict[str, Any]] | None = None
-        # The audit of a campaign of a given provider (set by the wiring from the sending
-        # settings; None: this process cannot audit, and an audit job fails saying so).
-        self.auditor: Callable[[str], CampaignAudit] | None = None
-        # Kinds done in parts (params["parts"] of them, params["phase"] names the phase),
-        # registered by whoever can do them (wiring: S3 publish).
-        self.parted: dict[JobKind, PartedWork] = {}
+        self._work: Mapping[JobKind, PageWork] = dict(work)
+        self._parted: Mapping[JobKind, PartedWork] = dict(parted or {})
+        self._on_finished = on_finished
 
     # --- starting and reading -----------------------------------------------------------
 
@@ -123,8 +89,7 @@ class JobService:
     def start_reconcile(self, campaign_id: str, *, by: str, job_id: str | None = None) -> Job:
         """A job counting the campaign's ledger records by state, a page of one shard a
         step, then comparing the counts with the counters (its result: the drifts)."""
-        if self._counters is None:
-            raise InvalidCampaignError("reconcile: this service keeps no counters")
+        self._require(JobKind.RECONCILE, "reconcile: this service keeps no counters")
         self._campaigns.get(campaign_id)  # raises CampaignNotFoundError
         job = Job(
             job_id=job_id or f"{campaign_id}-{JobKind.RECONCILE.value}-{uuid.uuid4().hex[:12]}",
@@ -178,8 +143,7 @@ class JobService:
         """A job reopening, a page at a time, every unknown delivery an audit proved not sent
         (accepting possible duplicates: every one unknown for `older_than_s`), then resuming
         the campaign. Its result names the resume's republish job."""
-        if self.unknown_outcomes is None or self.after_reopening is None:
-            raise InvalidCampaignError("resume --include-unknown: this service cannot read the unknown outcomes")
+        self._require(JobKind.RESUME_UNKNOWN, "resume --include-unknown: this service cannot read the unknown outcomes")
         self._campaigns.get(campaign_id)  # raises CampaignNotFoundError
         job = Job(
             job_id=f"{campaign_id}-{JobKind.RESUME_UNKNOWN.value}-{uuid.uuid4().hex[:12]}",
@@ -197,21 +161,35 @@ class JobService:
         )
         return self._start(job)
 
+    def _require(self, kind: JobKind, why: str) -> None:
+        if kind not in self._work:
+            raise InvalidCampaignError(why)
+
+    def _page_work(self, kind: JobKind) -> PageWork:
+        if kind not in self._work:
+            raise InvalidCampaignError(UNAVAILABLE.get(kind, f"jobs of kind {kind.value!r} cannot be run here"))
+        return self._work[kind]
+
     def _start(self, job: Job) -> Job:
         job = self._jobs.create(job)
         if job.done:
             return job
         if self._queue is None:
             return self.run(job.job_id)
-        if job.kind in self.parted:
+        if job.kind in self._parted:
             self._queue.submit_parts(job.job_id, self._missing_parts(job))
         else:
             self._queue.submit(job.job_id)
         return job
 
+    def parted_work(self, kind: JobKind) -> PartedWork:
+        """The work of a kind done in parts, as this service was given it (the API starts an S3
+        publish through it)."""
+        return self._parted[kind]
+
     def start_parted(self, job: Job) -> Job:
         """Start a job in parts (its kind registered in `parted`): one message a part."""
-        if job.kind not in self.parted:
+        if job.kind not in self._parted:
             raise InvalidCampaignError(f"jobs of kind {job.kind.value!r} cannot be run here")
         return self._start(job if job.created_at else job.model_copy(update={"created_at": self._clock()}))
 
@@ -226,7 +204,7 @@ class JobService:
         """Submit a running job's next step again (after its messages were dead-lettered)."""
         job = self._jobs.get(job_id)
         if not job.done and self._queue is not None:
-            if job.kind in self.parted:
+            if job.kind in self._parted:
                 self._queue.submit_parts(job.job_id, self._missing_parts(job))
             else:
                 self._queue.submit(job.job_id)
@@ -242,7 +220,7 @@ class JobService:
             return None
         error: str | None = None
         try:
-            page = self._pages[job.kind](job)
+            page = self._page_work(job.kind)(job)
         except (CampaignNotFoundError, InvalidCampaignError) as exc:
             # Will not get better by trying again; anything else (throttling, a network
             # error) fails the worker's turn, and the message brings the step back.
@@ -272,8 +250,8 @@ class JobService:
             return None
         if moved.done:
             logger.info("job finished", extra={"job_id": job.job_id, "state": moved.state.value, **progress})
-            if self.on_finished is not None and moved.state is JobState.DONE:
-                self.on_finished(moved)
+            if self._on_finished is not None and moved.state is JobState.DONE:
+                self._on_finished(moved)
         return moved
 
     def work(self, job_id: str) -> Job | None:
@@ -286,7 +264,7 @@ class JobService:
     def run(self, job_id: str) -> Job:
         """Every step (or every part not yet recorded), in process, until the job is finished."""
         job = self._jobs.get(job_id)
-        if job.kind in self.parted:
+        if job.kind in self._parted:
             while not job.done:
                 for part in self._missing_parts(job):
                     self.work_part(job_id, part, submit=False)
@@ -309,7 +287,7 @@ class JobService:
             return None
         phase = job.params.get("phase")
         try:
-            outcome = self.parted[job.kind].part(job, part)
+            outcome = self._parted[job.kind].part(job, part)
         except (CampaignNotFoundError, InvalidCampaignError) as exc:
             return self._fail(job_id, str(exc))
         while True:
@@ -335,14 +313,14 @@ class JobService:
                 break
         if moved.done:
             logger.info("job finished", extra={"job_id": job_id, "state": moved.state.value, **moved.progress})
-            if self.on_finished is not None and moved.state is JobState.DONE:
-                self.on_finished(moved)
+            if self._on_finished is not None and moved.state is JobState.DONE:
+                self._on_finished(moved)
         elif not moved.parts and submit and self._queue is not None:
             self._queue.submit_parts(job_id, self._missing_parts(moved))
         return moved
 
     def _end_phase(self, job: Job) -> Job:
-        end = self.parted[job.kind].phase_end(job)
+        end = self._parted[job.kind].phase_end(job)
         if end.state is JobState.RUNNING:
             return job.model_copy(update={"params": {**job.params, **end.params}, "parts": {}})
         return job.model_copy(update={"state": end.state, "result": end.result, "error": end.error})
@@ -362,128 +340,3 @@ class JobService:
             )
             if self._jobs.advance(job, moved):
                 return moved
-
-    # --- the kinds of page --------------------------------------------------------------
-
-    def _republish_page(self, job: Job) -> Page:
-        campaign_id = job.campaign_id
-        batches, cursor = self._campaigns.batches_page(campaign_id, job.cursor, self._page_batches)
-        states = {DeliveryState(s) for s in job.params["states"]}
-        recipients: dict[str, Recipient] = {}
-        for batch in batches:
-            for recipient in batch.recipients:
-                recipients.setdefault(recipient.recipient_id, recipient)
-        records = self._ledger.get_many(campaign_id, list(recipients))
-        remaining = [
-            recipient
-            for rid, recipient in recipients.items()
-            if (records[rid].state if rid in records else DeliveryState.PENDING) in states
-        ]
-        bodies = bodies_for(campaign_id, remaining, prefix=job.params["prefix"])
-        if bodies:
-            self._campaign_queue.publish(campaign_id, bodies)
-        return Page(
-            cursor=cursor,
-            progress={
-                "batches_read": len(batches),
-                "recipients_read": len(recipients),
-                "republished": len(remaining),
-                "messages": len(bodies),
-            },
-        )
-
-    def _enqueue_recorded_page(self, job: Job) -> Page:
-        if self.enqueue_recorded is None:
-            raise InvalidCampaignError("enqueue_recorded: this process holds no publish leases")
-        enqueued, cursor, stopped = self.enqueue_recorded(
-            job.campaign_id, job.params["holder"], job.cursor, PAGE_RECORDED_BATCHES
-        )
-        if stopped is not None:
-            return Page(cursor=None, progress={"enqueued": enqueued}, result=lambda _p: {"stopped": stopped})
-        return Page(
-            cursor=cursor,
-            progress={"enqueued": enqueued, "pages": 1},
-            result=(lambda progress: {"enqueued": progress.get("enqueued", 0)}) if cursor is None else None,
-        )
-
-    def _reconcile_page(self, job: Job) -> Page:
-        # Each record is counted once: the counts go into the job with the same write that
-        # moves its cursor past them (a page read twice is counted by one write only).
-        records, cursor = self._ledger.records_page(job.campaign_id, job.cursor, self._page_records)
-        progress: dict[str, int] = {"records_read": len(records)}
-        for record in records:
-            name = LEDGER_PREFIX + record.state.value
-            progress[name] = progress.get(name, 0) + 1
-        return Page(
-            cursor=cursor, progress=progress, result=self._reconciled(job.campaign_id) if cursor is None else None
-        )
-
-    def _audit_page(self, job: Job) -> Page:
-        campaign = self._campaigns.get(job.campaign_id)
-        if self.auditor is None:
-            raise InvalidCampaignError("audit: this process has no sending settings to read the provider's records")
-        try:
-            audited = self.auditor(campaign.provider).run(job.campaign_id, settle=False)
-        except (AuditOutsideRetentionError, SettingsError) as exc:
-            raise InvalidCampaignError(f"audit: {exc}") from exc
-        artefact = audited.artefact()
-        findings, run = artefact["findings"], artefact["run"]
-        summary = {
-            "clean": findings["clean"],
-            "digest": artefact["digest"],
-            "provider": findings["provider"],
-            "listing_complete": findings["listing_complete"],
-            "proves_absence": findings["proves_absence"],
-            "counts": findings["counts"],
-            # Bounded: the full artefact is the CLI's (`campaign audit --out FILE`).
-            "duplicates": [d["recipient_id"] for d in findings["duplicates"]][:100],
-            "must_run_before": run["must_run_before"],
-            "provider_requests": run["provider_requests"],
-        }
-        return Page(
-            cursor=None,
-            progress={"recipients_judged": sum(findings["counts"].values()), "listed_emails": run["listed_emails"]},
-            result=lambda _progress: summary,
-        )
-
-    def _resume_unknown_page(self, job: Job) -> Page:
-        if self.unknown_outcomes is None or self.after_reopening is None:
-            raise InvalidCampaignError("resume --include-unknown: this process cannot read the unknown outcomes")
-        params = job.params
-        outcomes = self.unknown_outcomes(bool(params["accept_possible_duplicates"]))
-        report, cursor = outcomes.reopen_page(
-            job.campaign_id,
-            job.cursor,
-            PAGE_UNKNOWNS,
-            recipient_ids=params["recipient_ids"],
-            older_than_s=int(params["older_than_s"]),
-            by=job.by or "operator",
-        )
-        listed = {"reopened": report.reopened, "confirmed_sent": report.confirmed_sent}
-        counts = {"reopened": len(report.reopened), "confirmed_sent": len(report.confirmed_sent)}
-        if cursor is not None:
-            return Page(cursor=cursor, progress=counts, listed=listed)
-        after = self.after_reopening
-
-        def result(progress: dict[str, int]) -> dict[str, Any]:
-            # Resuming is safe to repeat (a resume republishes; the ledger sends each once).
-            return after(job, progress)
-
-        named = params["recipient_ids"]
-        if named is not None:
-            done = set(job.listed.get("reopened", [])) | set(report.reopened) | set(report.confirmed_sent)
-            done |= set(job.listed.get("confirmed_sent", []))
-            listed["not_reopened"] = [r for r in named if r not in done]
-            counts["not_reopened"] = len(listed["not_reopened"])
-        return Page(cursor=None, progress=counts, listed=listed, result=result)
-
-    def _reconciled(self, campaign_id: str) -> Callable[[dict[str, int]], dict[str, Any]]:
-        def result(progress: dict[str, int]) -> dict[str, Any]:
-            recorded = {
-                name.removeprefix(LEDGER_PREFIX): n for name, n in progress.items() if name.startswith(LEDGER_PREFIX)
-            }
-            # Read after the ledger: at rest, both say the same.
-            totals = self._counters.totals(campaign_id) if self._counters is not None else None
-            return reconciliation_of(campaign_id, totals, recorded).as_dict()
-
-        return result

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from sendonce.domain.deliverability.ports import Suppression
 from sendonce.domain.errors import (
     AmbiguousProviderError,
     HaltProviderError,
@@ -17,7 +18,7 @@ from sendonce.domain.errors import (
     RetryableProviderError,
 )
 from sendonce.domain.models import BatchMessage, Campaign, CampaignState
-from sendonce.domain.ports import EmailProvider, Suppression
+from sendonce.domain.sending.ports import EmailProvider
 from sendonce.domain.sending.rendering import CompiledContent
 
 logger = logging.getLogger(__name__)

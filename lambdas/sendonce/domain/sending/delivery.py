@@ -20,9 +20,11 @@ from pydantic import ValidationError
 
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import AUTOMATIC_HALT, CampaignEvent
+from sendonce.domain.campaigns.ports import CampaignCounters, CampaignScheduler, CampaignStore, ReportAggregatesStore
 from sendonce.domain.campaigns.report_data import prevented_writer
 from sendonce.domain.campaigns.status import complete_if_done
 from sendonce.domain.campaigns.window_pauses import close_window, outside_window
+from sendonce.domain.deliverability.ports import Suppressions
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
 from sendonce.domain.errors import (
     CampaignNotFoundError,
@@ -44,21 +46,9 @@ from sendonce.domain.models import (
     email_fingerprint,
     is_valid_email,
 )
-from sendonce.domain.ports import (
-    CampaignCounters,
-    CampaignScheduler,
-    CampaignStore,
-    DeliveryGuard,
-    EmailProvider,
-    GroupGuard,
-    Ledger,
-    Queue,
-    RateLimiter,
-    ReportAggregatesStore,
-    Suppressions,
-)
 from sendonce.domain.sending.batch_run import BatchReport, BatchRun, record_failure
 from sendonce.domain.sending.groups import GroupDelivery
+from sendonce.domain.sending.ports import DeliveryGuard, EmailProvider, GroupGuard, Ledger, Queue, RateLimiter
 from sendonce.domain.sending.protocol import Event, cancel_event
 from sendonce.domain.sending.rendering import CompiledContent, RenderError
 from sendonce.domain.sending.sender import Sender

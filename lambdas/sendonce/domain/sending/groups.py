@@ -13,9 +13,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import cast
 
+from sendonce.domain.campaigns.ports import CampaignStore
 from sendonce.domain.models import DeliveryRecord, Receipt, Recipient, SendGroup, is_valid_email
-from sendonce.domain.ports import BatchEmailProvider, CampaignStore, DeliveryGuard, GroupGuard, Ledger
 from sendonce.domain.sending.batch_run import BatchRun, record_failure
+from sendonce.domain.sending.ports import BatchEmailProvider, DeliveryGuard, DeliveryReads, GroupGuard
 from sendonce.domain.sending.protocol import Verdict, classify
 from sendonce.domain.sending.sender import Sender
 
@@ -26,7 +27,7 @@ class GroupDelivery:
     def __init__(
         self,
         *,
-        ledger: Ledger,
+        ledger: DeliveryReads,
         campaigns: CampaignStore,
         guard: DeliveryGuard,
         group_guard: GroupGuard,

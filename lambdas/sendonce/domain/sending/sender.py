@@ -9,11 +9,12 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from sendonce.domain.deliverability.ports import Suppressions
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
 from sendonce.domain.errors import RetryableProviderError
 from sendonce.domain.models import Campaign, OutboundEmail, Recipient, email_fingerprint
-from sendonce.domain.ports import RateLimiter, Suppressions
 from sendonce.domain.sending.batch_run import BatchRun
+from sendonce.domain.sending.ports import RateLimiter
 from sendonce.domain.sending.rendering import CompiledContent, RenderError
 from sendonce.domain.sending.shares import Claimant
 

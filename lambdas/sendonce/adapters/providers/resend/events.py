@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from sendonce.adapters.providers.event_fields import first, short
+from sendonce.domain.deliverability.ports import EventKind, ProviderEvent, SuppressionReason
 from sendonce.domain.deliverability.provider_events import InvalidEventError
-from sendonce.domain.ports import EventKind, ProviderEvent, SuppressionReason
 
 RESEND_TYPES = {
     "email.sent": EventKind.SENT,

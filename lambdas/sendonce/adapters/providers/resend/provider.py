@@ -9,7 +9,7 @@ from sendonce.adapters.providers.resend.records import DEFAULT_RETENTION_DAYS, R
 from sendonce.adapters.providers.resend.sender import CAPABILITIES, ResendProvider
 from sendonce.adapters.providers.resend.webhooks import SvixWebhooks, SvixWebhookVerifier
 from sendonce.domain.errors import SettingsError
-from sendonce.domain.ports import EmailProvider, RateLimiter
+from sendonce.domain.sending.ports import EmailProvider, RateLimiter
 
 NAME = "resend"
 # Also read for the consumer's `resend_api_url` (the local Resend server sets it).

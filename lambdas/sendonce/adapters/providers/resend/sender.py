@@ -18,7 +18,7 @@ from sendonce.domain.errors import (
     RetryableProviderError,
 )
 from sendonce.domain.models import OutboundEmail, Receipt, redact_emails
-from sendonce.domain.ports import RateLimiter
+from sendonce.domain.sending.ports import RateLimiter
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from typing import Any
 import resend
 
 from sendonce.adapters.providers.resend.events import parse_resend_event
+from sendonce.domain.deliverability.ports import ProviderEvent
 from sendonce.domain.errors import WebhookSignatureError
-from sendonce.domain.ports import ProviderEvent
 
 _LABEL = "v1,"
 

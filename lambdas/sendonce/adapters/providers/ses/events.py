@@ -9,8 +9,8 @@ from typing import Any
 
 from sendonce.adapters.providers.event_fields import event_id as stable_id
 from sendonce.adapters.providers.event_fields import first, short
+from sendonce.domain.deliverability.ports import EventKind, ProviderEvent, SuppressionReason
 from sendonce.domain.deliverability.provider_events import InvalidEventError
-from sendonce.domain.ports import EventKind, ProviderEvent, SuppressionReason
 
 # SES event publishing: the eventType inside `detail` (also what SNS and Firehose carry)
 # and EventBridge's detail-type for the same events.

@@ -8,7 +8,7 @@ from sendonce.adapters.providers.descriptor import BusEvents, Pace, Provider, Pr
 from sendonce.adapters.providers.ses.events import parse_ses_event
 from sendonce.adapters.providers.ses.prices import BILLING
 from sendonce.adapters.providers.ses.sender import CAPABILITIES, SEND_CLIENT_CONFIG, SesProvider
-from sendonce.domain.ports import EmailProvider
+from sendonce.domain.sending.ports import EmailProvider
 
 NAME = "ses"
 # What SES publishes to EventBridge: the rule (sendonce_cdk.providers) matches this source.

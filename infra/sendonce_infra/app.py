@@ -20,7 +20,7 @@ from sendonce_infra.stack import SendonceStack
 def build_app(*, context: Mapping[str, Any] | None = None, outdir: str | None = None) -> tuple[cdk.App, SendonceStack]:
     """The app and its stack. Nothing is synthesized until `app.synth()`.
 
-    `context` goes over the feature flags (sendonce_infra/feature_flags.py); when the CDK CLI runs
+    `context` goes over the feature flags (infra/sendonce_infra/feature_flags.py); when the CDK CLI runs
     the app, its context (`-c key=value`, cdk.json, cdk.context.json) goes over both.
     """
     app = cdk.App(context={**FEATURE_FLAGS, **(context or {})}, outdir=outdir)

@@ -1,92 +1,48 @@
-"""What operators hand in — a campaign spec and a recipient file — parsed and validated
-the same way for the CLI and the HTTP API.
+"""What operators hand in as recipients — a recipient file or an API body's list — parsed
+and validated the same way for the CLI and the HTTP API.
 
 A recipient file is CSV (header ``recipient_id,email,...``; the other columns become
 template variables) or JSON Lines (``{"recipient_id", "email", "variables": {}}``). It is
 read as a stream of lines: one row is held at a time, plus the ids and address fingerprints
 seen so far (to report a repeat with the line it first appeared on). Each row either yields
 a recipient or a problem naming its line; nothing here publishes anything. Sizes come from
-sendonce.domain.limits (docs/limits.md).
-
-Over 500 lines: the spec's and the recipient files' rules stay together because both answer
-with the same errors (a file, a line, a field: RejectedFileError, describe_row) that the CLI
-and the API present alike.
+sendonce.domain.limits (docs/limits.md); refusals are worded by input_rules.py.
 """
 
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import itertools
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic.config import JsonDict
 
 from sendonce.domain import limits
-from sendonce.domain.campaigns.scheduling import EXAMPLE as SEND_AT_EXAMPLE
-from sendonce.domain.campaigns.scheduling import RFC3339_PATTERN, parse_instant
+from sendonce.domain.campaigns.input_rules import (
+    ADDRESS_PATTERN,
+    LINE_PATTERN,
+    describe_validation_error,
+    strict_json_loads,
+)
 from sendonce.domain.campaigns.service import CampaignService, PublishReport
-from sendonce.domain.campaigns.share_input import MaxRate, Priority, Weight, share_rule
-from sendonce.domain.campaigns.windows import SendWindow
 from sendonce.domain.errors import ConflictingRequestError, InvalidCampaignError
 from sendonce.domain.models import (
     MAX_RECIPIENTS_PER_BATCH,
-    Campaign,
-    Content,
-    Identifier,
     Recipient,
     VariableValue,
     email_fingerprint,
 )
-from sendonce.domain.sending.shards import DEFAULT_LEDGER_SHARDS, MAX_LEDGER_SHARDS
 
 RecipientFormat = Literal["csv", "jsonl"]
 FORMATS_BY_SUFFIX: dict[str, RecipientFormat] = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
-
-_ID_RULE = (
-    "must be 1-100 letters, digits, '_' or '-', starting with a letter or digit (an opaque id, never an email address)"
-)
-
-# Characters that end or split a header line (C0 and C1 controls, DEL, Unicode line and
-# paragraph separators). Refused in every field that becomes a header, so no value can add a
-# header (`News\r\nBcc: x@evil.example`). The same patterns are in the OpenAPI document.
-_CONTROL = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
-_CONTROL_BUT_TAB = r"\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029"
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_ADDRESS = rf"[^@\s<>(),;:\"\[\]\\{_CONTROL}]{{1,{limits.ADDRESS_LOCAL_CHARS}}}@{_LABEL}(?:\.{_LABEL})+"
-ADDRESS_PATTERN = rf"^{_ADDRESS}$"
-_NAME = rf"(?:[^\"<>()\[\],;:@\\{_CONTROL}]{{1,{limits.DISPLAY_NAME_CHARS}}}|\"[^\"\\{_CONTROL}]{{1,{limits.DISPLAY_NAME_CHARS}}}\")"
-SENDER_PATTERN = rf"^(?:{_ADDRESS}|{_NAME} ?<{_ADDRESS}>)$"
-SUBJECT_PATTERN = rf"^[^{_CONTROL_BUT_TAB}]+$"
-LINE_PATTERN = rf"^[^{_CONTROL}]+$"
-PROVIDER_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
-# An instant with its UTC offset: RFC 3339's date-time (whether the day exists is the validator's).
-SEND_AT_PATTERN = RFC3339_PATTERN
 # Variable values may span lines (a postal address in the text part) but hold no other control.
 _VALUE_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-_PATTERN_RULES = {
-    "recipient_id": _ID_RULE,
-    "id": _ID_RULE,
-    "campaign_id": _ID_RULE,
-    "from": "not a valid sender address (use a@example.com or Name <a@example.com>)",
-    "reply_to": "not a valid reply-to address (use a@example.com or Name <a@example.com>)",
-    "email": "not a valid email address",
-    "subject": "must be one line without control characters (a tab is allowed)",
-    "name": "must be one line without control characters",
-    "provider": "must be the name of a registered provider",
-    "bucket": "not a valid S3 bucket name",
-    "send_at": "must be an ISO 8601 time with a UTC offset, such as 2026-12-02T09:00:00+01:00",
-}
-
-
-_SHARDS_RULE = f"must be a whole number from 1 to {MAX_LEDGER_SHARDS} (see docs/scale.md)"
 
 
 class RecipientFileError(InvalidCampaignError):
@@ -96,182 +52,6 @@ class RecipientFileError(InvalidCampaignError):
 class MissingFileError(RecipientFileError, ConflictingRequestError):
     """The bucket does not hold (or lets us read) the object named: the request is well formed,
     and the same one succeeds once the object is there."""
-
-
-def friendly_message(error: Mapping[str, Any]) -> str:
-    """A pydantic error's message in our words, never quoting the input."""
-    loc = error.get("loc") or ("",)
-    message = str(error.get("msg", ""))
-    if error.get("type") == "string_pattern_mismatch" and loc[0] == "window":
-        return "must be a local time HH:MM, 00:00 to 23:59"
-    if error.get("type") == "string_pattern_mismatch" and str(loc[-1]) in _PATTERN_RULES:
-        return _PATTERN_RULES[str(loc[-1])]
-    if error.get("type") == "extra_forbidden":
-        return "unexpected field"
-    if str(loc[-1]) == "ledger_shards":
-        return _SHARDS_RULE
-    if (rule := share_rule(loc)) is not None:
-        return rule
-    return message.removeprefix("Value error, ")
-
-
-def describe_validation_error(exc: ValidationError, *, limit: int = 5) -> list[tuple[str, str]]:
-    """(field, message) pairs without the offending input, so no address leaks into output."""
-    return [
-        (".".join(str(p) for p in err["loc"]), friendly_message(err))
-        for err in exc.errors(include_url=False, include_input=False)[:limit]
-    ]
-
-
-def _utf8_size(value: str | None, what: str, most: int) -> str | None:
-    if value is not None and len(value.encode("utf-8", "surrogatepass")) > most:
-        raise ValueError(f"{what} is longer than {most:,} bytes (UTF-8); see docs/limits.md")
-    return value
-
-
-# Which providers exist, and which accept batch mode, is the provider registry's to say
-# (sendonce.adapters.providers.registry): the campaign service is given both and refuses
-# any other campaign (400, naming the providers it knows).
-
-# What the validators below enforce across fields, stated in the JSON schema as well.
-_SPEC_SCHEMA: JsonDict = {
-    "anyOf": [
-        {"required": ["html"], "properties": {"html": {"type": "string", "minLength": 1}}},
-        {"required": ["text"], "properties": {"text": {"type": "string", "minLength": 1}}},
-    ],
-    "oneOf": [
-        {"properties": {"delivery_mode": {"enum": ["single"]}}},
-        {"required": ["delivery_mode"], "properties": {"delivery_mode": {"enum": ["batch"]}}},
-    ],
-}
-
-
-class CampaignSpec(BaseModel):
-    """A campaign as an operator writes it (YAML/JSON spec file or the API's POST body)."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra=_SPEC_SCHEMA)
-
-    id: Identifier = Field(description="The campaign id: letters, digits, '_' and '-'.")
-    name: str = Field(min_length=1, max_length=limits.CAMPAIGN_NAME_CHARS, pattern=LINE_PATTERN)
-    subject: str = Field(
-        min_length=1,
-        max_length=limits.SUBJECT_CHARS,
-        pattern=SUBJECT_PATTERN,
-        description="Jinja template; not HTML; one line without control characters.",
-    )
-    sender: str = Field(
-        alias="from",
-        min_length=3,
-        max_length=limits.SENDER_CHARS,
-        pattern=SENDER_PATTERN,
-        description=f"From address: a@example.com or Name <a@example.com>, at most {limits.SENDER_CHARS} "
-        "characters in all; no line breaks or control characters.",
-    )
-    reply_to: str | None = Field(
-        default=None, max_length=limits.SENDER_CHARS, pattern=SENDER_PATTERN, description="Same rules as from."
-    )
-    html: str | None = Field(
-        default=None,
-        max_length=limits.HTML_BYTES,
-        description=f"Jinja template; variables are HTML-escaped. At most {limits.HTML_BYTES:,} bytes (UTF-8).",
-    )
-    text: str | None = Field(
-        default=None,
-        max_length=limits.TEXT_BYTES,
-        description=f"Jinja template for the plain-text part. At most {limits.TEXT_BYTES:,} bytes (UTF-8).",
-    )
-    provider: str = Field(
-        pattern=PROVIDER_PATTERN,
-        description="A registered provider (docs/architecture.md, 'Providers'); an unknown one is refused (400).",
-    )
-    delivery_mode: Literal["single", "batch"] = Field(
-        default="single",
-        description="single: one provider request per recipient; batch: one per SQS message of up to 100 "
-        "recipients (needs a provider whose capabilities allow it: docs/architecture.md, 'Providers').",
-    )
-    ledger_shards: int = Field(
-        default=DEFAULT_LEDGER_SHARDS,
-        ge=1,
-        le=MAX_LEDGER_SHARDS,
-        description="How many partition-key values the campaign's ledger is spread over; fixed at creation. "
-        f"The default ({DEFAULT_LEDGER_SHARDS}) keeps the hottest one under 0.1 write units per recipient "
-        "(docs/scale.md); fewer make whole-campaign reads cheaper for small campaigns.",
-    )
-    send_at: str | None = Field(
-        default=None,
-        pattern=SEND_AT_PATTERN,
-        json_schema_extra={"format": "date-time"},
-        description="When the send starts: ISO 8601 with a UTC offset (2026-12-02T09:00:00+01:00 or ...Z), to "
-        "the second, in the future. Publishing records the recipients at once and the campaign waits in "
-        "`scheduled` until then (docs/operations-campaigns.md).",
-    )
-
-    window: SendWindow | None = Field(
-        default=None,
-        description="When it may send: {days: [mon..sun], from: HH:MM, to: HH:MM, tz: IANA zone}; a `to` at or "
-        "before `from` spans midnight (equal: 24 hours). Outside it the campaign pauses by itself and resumes at the "
-        "next opening (docs/operations-campaigns.md).",
-    )
-    # Its share of the provider's rate while other campaigns send (campaigns/share_input.py).
-    weight: Weight = 1
-    priority: Priority = "normal"
-    max_rate: MaxRate = None
-
-    @field_validator("ledger_shards", mode="before")
-    @classmethod
-    def _whole_number(cls, value: Any) -> Any:
-        # JSON Schema's integer: 71 and 71.0 are the same number; "71" and true are not numbers.
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError("not a number")
-        return value
-
-    @field_validator("send_at", mode="before")
-    @classmethod
-    def _instant(cls, value: Any) -> Any:
-        # YAML reads an unquoted time as a datetime: back to the text it was, offset and all.
-        if isinstance(value, dt.datetime):
-            if value.tzinfo is None:
-                raise ValueError(f"has no UTC offset; say which zone it is in ({SEND_AT_EXAMPLE}, or Z for UTC)")
-            return value.isoformat()
-        if isinstance(value, str):
-            try:
-                parse_instant(value, what="send_at")
-            except InvalidCampaignError as exc:
-                raise ValueError(str(exc).removeprefix("send_at: ")) from None
-        return value
-
-    @field_validator("html")
-    @classmethod
-    def _html_size(cls, value: str | None) -> str | None:
-        return _utf8_size(value, "html", limits.HTML_BYTES)
-
-    @field_validator("text")
-    @classmethod
-    def _text_size(cls, value: str | None) -> str | None:
-        return _utf8_size(value, "text", limits.TEXT_BYTES)
-
-    @model_validator(mode="after")
-    def _some_body(self) -> CampaignSpec:
-        if not self.html and not self.text:
-            raise ValueError("html or text is required")
-        return self
-
-    def to_campaign(self) -> Campaign:
-        return Campaign(
-            campaign_id=self.id,
-            name=self.name,
-            provider=self.provider,
-            sender=self.sender,
-            reply_to=self.reply_to,
-            content=Content(subject=self.subject, html=self.html, text=self.text),
-            delivery_mode=self.delivery_mode,
-            ledger_shards=self.ledger_shards,
-            send_at_ms=parse_instant(self.send_at) if self.send_at else None,
-            window=self.window,
-            weight=self.weight,
-            priority=self.priority,
-            max_rate=self.max_rate,
-        )
 
 
 VariableName = Annotated[str, Field(min_length=1, max_length=limits.VARIABLE_NAME_CHARS)]
@@ -329,44 +109,6 @@ class InlineRecipient(Recipient):
                 "(shorten its variables; see docs/limits.md)"
             )
         return self
-
-
-class BodyTooDeepError(ValueError):
-    pass
-
-
-def strict_json_loads(text: str | bytes, *, max_depth: int = 32) -> Any:
-    """json.loads for input from outside: RFC 8259 only (no NaN or Infinity), no lone
-    surrogates (they cannot be stored or sent), nesting at most `max_depth`. Every refusal is
-    a json.JSONDecodeError, so callers have one error to turn into a message."""
-    if isinstance(text, bytes | bytearray):
-        text = text.decode("utf-8")
-
-    def refuse_constant(name: str) -> Any:
-        raise json.JSONDecodeError(f"{name} is not JSON", str(text), 0)
-
-    try:
-        data = json.loads(text, parse_constant=refuse_constant)
-    except json.JSONDecodeError:
-        raise
-    except RecursionError:
-        raise json.JSONDecodeError(f"nested deeper than {max_depth} levels", str(text), 0) from None
-    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
-        raise json.JSONDecodeError(f"a value cannot be read ({exc})", str(text), 0) from None
-    stack: list[tuple[Any, int]] = [(data, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, dict | list):
-            if depth > max_depth:
-                raise json.JSONDecodeError(f"nested deeper than {max_depth} levels", str(text), 0)
-            children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
-            stack.extend((child, depth + 1) for child in children)
-        elif isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise json.JSONDecodeError("a string holds a lone surrogate (\\ud800-\\udfff)", str(text), 0) from None
-    return data
 
 
 def address_key(email: str) -> str:
