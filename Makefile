@@ -42,7 +42,7 @@ npm: $(NPM_STAMP)
 # regenerated from the code;
 # tests/unit/test_contracts.py fails when the committed files differ from the code.
 contracts: $(STAMP)
-	$(BIN)/python -m sendonce_local.contracts --write
+	$(BIN)/python -m sendonce_local.generated_files --write
 
 # Tests mostly wait (visibility timeouts, provider latency, subprocesses): five workers, one
 # file per worker, each with its own moto server, fit the 2-core machine. A clean-clone

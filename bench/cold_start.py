@@ -24,7 +24,7 @@ t0 = time.perf_counter()
 import sendonce.handlers.consumer
 t1 = time.perf_counter()
 from sendonce.settings import ConsumerSettings
-from sendonce.wiring import consumer_runtime
+from sendonce.wiring.consumer import consumer_runtime
 consumer_runtime(ConsumerSettings.from_env(os.environ))
 t2 = time.perf_counter()
 print(json.dumps({"import_ms": (t1 - t0) * 1000, "build_ms": (t2 - t1) * 1000}))

@@ -89,12 +89,14 @@ def sendonce_handlers(
     """One runtime per simulated execution environment, all built from `session`."""
     from sendonce.handlers import consumer
     from sendonce.settings import ConsumerSettings
-    from sendonce.wiring import assemble_consumer, consumer_parts
+    from sendonce.wiring.clients import Clients
+    from sendonce.wiring.consumer import build_consumer_parts, build_consumer_runtime
 
     settings = ConsumerSettings.from_env(env or stack.consumer_env(resources, rate=rate))
     handlers = []
     for _ in range(count):
-        runtime = assemble_consumer(settings, consumer_parts(settings, session))
+        # Clients of its own, as each execution environment builds them.
+        runtime = build_consumer_runtime(settings, build_consumer_parts(settings, Clients(session)))
         handlers.append(TimedHandler(functools.partial(consumer.lambda_handler, runtime=runtime)))
     return handlers
 

@@ -48,12 +48,15 @@ from bench.scale_stack import (
     bench_campaign,
     recipients_of,
 )
+from bench.scale_writers import campaign_writers, fit
 from sendonce.domain.models import CampaignState
 from sendonce_client.streams import DEFAULT_STREAMS
 
 
 def run_campaign(stack: ScaleStack, size: int, say: Callable[[str], None]) -> dict[str, Any]:
     campaign_id = f"scale{size}"
+    # The campaign's creation is counted with its publish (a fixed write of the operator API).
+    stack.reset_phase()
     stack.operator.create(bench_campaign(campaign_id, f"bench-scale {size:,}"))
     accepted_before = stack.resend.stats()["emails_accepted"]
     webhooks_before = stack.webhook_count()
@@ -69,7 +72,6 @@ def run_campaign(stack: ScaleStack, size: int, say: Callable[[str], None]) -> di
         )
 
     # Published, with no consumer running: the publish's own writes.
-    stack.reset_phase()
     say(f"{size:,}: publishing in {stack.config.streams} streams")
     started = time.monotonic()
     summary = stack.client.publish(campaign_id, recipients_of(campaign_id, size), streams=stack.config.streams)
@@ -123,6 +125,7 @@ def run_campaign(stack: ScaleStack, size: int, say: Callable[[str], None]) -> di
         "webhooks": stack.webhook_count() - webhooks_before,
         "webhooks_expected": expected_webhooks,
     }
+    result["writers"] = campaign_writers(result["publish"], result["send"], size, result["send"]["webhooks"])
     result["duplicates"], result["missing"] = stack.duplicates_and_missing(campaign_id, size)
     result["state"] = stack.operator.get(campaign_id).state.value
     result["status"] = stack.status_figures(campaign_id)
@@ -142,6 +145,7 @@ def run_scale(
     """`on_campaign` gets the campaigns measured so far after each one (a long run's
     figures survive an interrupted one)."""
     started = time.monotonic()
+    started_at = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     stack = ScaleStack(config, say).start()
     measured: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
@@ -173,9 +177,13 @@ def run_scale(
         "skipped": skipped,
         "extrapolated": extrapolated,
         "status_bytes_ratio": status_ratio(measured),
+        # Per writer: fixed per campaign and per recipient, from the smallest and the largest size.
+        "writers_fit": fit([c["writers"] for c in measured]),
         "per_message": per_message,
         "config": {
             "sizes": list(config.sizes),
+            "provider": bench_campaign("scale", "bench-scale").provider,
+            "delivery_mode": bench_campaign("scale", "bench-scale").delivery_mode,
             "streams": config.streams,
             "consumers": stack.consumer_count,
             "consumer_batch_size": stack.deployed.batch_size,
@@ -183,6 +191,7 @@ def run_scale(
             "deploy_s": round(stack.deploy_s, 1),
         },
         "machine": machine(),
+        "started_at": started_at,
         "elapsed_s": round(time.monotonic() - started, 1),
     }
 
@@ -238,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with stdout_to_devnull():  # the functions' log lines and metrics, which Lambda sends to CloudWatch
         result = run_scale(config, say, partial)
+    result["command"] = " ".join(["python -m bench.scale", *(sys.argv[1:] if argv is None else argv)])
     text = json.dumps(result, indent=2)
     args.out.write_text(text + "\n")
     print(text)

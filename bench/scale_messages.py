@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.scale_stack import ScaleStack, bench_campaign, recipients_of
+from bench.scale_writers import writer_units
 from sendonce.domain.models import CampaignState
 from sendonce_local.request_counter import RequestCounter
 from sendonce_local.resend_server import DEFAULT_TEAM_RATE_LIMIT
@@ -31,7 +32,12 @@ BATCH_MESSAGES = 4
 
 
 def send_one_campaign(
-    stack: ScaleStack, campaign_id: str, delivery_mode: str, messages: int, timeout_s: float = 900.0
+    stack: ScaleStack,
+    campaign_id: str,
+    delivery_mode: str,
+    messages: int,
+    say: Callable[[str], None],
+    timeout_s: float = 900.0,
 ) -> dict[str, Any]:
     size = messages * MESSAGE_RECIPIENTS
     stack.operator.create(bench_campaign(campaign_id, f"bench-scale per message ({delivery_mode})", delivery_mode))
@@ -39,6 +45,7 @@ def send_one_campaign(
     if summary.batches_new != messages:
         raise RuntimeError(f"{campaign_id}: {summary.batches_new} messages published, {messages} expected")
     before = stack.resend.stats()["requests"]
+    webhooks_before = stack.webhook_count()
     stack.reset_phase()
     seconds: list[float] = []
     session = stack.consumer_session()
@@ -52,6 +59,10 @@ def send_one_campaign(
             time.sleep(0.5)
     finally:
         stack.stop_consumers()
+    # Its webhooks and stream records applied before the next campaign: the writers below
+    # are this campaign's sending, events and aggregator (its publish left out).
+    settle_webhooks(stack, say)
+    writers = writer_units(stack.accountant, stack.table_roles(), campaign_id)
     duplicates, missing = stack.duplicates_and_missing(campaign_id, size)
     timed = seconds[:-1]  # the last message checks the campaign's completion
     return {
@@ -63,6 +74,11 @@ def send_one_campaign(
         "provider_requests_per_message": round((stack.resend.stats()["requests"] - before) / messages, 2),
         # The consumer's own requests (the events function's and the aggregator's apart)
         "consumer_dynamodb_requests_per_message": round(consumer_requests.total("dynamodb") / messages, 1),
+        "provider_events": stack.webhook_count() - webhooks_before,
+        "writers": {
+            name: {**entry, "write_units_per_recipient": round(entry["write_units"] / size, 4)}
+            for name, entry in sorted(writers.items())
+        },
         "duplicates": duplicates,
         "missing": missing,
     }
@@ -85,12 +101,11 @@ def run_message_times(stack: ScaleStack, say: Callable[[str], None]) -> dict[str
     stack.set_team_limit(DEFAULT_TEAM_RATE_LIMIT)
     try:
         say(f"per message: one by one, {ONE_BY_ONE_MESSAGES} messages at {DEFAULT_TEAM_RATE_LIMIT} requests/s")
-        one_by_one = send_one_campaign(stack, "msg-single", "single", ONE_BY_ONE_MESSAGES)
+        one_by_one = send_one_campaign(stack, "msg-single", "single", ONE_BY_ONE_MESSAGES, say)
         say(f"per message: batch mode, {BATCH_MESSAGES} messages")
-        batch = send_one_campaign(stack, "msg-batch", "batch", BATCH_MESSAGES)
+        batch = send_one_campaign(stack, "msg-batch", "batch", BATCH_MESSAGES, say)
     finally:
         stack.set_team_limit(None)
-    settle_webhooks(stack, say)
     ratio = batch["median_message_s"] / one_by_one["median_message_s"]
     say(
         f"per message: batch {batch['median_message_s']} s, one by one {one_by_one['median_message_s']} s "

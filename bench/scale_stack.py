@@ -18,6 +18,7 @@ from typing import Any
 import boto3
 
 from bench.scale_figures import KeyRates, key_kinds
+from bench.scale_writers import FunctionSessions, sort_kind, writer_units
 from bench.status_bytes import ResponseBytes, compare_status_reads
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
 from sendonce.adapters.dynamodb.counters import DynamoDBCounters
@@ -27,19 +28,16 @@ from sendonce.contract import AGGREGATOR_BATCH_SIZE, AGGREGATOR_BATCHING_WINDOW_
 from sendonce.domain.models import Campaign, Content
 from sendonce.handlers import api, events
 from sendonce.settings import ApiSettings, ConsumerSettings, EventsSettings
-from sendonce.wiring import (
-    assemble_campaign_service,
-    assemble_consumer,
-    assemble_events,
-    consumer_parts,
-)
+from sendonce.wiring.api import build_campaign_service
+from sendonce.wiring.clients import Clients
+from sendonce.wiring.consumer import build_consumer_parts, build_consumer_runtime
+from sendonce.wiring.events import build_events_service
 from sendonce_client import Client
 from sendonce_client.streams import DEFAULT_STREAMS
 from sendonce_local.demo.stack import RESEND_DEMO_KEY, DeployedConsumer, ResendServerProcess, deploy_stack
 from sendonce_local.http_api import LocalHttpApi
 from sendonce_local.moto_server import DemoMotoServer, aws_env
 from sendonce_local.poller import EventSourcePoller, import_handler
-from sendonce_local.request_counter import RequestCounter
 from sendonce_local.resend_server import new_webhook_secret
 from sendonce_local.stream_poller import StreamPoller, aggregator_handler, counters_poller
 from sendonce_local.write_units import PARTITION_WRITE_UNITS_PER_SECOND, WriteUnitAccountant
@@ -137,22 +135,24 @@ class ScaleStack:
         secrets.create_secret(Name=events_env["SENDONCE_RESEND_WEBHOOK_SECRET"], SecretString=webhook_secret)
         plain.client("sesv2").create_email_identity(EmailIdentity=SENDER_DOMAIN)
 
-        # Every DynamoDB client of the run comes from this session: the accountant and the
-        # request counter see them all (publisher, consumers, events function, aggregator).
-        self.session = boto3.session.Session()
-        self.accountant = WriteUnitAccountant(plain.client("dynamodb"))
-        self.accountant.attach(self.session)
-        self.requests = RequestCounter(self.session)
+        # Every DynamoDB client of the run comes from one of these sessions, one per function
+        # (bench/scale_writers.py): the accountant and the request counters see them all, and
+        # know which function wrote. `session` is the consumer's (and the pollers' SQS).
+        self.accountant = WriteUnitAccountant(plain.client("dynamodb"), sort_kind=sort_kind)
+        self.functions = FunctionSessions(self.accountant)
+        self.session = self.functions["consumer"]
         self.key_rates = KeyRates(self.accountant).start()
 
         api_settings = ApiSettings.from_env(functions["sendonce.handlers.api.lambda_handler"])
-        self.operator = assemble_campaign_service(api_settings, "sendonce bench-scale", session=self.session)
+        self.operator = build_campaign_service(
+            api_settings, Clients(self.functions["api"]), operator="sendonce bench-scale"
+        )
         api_server = LocalHttpApi(
             functools.partial(api.lambda_handler, service=self.operator),
             caller_arn="arn:aws:iam::123456789012:user/bench",
             function_name="sendonce-api",
         ).start()
-        events_service = assemble_events(EventsSettings.from_env(events_env), self.session)
+        events_service = build_events_service(EventsSettings.from_env(events_env), Clients(self.functions["events"]))
 
         def count_webhook(event: dict[str, Any], context: Any) -> Any:
             with self._webhooks_lock:
@@ -167,7 +167,7 @@ class ScaleStack:
         )
         self.client = Client(api_server.url, session=self.session)
         self.aggregator = counters_poller(
-            self.session,
+            self.functions["aggregator"],
             ledger_table=self.deployed.ledger_table,
             campaigns_table=self.deployed.campaigns_table,
             handler=self._aggregator_handler(),
@@ -190,7 +190,7 @@ class ScaleStack:
     def _aggregator_handler(self) -> Callable[[dict[str, Any], Any], Any]:
         """The deployed aggregator's handler on the hooked session; with `capture_stream`,
         each batch's records are also written down before they are applied."""
-        handler = aggregator_handler(self.session, self.deployed.campaigns_table)
+        handler = aggregator_handler(self.functions["aggregator"], self.deployed.campaigns_table)
         capture = self.config.capture_stream
         if capture is not None:
             capture.write_text("")
@@ -239,14 +239,14 @@ class ScaleStack:
         """A session of the consumer's own, its write units still accounted: its requests
         counted apart from the other functions' (`RequestCounter` on it)."""
         session = boto3.session.Session()
-        self.accountant.attach(session)
+        self.accountant.attach(session, writer="consumer")
         return session
 
     def consumer_runtime(self, session: boto3.session.Session | None = None) -> Any:
         """One consumer runtime on `session` (default: the run's), as Lambda builds one per
-        execution environment."""
-        return assemble_consumer(
-            self.consumer_settings, consumer_parts(self.consumer_settings, session or self.session)
+        execution environment (its own clients)."""
+        return build_consumer_runtime(
+            self.consumer_settings, build_consumer_parts(self.consumer_settings, Clients(session or self.session))
         )
 
     def start_consumers(
@@ -302,7 +302,7 @@ class ScaleStack:
 
     def reset_phase(self) -> None:
         self.accountant.reset()
-        self.requests.reset()
+        self.functions.reset()
         self.key_rates.reset()
 
     def phase_figures(self, recipients: int, seconds: float, campaign_id: str = "") -> dict[str, Any]:
@@ -329,8 +329,9 @@ class ScaleStack:
         return {
             "seconds": round(seconds, 1),
             "recipients_per_s": round(recipients / seconds, 1) if seconds else None,
-            "dynamodb_requests_per_recipient": round(self.requests.total("dynamodb") / recipients, 3),
+            "dynamodb_requests_per_recipient": round(self.functions.total("dynamodb") / recipients, 3),
             "write_units_per_recipient": round(self.accountant.total() / recipients, 3),
+            "write_units": self.accountant.total(),
             "write_units_per_recipient_by_table": {
                 role: round(self.accountant.total(table) / recipients, 3) for table, role in roles.items()
             },
@@ -342,6 +343,10 @@ class ScaleStack:
                 for table, role in roles.items()
             },
             "partition_write_units_per_s": PARTITION_WRITE_UNITS_PER_SECOND,
+            # Who wrote (bench/scale_writers.py): write units and items per writer, and the
+            # DynamoDB requests each function made, in all (not per recipient).
+            "writers": writer_units(self.accountant, roles, campaign_id),
+            "dynamodb_requests_by_function": self.functions.by_function("dynamodb"),
         }
 
     def status_figures(self, campaign_id: str) -> dict[str, Any]:

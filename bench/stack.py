@@ -232,7 +232,7 @@ class LocalStack:
         from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
         from sendonce.domain.models import Campaign, Content, Recipient
         from sendonce.settings import ApiSettings
-        from sendonce.wiring import campaign_service
+        from sendonce.wiring.api import campaign_service
         from sendonce_local.resources import verify_ses_sender
 
         self.resend.reset()

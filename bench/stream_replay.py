@@ -65,7 +65,8 @@ from sendonce.adapters.dynamodb.counters import DynamoDBCounters
 from sendonce.contract import AGGREGATOR_BATCH_SIZE, AGGREGATOR_BATCHING_WINDOW_SECONDS
 from sendonce.domain.sending.shards import shard_of
 from sendonce.settings import ApiSettings
-from sendonce.wiring import assemble_campaign_service
+from sendonce.wiring.api import build_campaign_service
+from sendonce.wiring.clients import clients
 from sendonce_local.demo.stack import DeployedConsumer, deploy_stack
 from sendonce_local.moto_server import DemoMotoServer, aws_env
 from sendonce_local.poller import LocalLambdaContext
@@ -250,8 +251,10 @@ def replay(records: list[Record], shape: Shape, say: Callable[[str], None]) -> d
             f["Handler"]: f.get("Environment", {}).get("Variables", {})
             for f in plain.client("lambda").list_functions()["Functions"]
         }
-        operator = assemble_campaign_service(
-            ApiSettings.from_env(functions["sendonce.handlers.api.lambda_handler"]), "sendonce stream-replay"
+        operator = build_campaign_service(
+            ApiSettings.from_env(functions["sendonce.handlers.api.lambda_handler"]),
+            clients(),
+            operator="sendonce stream-replay",
         )
         # The campaign as bench-scale created it: its counter keys recorded with it.
         operator.create(bench_campaign(campaign_id, f"stream replay {campaign_id}"))

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sendonce.domain.deliverability import feedback_id
 from sendonce_cdk.context_values import ConfigError, number
 from sendonce_cdk.providers.base import ProviderStack
 from sendonce_cdk.providers.registry import context_defaults, registered
@@ -56,6 +57,11 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "unsubscribe_key_secret_name": "sendonce/unsubscribe-key",
     # Without it the consumer sends no List-Unsubscribe header (docs/deploy.md).
     "unsubscribe_base_url": None,
+    # The Feedback-ID header every email carries, <campaign>:<stream>:<customer>:<sender_id>
+    # (docs/deliverability.md#feedback-id): the SenderId stays the same across the deployment.
+    "feedback_id_sender_id": feedback_id.DEFAULT_SENDER_ID,
+    "feedback_id_stream": feedback_id.DEFAULT_STREAM,
+    "feedback_id_customer": "",
     # The bucket operators publish recipient files from (the operator API's s3:GetObject).
     "recipients_bucket": None,
     "oncall_email": None,
@@ -92,6 +98,9 @@ class SendonceConfig:
     sender_domain: str
     unsubscribe_key_secret_name: str
     unsubscribe_base_url: str | None
+    feedback_id_sender_id: str
+    feedback_id_stream: str
+    feedback_id_customer: str
     recipients_bucket: str | None
     oncall_email: str | None
     oncall_https_url: str | None
@@ -144,6 +153,9 @@ class SendonceConfig:
             sender_domain=str(value("sender_domain")),
             unsubscribe_key_secret_name=str(value("unsubscribe_key_secret_name")),
             unsubscribe_base_url=_optional_str(value("unsubscribe_base_url")),
+            feedback_id_sender_id=str(value("feedback_id_sender_id")),
+            feedback_id_stream=str(value("feedback_id_stream")),
+            feedback_id_customer=str(value("feedback_id_customer")),
             recipients_bucket=_optional_str(value("recipients_bucket")),
             oncall_email=_optional_str(value("oncall_email")),
             oncall_https_url=_optional_str(value("oncall_https_url")),
@@ -198,6 +210,12 @@ class SendonceConfig:
         # RFC 8058: the one-click link must be https (the consumer refuses anything else).
         if self.unsubscribe_base_url is not None and not self.unsubscribe_base_url.startswith("https://"):
             problems.append("unsubscribe_base_url must start with https://")
+        problems.extend(
+            f"feedback_id_{part}: {problem}"
+            for part, problem in feedback_id.problems(
+                self.feedback_id_sender_id, self.feedback_id_stream, self.feedback_id_customer
+            )
+        )
         for stack in self.provider_stacks.values():
             problems.extend(stack.problems(self))
         if self.recipients_bucket is not None and not S3_BUCKET_NAME.fullmatch(self.recipients_bucket):
@@ -258,6 +276,18 @@ class SendonceConfig:
                 if key == name:
                     return value
         raise AttributeError(name)
+
+    @property
+    def feedback_id_settings(self) -> dict[str, str]:
+        """The Feedback-ID's parts by settings field (sendonce.settings: the consumer's and the
+        operator API's, whose previews show it); an empty customer is left unset, which the
+        settings read as empty."""
+        parts = {
+            "feedback_id_sender_id": self.feedback_id_sender_id,
+            "feedback_id_stream": self.feedback_id_stream,
+            "feedback_id_customer": self.feedback_id_customer,
+        }
+        return {name: value for name, value in parts.items() if value}
 
     @property
     def retain(self) -> bool:

@@ -52,6 +52,7 @@ class Consumer(ServiceFunction):
         provider_settings: Mapping[str, str] | None = None,
         unsubscribe_key_secret_name: str | None = None,
         unsubscribe_base_url: str | None = None,
+        feedback_id: Mapping[str, str] | None = None,
         memory_size: int = 512,
         reserved_concurrency: int | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
@@ -79,6 +80,8 @@ class Consumer(ServiceFunction):
             # carry no List-Unsubscribe header.
             settings["unsubscribe_key_secret"] = unsubscribe_key_secret_name
             settings["unsubscribe_base_url"] = unsubscribe_base_url
+        # feedback_id_sender_id, _stream, _customer: the Feedback-ID header every email carries.
+        settings.update(feedback_id or {})
 
         super().__init__(
             scope,

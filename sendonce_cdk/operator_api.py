@@ -63,6 +63,7 @@ class OperatorApi(Construct):
         scheduling: Mapping[str, str] | None = None,
         jobs_queue: sqs.IQueue,
         provider_settings: Mapping[str, str] | None = None,
+        feedback_id: Mapping[str, str] | None = None,
         reserved_concurrency: int | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
@@ -86,6 +87,8 @@ class OperatorApi(Construct):
                 "jobs_queue_url": jobs_queue.queue_url,
                 # The providers' rates, as the consumer's (a campaign's max_rate may not exceed its provider's).
                 **(provider_settings or {}),
+                # The consumer's Feedback-ID, which previews show (they compose as the consumer does).
+                **(feedback_id or {}),
             },
             timeout=TIMEOUT,
             memory_size=512,

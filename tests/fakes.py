@@ -48,9 +48,9 @@ from sendonce.domain.models import (
     SendGroup,
     email_fingerprint,
 )
-from sendonce.domain.sending import protocol
+from sendonce.domain.sending import delivery_tables
+from sendonce.domain.sending.delivery_tables import Event, Verdict, classify
 from sendonce.domain.sending.ports import ClaimResult, ClaimStatus, GroupClaim
-from sendonce.domain.sending.protocol import Event, Verdict, classify
 
 
 class FakeLedger:
@@ -98,7 +98,7 @@ class FakeLedger:
 
     def _fenced(self, key: DeliveryKey, owner: str, event: Event) -> DeliveryRecord:
         record = self.items.get((key.campaign_id, key.recipient_id))
-        if record is None or record.owner != owner or record.state.value not in protocol.sources(event):
+        if record is None or record.owner != owner or record.state.value not in delivery_tables.sources(event):
             raise LeaseLostError(f"{key} not owned by {owner}")
         return record
 
@@ -133,7 +133,7 @@ class FakeLedger:
     def settle(self, key, *, owner, state, reason, error_class, maybe_sent=False, refused=False, now_ms) -> None:
         with self._lock:
             self.requests["settle"] += 1
-            record = self._fenced(key, owner, protocol.settle_event(state, maybe_sent=maybe_sent))
+            record = self._fenced(key, owner, delivery_tables.settle_event(state, maybe_sent=maybe_sent))
             if (
                 state is DeliveryState.SUPPRESSED
                 and record.maybe_sent_at_ms is not None
@@ -159,13 +159,13 @@ class FakeLedger:
         with self._lock:
             for rid in recipient_ids:
                 record = self.items.get((campaign_id, rid))
-                if record is None and not protocol.allows_absent(event):
+                if record is None and not delivery_tables.allows_absent(event):
                     continue
                 if record is None:
                     record = DeliveryRecord(
                         campaign_id=campaign_id, recipient_id=rid, state=DeliveryState.PENDING, batch_id=batch_id
                     )
-                elif record.state.value not in protocol.sources(event):
+                elif record.state.value not in delivery_tables.sources(event):
                     continue
                 self._put(record.model_copy(update={"state": state, "reason": reason}), state.value)
                 moved += 1
@@ -183,7 +183,7 @@ class FakeLedger:
                 state=DeliveryState.PENDING,
                 batch_id=batch_id,
             )
-            target = protocol.transition(event).target
+            target = delivery_tables.transition(event).target
             self._put(base.model_copy(update={"state": target, "reason": reason, "lease_until_ms": None}), target.value)
             return self.items[(key.campaign_id, key.recipient_id)]
 
@@ -236,11 +236,11 @@ class FakeLedger:
                 is not Verdict.CLAIM
             }
             if refused:
-                final = {rid: r for rid, r in refused.items() if r is not None and r.state in protocol.FINAL}
+                final = {rid: r for rid, r in refused.items() if r is not None and r.state in delivery_tables.FINAL}
                 leases = [
                     r.lease_until_ms
                     for r in refused.values()
-                    if r is not None and r.state not in protocol.FINAL and (r.lease_until_ms or 0) >= now_ms
+                    if r is not None and r.state not in delivery_tables.FINAL and (r.lease_until_ms or 0) >= now_ms
                 ]
                 return GroupClaim(claimed=False, final=final, held_until_ms=max(leases, default=None))
             for rid, record in records.items():
@@ -267,7 +267,11 @@ class FakeLedger:
         for recipient in group.recipients:
             rid = recipient.recipient_id
             record = self.items.get((group.campaign_id, rid))
-            if record is None or record.owner != owner or record.state.value not in protocol.sources(events[rid]):
+            if (
+                record is None
+                or record.owner != owner
+                or record.state.value not in delivery_tables.sources(events[rid])
+            ):
                 raise LeaseLostError(f"group {group.group_id} is no longer owned by {owner}")
             members[rid] = record
         return members
@@ -312,7 +316,7 @@ class FakeLedger:
     ) -> None:
         with self._lock:
             self.requests["release_group"] += 1
-            event = protocol.settle_event(state, maybe_sent=not refused)
+            event = delivery_tables.settle_event(state, maybe_sent=not refused)
             members = self._group_members(group, owner, {r.recipient_id: event for r in group.recipients})
             for record in members.values():
                 update = {"state": state, "reason": reason, "error_class": error_class, "lease_until_ms": None}

@@ -16,11 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from sendonce import contract
 from sendonce.adapters.providers.descriptor import Provider, ProviderSettings
 from sendonce.adapters.providers.registry import registered
+from sendonce.domain.deliverability import feedback_id
+from sendonce.domain.deliverability.feedback_id import FeedbackId
 from sendonce.domain.errors import SettingsError
 
 
@@ -54,7 +56,44 @@ class _WithProviders(BaseModel):
         return part(**{name: getattr(self, f"{provider.name}_{name}") for name in part.model_fields})
 
 
-class _ConsumerSettings(_WithProviders):
+def _refused_if(problem: str | None, value: str) -> str:
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+class _FeedbackIdSettings(BaseModel):
+    """The Feedback-ID header every email carries (docs/deliverability.md#feedback-id): the
+    deployment's SenderId (5-15 characters, the same for every email), stream and customer;
+    the first field is each email's campaign id. The consumer's, and the operator API's: its
+    previews compose as the consumer does (they read these as the consumer's settings, from
+    its environment), and a bad value is refused at its cold start too."""
+
+    feedback_id_sender_id: str = feedback_id.DEFAULT_SENDER_ID
+    feedback_id_stream: str = feedback_id.DEFAULT_STREAM
+    feedback_id_customer: str = ""
+
+    @field_validator("feedback_id_sender_id")
+    @classmethod
+    def _sender_id(cls, value: str) -> str:
+        return _refused_if(feedback_id.sender_id_problem(value), value)
+
+    @field_validator("feedback_id_stream")
+    @classmethod
+    def _stream(cls, value: str) -> str:
+        return _refused_if(feedback_id.stream_problem(value), value)
+
+    @field_validator("feedback_id_customer")
+    @classmethod
+    def _customer(cls, value: str) -> str:
+        return _refused_if(feedback_id.customer_problem(value), value)
+
+    @property
+    def feedback_id(self) -> FeedbackId:
+        return FeedbackId(self.feedback_id_sender_id, self.feedback_id_stream, self.feedback_id_customer)
+
+
+class _ConsumerSettings(_WithProviders, _FeedbackIdSettings):
     """What the SQS consumer needs; field names map to SENDONCE_<NAME> variables."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -116,9 +155,10 @@ class ConsumerSettings(consumer_settings_model(registered())):  # type: ignore[m
     """The consumer's settings with the registered providers' fields."""
 
 
-class _ApiSettings(_WithProviders):
+class _ApiSettings(_WithProviders, _FeedbackIdSettings):
     """What the operator API needs; of the providers' settings, the consumer's rates (a
-    campaign's max_rate may not be above the rate the consumer paces its provider at)."""
+    campaign's max_rate may not be above the rate the consumer paces its provider at); the
+    consumer's Feedback-ID, which its previews show."""
 
     provider_part: ClassVar[str] = "rate_settings"
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import signal
 import sys
 from typing import Any
 
 import click
 
-from sendonce.settings import ConsumerSettings
 from sendonce_local.demo.run import demo
 from sendonce_ops.cli_context import Cli, pass_cli
 
@@ -86,21 +84,12 @@ def api_handler(cli: Cli) -> Any:
     """The operator API's handler as the deployed function runs it, with what this CLI knows of
     the stack: the operator service, and preview and test sends with the consumer's settings
     (the stack's consumer function's, or SENDONCE_* variables), not this process's environment."""
-    from sendonce.domain.errors import SettingsError
     from sendonce.handlers import api
     from sendonce.handlers.preview_routes import SendingOnDemand
-    from sendonce_ops.endpoints import EndpointsError, sending_settings
 
-    endpoints = cli.endpoints
-
-    @functools.cache
-    def settings() -> ConsumerSettings:  # read once, when a preview or test send first needs them
-        try:
-            return sending_settings(cli.session, endpoints, os.environ)
-        except EndpointsError as exc:
-            raise SettingsError(str(exc)) from None
-
-    sending = SendingOnDemand(settings, campaigns_table=endpoints.campaigns_table)
+    # Read once, when a preview or test send first needs them.
+    settings = functools.cache(cli.consumer_settings)
+    sending = SendingOnDemand(settings, campaigns_table=cli.endpoints.campaigns_table)
     return functools.partial(api.lambda_handler, service=cli.service(), sending=sending)
 
 
@@ -110,7 +99,7 @@ def _schedule_firer(cli: Cli, clock_ahead: float) -> Any:
 
     from sendonce.domain.campaigns import lifecycle
     from sendonce.handlers import scheduled_start
-    from sendonce.wiring import campaign_service
+    from sendonce.wiring.api import campaign_service
     from sendonce_local.scheduler_poller import LocalClock, SchedulePoller
 
     settings = cli.endpoints.api_settings()

@@ -1,7 +1,7 @@
 """A consumer with faults injected at exact points, for chaos tests and the demo.
 
 It is the real consumer — the real handler, adapters and Powertools guard — assembled
-from `sendonce.wiring` with thin wrappers around the ledger and the provider that kill
+from `sendonce.wiring.consumer` with thin wrappers around the ledger and the provider that kill
 this process (SIGKILL, no cleanup) or fail a write at the point named in
 SENDONCE_FAULTS, a JSON list such as:
 
@@ -26,7 +26,8 @@ from sendonce.domain.models import DeliveryKey, OutboundEmail, Receipt
 from sendonce.domain.sending.ports import ClaimStatus
 from sendonce.handlers import consumer
 from sendonce.settings import ConsumerSettings
-from sendonce.wiring import ConsumerParts, ConsumerRuntime, assemble_consumer, consumer_parts
+from sendonce.wiring.clients import clients
+from sendonce.wiring.consumer import ConsumerParts, ConsumerRuntime, build_consumer_parts, build_consumer_runtime
 
 FAULT_POINTS = ("after_claim", "after_accept", "ledger_write_fails")
 
@@ -111,7 +112,7 @@ class FaultyProvider:
 def _runtime() -> ConsumerRuntime:
     settings = ConsumerSettings.from_env(os.environ)
     faults = Faults(json.loads(os.environ.get("SENDONCE_FAULTS", "[]")), os.environ.get("SENDONCE_FAULT_MARKERS"))
-    parts = consumer_parts(settings)
+    parts = build_consumer_parts(settings, clients())
     wrapped = ConsumerParts(
         ledger=FaultyLedger(parts.ledger, faults),
         campaigns=parts.campaigns,
@@ -122,7 +123,7 @@ def _runtime() -> ConsumerRuntime:
         unsubscribe=parts.unsubscribe,
         scheduler=parts.scheduler,  # a send window's opening, when the window pauses a campaign
     )
-    return assemble_consumer(settings, wrapped)
+    return build_consumer_runtime(settings, wrapped)
 
 
 def init() -> None:

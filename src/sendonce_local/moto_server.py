@@ -234,7 +234,8 @@ def ses_sent_messages(endpoint: str) -> list[dict[str, Any]]:
     """Every email moto's SES (v1 and v2) accepted, oldest first, across accounts and regions.
 
     Simple sends keep moto's shape (``id``, ``source``, ``subject``, ``body``,
-    ``destinations: {ToAddresses, CcAddresses, BccAddresses}``); raw sends keep theirs
+    ``destinations: {ToAddresses, CcAddresses, BccAddresses}``; from SES v2, ``headers``:
+    ``[{"Name", "Value"}, ...]``, kept by ``moto_patches.ses_headers``); raw sends keep theirs
     (``id``, ``source``, ``raw_data``, ``destinations: [...]``). Each entry gains
     ``kind`` ("simple" or "raw") and ``recipients``: its distinct addresses, lower-cased.
     """

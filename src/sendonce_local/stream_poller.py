@@ -239,9 +239,10 @@ def aggregator_handler(session: Any, campaigns_table: str) -> Handler:
 
     from sendonce.handlers import aggregator
     from sendonce.settings import AggregatorSettings
-    from sendonce.wiring import assemble_aggregator
+    from sendonce.wiring.aggregator import build_aggregator_service
+    from sendonce.wiring.clients import Clients
 
-    service = assemble_aggregator(AggregatorSettings(campaigns_table=campaigns_table), session)
+    service = build_aggregator_service(AggregatorSettings(campaigns_table=campaigns_table), Clients(session))
     return functools.partial(aggregator.lambda_handler, service=service)
 
 

@@ -23,14 +23,21 @@ How a write is charged (DynamoDB's rules: 1 unit per started KB of the item, at 
   read back), at least 1 unit; a cancelled transaction: 2 per item likewise.
 - DeleteItem, and BatchWriteItem's deletes: the item's size as last seen, at least 1.
 Item sizes follow DynamoDB's published formula (attribute names plus values).
+
+Who wrote: `attach(session, writer="consumer")` labels every write made through that session
+or client; `by_writer` then holds the units (and `writes_by_writer` the items written) per
+(writer, table, partition-key value, kind of sort key), where the kind of sort key is what
+`sort_kind` (given at construction) makes of the sort-key value: by default nothing (""),
+so that a table keyed by recipient ids keeps one entry per partition-key value.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,28 +98,40 @@ class KeyFigure:
         return PARTITION_WRITE_UNITS_PER_SECOND * recipients / self.units
 
 
+# (writer, table, partition-key value, kind of sort key)
+WriterKey = tuple[str, str, str, str]
+
+
 class WriteUnitAccountant:
-    def __init__(self, reader: Any):
+    def __init__(self, reader: Any, *, sort_kind: Callable[[str], str] | None = None):
         """`reader`: a DynamoDB client the accountant reads item sizes and key schemas
-        with; it must not be one of the clients attached (its reads are not the system's)."""
+        with; it must not be one of the clients attached (its reads are not the system's).
+        `sort_kind`: a sort-key value to the kind `by_writer` counts it under (bounded:
+        recipient ids must fall into one kind)."""
         self._reader = reader
+        self._sort_kind = sort_kind or (lambda _value: "")
         self._lock = threading.Lock()
         self._schemas: dict[str, tuple[str, str | None]] = {}
         self._sizes: dict[tuple[str, tuple[str, ...]], int] = {}
         self.units: Counter[tuple[str, str]] = Counter()
         self.writes: Counter[tuple[str, str]] = Counter()
+        self.by_writer: Counter[WriterKey] = Counter()
+        self.writes_by_writer: Counter[WriterKey] = Counter()
 
-    def attach(self, emitter_owner: Any) -> Any:
-        """Hook a DynamoDB client (`client.meta.events`) or a boto3 session (`events`)."""
+    def attach(self, emitter_owner: Any, *, writer: str = "") -> Any:
+        """Hook a DynamoDB client (`client.meta.events`) or a boto3 session (`events`); its
+        writes are counted under `writer` in `by_writer`."""
         events = emitter_owner.meta.events if hasattr(emitter_owner, "meta") else emitter_owner.events
         events.register("before-parameter-build.dynamodb", self._before)
-        events.register("after-call.dynamodb", self._after)
+        events.register("after-call.dynamodb", functools.partial(self._after, writer=writer))
         return emitter_owner
 
     def reset(self) -> None:
         with self._lock:
             self.units.clear()
             self.writes.clear()
+            self.by_writer.clear()
+            self.writes_by_writer.clear()
 
     # --- reading -----------------------------------------------------------------------
 
@@ -124,6 +143,11 @@ class WriteUnitAccountant:
             )
             return [KeyFigure(t, p, u, self.writes[(t, p)]) for (t, p), u in ranked[:n]]
 
+    def by_writers(self) -> list[tuple[WriterKey, int, int]]:
+        """(writer, table, partition-key value, kind of sort key), its units and items written."""
+        with self._lock:
+            return [(key, units, self.writes_by_writer[key]) for key, units in sorted(self.by_writer.items())]
+
     def total(self, table: str | None = None) -> int:
         with self._lock:
             return sum(u for (t, _), u in self.units.items() if table is None or t == table)
@@ -134,22 +158,24 @@ class WriteUnitAccountant:
         if model.name in _WRITES:
             context["write_units_params"] = dict(params)
 
-    def _after(self, parsed: Mapping[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
+    def _after(
+        self, parsed: Mapping[str, Any], model: Any, context: dict[str, Any], *, writer: str = "", **_: Any
+    ) -> None:
         params = context.get("write_units_params")
         if params is None:
             return
         error = (parsed.get("Error") or {}).get("Code")
         operation = model.name
         if operation == "TransactWriteItems":
-            self._transaction(params, parsed, error)
+            self._transaction(params, parsed, error, writer)
         elif operation == "BatchWriteItem":
-            self._batch_write(params, parsed, error)
+            self._batch_write(params, parsed, error, writer)
         elif error in (None, "ConditionalCheckFailedException"):
             table = params["TableName"]
             if operation == "PutItem" and error is None:
-                self._charge(table, params["Item"], size=item_size(params["Item"]))
+                self._charge(table, params["Item"], size=item_size(params["Item"]), writer=writer)
             elif operation == "DeleteItem":
-                self._charge(table, params["Key"], size=None, gone=error is None)
+                self._charge(table, params["Key"], size=None, gone=error is None, writer=writer)
             else:
                 # The item the write left, when the write asked for it; else read back.
                 seen = parsed.get("Item") if error else parsed.get("Attributes")
@@ -163,9 +189,11 @@ class WriteUnitAccountant:
                     size = self._sizes.get((table, tuple(str(v) for v in self._key(table, key).values())))
                 else:
                     size = self._bounded(table, key, params)
-                self._charge(table, key, size=size)
+                self._charge(table, key, size=size, writer=writer)
 
-    def _transaction(self, params: Mapping[str, Any], parsed: Mapping[str, Any], error: str | None) -> None:
+    def _transaction(
+        self, params: Mapping[str, Any], parsed: Mapping[str, Any], error: str | None, writer: str
+    ) -> None:
         if error not in (None, "TransactionCanceledException"):
             return
         reasons = parsed.get("CancellationReasons") or []
@@ -189,9 +217,11 @@ class WriteUnitAccountant:
         for table, key, size, gone in charges:
             if size is None and not gone:
                 size = next(sizes)
-            self._charge(table, key, size=size, factor=2, gone=gone)
+            self._charge(table, key, size=size, factor=2, gone=gone, writer=writer)
 
-    def _batch_write(self, params: Mapping[str, Any], parsed: Mapping[str, Any], error: str | None) -> None:
+    def _batch_write(
+        self, params: Mapping[str, Any], parsed: Mapping[str, Any], error: str | None, writer: str
+    ) -> None:
         if error is not None:
             return
         unprocessed = parsed.get("UnprocessedItems") or {}
@@ -201,9 +231,9 @@ class WriteUnitAccountant:
                     continue
                 if "PutRequest" in request:
                     item = request["PutRequest"]["Item"]
-                    self._charge(table, item, size=item_size(item))
+                    self._charge(table, item, size=item_size(item), writer=writer)
                 else:
-                    self._charge(table, request["DeleteRequest"]["Key"], size=None, gone=True)
+                    self._charge(table, request["DeleteRequest"]["Key"], size=None, gone=True, writer=writer)
 
     # --- charging ----------------------------------------------------------------------
 
@@ -224,20 +254,33 @@ class WriteUnitAccountant:
         return key
 
     def _charge(
-        self, table: str, key_or_item: Mapping[str, Any], *, size: int | None, factor: int = 1, gone: bool = False
+        self,
+        table: str,
+        key_or_item: Mapping[str, Any],
+        *,
+        size: int | None,
+        factor: int = 1,
+        gone: bool = False,
+        writer: str = "",
     ) -> None:
         key = self._key(table, key_or_item)
         ident = (table, tuple(str(v) for v in key.values()))
         if size is None:
             size = self._sizes.get(ident, 0) if gone else self._read_sizes([(table, key)])[0]
+        values = [next(iter(v.values())) for v in key.values()]
+        sort_kind = self._sort_kind(str(values[1])) if len(values) > 1 else ""
+        units = factor * write_units(size)
         with self._lock:
             if gone:
                 self._sizes.pop(ident, None)
             else:
                 self._sizes[ident] = size
-            partition = (table, next(iter(next(iter(key.values())).values())))
-            self.units[partition] += factor * write_units(size)
+            partition = (table, values[0])
+            self.units[partition] += units
             self.writes[partition] += 1
+            by = (writer, table, str(values[0]), sort_kind)
+            self.by_writer[by] += units
+            self.writes_by_writer[by] += 1
 
     def _bounded(self, table: str, key_or_item: Mapping[str, Any], update: Mapping[str, Any]) -> int | None:
         """The size after an update, when the item's seen size and the update's own bytes

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from sendonce.domain.audit.service import UNEXPLAINED, AuditOutsideRetentionError, AuditResult, Verdict
-from sendonce.wiring import campaign_audit as build_audit
+from sendonce.wiring.audit import build_campaign_audit
 from sendonce_ops.endpoints import sending_settings
 
 AUDIT_DIFFERENCES = 5
@@ -104,7 +104,7 @@ def campaign_audit(
     retention (Resend: a few days). Exit 5 on a duplicate or an unexplained difference."""
     campaign = obj.service().get(campaign_id)
     settings = sending_settings(obj.session, obj.endpoints, os.environ)
-    audit = build_audit(settings, campaign.provider, obj.session, retention_days=retention_days)
+    audit = build_campaign_audit(settings, campaign.provider, obj.clients, retention_days=retention_days)
     try:
         result = audit.run(campaign_id, settle=settle)
     except AuditOutsideRetentionError as exc:

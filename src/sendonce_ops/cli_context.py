@@ -1,5 +1,5 @@
-"""The command line's shared parts: its context object (`Cli`: the session, the
-endpoints, the operator service), exit codes, how an error becomes a message and a code,
+"""The command line's shared parts: its context object (`Cli`: the session and its clients,
+the endpoints, the operator service), exit codes, how an error becomes a message and a code,
 and the campaign's summary every command prints. Read by every `*_cli` module."""
 
 from __future__ import annotations
@@ -29,8 +29,19 @@ from sendonce.domain.errors import (
 from sendonce.domain.jobs.models import Job
 from sendonce.domain.models import Campaign, CampaignState
 from sendonce.domain.sending.sending_now import SendingNow
-from sendonce.wiring import assemble_campaign_service, sending_now, unknown_outcomes
-from sendonce_ops.endpoints import ConsumerPaces, ConsumerRates, Endpoints, EndpointsError, resolve_endpoints
+from sendonce.settings import ConsumerSettings
+from sendonce.wiring.api import build_campaign_service
+from sendonce.wiring.audit import build_auditor
+from sendonce.wiring.clients import Clients
+from sendonce.wiring.operator import build_sending_now, build_unknown_outcomes
+from sendonce_ops.endpoints import (
+    ConsumerPaces,
+    ConsumerRates,
+    Endpoints,
+    EndpointsError,
+    resolve_endpoints,
+    sending_settings,
+)
 from sendonce_ops.specs import SpecError
 
 
@@ -70,6 +81,7 @@ class Cli:
     out: Console
     err: Console
     _session: Any = None
+    _clients: Clients | None = None
     _endpoints: Endpoints | None = None
     _services: dict[bool, CampaignService] = field(default_factory=dict)
     _sending_now: SendingNow | None = None
@@ -83,6 +95,13 @@ class Cli:
         return self._session
 
     @property
+    def clients(self) -> Clients:
+        """The session's clients, each built once (what the wiring builds services on)."""
+        if self._clients is None:
+            self._clients = Clients(self.session)
+        return self._clients
+
+    @property
     def endpoints(self) -> Endpoints:
         if self._endpoints is None:
             self._endpoints = resolve_endpoints(self.session, self.stack, os.environ)
@@ -92,29 +111,40 @@ class Cli:
         """The operator service; `writes` records who changes state (an STS call, made only then)."""
         if writes not in self._services:
             operator = self.operator() if writes else "operator"
-            endpoints, session = self.endpoints, self.session
+            endpoints, clients = self.endpoints, self.clients
             # A max_rate is checked against the deployed consumer's rates, not this process's defaults.
-            rates = ConsumerRates(session, endpoints, os.environ)
-            # `resume --include-unknown` (and `job run` of one) reads and reopens unknowns.
-            self._services[writes] = assemble_campaign_service(
+            rates = ConsumerRates(self.session, endpoints, os.environ)
+            # `resume --include-unknown` (and `job run` of one) reads and reopens unknowns; an
+            # audit job run here (no jobs queue) audits with the consumer's settings.
+            self._services[writes] = build_campaign_service(
                 endpoints.api_settings(),
-                operator,
+                clients,
+                operator=operator,
                 provider_rates=rates,
-                unknown_outcomes=lambda accept: unknown_outcomes(
-                    endpoints.ledger_table, endpoints.campaigns_table, session, accept_possible_duplicates=accept
+                unknown_outcomes=lambda accept: build_unknown_outcomes(
+                    endpoints.ledger_table, endpoints.campaigns_table, clients, accept_possible_duplicates=accept
                 ),
+                auditor=build_auditor(self.consumer_settings, clients),
             )
         return self._services[writes]
+
+    def consumer_settings(self) -> ConsumerSettings:
+        """The consumer's settings as `sending_settings` reads them (for what must send, render
+        or audit as the consumer does); a SettingsError saying why when they cannot be read."""
+        try:
+            return sending_settings(self.session, self.endpoints, os.environ)
+        except EndpointsError as exc:
+            raise SettingsError(str(exc)) from None
 
     def sending_now(self) -> SendingNow:
         """Who shares the providers' rate now, read from the shared limiter's slot items."""
         if self._sending_now is None:
-            endpoints, session = self.endpoints, self.session
-            self._sending_now = sending_now(
+            endpoints = self.endpoints
+            self._sending_now = build_sending_now(
                 endpoints.campaigns_table,
-                self.service(),
-                paces=ConsumerPaces(session, endpoints, os.environ),
-                session=session,
+                self.clients,
+                campaigns=self.service(),
+                paces=ConsumerPaces(self.session, endpoints, os.environ),
             )
         return self._sending_now
 

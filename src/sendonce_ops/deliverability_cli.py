@@ -23,7 +23,8 @@ from sendonce.contract import Output, env_name
 from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S
 from sendonce.domain.deliverability.ports import SuppressionReason
 from sendonce.domain.deliverability.suppressions import ChangeReport, parse_reason
-from sendonce.wiring import suppression_service, unknown_outcomes
+from sendonce.wiring.clients import Clients
+from sendonce.wiring.operator import build_suppression_service, build_unknown_outcomes
 from sendonce_ops.endpoints import DEFAULT_STACK, EndpointsError, stack_outputs
 
 REASONS = [r.value for r in SuppressionReason]
@@ -31,6 +32,11 @@ REASONS = [r.value for r in SuppressionReason]
 
 def _session(obj: Any) -> boto3.session.Session:
     return getattr(obj, "session", None) or boto3.session.Session()
+
+
+def _clients(obj: Any) -> Clients:
+    clients = getattr(obj, "clients", None)
+    return clients if isinstance(clients, Clients) else Clients(_session(obj))
 
 
 def table_name(obj: Any, env: str, output: str) -> str:
@@ -45,8 +51,8 @@ def table_name(obj: Any, env: str, output: str) -> str:
 
 
 def _service(obj: Any):
-    return suppression_service(
-        table_name(obj, env_name("suppressions_table"), Output.SUPPRESSIONS_TABLE_NAME), _session(obj)
+    return build_suppression_service(
+        table_name(obj, env_name("suppressions_table"), Output.SUPPRESSIONS_TABLE_NAME), _clients(obj)
     )
 
 
@@ -176,10 +182,10 @@ def suppression_import(obj: Any, path: Path, reason: str, as_json: bool) -> None
 @click.pass_obj
 def campaign_unknowns(obj: Any, campaign_id: str, older_than_s: int, as_json: bool) -> None:
     """Deliveries whose outcome is still unknown: `campaign resume --include-unknown` may send them again."""
-    outcomes = unknown_outcomes(
+    outcomes = build_unknown_outcomes(
         table_name(obj, env_name("ledger_table"), Output.LEDGER_TABLE_NAME),
         table_name(obj, env_name("campaigns_table"), Output.CAMPAIGNS_TABLE_NAME),
-        _session(obj),
+        _clients(obj),
     )
     for unknown in outcomes.older_than(campaign_id, older_than_s):
         if as_json:

@@ -18,7 +18,7 @@ from sendonce.adapters.providers.descriptor import Pace
 from sendonce.contract import ENV_PREFIX, Output, env_name
 from sendonce.domain.errors import SettingsError
 from sendonce.settings import ApiSettings, ConsumerSettings
-from sendonce.wiring import configured_paces, configured_rates
+from sendonce.wiring.providers import configured_paces, configured_rates
 
 V = TypeVar("V")
 

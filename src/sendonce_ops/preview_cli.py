@@ -29,14 +29,15 @@ from sendonce.domain.campaigns.recipients_file import (
 )
 from sendonce.domain.errors import InvalidCampaignError
 from sendonce.domain.models import TestSendRecord
-from sendonce.wiring import OperatorSending, operator_sending, recorded_test_sends
+from sendonce.wiring.preview import OperatorSending, build_operator_sending
+from sendonce.wiring.stores import build_test_send_log
 from sendonce_ops.endpoints import sending_settings
 
 BAD_INPUT, PARTIAL = 2, 3  # sendonce_ops.cli.ExitCode
 
 
 def _sending(obj: Any) -> OperatorSending:
-    return operator_sending(sending_settings(obj.session, obj.endpoints, os.environ), obj.session)
+    return build_operator_sending(sending_settings(obj.session, obj.endpoints, os.environ), obj.clients)
 
 
 def _variables(raw: str | None) -> dict[str, Any]:
@@ -224,7 +225,7 @@ def campaign_test_send(
 
 def latest_test_sends(obj: Any, campaign_id: str) -> tuple[list[TestSendRecord], int]:
     """The latest test sends of a campaign and their count (for `campaign status`)."""
-    log = recorded_test_sends(obj.endpoints.campaigns_table, obj.session)
+    log = build_test_send_log(obj.endpoints.campaigns_table, obj.clients.dynamodb)
     return log.recent(campaign_id, limit=limits.TEST_SENDS_SHOWN)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from sendonce.wiring import campaign_reports
+from sendonce.wiring.api import build_campaign_reports
 from sendonce_ops.cli_context import ExitCode, fail
 
 
@@ -34,7 +34,7 @@ def campaign_report(obj: Any, campaign_id: str, out: Path | None) -> None:
             f"error: `sendonce campaign report` needs plotly ({error}): `pip install 'sendonce[report]'`.",
         )
 
-    report = campaign_reports(obj.endpoints.api_settings()).report(campaign_id)
+    report = build_campaign_reports(obj.endpoints.api_settings(), obj.clients).report(campaign_id)
     path = write(report, out or Path(f"{campaign_id}-report.html"))
     figures = report.figures()
     click.echo(

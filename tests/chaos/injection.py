@@ -14,7 +14,8 @@ from botocore.exceptions import ClientError
 
 from sendonce.handlers import consumer
 from sendonce.settings import ConsumerSettings
-from sendonce.wiring import assemble_consumer, consumer_parts
+from sendonce.wiring.clients import Clients
+from sendonce.wiring.consumer import build_consumer_parts, build_consumer_runtime
 
 # Per operation, which of its calls fail: their numbers (1-based), or a predicate on the number.
 ChosenCalls = dict[str, set[int] | Callable[[int], bool]]
@@ -58,5 +59,5 @@ def ledger_throttle(session: boto3.session.Session, calls: ChosenCalls) -> Faili
 def consumer_on(system, session: boto3.session.Session, **env: str):
     """The real handler with a runtime built on `session` (and `env` over the system's settings)."""
     settings = ConsumerSettings.from_env({**system.env, **env})
-    runtime = assemble_consumer(settings, consumer_parts(settings, session))
+    runtime = build_consumer_runtime(settings, build_consumer_parts(settings, Clients(session)))
     return functools.partial(consumer.lambda_handler, runtime=runtime)

@@ -15,7 +15,8 @@ from botocore.awsrequest import AWSResponse
 from sendonce.domain.models import DeliveryState
 from sendonce.handlers import consumer
 from sendonce.settings import ConsumerSettings
-from sendonce.wiring import assemble_consumer, consumer_parts
+from sendonce.wiring.clients import Clients
+from sendonce.wiring.consumer import build_consumer_parts, build_consumer_runtime
 
 pytestmark = pytest.mark.chaos
 
@@ -69,7 +70,7 @@ def inject(
 
 def handler_with(system, session: boto3.session.Session):
     settings = ConsumerSettings.from_env(system.env)
-    runtime = assemble_consumer(settings, consumer_parts(settings, session))
+    runtime = build_consumer_runtime(settings, build_consumer_parts(settings, Clients(session)))
     return functools.partial(consumer.lambda_handler, runtime=runtime)
 
 

@@ -30,6 +30,26 @@ def test_bare_context_gives_the_documented_defaults() -> None:
     assert (defaults.unsubscribe_base_url, defaults.recipients_bucket) == (None, None)
 
 
+def test_the_feedback_id_defaults_to_the_deployment_s_sender_id() -> None:
+    assert config().feedback_id_settings == {"feedback_id_sender_id": "sendonce", "feedback_id_stream": "campaign"}
+    # From `-c key=value`: an empty customer is the default, not an error.
+    assert config(feedback_id_sender_id="acme-mail", feedback_id_customer="").feedback_id_customer == ""
+
+
+@pytest.mark.parametrize(
+    ("context", "refusal"),
+    [
+        ({"feedback_id_sender_id": "abc"}, "feedback_id_sender_id: a SenderId of 3 characters"),
+        ({"feedback_id_sender_id": "a" * 16}, "feedback_id_sender_id: a SenderId of 16 characters"),
+        ({"feedback_id_stream": "news:letter"}, "feedback_id_stream: 'news:letter' has characters"),
+        ({"feedback_id_customer": "acme eu"}, "feedback_id_customer: 'acme eu' has characters"),
+    ],
+)
+def test_a_bad_feedback_id_is_refused_naming_the_key(context: dict[str, str], refusal: str) -> None:
+    with pytest.raises(ConfigError, match=refusal):
+        config(**context)
+
+
 def test_the_stack_names_its_ses_configuration_set() -> None:
     assert configuration_set_name(config()) == "Sendonce-events"
     assert configuration_set_name(config(stack_name="Mail")) == "Mail-events"

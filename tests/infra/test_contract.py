@@ -204,8 +204,14 @@ def test_the_cli_finds_by_output_what_the_api_function_is_given(assembly: Synthe
     assert rates and {env_name(f): environment[env_name(f)] for f in rates} == {
         env_name(f): consumer[env_name(f)] for f in rates
     }
+    # The Feedback-ID's parts (only the API's previews read them): the CLI previews with the
+    # consumer function's environment (sending_settings), which holds the same values.
+    feedback = {f for f in ApiSettings.model_fields if f.startswith("feedback_id_")}
+    assert feedback and {f: environment.get(env_name(f)) for f in feedback} == {
+        f: consumer.get(env_name(f)) for f in feedback
+    }
     given = {**SOURCES, **{f: v for f, v in OPTIONAL.items() if f in ApiSettings.model_fields}}
-    assert set(given) == set(ApiSettings.model_fields) - {"counters", "jobs_queue_url"} - rates
+    assert set(given) == set(ApiSettings.model_fields) - {"counters", "jobs_queue_url"} - rates - feedback
     for field, (variable, output) in given.items():
         assert outputs[output]["Value"] == environment[variable], field
     for field, (_, output) in OPTIONAL.items():

@@ -2,7 +2,7 @@
 actions its code calls, per resource, and no role can delete, overwrite or scan the ledger.
 
 The expected lists below come from reading the adapters each handler wires
-(lambdas/sendonce/wiring.py, deliverability_wiring.py): a new SDK call in the Lambda code
+(lambdas/sendonce/wiring/: one module per function): a new SDK call in the Lambda code
 needs its action here and in sendonce_cdk/grants.py, on purpose. A TransactWriteItems is
 authorized per item by the item's own action (PutItem, UpdateItem), so it never appears.
 """

@@ -150,6 +150,8 @@ def test_bad_props_are_refused_before_synthesis() -> None:
         SendOnce(stack, "Mail", providers=["resend"], sender_domain="x.example", webhook_rate_limit=0)
     with pytest.raises(ConfigError, match="provider"):
         SendOnce(stack, "Mail2", providers=["mailgun"], sender_domain="x.example")  # type: ignore[list-item]
+    with pytest.raises(ConfigError, match="feedback_id_sender_id: a SenderId of 3 characters"):
+        SendOnce(stack, "Mail3", providers=["ses"], sender_domain="x.example", feedback_id_sender_id="abc")
 
 
 def test_the_stack_is_the_construct_with_its_outputs(assembly: Synthesized) -> None:

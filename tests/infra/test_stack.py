@@ -522,9 +522,11 @@ def test_operator_api_function_environment(assembly: Synthesized) -> None:
     assert environment[env_name("campaigns_table")] == {"Ref": _table(assembly, "pk")[0]}
     assert environment[env_name("queue_url")] == {"Ref": _source_queue(assembly)[0]}
     assert environment[env_name("dead_letter_queue_url")] == {"Ref": _dead_letter_queue(assembly)[0]}
-    # The handler's own settings model accepts exactly what the stack sets.
+    # The handler's own settings model accepts exactly what the stack sets (an empty
+    # Feedback-ID customer is left unset).
     sendonce_names = {name for name in environment if name.startswith(contract.ENV_PREFIX)}
-    assert sendonce_names == {env_name(field) for field in ApiSettings.model_fields}
+    unset = set() if assembly.config.feedback_id_customer else {env_name("feedback_id_customer")}
+    assert sendonce_names == {env_name(field) for field in ApiSettings.model_fields} - unset
     ApiSettings.from_env(_with_placeholders(environment))
 
 
@@ -632,6 +634,25 @@ def test_unsubscribe_links_only_with_a_base_url(default_assembly: Synthesized, f
     assert full[env_name("unsubscribe_key_secret")] == FULL_CONTEXT["unsubscribe_key_secret_name"]
     [read] = [s for s in _consumer_statements(full_assembly) if s.get("Sid") == "ReadUnsubscribeKey"]
     assert f":secret:{FULL_CONTEXT['unsubscribe_key_secret_name']}-??????" in json.dumps(read["Resource"])
+
+
+def test_every_email_composer_carries_the_feedback_id(
+    default_assembly: Synthesized, full_assembly: Synthesized
+) -> None:
+    from sendonce.settings import ConsumerSettings
+
+    # The consumer composes every email; the operator API's previews compose as it does, from
+    # the consumer's settings read from the API function's own environment.
+    for handler in (CONSUMER_HANDLER, API_HANDLER):
+        default = ConsumerSettings.from_env(_with_placeholders(_function_environment(default_assembly, handler)))
+        assert default.feedback_id.value("c1") == "c1:campaign::sendonce", handler
+        full = ConsumerSettings.from_env(_with_placeholders(_function_environment(full_assembly, handler)))
+        assert full.feedback_id.value("c1") == "c1:newsletter:acme-eu:acmemail", handler
+
+    environment = _environment(full_assembly)
+    assert environment[env_name("feedback_id_sender_id")] == FULL_CONTEXT["feedback_id_sender_id"]
+    assert environment[env_name("feedback_id_stream")] == FULL_CONTEXT["feedback_id_stream"]
+    assert environment[env_name("feedback_id_customer")] == FULL_CONTEXT["feedback_id_customer"]
 
 
 def test_public_api_routes_authorize_themselves(assembly: Synthesized) -> None:

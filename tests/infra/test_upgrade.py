@@ -53,6 +53,7 @@ VISIBILITY_TIMEOUT_S = 40
 LEDGER_IDENTITY = ("Type", "DeletionPolicy", "UpdateReplacePolicy")
 TABLE_REPLACEMENT_PROPERTIES = ("TableName", "KeySchema")
 
+# Run by the previous release, in its own names (its `sendonce.wiring` was one module).
 PUBLISH_SCRIPT = """
 import json, sys
 from sendonce.domain.models import Campaign, Content, Recipient
@@ -269,7 +270,7 @@ def test_an_upgrade_over_a_live_campaign_keeps_every_ledger_record_and_sends_eac
         )
         try:
             from sendonce.settings import ApiSettings
-            from sendonce.wiring import campaign_service
+            from sendonce.wiring.api import campaign_service
 
             operator = campaign_service(
                 ApiSettings(

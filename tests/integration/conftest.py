@@ -17,11 +17,15 @@ from pathlib import Path
 import boto3
 import pytest
 
+from sendonce.adapters.aws_session import aws_session
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.models import Campaign, Content, Recipient
 from sendonce.handlers import consumer
 from sendonce.settings import ApiSettings, ConsumerSettings, EventsSettings
-from sendonce.wiring import assemble_consumer, aws_session, campaign_service, consumer_parts
+from sendonce.wiring.api import build_campaign_service
+from sendonce.wiring.audit import build_auditor
+from sendonce.wiring.clients import clients
+from sendonce.wiring.consumer import build_consumer_parts, build_consumer_runtime
 from sendonce_local.http_api import LocalHttpApi
 from sendonce_local.moto_server import ses_deliveries
 from sendonce_local.poller import EventSourcePoller
@@ -55,6 +59,7 @@ class LocalSystem:
     domain: str
     pollers: list[EventSourcePoller] = field(default_factory=list)
     processes: list[subprocess.Popen] = field(default_factory=list)
+    _operator: CampaignService | None = None
 
     @property
     def settings(self) -> ConsumerSettings:
@@ -62,14 +67,20 @@ class LocalSystem:
 
     @property
     def operator(self) -> CampaignService:
-        return campaign_service(
-            ApiSettings(
-                ledger_table=self.resources.ledger_table,
-                campaigns_table=self.resources.campaigns_table,
-                queue_url=self.resources.queue_url,
-                dead_letter_queue_url=self.resources.dead_letter_queue_url,
+        """The operator service over these resources, its jobs run in process; an audit job
+        audits with the consumer's settings, as the CLI's does."""
+        if self._operator is None:
+            self._operator = build_campaign_service(
+                ApiSettings(
+                    ledger_table=self.resources.ledger_table,
+                    campaigns_table=self.resources.campaigns_table,
+                    queue_url=self.resources.queue_url,
+                    dead_letter_queue_url=self.resources.dead_letter_queue_url,
+                ),
+                clients(),
+                auditor=build_auditor(lambda: self.settings, clients()),
             )
-        )
+        return self._operator
 
     def recipients(self, n: int, start: int = 0) -> list[Recipient]:
         return [
@@ -99,7 +110,7 @@ class LocalSystem:
         """A handler with its own runtime, as one Lambda execution environment has."""
         if module_handler is not None:
             return module_handler
-        runtime = assemble_consumer(self.settings, consumer_parts(self.settings))
+        runtime = build_consumer_runtime(self.settings, build_consumer_parts(self.settings, clients()))
         return functools.partial(consumer.lambda_handler, runtime=runtime)
 
     def poller(
@@ -251,9 +262,9 @@ class LocalDeliverability:
 
     @property
     def suppressions(self):
-        from sendonce.wiring import suppressions
+        from sendonce.wiring.stores import build_suppressions
 
-        return suppressions(self.resources.suppressions_table)
+        return build_suppressions(self.resources.suppressions_table, clients().dynamodb)
 
     @property
     def ledger_events(self):
@@ -290,7 +301,8 @@ class LocalDeliverability:
 def deliverability(system, monkeypatch) -> Iterator[LocalDeliverability]:
     from sendonce.handlers import events, unsubscribe
     from sendonce.settings import UnsubscribeSettings
-    from sendonce.wiring import assemble_events, assemble_unsubscribe
+    from sendonce.wiring.events import build_events_service
+    from sendonce.wiring.unsubscribe import build_unsubscribe_service
     from sendonce_local.resources import create_deliverability_resources
 
     resources = create_deliverability_resources(webhook_secret=system.resend.webhook_secret)
@@ -310,11 +322,13 @@ def deliverability(system, monkeypatch) -> Iterator[LocalDeliverability]:
         campaigns_table=system.resources.campaigns_table,
     )
     events_api = LocalHttpApi(
-        functools.partial(events.lambda_handler, service=assemble_events(events_settings)),
+        functools.partial(events.lambda_handler, service=build_events_service(events_settings, clients())),
         function_name="sendonce-events",
     ).start()
     unsubscribe_api = LocalHttpApi(
-        functools.partial(unsubscribe.lambda_handler, service=assemble_unsubscribe(unsubscribe_settings)),
+        functools.partial(
+            unsubscribe.lambda_handler, service=build_unsubscribe_service(unsubscribe_settings, clients())
+        ),
         function_name="sendonce-unsubscribe",
     ).start()
     local = LocalDeliverability(system, resources, events_settings, events_api, unsubscribe_api)

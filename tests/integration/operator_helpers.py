@@ -102,7 +102,7 @@ def scheduling_operator(system, operator: str = "operator", scheduling: Any = No
     """The operator service over `system`'s moto resources with a schedule group (`scheduling`'s,
     or one of its own), as the deployed API function has it (a send_at is scheduled, not refused)."""
     from sendonce.settings import ApiSettings
-    from sendonce.wiring import campaign_service
+    from sendonce.wiring.api import campaign_service
     from sendonce_local.resources import create_scheduling_resources
 
     scheduling = scheduling or create_scheduling_resources()
@@ -140,7 +140,7 @@ def local_schedule_firer(system, resources) -> tuple[Any, Any]:
     from sendonce.domain.campaigns import lifecycle
     from sendonce.handlers import scheduled_start
     from sendonce.settings import ApiSettings
-    from sendonce.wiring import campaign_service
+    from sendonce.wiring.api import campaign_service
     from sendonce_local.scheduler_poller import LocalClock, SchedulePoller
 
     r = system.resources

@@ -29,6 +29,10 @@ def test_batch_mode_sends_each_message_in_one_request_and_each_recipient_once(sy
     assert {a.endpoint for a in system.resend.accepted()} == {"/emails/batch"}
     assert system.resend.stats()["requests"] == 3  # 100 + 100 + 50
     assert set(states(system).values()) == {DeliveryState.SENT}
+    # The consumer as wired (default settings) puts the deployment's Feedback-ID on every
+    # email, the campaign's and no recipient's (issue 32).
+    feedback_ids = [[v for k, v in a.headers.items() if k.lower() == "feedback-id"] for a in system.resend.accepted()]
+    assert len(feedback_ids) == 250 and all(ids == ["c1:campaign::sendonce"] for ids in feedback_ids)
 
 
 def test_batch_mode_redelivery_and_partial_rejections(system):
@@ -52,14 +56,15 @@ def test_dynamodb_requests_per_recipient_in_batch_mode(system, aws_env):
 
     from sendonce.handlers import consumer
     from sendonce.settings import ConsumerSettings
-    from sendonce.wiring import assemble_consumer, consumer_parts
+    from sendonce.wiring.clients import Clients
+    from sendonce.wiring.consumer import build_consumer_parts, build_consumer_runtime
 
     system.campaign(delivery_mode="batch")
     system.operator.publish("c1", system.recipients(100))
     session = boto3.session.Session()
     counter = RequestCounter(session)
     settings = ConsumerSettings.from_env({**system.env, "SENDONCE_SHARED_RATE_LIMIT": "false"})
-    runtime = assemble_consumer(settings, consumer_parts(settings, session))
+    runtime = build_consumer_runtime(settings, build_consumer_parts(settings, Clients(session)))
     counter.reset()
 
     system.poller(handler=functools.partial(consumer.lambda_handler, runtime=runtime), timeout_s=90).run_until_idle(

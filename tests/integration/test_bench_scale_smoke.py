@@ -76,6 +76,15 @@ def test_bench_scale_reports_every_figure_with_no_duplicate_and_nobody_missing(t
     status = campaign["status"]
     assert status["agree"] is True
     assert status["counters"]["bytes"] < status["full_read"]["bytes"]
+    # Who wrote (bench/scale_writers.py): every write under a writer the cost model describes,
+    # the consumer's ledger claims and the events function's annotations among them; one size
+    # is no line to fit fixed and per-recipient figures to.
+    writers = campaign["writers"]["writers"]
+    assert [name for name in writers if "unclassified" in name] == []
+    assert writers["consumer: ledger claims and settles"]["write_units_per_recipient"] >= 4
+    assert writers["events: ledger annotations"]["write_units"] > 0
+    assert sum(w["write_units"] for w in writers.values()) == campaign["writers"]["write_units"]
+    assert report["writers_fit"] is None
     assert {e["recipients"] for e in report["extrapolated"]} == {100_000, 1_000_000}
     assert report["config"]["consumers"] >= 1 and report["machine"]["nproc"] >= 1
     # One batch-mode message against the one-by-one path: both sent by the deployed consumer,

@@ -273,12 +273,14 @@ def test_the_audit_takes_the_shared_rate_limit_at_a_lower_priority_than_sending(
 
 def test_ses_is_audited_on_its_recorded_send_events_and_proves_nothing_absent(system):
     from sendonce.domain.deliverability.ports import EventKind, ProviderEvent
-    from sendonce.wiring import ledger_events_of
+    from sendonce.wiring.stores import build_ledger_events
 
     system.campaign(provider="ses")
     system.operator.publish("c1", system.recipients(3))
     system.poller().run_until_idle(idle_seconds=1, max_seconds=30)
-    events = ledger_events_of(boto3.client("dynamodb"), system.resources.ledger_table, system.resources.campaigns_table)
+    events = build_ledger_events(
+        system.resources.ledger_table, system.resources.campaigns_table, boto3.client("dynamodb")
+    )
     sent = {r.recipient_id: r.provider_message_id for r in system.operator.records("c1")}
 
     def send_event(rid: str, message_id: str, event_id: str) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import boto3
 import pytest
 
+from sendonce.adapters.aws_session import aws_session
 from sendonce.adapters.dynamodb.counters import DynamoDBCounters
 from sendonce.adapters.dynamodb.report_aggregates import DynamoDBReportAggregates
 from sendonce.domain.campaigns.counters import CounterAggregator
@@ -18,7 +19,9 @@ from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.models import CampaignState
 from sendonce.handlers import aggregator
 from sendonce.settings import AggregatorSettings, ApiSettings
-from sendonce.wiring import assemble_aggregator, aws_session, campaign_service
+from sendonce.wiring.aggregator import build_aggregator_service
+from sendonce.wiring.api import campaign_service
+from sendonce.wiring.clients import clients
 from sendonce_local.resources import create_local_resources, verify_ses_sender
 from sendonce_local.stream_poller import StreamPoller, counters_poller
 from tests.integration.conftest import LocalSystem
@@ -60,7 +63,9 @@ def operator(local: LocalSystem) -> CampaignService:
 
 def streams(local: LocalSystem, service: CounterAggregator | None = None, batch_size: int = 1000) -> StreamPoller:
     """A stream poller starting from the streams' beginning, as a new mapping would."""
-    service = service or assemble_aggregator(AggregatorSettings(campaigns_table=local.resources.campaigns_table))
+    service = service or build_aggregator_service(
+        AggregatorSettings(campaigns_table=local.resources.campaigns_table), clients()
+    )
     return counters_poller(
         boto3.session.Session(),
         ledger_table=local.resources.ledger_table,

@@ -37,7 +37,8 @@ from sendonce.domain.models import (
 )
 from sendonce.domain.sending.ports import ClaimStatus
 from sendonce.handlers import events as events_handler
-from sendonce.wiring import assemble_events
+from sendonce.wiring.clients import clients
+from sendonce.wiring.events import build_events_service
 from sendonce_local.poller import LocalLambdaContext
 from sendonce_local.resend_server import svix_headers
 from sendonce_local.resources import create_suppressions_table, create_tables
@@ -402,7 +403,7 @@ def test_ses_events_resolve_an_unknown_and_suppress_bounces_and_complaints(syste
     for rid in ("r2", "r3"):
         request = claim(ledger, rid)
         ledger.mark_sent(request.key, owner="A", receipt=Receipt(provider_message_id=f"ses-{rid}"))
-    service = assemble_events(deliverability.events_settings)
+    service = build_events_service(deliverability.events_settings, clients())
 
     def deliver(name: str, rid: str, **kw) -> dict:
         return events_handler.lambda_handler(

@@ -16,7 +16,8 @@ import pytest
 from sendonce.domain.deliverability.ports import AnnotationStatus, EventKind, FeedbackCounter, ProviderEvent
 from sendonce.domain.models import DeliveryKey
 from sendonce.handlers import events as events_handler
-from sendonce.wiring import assemble_events
+from sendonce.wiring.clients import clients
+from sendonce.wiring.events import build_events_service
 from tests.integration.test_deliverability import claim, kinds, run_campaign
 from tests.integration.test_deliverability import tables as tables  # the fixture, reused
 
@@ -113,7 +114,9 @@ def test_a_campaign_whose_webhooks_arrive_newest_first_and_twice_ends_with_each_
     # (and brakes that stay out of the way: the campaign must send all 12 to count them)
     deliverability.events_api.handler = functools.partial(
         events_handler.lambda_handler,
-        service=assemble_events(deliverability.events_settings.model_copy(update={"brake_min_sent": 1000})),
+        service=build_events_service(
+            deliverability.events_settings.model_copy(update={"brake_min_sent": 1000}), clients()
+        ),
     )
     system.resend.set_webhook_disorder(out_of_order=True, copies=2)
     bouncing, complaining = {"r2", "r5"}, {"r3", "r7", "r8"}

@@ -25,9 +25,9 @@ from sendonce.domain.models import (
     Recipient,
     SendGroup,
 )
-from sendonce.domain.sending import protocol
+from sendonce.domain.sending import delivery_tables
+from sendonce.domain.sending.delivery_tables import IDEMPOTENCY_WINDOW_MS, Group, Verdict, classify
 from sendonce.domain.sending.ports import ClaimStatus
-from sendonce.domain.sending.protocol import IDEMPOTENCY_WINDOW_MS, Group, Verdict, classify
 from sendonce_local.resources import create_tables
 
 pytestmark = pytest.mark.integration
@@ -42,7 +42,7 @@ def records_for(state: DeliveryState | None, caller_group: str | None):
     if state is None:
         yield None
         return
-    leases = [None] if state not in protocol.HELD else [NOW + 60_000, NOW - 1, None]
+    leases = [None] if state not in delivery_tables.HELD else [NOW + 60_000, NOW - 1, None]
     marks = [None, NOW - 10, NOW - IDEMPOTENCY_WINDOW_MS - 5]
     group_keys = [None, GROUP, "sendonce:c1:group:other-g1"]
     for payload in ("h", "other", None):
@@ -89,7 +89,7 @@ def test_every_claim_rule_gives_the_same_verdict_on_dynamodb(ledger, keyed):
             put(client, table, record, rid)
         stored = record.model_copy(update={"recipient_id": rid}) if record else None
         expected = classify(stored, payload_hash="h", provider_idempotent=keyed, now_ms=NOW)
-        facts_seen.add(protocol.facts(stored, payload_hash="h", provider_idempotent=keyed, now_ms=NOW))
+        facts_seen.add(delivery_tables.facts(stored, payload_hash="h", provider_idempotent=keyed, now_ms=NOW))
         request = DeliveryRequest(
             campaign_id="c1",
             recipient_id=rid,
@@ -124,8 +124,8 @@ def test_every_claim_rule_gives_the_same_verdict_on_dynamodb(ledger, keyed):
             else:
                 assert after.state is stored.state and after.owner == stored.owner
     # The cases cover every row of the table that applies to this provider.
-    rows = {id(protocol.rule_for(f)) for f in facts_seen}
-    applicable = {id(r) for r in protocol.CLAIM_RULES if r.keyed is None or r.keyed == keyed}
+    rows = {id(delivery_tables.rule_for(f)) for f in facts_seen}
+    applicable = {id(r) for r in delivery_tables.CLAIM_RULES if r.keyed is None or r.keyed == keyed}
     assert applicable <= rows
 
 
@@ -139,7 +139,7 @@ def test_every_claim_rule_gives_the_same_verdict_for_a_group_member(ledger):
             put(client, table, record, rid)
         stored = record.model_copy(update={"recipient_id": rid}) if record else None
         expected = classify(stored, payload_hash="h", provider_idempotent=True, now_ms=NOW, group_key=GROUP)
-        f = protocol.facts(stored, payload_hash="h", provider_idempotent=True, now_ms=NOW, group_key=GROUP)
+        f = delivery_tables.facts(stored, payload_hash="h", provider_idempotent=True, now_ms=NOW, group_key=GROUP)
         groups.add(f.group)
         group = SendGroup(
             campaign_id="c1", group_id="b1-g1", recipients=[Recipient(recipient_id=rid, email="a@example.com")]
@@ -217,7 +217,7 @@ def _settle(state: DeliveryState, **flags):
     return write
 
 
-def _close_as_read(event: protocol.Event):
+def _close_as_read(event: delivery_tables.Event):
     def write(adapter, key, record):
         return adapter.close_as_read(record, event, reason="r", now_ms=NOW, key=key, batch_id="b1")
 
@@ -231,7 +231,7 @@ def _close_unclaimed(state: DeliveryState):
     return write
 
 
-E = protocol.Event
+E = delivery_tables.Event
 # The adapter's write for each event of the table (the claim is the claim rules' test above;
 # provider_sent and reopen_unknown are the ledger events adapter's).
 WRITES = {
@@ -295,12 +295,16 @@ def _name(state: DeliveryState | None) -> str:
 
 # The rows of the transition table this file holds the DynamoDB adapter to: (event, source).
 COVERED_TRANSITIONS = frozenset(
-    {(E.CLAIM.value, _name(s)) for s in protocol.transition(E.CLAIM).sources}
-    | {(event.value, _name(s)) for event in {**WRITES, **GROUP_WRITES} for s in protocol.transition(event).sources}
+    {(E.CLAIM.value, _name(s)) for s in delivery_tables.transition(E.CLAIM).sources}
+    | {
+        (event.value, _name(s))
+        for event in {**WRITES, **GROUP_WRITES}
+        for s in delivery_tables.transition(event).sources
+    }
     | {(event.value, "unknown") for event in (E.PROVIDER_SENT, E.PROVE_NOT_SENT, E.REOPEN_UNKNOWN)}
 )
 # And the claim rules, by (verdict, why): every row (the claim tests above).
-COVERED_RULES = frozenset((r.verdict.value, r.why) for r in protocol.CLAIM_RULES)
+COVERED_RULES = frozenset((r.verdict.value, r.why) for r in delivery_tables.CLAIM_RULES)
 
 
 def _seed(client, table: str, rid: str, state: DeliveryState | None, *, maybe_sent: bool) -> DeliveryRecord | None:
@@ -311,7 +315,7 @@ def _seed(client, table: str, rid: str, state: DeliveryState | None, *, maybe_se
         recipient_id=rid,
         state=state,
         owner=ME,
-        lease_until_ms=NOW - 1 if state in protocol.HELD else None,  # expired: a closing write may take it
+        lease_until_ms=NOW - 1 if state in delivery_tables.HELD else None,  # expired: a closing write may take it
         payload_hash="h",
         maybe_sent_at_ms=NOW - 10 if maybe_sent else None,
         maybe_sent_by=ME if maybe_sent else None,
@@ -330,7 +334,7 @@ def test_every_transition_applies_from_exactly_its_source_states_on_dynamodb(led
     writes = WRITES if path == "single" else GROUP_WRITES
     i = 0
     for event, write in writes.items():
-        transition = protocol.transition(event)
+        transition = delivery_tables.transition(event)
         for state in [None, *DeliveryState]:
             i += 1
             rid = f"t{i}"
@@ -347,7 +351,7 @@ def test_every_transition_applies_from_exactly_its_source_states_on_dynamodb(led
             if applies:
                 assert raised is None, (event, state, raised)
                 assert after is not None and after.state is transition.target, (event, state, after)
-            elif event is E.SETTLE_SUPPRESSED and state in protocol.transition(E.SETTLE_UNKNOWN).sources:
+            elif event is E.SETTLE_SUPPRESSED and state in delivery_tables.transition(E.SETTLE_UNKNOWN).sources:
                 # The documented fallback: suppressed since an attempt that may have been accepted.
                 assert after.state is DeliveryState.UNKNOWN, (event, state, after)
             else:
@@ -383,7 +387,7 @@ def test_the_unknown_transitions_apply_from_exactly_their_source_states_on_dynam
     events = _events(client, table)
     i = 0
     for event, write in UNKNOWN_WRITES.items():
-        transition = protocol.transition(event)
+        transition = delivery_tables.transition(event)
         for state in [None, *DeliveryState]:
             i += 1
             rid = f"u{i}"

@@ -14,13 +14,16 @@ import pytest
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.ledger_keys import CampaignShards, one_shard
+from sendonce.adapters.providers import registry
 from sendonce.adapters.sqs_queue import SqsQueue
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryRequest, DeliveryState, Receipt
 from sendonce.domain.sending.guards import LedgerDeliveryGuard
 from sendonce.domain.sending.shards import shard_of
 from sendonce.handlers import consumer, events
-from sendonce.wiring import PROVIDER_NAMES, assemble_consumer, assemble_events, consumer_parts
+from sendonce.wiring.clients import Clients
+from sendonce.wiring.consumer import build_consumer_parts, build_consumer_runtime
+from sendonce.wiring.events import build_events_service
 from sendonce_local.http_api import LocalHttpApi
 from sendonce_local.poller import LocalLambdaContext
 from sendonce_local.resources import create_tables
@@ -102,19 +105,19 @@ def hooked_run(
             queue_url=resources.queue_url,
             dead_letter_queue_url=resources.dead_letter_queue_url,
         ),
-        provider_names=PROVIDER_NAMES,
+        provider_names=registry.names(),
     )
     events_api = None
     if events_settings is not None:
         events_api = LocalHttpApi(
-            functools.partial(events.lambda_handler, service=assemble_events(events_settings, session)),
+            functools.partial(events.lambda_handler, service=build_events_service(events_settings, Clients(session))),
             function_name="sendonce-events",
         ).start()
         system.resend.set_webhook(events_api.url + "/webhooks/resend", webhook_secret)
     # Suppression checks are reads (100 per message, issue 17 item 5): left out to keep the
     # run's time for the writes it measures.
     settings = system.settings.model_copy(update={"suppressions_table": None})
-    runtime = assemble_consumer(settings, consumer_parts(settings, session))
+    runtime = build_consumer_runtime(settings, build_consumer_parts(settings, Clients(session)))
     try:
         operator.create(
             Campaign(

@@ -10,7 +10,8 @@ import pytest
 from sendonce.adapters.dynamodb.report_aggregates import DynamoDBReportAggregates
 from sendonce.domain.campaigns.lifecycle import AUTOMATIC
 from sendonce.domain.campaigns.report import ReportService
-from sendonce.wiring import assemble_consumer, consumer_parts
+from sendonce.wiring.clients import Clients, clients
+from sendonce.wiring.consumer import build_consumer_parts, build_consumer_runtime
 from sendonce_local.request_counter import RequestCounter
 from sendonce_ops.report_page import write
 from tests.integration.test_campaign_report import open_report, page_figures
@@ -83,7 +84,7 @@ def test_a_redelivered_message_shows_as_duplicates_prevented_for_one_write_and_a
     body, _ = two_batches(system)
     session = boto3.session.Session()
     log = WriteLog(session, system.resources.ledger_table)
-    runtime = assemble_consumer(system.settings, consumer_parts(system.settings, session=session))
+    runtime = build_consumer_runtime(system.settings, build_consumer_parts(system.settings, Clients(session)))
 
     # When a fresh message is delivered
     fresh = runtime.service.process(body, receive_count=1, remaining_ms=lambda: 60_000)
@@ -139,7 +140,7 @@ def test_each_lifecycle_move_leaves_one_mark_with_who_and_why(system):
 def test_the_page_shows_the_duplicates_prevented_and_lists_the_moves(system, page, tmp_path):
     # Given a campaign whose first message was delivered twice, then paused by an operator
     body, _ = two_batches(system)
-    runtime = assemble_consumer(system.settings, consumer_parts(system.settings))
+    runtime = build_consumer_runtime(system.settings, build_consumer_parts(system.settings, clients()))
     for receive in (1, 2):
         runtime.service.process(body, receive_count=receive, remaining_ms=lambda: 60_000)
     system.operator.pause("c1", reason="checking the template")

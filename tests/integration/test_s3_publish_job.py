@@ -14,6 +14,7 @@ import pytest
 
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
 from sendonce.adapters.dynamodb.jobs import DynamoDBJobStore
+from sendonce.adapters.providers import registry
 from sendonce.adapters.s3_objects import S3ObjectLines
 from sendonce.adapters.sqs_queue import SqsJobQueue, SqsQueue
 from sendonce.domain.campaigns.s3_publish import S3Publish
@@ -22,7 +23,6 @@ from sendonce.domain.jobs.models import JobKind, JobState
 from sendonce.domain.jobs.service import JobService
 from sendonce.domain.models import CampaignState
 from sendonce.handlers import jobs as jobs_handler
-from sendonce.wiring import PROVIDER_NAMES
 from sendonce_local.poller import EventSourcePoller
 
 pytestmark = pytest.mark.integration
@@ -62,7 +62,7 @@ def queued_publisher(system, *, queued: bool = True):
             queue_url=system.resources.queue_url,
             dead_letter_queue_url=system.resources.dead_letter_queue_url,
         ),
-        provider_names=PROVIDER_NAMES,
+        provider_names=registry.names(),
         jobs=jobs_of,
     )
     return service, built["publisher"], jobs_queue

@@ -19,7 +19,8 @@ from sendonce.domain.campaigns.scheduling import parse_instant
 from sendonce.domain.campaigns.windows import SendWindow
 from sendonce.domain.models import Campaign, Content
 from sendonce.handlers import api, consumer
-from sendonce.wiring import assemble_consumer, consumer_parts
+from sendonce.wiring.clients import clients
+from sendonce.wiring.consumer import build_consumer_parts, build_consumer_runtime
 from sendonce_local.resources import SchedulingResources, create_scheduling_resources
 from sendonce_local.scheduler_poller import LocalClock, SchedulePoller
 from tests.integration.operator_helpers import (
@@ -54,8 +55,10 @@ class Windowed:
                 "scheduled_start_function_arn": self.resources.start_function_arn,
             }
         )
-        runtime = assemble_consumer(
-            settings, consumer_parts(settings), window_clock_ms=lambda: int(self.clock() * 1000)
+        runtime = build_consumer_runtime(
+            settings,
+            build_consumer_parts(settings, clients()),
+            window_clock_ms=lambda: int(self.clock() * 1000),
         )
         handler = functools.partial(consumer.lambda_handler, runtime=runtime)
         self.system.poller(handler=handler).run_until_idle(idle_seconds=1, max_seconds=30)

@@ -19,7 +19,10 @@ import pytest
 from sendonce.adapters.providers.registry import registered
 from sendonce.handlers import api, consumer, events
 from sendonce.settings import ApiSettings, consumer_settings_model, events_settings_model
-from sendonce.wiring import assemble_campaign_service, assemble_consumer, assemble_events, consumer_parts
+from sendonce.wiring.api import build_campaign_service
+from sendonce.wiring.clients import clients
+from sendonce.wiring.consumer import build_consumer_parts, build_consumer_runtime
+from sendonce.wiring.events import build_events_service
 from sendonce_local.http_api import LocalHttpApi
 from sendonce_local.resources import create_deliverability_resources
 from tests.integration.operator_helpers import api_event, lambda_context
@@ -62,20 +65,23 @@ def standin(system) -> Iterator[Standin]:
             "SENDONCE_SUPPRESSIONS_TABLE": deliverability.suppressions_table,
         }
         settings = consumer_settings_model(PROVIDERS).from_env(environ)
-        runtime = assemble_consumer(settings, consumer_parts(settings, providers=PROVIDERS))
+        runtime = build_consumer_runtime(settings, build_consumer_parts(settings, clients(), providers=PROVIDERS))
         system.poller(handler=functools.partial(consumer.lambda_handler, runtime=runtime))
         events_settings = events_settings_model(PROVIDERS).from_env(environ)
         events_api = LocalHttpApi(
-            functools.partial(events.lambda_handler, service=assemble_events(events_settings, providers=PROVIDERS)),
+            functools.partial(
+                events.lambda_handler, service=build_events_service(events_settings, clients(), providers=PROVIDERS)
+            ),
             function_name="sendonce-events",
         ).start()
-        operator = assemble_campaign_service(
+        operator = build_campaign_service(
             ApiSettings(
                 ledger_table=resources.ledger_table,
                 campaigns_table=resources.campaigns_table,
                 queue_url=resources.queue_url,
                 dead_letter_queue_url=resources.dead_letter_queue_url,
             ),
+            clients(),
             providers=PROVIDERS,
         )
         yield Standin(
@@ -147,8 +153,8 @@ def test_a_provider_registered_by_a_test_sends_a_campaign_end_to_end(system, sta
 
     # Then the forged one is refused, the unknown delivery is resolved to sent, and the
     # complainer is suppressed (the repeat changes nothing)
-    from sendonce.wiring import suppressions
+    from sendonce.wiring.stores import build_suppressions
 
     assert (forged, sent, complaint, again) == (401, 200, 200, 200)
     assert (after[1]["sent"], after[1]["unknown"]) == (12, 0)
-    assert suppressions(standin.suppressions_table).is_suppressed(complained["to"])
+    assert build_suppressions(standin.suppressions_table, clients().dynamodb).is_suppressed(complained["to"])

@@ -14,7 +14,9 @@ import requests
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeTokens
 from sendonce.handlers import unsubscribe
 from sendonce.settings import UnsubscribeSettings
-from sendonce.wiring import assemble_unsubscribe, consumer_parts
+from sendonce.wiring.clients import clients
+from sendonce.wiring.consumer import build_consumer_parts
+from sendonce.wiring.unsubscribe import build_unsubscribe_service
 from sendonce_local.http_api import LocalHttpApi
 
 pytestmark = pytest.mark.integration
@@ -28,7 +30,7 @@ def test_a_warm_unsubscribe_function_accepts_a_link_signed_with_a_key_added_afte
         suppressions_table=deliverability.resources.suppressions_table,
         unsubscribe_key_secret=deliverability.resources.unsubscribe_key_secret,
     )
-    service = assemble_unsubscribe(settings, keys_ttl_s=300, clock=lambda: now[0])
+    service = build_unsubscribe_service(settings, clients(), keys_ttl_s=300, clock=lambda: now[0])
     api = LocalHttpApi(functools.partial(unsubscribe.lambda_handler, service=service), function_name="unsub").start()
     try:
         url = f"{api.url}/u/" + UnsubscribeTokens([NEW_KEY.encode()]).sign("c1", "r1", f"ann@{system.domain}")
@@ -50,7 +52,7 @@ def test_a_warm_unsubscribe_function_accepts_a_link_signed_with_a_key_added_afte
 def test_consumers_holding_different_key_sets_put_the_same_link_in_an_email(system, deliverability):
     old_key = deliverability.resources.unsubscribe_key
     system.campaign("c0")
-    warm = consumer_parts(system.settings).unsubscribe
+    warm = build_consumer_parts(system.settings, clients()).unsubscribe
     warm.headers("c0", "r1", f"ann@{system.domain}")  # this consumer has read {old}
 
     not_before = dt.datetime.now(dt.UTC).isoformat()
@@ -59,7 +61,7 @@ def test_consumers_holding_different_key_sets_put_the_same_link_in_an_email(syst
         SecretString=json.dumps({"keys": [{"key": old_key}, {"key": NEW_KEY, "not_before": not_before}]}),
     )
     system.campaign("c1")
-    cold = consumer_parts(system.settings).unsubscribe
+    cold = build_consumer_parts(system.settings, clients()).unsubscribe
 
     new_campaign = [links.headers("c1", "r1", f"ann@{system.domain}") for links in (warm, cold)]
     old_campaign = [links.headers("c0", "r1", f"ann@{system.domain}") for links in (warm, cold)]

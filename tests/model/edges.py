@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from sendonce.domain.models import CampaignState
-from sendonce.domain.sending.protocol import FINAL, HELD, IDEMPOTENCY_WINDOW_MS
+from sendonce.domain.sending.delivery_tables import FINAL, HELD, IDEMPOTENCY_WINDOW_MS
 from tests.model.world import KEY_LIFETIME_MS
 
 HOUR = 3600 * 1000

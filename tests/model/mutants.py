@@ -37,10 +37,10 @@ from sendonce.domain.campaigns import unknowns as unknowns_module
 from sendonce.domain.campaigns import window_pauses as window_pauses_module
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
 from sendonce.domain.sending import delivery as delivery_module
+from sendonce.domain.sending import delivery_tables
 from sendonce.domain.sending import groups as groups_module
 from sendonce.domain.sending import guards as guards_module
-from sendonce.domain.sending import protocol
-from sendonce.domain.sending.protocol import Event
+from sendonce.domain.sending.delivery_tables import Event
 from tests.model import test_delivery_model as model
 from tests.model.edges import focused
 
@@ -122,11 +122,14 @@ def _replayable_even_past_the_window(group, records, hashes, now_ms):
 
 def _grouped_at_any_age():
     # Before: a delivery another group may have carried was held for that group at any age.
-    rules = list(protocol.CLAIM_RULES)
-    grouped = next(r for r in rules if r.verdict is protocol.Verdict.GROUPED)
+    rules = list(delivery_tables.CLAIM_RULES)
+    grouped = next(r for r in rules if r.verdict is delivery_tables.Verdict.GROUPED)
     rules.remove(grouped)
-    stale = next(i for i, r in enumerate(rules) if r.verdict is protocol.Verdict.STALE)
-    rules.insert(stale, protocol.ClaimRule(grouped.states, grouped.verdict, grouped.why, group=protocol.Group.OTHER))
+    stale = next(i for i, r in enumerate(rules) if r.verdict is delivery_tables.Verdict.STALE)
+    rules.insert(
+        stale,
+        delivery_tables.ClaimRule(grouped.states, grouped.verdict, grouped.why, group=delivery_tables.Group.OTHER),
+    )
     return tuple(rules)
 
 
@@ -249,7 +252,7 @@ MUTANTS = {
         "release_group",
         _old_release_group(dynamodb_ledger.DynamoDBLedger.release_group),
     ),
-    "3b group past the window stays claimed": lambda: replaced(protocol, "CLAIM_RULES", _grouped_at_any_age()),
+    "3b group past the window stays claimed": lambda: replaced(delivery_tables, "CLAIM_RULES", _grouped_at_any_age()),
     "3b' a group past the window is replayed": lambda: replaced(
         groups_module.GroupDelivery, "_replayable", staticmethod(_replayable_even_past_the_window)
     ),

@@ -21,7 +21,7 @@ from hypothesis.stateful import rule
 
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError
 from sendonce.domain.models import Campaign, CampaignState, Content, Recipient
-from sendonce.domain.sending.protocol import FINAL
+from sendonce.domain.sending.delivery_tables import FINAL
 from tests.model.edges import family
 
 SHARING = ("n1", "n2")

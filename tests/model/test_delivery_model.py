@@ -38,7 +38,7 @@ from sendonce.domain.jobs.models import Job, JobKind
 from sendonce.domain.jobs.service import InMemoryJobStore, JobService
 from sendonce.domain.jobs.work import Reconcile
 from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryState
-from sendonce.domain.sending.protocol import FINAL, HELD
+from sendonce.domain.sending.delivery_tables import FINAL, HELD
 from tests.model.edges import CRASHES, FAMILIES, FIGURES, FOCUS, HOUR, LEASE_MS, SWARM, VISIBILITY_MS, EdgeRules, family
 from tests.model.sharing import SharingRules
 from tests.model.windows import WindowRules

@@ -1,4 +1,4 @@
-"""`wiring.aws_session`: one boto3 session per process and AWS environment, safe to build
+"""`aws_session`: one boto3 session per process and AWS environment, safe to build
 clients from in several threads."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 import boto3
 import pytest
 
-from sendonce.wiring import aws_session
+from sendonce.adapters.aws_session import aws_session
 
 AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 

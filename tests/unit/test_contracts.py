@@ -14,7 +14,7 @@ import pytest
 from sendonce.domain.campaigns.service import CampaignService, batch_id_for
 from sendonce.domain.models import Recipient
 from sendonce.handlers import api
-from sendonce_local import contracts
+from sendonce_local import generated_files
 from tests.fakes import FakeCampaignStore, FakeLedger, FakeQueue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,36 +25,36 @@ def committed(path: str) -> dict:
     return json.loads((ROOT / path).read_text(encoding="utf-8"))
 
 
-@pytest.mark.parametrize("path", sorted(contracts.CONTRACTS))
+@pytest.mark.parametrize("path", sorted(generated_files.CONTRACTS))
 def test_the_committed_contract_is_what_the_code_generates(path):
     text = (ROOT / path).read_text(encoding="utf-8")
-    assert text == contracts.generated()[path], f"{path} is stale: run `make contracts` and commit it"
+    assert text == generated_files.generated()[path], f"{path} is stale: run `make contracts` and commit it"
 
 
 def test_check_names_a_drifted_or_missing_file_and_write_repairs_it(tmp_path, capsys):
-    contracts.write(tmp_path)
-    assert contracts.main(["--check", "--root", str(tmp_path)]) == 0
-    schema = tmp_path / contracts.BATCH_MESSAGE_PATH
+    generated_files.write(tmp_path)
+    assert generated_files.main(["--check", "--root", str(tmp_path)]) == 0
+    schema = tmp_path / generated_files.BATCH_MESSAGE_PATH
     schema.write_text(schema.read_text().replace('"maxItems": 100', '"maxItems": 99'))
-    (tmp_path / contracts.OPENAPI_PATH).unlink()
+    (tmp_path / generated_files.OPENAPI_PATH).unlink()
 
-    assert contracts.main(["--check", "--root", str(tmp_path)]) == 1
+    assert generated_files.main(["--check", "--root", str(tmp_path)]) == 1
     errors = capsys.readouterr().err
-    assert contracts.BATCH_MESSAGE_PATH in errors and contracts.OPENAPI_PATH in errors
-    assert contracts.CAMPAIGN_SPEC_PATH not in errors
-    assert contracts.write(tmp_path) == [contracts.BATCH_MESSAGE_PATH, contracts.OPENAPI_PATH]
-    assert contracts.drifted(tmp_path) == []
+    assert generated_files.BATCH_MESSAGE_PATH in errors and generated_files.OPENAPI_PATH in errors
+    assert generated_files.CAMPAIGN_SPEC_PATH not in errors
+    assert generated_files.write(tmp_path) == [generated_files.BATCH_MESSAGE_PATH, generated_files.OPENAPI_PATH]
+    assert generated_files.drifted(tmp_path) == []
 
 
-@pytest.mark.parametrize("path", [contracts.BATCH_MESSAGE_PATH, contracts.CAMPAIGN_SPEC_PATH])
+@pytest.mark.parametrize("path", [generated_files.BATCH_MESSAGE_PATH, generated_files.CAMPAIGN_SPEC_PATH])
 def test_each_schema_is_draft_2020_12_with_a_stable_id(path):
     schema = committed(path)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert (
         schema["$id"]
         == {
-            contracts.BATCH_MESSAGE_PATH: "urn:sendonce:schema:batch-message:v1",
-            contracts.CAMPAIGN_SPEC_PATH: "urn:sendonce:schema:campaign-spec:v1",
+            generated_files.BATCH_MESSAGE_PATH: "urn:sendonce:schema:batch-message:v1",
+            generated_files.CAMPAIGN_SPEC_PATH: "urn:sendonce:schema:campaign-spec:v1",
         }[path]
     )
     jsonschema.Draft202012Validator.check_schema(schema)
@@ -77,8 +77,8 @@ def test_the_committed_openapi_document_is_the_one_the_api_serves():
     answer = api.lambda_handler(event, _Context(), service=service)
 
     assert answer["statusCode"] == 200
-    assert json.loads(answer["body"]) == committed(contracts.OPENAPI_PATH)
-    assert "get" in committed(contracts.OPENAPI_PATH)["paths"]["/campaigns"]
+    assert json.loads(answer["body"]) == committed(generated_files.OPENAPI_PATH)
+    assert "get" in committed(generated_files.OPENAPI_PATH)["paths"]["/campaigns"]
 
 
 class _Context:
@@ -120,7 +120,7 @@ def _published_bodies() -> list[dict]:
 
 
 def test_a_published_message_body_validates_against_the_committed_schema():
-    validator = jsonschema.Draft202012Validator(committed(contracts.BATCH_MESSAGE_PATH))
+    validator = jsonschema.Draft202012Validator(committed(generated_files.BATCH_MESSAGE_PATH))
     bodies = _published_bodies()
 
     assert [len(b["recipients"]) for b in bodies] == [100, 50]
@@ -133,7 +133,7 @@ def test_a_published_message_body_validates_against_the_committed_schema():
     "breaks", ["101 recipients", "extra field", "schema_version 2", "address as id", "nested value"]
 )
 def test_the_schema_refuses_what_the_consumer_treats_as_poison(breaks):
-    validator = jsonschema.Draft202012Validator(committed(contracts.BATCH_MESSAGE_PATH))
+    validator = jsonschema.Draft202012Validator(committed(generated_files.BATCH_MESSAGE_PATH))
     body = _published_bodies()[0]
     if breaks == "101 recipients":
         body["recipients"] += [{"recipient_id": "extra", "email": "x@example.com"}]
@@ -150,7 +150,7 @@ def test_the_schema_refuses_what_the_consumer_treats_as_poison(breaks):
 
 
 def test_the_campaign_spec_schema_accepts_the_documented_spec_and_states_batch_needs_resend():
-    validator = jsonschema.Draft202012Validator(committed(contracts.CAMPAIGN_SPEC_PATH))
+    validator = jsonschema.Draft202012Validator(committed(generated_files.CAMPAIGN_SPEC_PATH))
     spec = {
         "id": "spring-2026",
         "name": "Spring launch",

@@ -1,7 +1,10 @@
-"""`sendonce cost`: the arithmetic, checked against sums done by hand."""
+"""`sendonce cost`: the arithmetic, checked against sums done by hand. The DynamoDB writers'
+figures here are a made-up capture (`SYNTHETIC`), so that the sums stay by hand whatever
+bench-scale measures; tests/unit/test_cost_model.py holds the model to the real capture."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -11,11 +14,58 @@ from sendonce_ops.cost import (
     PRICE_SOURCES,
     PRICES,
     Assumptions,
+    Measured,
     campaign_cost,
     cost,
     resolve_plan,
     seconds_per_message,
 )
+
+# Write units per writer, as bench-scale's capture holds them (measured.json's shape).
+SYNTHETIC = Measured.from_dict(
+    {
+        "how": {"provider": "resend", "mode": "batch", "measured_on": "synthetic"},
+        "campaigns": [
+            {"recipients": 200, "write_units_per_recipient": 15.0},
+            {"recipients": 10_000, "write_units_per_recipient": 14.0},
+        ],
+        "fit": {
+            "write_units": {
+                "api: batch records": {"fixed": 0.0, "per_recipient": 0.2},
+                "api: campaign items": {"fixed": 10.0, "per_recipient": 0.01},
+                "consumer: ledger claims and settles": {"fixed": 0.0, "per_recipient": 4.0},
+                "consumer: send groups": {"fixed": 0.0, "per_recipient": 0.1},
+                "consumer: campaign item": {"fixed": 0.0, "per_recipient": 0.01},
+                "consumer: limiter": {"fixed": 0.0, "per_recipient": 0.02},
+                "events: ledger annotations": {"fixed": 0.0, "per_recipient": 4.0},
+                "events: sent shards": {"fixed": 0.0, "per_recipient": 1.0},
+                "aggregator: counters": {"fixed": 0.0, "per_recipient": 2.5},
+                "aggregator: report aggregates": {"fixed": 0.0, "per_recipient": 2.5},
+                "aggregator: published markers": {"fixed": 0.0, "per_recipient": 1.0},
+                "aggregator: campaign item": {"fixed": 1.0, "per_recipient": 0.0},
+            },
+            "dynamodb_requests": {"consumer": {"fixed": 4.0, "per_recipient": 0.5}},
+            "provider_events_per_recipient": 2.0,
+        },
+        # One provider request per recipient: the writers of its sending, events and aggregator
+        "one_by_one": {
+            "recipients": 200,
+            "provider_events": 400,
+            "writers": {
+                "consumer: ledger claims and settles": {"write_units_per_recipient": 2.0},
+                "consumer: limiter": {"write_units_per_recipient": 1.7},
+                "consumer: campaign item": {"write_units_per_recipient": 0.01},
+                "events: ledger annotations": {"write_units_per_recipient": 3.5},
+                "events: sent shards": {"write_units_per_recipient": 1.0},
+                "aggregator: counters": {"write_units_per_recipient": 3.0},
+                "aggregator: report aggregates": {"write_units_per_recipient": 4.0},
+                "aggregator: published markers": {"write_units_per_recipient": 1.0},
+                "aggregator: campaign item": {"write_units_per_recipient": 0.005},
+            },
+        },
+    }
+)
+campaign_cost = functools.partial(campaign_cost, measured=SYNTHETIC)
 
 
 def item(result, text: str):
@@ -43,18 +93,30 @@ def test_the_seed_campaign_on_resend_single_mode():
     assert result.seconds_per_message == pytest.approx(50.0)
     assert item(result, "invocations").quantity == 125
     assert item(result, "duration").quantity == pytest.approx(125 * 50.0 * 0.5)  # GB-s at 512 MB
-    assert item(result, "ledger: 2 conditional writes").quantity == 24_960
-    assert item(result, "limiter reservations").quantity == pytest.approx(12_480 * 1.7)
-    assert item(result, "publish transaction").quantity == 125 * (2 * 10 + 2)  # 10 KB record + campaign counter, x2
-    assert item(result, "marked enqueued").quantity == 125 * 10
+    # One by one: the writes per recipient the one-by-one campaign measured; the publish's
+    # writers from the batch-mode campaigns' line (fixed + per recipient)
+    assert item(result, "ledger claims and settles").quantity == pytest.approx(12_480 * 2.0)
+    assert item(result, "consumer: limiter").quantity == pytest.approx(12_480 * 1.7)
+    assert item(result, "consumer: campaign item").quantity == pytest.approx(12_480 * 0.01)
+    assert item(result, "aggregator: report aggregates").quantity == pytest.approx(12_480 * 4.0)
+    assert not [i for i in result.items if "send groups" in i.item]  # batch mode's only
+    assert item(result, "api: batch records").quantity == pytest.approx(12_480 * 0.2)
+    assert item(result, "api: campaign items").quantity == pytest.approx(10 + 12_480 * 0.01)
+    # A write once a campaign (it did not grow with the recipients) stays one, in either mode
+    assert item(result, "aggregator: campaign item").quantity == pytest.approx(1.0)
     # 12 SendMessageBatch of 10 x 10,200 B = 2 chunks of 64 KB each, then one of 5 messages = 1 chunk
     assert item(result, "SendMessageBatch").quantity == 12 * 2 + 1
     assert item(result, "ReceiveMessage").quantity == 125
     assert item(result, "DeleteMessageBatch").quantity == 125
     assert not [i for i in result.items if i.service == "SES"]
 
-    ledger_wru = 24_960 + 125 * 22 + 125 * 10
+    ledger_wru = 12_480 * (2.0 + 0.2 + 3.0 + 4.0 + 1.0)  # the ledger's own and the aggregator's
     assert result.share("ledger") == pytest.approx(ledger_wru * 0.625e-6)
+    events = 12_480 * 2.001 / 2.0  # the measured events' units, scaled to 2.001 events per email
+    assert result.share("events") == pytest.approx(
+        events * (3.5 + 1.0) * 0.625e-6
+        + sum(i.cost for i in result.items if i.service != "DynamoDB" and i.share == "events")
+    )
     assert result.aws_total == pytest.approx(sum(i.quantity * i.unit_price for i in result.items))
     assert result.aws_total == pytest.approx(
         sum(result.share(s) for s in ("ledger", "limiter", "pipeline", "events", "observability"))
@@ -65,7 +127,12 @@ def test_ses_pays_per_email_and_one_more_ledger_write():
     result = campaign_cost(1_000_000, "ses", "single")
 
     assert item(result, "emails (plan none)").cost == pytest.approx(100.0)  # $0.10 per 1,000
-    assert item(result, "ledger: 3 conditional writes").quantity == 3_000_000
+    # A provider with no idempotency key: mark_in_flight too, 3 conditional writes for 2
+    ledger = item(result, "ledger claims and settles")
+    assert ledger.quantity == pytest.approx(2.0 * 1.5 * 1_000_000)
+    assert [w.basis for w in result.writers if w.writer.name == ledger.item.removeprefix("writes: ")][0].endswith(
+        "x1.5: 3 conditional writes per recipient"
+    )
     assert result.seconds_per_message == pytest.approx(100 * 2 / 14)  # SES's default 14/s shared by 2
 
 
@@ -73,10 +140,11 @@ def test_batch_mode_trades_requests_for_transactional_write_units():
     result = campaign_cost(1_000_000, "resend", "batch")
 
     assert result.messages == 10_000
-    assert item(result, "transactions").quantity == 1_000_000 * 2 * 2  # 2 transactions x 2 units per item
+    assert item(result, "ledger claims and settles").quantity == 1_000_000 * 4.0  # as the capture measured
     assert item(result, "BatchGetItem").quantity == 1_000_000
-    assert item(result, "send-group records").quantity == 10_000 * 10
-    assert item(result, "limiter reservations").quantity == 10_000 * 2.0
+    assert item(result, "send groups").quantity == pytest.approx(1_000_000 * 0.1)
+    assert item(result, "consumer: limiter").quantity == pytest.approx(1_000_000 * 0.02)
+    assert result.write_units == pytest.approx(11 + 1_000_000 * (15.34 + 5.0 * (2.001 / 2.0 - 1)))
     # One request per message at 4 requests/s shared by 2 invocations: 0.5 s, longer than the path
     assert result.seconds_per_message == pytest.approx(0.5)
 
@@ -119,7 +187,9 @@ def test_the_command_prints_json_with_the_same_figures():
 
     assert outcome.exit_code == 0, outcome.output
     data = json.loads(outcome.output)
-    assert data["aws_total"] == pytest.approx(campaign_cost(12_480, "resend").aws_total)
+    shipped = campaign_cost(12_480, "resend", measured=Measured.load())  # the command's figures
+    assert data["aws_total"] == pytest.approx(shipped.aws_total)
+    assert data["dynamodb_write_units"] == pytest.approx(shipped.write_units)
     assert data["messages"] == 125 and data["mode"] == "single"
     assert "not included" in data["provider_note"]
 
@@ -141,7 +211,9 @@ def test_every_ses_event_is_an_eventbridge_event_and_an_events_invocation():
     assert item(result, "SES events").unit_price == PRICES.eventbridge_event
     assert item(result, "one invocation per event").quantity == pytest.approx(events)
     assert item(result, "events function: run time").quantity == pytest.approx(events * 0.03 * 0.25)  # 256 MB
-    assert item(result, "dedupe record").quantity == pytest.approx(events * 2)
+    # The events function's writes: per event as measured one by one (2 events per recipient there)
+    assert item(result, "events: ledger annotations").quantity == pytest.approx(events * 3.5 / 2.0)
+    assert item(result, "events: sent shards").quantity == pytest.approx(events * 1.0 / 2.0)
     assert not [i for i in result.items if i.service == "API Gateway"]
     assert result.share("events") == pytest.approx(sum(i.cost for i in result.items if i.share == "events"))
 

@@ -19,8 +19,8 @@ from sendonce.domain.models import (
     DeliveryState,
     email_fingerprint,
 )
+from sendonce.domain.sending.delivery_tables import Verdict, classify
 from sendonce.domain.sending.outcomes import settlement_for
-from sendonce.domain.sending.protocol import Verdict, classify
 from sendonce.settings import EventsSettings, UnsubscribeSettings
 from tests.fakes import FakeClock, FakeLedgerEvents, FakeSuppressions
 from tests.unit.helpers import World, recipients

@@ -9,8 +9,8 @@ import pytest
 
 from sendonce.domain.campaigns import lifecycle as campaign_lifecycle
 from sendonce.domain.models import DeliveryRecord, DeliveryState
-from sendonce.domain.sending import protocol
-from sendonce.domain.sending.protocol import (
+from sendonce.domain.sending import delivery_tables
+from sendonce.domain.sending.delivery_tables import (
     IDEMPOTENCY_WINDOW_MS,
     Event,
     Facts,
@@ -39,7 +39,7 @@ def every_facts():
             not same or lease is not Lease.NONE or maybe is not MaybeSent.NO or group is not Group.NONE
         ):
             continue
-        if (state in protocol.HELD) != (lease is not Lease.NONE):
+        if (state in delivery_tables.HELD) != (lease is not Lease.NONE):
             continue
         if group is Group.OTHER and maybe is MaybeSent.NO:
             continue
@@ -50,12 +50,12 @@ def test_every_combination_of_facts_has_a_rule():
     combos = list(every_facts())
     assert len(combos) > 200
     for f in combos:
-        protocol.rule_for(f)  # raises on a hole in the table
+        delivery_tables.rule_for(f)  # raises on a hole in the table
 
 
 def test_every_rule_is_reachable():
-    used = {id(protocol.rule_for(f)) for f in every_facts()}
-    assert [r.why for r in protocol.CLAIM_RULES if id(r) not in used] == []
+    used = {id(delivery_tables.rule_for(f)) for f in every_facts()}
+    assert [r.why for r in delivery_tables.CLAIM_RULES if id(r) not in used] == []
 
 
 @pytest.mark.parametrize(
@@ -114,12 +114,12 @@ def test_a_group_claim_does_not_take_a_delivery_sent_under_its_own_key():
     ],
 )
 def test_what_a_cancelled_campaign_does_to_a_delivery(record, expected):
-    assert protocol.cancel_event(record, now_ms=NOW) is expected
+    assert delivery_tables.cancel_event(record, now_ms=NOW) is expected
 
 
 def test_every_cancel_event_starts_from_its_states():
     for event in (Event.CLOSE_CANCELLED, Event.CLOSE_CANCELLED_MAYBE_SENT):
-        assert {S.PENDING, S.CLAIMED} <= set(protocol.transition(event).sources)
+        assert {S.PENDING, S.CLAIMED} <= set(delivery_tables.transition(event).sources)
 
 
 def _block(text: str, name: str) -> str:
@@ -129,9 +129,9 @@ def _block(text: str, name: str) -> str:
 
 def test_the_ledger_doc_states_the_tables_the_code_uses():
     text = (DOCS / "ledger.md").read_text()
-    assert _block(text, "delivery diagram") == f"```mermaid\n{protocol.mermaid()}\n```"
-    assert _block(text, "claim rules") == protocol.claim_table()
-    assert _block(text, "transitions") == protocol.transition_table()
+    assert _block(text, "delivery diagram") == f"```mermaid\n{delivery_tables.mermaid()}\n```"
+    assert _block(text, "claim rules") == delivery_tables.claim_table()
+    assert _block(text, "transitions") == delivery_tables.transition_table()
 
 
 def test_the_campaign_doc_states_the_lifecycle_the_code_uses():

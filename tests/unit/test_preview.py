@@ -22,8 +22,8 @@ from sendonce.domain.deliverability.ports import SuppressionReason
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks, UnsubscribeTokens
 from sendonce.domain.errors import InvalidCampaignError, RetryableProviderError
 from sendonce.domain.models import Campaign, Content, DeliveryKey, Recipient, email_fingerprint
+from sendonce.domain.sending.provider_call import compose
 from sendonce.domain.sending.rendering import CompiledContent
-from sendonce.domain.sending.sender import compose
 from tests.fakes import FakeCampaignStore, FakeProvider, FakeSuppressions, FakeTestSendLog
 
 KEY = b"k" * 32

@@ -82,7 +82,8 @@ def test_no_module_outside_the_providers_rooms_names_a_provider():
 def test_the_check_covers_the_modules_that_once_named_providers():
     checked = {path.relative_to(ROOT).as_posix() for path in _checked_files()}
     assert {
-        "lambdas/sendonce/wiring.py",
+        "lambdas/sendonce/wiring/consumer.py",
+        "lambdas/sendonce/wiring/providers.py",
         "lambdas/sendonce/settings.py",
         "lambdas/sendonce/handlers/events.py",
         "lambdas/sendonce/domain/campaigns/spec.py",

@@ -117,7 +117,7 @@ def test_resend_defaults_to_its_documented_team_limit_learned_from_headers_with_
 
 def test_the_operator_api_reads_the_rates_the_consumer_paces_its_providers_at():
     from sendonce.settings import ApiSettings
-    from sendonce.wiring import configured_rates
+    from sendonce.wiring.providers import configured_rates
 
     api = {**GOOD, "SENDONCE_QUEUE_URL": "http://localhost:5000/123/queue"}
 

@@ -21,7 +21,15 @@ from tests.fakes import FakeCampaignStore, FakeLedger, FakeQueue
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("lambdas", "src", "bench")
-BUILDERS = {"JobService", "CampaignService", "job_service", "campaign_service", "assemble_campaign_service"}
+# The constructors and the wiring's builders of either (sendonce/wiring/api.py, jobs.py).
+BUILDERS = {
+    "JobService",
+    "CampaignService",
+    "job_service",
+    "build_job_service",
+    "campaign_service",
+    "build_campaign_service",
+}
 JOBS_ATTRIBUTES = {"jobs", "_jobs"}
 
 
@@ -82,7 +90,9 @@ def test_no_module_sets_an_attribute_on_a_built_jobs_or_campaign_service():
 @pytest.mark.parametrize(
     "source",
     [
-        "jobs = job_service(settings)\njobs.auditor = auditor_of(lambda: settings)",
+        "jobs = job_service(settings)\njobs.auditor = build_auditor(lambda: settings, clients)",
+        "jobs = build_job_service(settings, clients)\njobs.work[JobKind.AUDIT] = audit",
+        "service = build_campaign_service(settings, clients)\nservice.auditor = build_auditor(settings, clients)",
         "service = service or campaign_service(settings)\nservice.jobs.auditor = make()",
         "self._jobs.on_finished = self.job_finished",
         "jobs = JobService(jobs=store)\njobs.parted[JobKind.PUBLISH_S3] = S3Publish(service=service)",

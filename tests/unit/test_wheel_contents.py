@@ -29,3 +29,5 @@ def test_every_top_level_name_the_wheel_installs_starts_with_sendonce(tmp_path):
         "sendonce_ops",
     } <= top_level
     assert "infra/sendonce_infra/app.py" in files
+    # `sendonce cost` (the base install) prices DynamoDB from bench-scale's capture: it ships too
+    assert "src/sendonce_ops/cost/measured.json" in files

@@ -225,7 +225,7 @@ class DeliveryRecord(BaseModel):
     # in_flight mark): from then on it is repeated only under its key and inside the window.
     maybe_sent_at_ms: int | None = None
     # The owner whose attempt set maybe_sent_at_ms: only it may lift the mark, and only
-    # when the provider refused every request it made (domain/sending/protocol.py).
+    # when the provider refused every request it made (domain/sending/delivery_tables.py).
     maybe_sent_by: str | None = None
     # Batch mode: the send group that owns this delivery; only that group's request (same
     # idempotency key, same members) may send it.

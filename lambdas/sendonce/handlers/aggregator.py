@@ -19,7 +19,7 @@ from sendonce.contract import Metric
 from sendonce.domain.campaigns.counters import CounterAggregator
 from sendonce.handlers.observability import count, logger, metrics
 from sendonce.settings import AggregatorSettings
-from sendonce.wiring import aggregator_service
+from sendonce.wiring.aggregator import aggregator_service
 
 
 @logger.inject_lambda_context(clear_state=True)

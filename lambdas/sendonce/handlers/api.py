@@ -38,6 +38,7 @@ from sendonce.domain.errors import (
 from sendonce.domain.jobs.models import JobKind
 from sendonce.domain.models import CampaignState
 from sendonce.handlers import preview_routes
+from sendonce.handlers.api_links import ServedPaths
 from sendonce.handlers.api_models import (
     CampaignId,
     CampaignList,
@@ -55,10 +56,9 @@ from sendonce.handlers.api_models import (
     documented,
     json_answer,
 )
-from sendonce.handlers.api_routes import ServedPaths
 from sendonce.handlers.observability import logger
 from sendonce.settings import ApiSettings
-from sendonce.wiring import campaign_service
+from sendonce.wiring.api import campaign_service
 
 # Bodies are parsed strictly (no NaN, no lone surrogates, bounded nesting): what would fail
 # later in DynamoDB or at the provider is refused here as a 400 naming the body.
@@ -412,8 +412,8 @@ def lambda_handler(
     refused = _refuse_non_json(event) or _refuse_array_body(event)
     if refused is not None:
         return refused
-    # An audit job runs here when there is no jobs queue (the local stack, tests), with the
-    # consumer's sending settings when this process has them (wiring gives its jobs that work).
+    # Without a jobs queue, jobs run here; an audit job only on a service given an auditor
+    # (the CLI's, a test's: wiring/api.py), else it fails saying there are no sending settings.
     service = service or campaign_service(ApiSettings.from_env(os.environ))
     sending = sending or preview_routes.SendingOnDemand.from_env(os.environ)
     app.append_context(service=service, sending=sending)

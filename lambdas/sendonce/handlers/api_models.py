@@ -25,7 +25,7 @@ from sendonce.domain.campaigns.spec import (
 from sendonce.domain.jobs.models import Job
 from sendonce.domain.models import ID_PATTERN, Campaign
 from sendonce.handlers import preview_routes
-from sendonce.handlers.api_routes import campaign_links, job_links
+from sendonce.handlers.api_links import campaign_links, job_links
 
 INLINE_RECIPIENTS_MAX = limits.INLINE_RECIPIENTS
 CampaignId = Annotated[str, Path(pattern=ID_PATTERN, description="The campaign id.")]

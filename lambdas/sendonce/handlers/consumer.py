@@ -15,7 +15,7 @@ from sendonce.contract import FAILURE_METRICS, Metric
 from sendonce.domain.sending.batch_run import BatchIncompleteError, BatchReport
 from sendonce.handlers.observability import count, count_for_campaign, logger, metrics
 from sendonce.settings import ConsumerSettings
-from sendonce.wiring import ConsumerRuntime, consumer_runtime
+from sendonce.wiring.consumer import ConsumerRuntime, consumer_runtime
 
 
 def _emit(report: BatchReport) -> None:

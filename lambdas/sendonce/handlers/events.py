@@ -21,7 +21,7 @@ from sendonce.domain.deliverability.provider_events import EventReport, Provider
 from sendonce.domain.errors import WebhookSignatureError
 from sendonce.handlers.observability import count, count_for_campaign, logger, metrics
 from sendonce.settings import EventsSettings
-from sendonce.wiring import events_service
+from sendonce.wiring.events import events_service
 
 app = APIGatewayHttpResolver()
 

@@ -18,7 +18,7 @@ from sendonce.domain.errors import JobNotFoundError
 from sendonce.domain.jobs.service import JobService
 from sendonce.handlers.observability import logger, metrics
 from sendonce.settings import JobsSettings
-from sendonce.wiring import job_service
+from sendonce.wiring.jobs import job_service
 
 
 @logger.inject_lambda_context(clear_state=True)

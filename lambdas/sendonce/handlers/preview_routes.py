@@ -1,7 +1,7 @@
 """The operator API's preview and test-send routes (docs/api.md), registered on the API's
 resolver by `register`. Thin: parse, call PreviewService / TestSendService, answer.
 
-The services are the consumer's own parts (wiring.operator_sending), built from the
+The services are the consumer's own parts (wiring/preview.py), built from the
 function's SENDONCE_* settings on the first request that needs them.
 """
 
@@ -22,7 +22,9 @@ from sendonce.domain.campaigns.recipients_file import InlineRecipient, VariableN
 from sendonce.domain.errors import InvalidCampaignError, SettingsError
 from sendonce.domain.models import ID_PATTERN, TestSendRecord, VariableValue
 from sendonce.settings import ConsumerSettings
-from sendonce.wiring import OperatorSending, operator_sending_for, recorded_test_sends
+from sendonce.wiring.clients import clients
+from sendonce.wiring.preview import OperatorSending, operator_sending
+from sendonce.wiring.stores import build_test_send_log
 
 CampaignId = Annotated[str, Path(pattern=ID_PATTERN, description="The campaign id.")]
 Variables = Annotated[
@@ -134,13 +136,11 @@ class SendingOnDemand:
         settings: Callable[[], ConsumerSettings],
         *,
         campaigns_table: str,
-        build: Callable[[ConsumerSettings], OperatorSending] = operator_sending_for,
-        session: Any = None,
+        build: Callable[[ConsumerSettings], OperatorSending] = operator_sending,
     ):
         self._settings = settings
         self._campaigns_table = campaigns_table
         self._build = build
-        self._session = session
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "SendingOnDemand":
@@ -175,7 +175,7 @@ class SendingOnDemand:
         return self._build(settings).test_sends
 
     def recent(self, campaign_id: str) -> tuple[list[TestSendRecord], int]:
-        return recorded_test_sends(self._campaigns_table, self._session).recent(
+        return build_test_send_log(self._campaigns_table, clients().dynamodb).recent(
             campaign_id, limit=limits.TEST_SENDS_SHOWN
         )
 

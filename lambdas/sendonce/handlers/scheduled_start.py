@@ -21,7 +21,7 @@ from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.errors import CampaignNotFoundError, InvalidCampaignError
 from sendonce.handlers.observability import logger
 from sendonce.settings import ApiSettings
-from sendonce.wiring import campaign_service
+from sendonce.wiring.api import campaign_service
 
 
 @logger.inject_lambda_context(clear_state=True)

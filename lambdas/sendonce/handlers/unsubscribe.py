@@ -20,7 +20,7 @@ from sendonce.domain.deliverability.unsubscribe import UnsubscribeService, is_on
 from sendonce.domain.errors import InvalidTokenError
 from sendonce.handlers.observability import count, logger, metrics
 from sendonce.settings import UnsubscribeSettings
-from sendonce.wiring import unsubscribe_service
+from sendonce.wiring.unsubscribe import unsubscribe_service
 
 app = APIGatewayHttpResolver()
 

@@ -2,7 +2,7 @@
 
 The local poller calls `lambda_handler`; it runs the handler the stack's function names
 (SENDONCE_DEMO_HANDLER, e.g. `sendonce.handlers.consumer.lambda_handler`) with a runtime
-assembled by `sendonce.wiring` from the function's environment — the same adapters as in
+built by `sendonce.wiring.consumer` from the function's environment — the same adapters as in
 Lambda — whose boto3 session carries a RequestCounter. After each invocation the counts
 go to the file named by SENDONCE_DEMO_COUNTS, which the demo sums over its consumers, and
 the invocation's duration is appended to SENDONCE_DEMO_TIMINGS (one JSON line each; the
@@ -26,7 +26,8 @@ from typing import Any
 import boto3
 
 from sendonce.settings import ConsumerSettings
-from sendonce.wiring import ConsumerRuntime, assemble_consumer, consumer_parts
+from sendonce.wiring.clients import Clients
+from sendonce.wiring.consumer import ConsumerRuntime, build_consumer_parts, build_consumer_runtime
 from sendonce_local.request_counter import RequestCounter
 
 HANDLER_ENV = "SENDONCE_DEMO_HANDLER"
@@ -46,7 +47,7 @@ def _consumer() -> tuple[Any, ConsumerRuntime, RequestCounter]:
     if latency_s > 0:
         session.events.register("before-call", lambda **_: time.sleep(latency_s))
     settings = ConsumerSettings.from_env(os.environ)
-    return handler, assemble_consumer(settings, consumer_parts(settings, session)), counter
+    return handler, build_consumer_runtime(settings, build_consumer_parts(settings, Clients(session))), counter
 
 
 def init() -> None:

@@ -221,11 +221,10 @@ def audit_campaign(system: DemoSystem, campaign_id: str) -> dict[str, Any]:
     completed: the provider's own records (the local Resend server's List Sent Emails and
     Retrieve Email; SES's recorded events) set against the ledger. The figures the demo prints."""
     from sendonce.settings import ConsumerSettings
-    from sendonce.wiring import campaign_audit
+    from sendonce.wiring.audit import build_campaign_audit
 
-    result = campaign_audit(ConsumerSettings.from_env(system.env), system.provider, system.session).run(
-        campaign_id, settle=False
-    )
+    settings = ConsumerSettings.from_env(system.env)
+    result = build_campaign_audit(settings, system.provider, system.clients).run(campaign_id, settle=False)
     artefact = result.artefact()
     return {
         "clean": result.clean,
@@ -242,7 +241,7 @@ def audit_campaign(system: DemoSystem, campaign_id: str) -> dict[str, Any]:
 def write_report(system: DemoSystem, campaign_id: str, path: Path) -> Path:
     """The page `sendonce campaign report` writes, for sendonce's campaign of this run, once
     the counters' aggregator has applied every ledger change."""
-    from sendonce.wiring import campaign_reports
+    from sendonce.wiring.api import campaign_reports
     from sendonce_ops.report_page import write
 
     assert system.consumer is not None

@@ -16,7 +16,9 @@ import boto3
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.settings import ApiSettings
-from sendonce.wiring import campaign_service
+from sendonce.wiring.api import campaign_service
+from sendonce.wiring.clients import Clients
+from sendonce.wiring.stores import build_campaign_store
 from sendonce_local.demo.campaign import SENDER_DOMAIN
 from sendonce_local.demo.consumer import COUNTS_ENV, HANDLER_ENV, TIMINGS_ENV
 from sendonce_local.demo.proxy import RESEND_SEND_PATHS, SES_SEND_PATHS, FaultProxy
@@ -61,6 +63,7 @@ class DemoSystem:
         self.env: dict[str, str] = {}
         self.processes: list[ConsumerProcess] = []
         self._session: boto3.session.Session | None = None
+        self._clients: Clients | None = None
         self.operator: CampaignService | None = None
         # The counters' aggregator, in this process (the stack's stream mappings are off in moto).
         self.counters: StreamPoller | None = None
@@ -74,6 +77,7 @@ class DemoSystem:
         for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
             os.environ.pop(name, None)
         self._session = boto3.session.Session()
+        self._clients = Clients(self._session)
         self.say(f"moto on {self.moto.endpoint}; local Resend server on {self.resend.url}")
         self.say("deploying the CDK app into moto (synthesis in process + CloudFormation CreateStack)")
         started = time.monotonic()
@@ -132,6 +136,12 @@ class DemoSystem:
         assert self._session is not None, "the system is not started"
         return self._session
 
+    @property
+    def clients(self) -> Clients:
+        """The wiring's clients of that session, each built once."""
+        assert self._clients is not None, "the system is not started"
+        return self._clients
+
     def apply_time_scale(self, scale: TimeScale) -> None:
         """The scaled function timeout, visibility timeout, provider timeout and safety
         margin for every consumer started from now on."""
@@ -172,7 +182,8 @@ class DemoSystem:
 
     def campaign_store(self) -> DynamoDBCampaignStore:
         assert self.consumer is not None
-        return DynamoDBCampaignStore(client=self.client("dynamodb"), table_name=self.consumer.campaigns_table)
+        campaigns, _ = build_campaign_store(self.consumer.campaigns_table, self.clients.dynamodb)
+        return campaigns
 
     def start_consumer(
         self, name: str, handler: str, extra_env: dict[str, str] | None = None, *, init: str | None = None

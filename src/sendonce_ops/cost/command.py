@@ -36,17 +36,38 @@ def render_text(result: CampaignCost) -> str:
     lines += [
         "",
         f"AWS total          {_money(data['aws_total'])}  ({_money(data['per_1000_recipients'])} per 1,000 recipients)",
-        f"  ledger's share   {_money(data['ledger_share'])}  ({data['ledger_share_pct']:.0f} %: ledger table, send groups,"
-        " batch records, Lambda time waiting on them)",
+        f"  ledger's share   {_money(data['ledger_share'])}  ({data['ledger_share_pct']:.0f} %: ledger, send groups,"
+        " batch records, the aggregator's counters, report and markers, Lambda time waiting on them)",
         f"  limiter's share  {_money(data['limiter_share'])}",
-        f"  provider events  {_money(data['events_share'])}  (EventBridge or webhook requests, events function)",
+        f"  provider events  {_money(data['events_share'])}  (EventBridge or webhook requests, the events function and its writes)",
         f"  logs and metrics {_money(data['observability_share'])}",
         f"storage kept       {result.storage_gb * 1024:,.1f} MB: {_money(result.storage_per_month)} per month, every month"
         " (records never expire)",
         result.provider_note,
+        "",
+        *_writers_text(result),
         f"Prices: {result.prices.as_of}.",
     ]
     return "\n".join(lines)
+
+
+def _writers_text(result: CampaignCost) -> list[str]:
+    """Every DynamoDB writer of the stack: its fixed and per-recipient write units, and
+    those of this campaign; the ones no immediate campaign runs, listed unpriced."""
+    how = result.measured
+    lines = [
+        f"DynamoDB writes by writer: {result.write_units:,.0f} write units,"
+        f" {result.write_units / result.recipients:.2f} per recipient (bench-scale, {how.get('measured_on')})",
+        f"  {'writer':<40} {'fixed':>8} {'per recipient':>14} {'write units':>14}",
+    ]
+    for w in result.writers:
+        if w.writer.scales == "not_measured":
+            lines.append(f"  {w.writer.name:<40} {'not priced: ' + w.writer.what}")
+        else:
+            lines.append(f"  {w.writer.name:<40} {w.fixed:>8,.1f} {w.per_recipient:>14.4f} {w.write_units:>14,.0f}")
+    requests = ", ".join(f"{name} {n:,.0f}" for name, n in result.dynamodb_requests.items())
+    lines += [f"  DynamoDB requests by function: {requests}", ""]
+    return lines
 
 
 def _plan_options(command):

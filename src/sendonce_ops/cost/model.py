@@ -1,6 +1,10 @@
 """The cost model: the assumptions (the stack's defaults and what the benchmark measured) and
 the arithmetic that turns a campaign's size, provider and mode into line items, each with the
-share it belongs to (ledger, limiter, pipeline, events, observability). Pure; no AWS call."""
+share it belongs to (ledger, limiter, pipeline, events, observability). Pure; no AWS call.
+
+DynamoDB's write units come writer by writer from what bench-scale measured (measured.py,
+writers.py): every writer the deployed stack has is listed, each priced from its measured
+fixed and per-recipient units; reads, Lambda, SQS and the rest from the assumptions below."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Any
 
 from sendonce.adapters.providers import registry
 from sendonce.adapters.providers.descriptor import Plan, Provider
+from sendonce_ops.cost.measured import Measured, WriterUnits, campaign_requests, campaign_writes, ledger_writes_per_send
 from sendonce_ops.cost.prices import PLANNED, PRICES, REGISTERED, Prices
 
 KB = 1024
@@ -41,12 +46,7 @@ class Assumptions:
     provider_latency_s: float = 0.125  # the incident's model: 50-200 ms, uniform
     dynamodb_latency_s: float = 0.005  # one DynamoDB request in-region
     overhead_s_per_message: float = 0.05  # event parsing, the campaign read, logging
-    ledger_item_bytes: int = 700  # measured 516 (Resend), 660 (SES), 649 (batch mode): one write unit
-    # The shared limiter's conditional ADD per reservation. Single mode at the binding rate the
-    # benchmark counted ~1.7 per send (failed reservations on a full second still cost a write
-    # unit each); ~0.25 when the rate never binds. Batch mode: one reservation per request.
-    limiter_writes_per_send: float = 1.7
-    limiter_writes_per_batch_request: float = 2.0
+    ledger_item_bytes: int = 700  # measured 516 (Resend), 660 (SES), 649 (batch mode): storage
     # The events pipeline: per email, SES publishes Send and then Delivery or Bounce (and
     # Complaint) to EventBridge, one events-function invocation each; Resend posts
     # email.sent and email.delivered / email.bounced (and email.complained) webhooks, each an
@@ -58,7 +58,6 @@ class Assumptions:
     click_rate: float = 0.0
     events_lambda_memory_mb: int = 256  # sendonce_cdk/function.py's default, arm64
     events_invocation_s: float = 0.03  # parse, dedupe record, ledger update: a few DynamoDB requests
-    event_write_units: float = 2.0  # the event's dedupe record and the delivery's update (assumed)
     # CloudWatch Logs: what each invocation writes. Platform START/END/REPORT lines ~300 B;
     # the consumer's "batch processed" line measured 565 B (a local run); the events
     # function's "provider event" line ~500 B; one EMF document ~230 B with one metric
@@ -109,6 +108,9 @@ class CampaignCost:
     prices: Prices = field(default=PRICES)
     plan: Plan | None = None  # the provider's pricing plan, when it bills through AWS
     sending_hours: float = 0.0
+    writers: list[WriterUnits] = field(default_factory=list)  # every DynamoDB writer, priced or not
+    dynamodb_requests: dict[str, float] = field(default_factory=dict)  # per function, as bench-scale counted
+    measured: dict[str, Any] = field(default_factory=dict)  # where the writers' figures come from
 
     @property
     def aws_total(self) -> float:
@@ -116,6 +118,11 @@ class CampaignCost:
 
     def share(self, name: str) -> float:
         return sum(i.cost for i in self.items if i.share == name)
+
+    @property
+    def write_units(self) -> float:
+        """DynamoDB write units, every writer's."""
+        return sum(w.write_units for w in self.writers)
 
     @property
     def provider_note(self) -> str:
@@ -149,6 +156,11 @@ class CampaignCost:
             "sending_hours": self.sending_hours,
             **{f"{name}_plan": asdict(self.plan) if name == self.provider and self.plan else None for name in PLANNED},
             "provider_note": self.provider_note,
+            "dynamodb_write_units": self.write_units,
+            "dynamodb_write_units_per_recipient": self.write_units / self.recipients,
+            "writers": [w.as_dict() for w in self.writers],
+            "dynamodb_requests_by_function": self.dynamodb_requests,
+            "measured": self.measured,
             "assumptions": asdict(self.assumptions),
             "prices": asdict(self.prices),
         }
@@ -156,11 +168,6 @@ class CampaignCost:
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def ledger_writes_per_send(provider: str) -> int:
-    """claim, mark_sent, and mark_in_flight before a send no idempotency key covers."""
-    return 2 if REGISTERED[provider].capabilities.idempotent else 3
 
 
 def seconds_per_message(provider: str, mode: str, a: Assumptions, *, ledger: bool = True) -> float:
@@ -187,7 +194,9 @@ def campaign_cost(
     assumptions: Assumptions | None = None,
     prices: Prices = PRICES,
     plan: Plan | None = None,
+    measured: Measured | None = None,
 ) -> CampaignCost:
+    """`measured`: bench-scale's writer figures (default: the capture shipped, measured.json)."""
     if recipients < 1:
         raise ValueError("recipients must be at least 1")
     if provider not in PROVIDERS:
@@ -206,7 +215,6 @@ def campaign_cost(
     size = a.recipients_per_message
     messages = _ceil_div(n, size)
     body_bytes = size * a.bytes_per_recipient + a.message_envelope_bytes
-    body_kb = _ceil_div(body_bytes, KB)
     memory_gb = a.lambda_memory_mb / 1024
     duration = seconds_per_message(provider, mode, a)
     extra_for_ledger = duration - seconds_per_message(provider, mode, a, ledger=False)
@@ -236,35 +244,14 @@ def campaign_cost(
     )
 
     wru, rru = p.dynamodb_write_request_unit, p.dynamodb_read_request_unit
-    item_units = _ceil_div(a.ledger_item_bytes, KB)
-    # Publishing: each message's batch record (its body) and the campaign's counter, in one
-    # transaction (2 units per item per KB), then the record marked enqueued.
-    add("DynamoDB", "batch records (publish transaction)", messages * (2 * body_kb + 2), "WRU", wru, "ledger")
-    add("DynamoDB", "batch records marked enqueued", messages * body_kb, "WRU", wru, "ledger")
-    if mode == "single":
-        writes = ledger_writes_per_send(provider)
-        add(
-            "DynamoDB",
-            f"ledger: {writes} conditional writes per recipient",
-            n * writes * item_units,
-            "WRU",
-            wru,
-            "ledger",
-        )
-        add("DynamoDB", "limiter reservations", n * a.limiter_writes_per_send, "WRU", wru, "limiter")
-    else:
-        add(
-            "DynamoDB",
-            "ledger: claim + completion transactions (2 units per item)",
-            n * 2 * 2 * item_units,
-            "WRU",
-            wru,
-            "ledger",
-        )
+    # Writes: every writer of the deployed stack, from bench-scale's measured figures.
+    measured = measured or Measured.load()
+    writers = campaign_writes(measured, n, provider, mode, a.events_per_email())
+    for w in writers:
+        add("DynamoDB", f"writes: {w.writer.name}", w.write_units, "WRU", wru, w.writer.share)
+    if mode == "batch":
         add("DynamoDB", "ledger: BatchGetItem before forming a send group", n, "RRU", rru, "ledger")
-        add("DynamoDB", "send-group records (put)", messages * body_kb, "WRU", wru, "ledger")
         add("DynamoDB", "send-group lookup (query)", messages, "RRU", rru, "ledger")
-        add("DynamoDB", "limiter reservations", messages * a.limiter_writes_per_batch_request, "WRU", wru, "limiter")
     sending_seconds = messages * duration / a.max_concurrency
     # Each environment re-reads the shared throttle factor every 2 s (eventually consistent).
     add(
@@ -326,7 +313,6 @@ def campaign_cost(
         p.lambda_gb_second_arm64,
         "events",
     )
-    add("DynamoDB", "events: dedupe record + delivery update", events * a.event_write_units, "WRU", wru, "events")
 
     # CloudWatch: what the invocations log (EMF metrics are log lines too), and the custom
     # metrics EMF creates, prorated by the hours the campaign publishes them.
@@ -376,4 +362,7 @@ def campaign_cost(
         prices=p,
         plan=plan,
         sending_hours=sending_seconds / 3600,
+        writers=writers,
+        dynamodb_requests=campaign_requests(measured, n),
+        measured=measured.how,
     )

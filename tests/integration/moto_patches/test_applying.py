@@ -4,12 +4,14 @@ guard; applying twice; reverting; a patch that fails halfway."""
 from __future__ import annotations
 
 import re
+import tomllib
 from typing import Any
 
 import boto3
 import pytest
 from moto import mock_aws
 from moto.dynamodb.models.table import Table
+from packaging.requirements import Requirement
 
 from sendonce_local import moto_patches
 from tests.integration.moto_patches.helpers import (
@@ -48,6 +50,7 @@ def _moto_attributes() -> dict[tuple[str, str], int]:
     import moto.dynamodb.parsing.ast_nodes as ast_nodes
     import moto.dynamodb.parsing.validators as validators
     import moto.dynamodb.responses as responses
+    from moto.sesv2.responses import SESV2Response
     from moto.sqs.models import Queue
     from moto.utilities.docker_utilities import DockerModel
 
@@ -64,6 +67,7 @@ def _moto_attributes() -> dict[tuple[str, str], int]:
         validators.ActionCountValidator,
         ast_nodes.DepthFirstTraverser,
         Queue,
+        SESV2Response,
     )
     return {
         (repr(owner), name): id(value)
@@ -76,6 +80,24 @@ def _moto_attributes() -> dict[tuple[str, str], int]:
 def test_moto_version_is_the_pin_in_constraints() -> None:
     pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", (ROOT / "constraints.txt").read_text(), re.MULTILINE))
     assert pins["moto"] == moto_patches.MOTO_VERSION == moto_patches.installed_moto_version()
+
+
+def test_the_packages_moto_range_allows_only_the_version_the_patches_know() -> None:
+    # The `local` extra is what `pip install sendonce[local]` resolves: a range wider than the
+    # guard's one version would install a moto the patches then refuse (issue 34).
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    motos = [Requirement(r) for reqs in extras.values() for r in reqs if Requirement(r).name == "moto"]
+    assert motos, "no extra names moto: the check would pass vacuously"
+    known = moto_patches.MOTO_VERSION
+    major, minor, patch = (int(p) for p in known.split("."))
+    neighbours = [f"{major}.{minor}.{patch + 1}", f"{major}.{minor + 1}.0", f"{major + 1}.0.0"]
+    if patch:
+        neighbours.append(f"{major}.{minor}.{patch - 1}")
+    for requirement in motos:
+        assert requirement.specifier.contains(known), f"{requirement} excludes moto {known}"
+        assert [v for v in neighbours if requirement.specifier.contains(v)] == [], (
+            f"{requirement} is wider than {known}"
+        )
 
 
 def test_another_moto_version_is_refused_loudly_before_anything_is_patched(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from sendonce.domain.models import CampaignState, DeliveryState
-from sendonce.domain.sending import protocol
+from sendonce.domain.sending import delivery_tables
 from tests.model.explore.world import LEASE_MS, MAX_RECEIVES, VISIBILITY_MS, World
 
 S = DeliveryState
@@ -91,7 +91,7 @@ def drain_and_check(world: World, rounds: int = 8) -> None:
         for p in world.people
         if p.recipient_id not in records
         or (
-            records[p.recipient_id].state not in protocol.FINAL
+            records[p.recipient_id].state not in delivery_tables.FINAL
             and not (records[p.recipient_id].state is S.DEAD_LETTERED and p.recipient_id in in_dlq)
         )
     }

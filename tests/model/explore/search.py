@@ -5,7 +5,7 @@ Why the real services and not a re-statement of the tables: a model written besi
 code that agrees with itself proves nothing. Here every action runs the real
 `DeliveryService` (with `GroupDelivery`, the Powertools guards and persistence layers) and
 `CampaignService` over the in-memory fakes (`world.py`), so every decision is taken where
-the shipped code takes it, from `protocol.classify`/`CLAIM_RULES`, `settle_event`,
+the shipped code takes it, from `delivery_tables.classify`/`CLAIM_RULES`, `settle_event`,
 `cancel_event`, `settlement_for`, `GroupDelivery._replayable` and the lifecycle rows, looked
 up at call time; a mutant of `tests/model/mutants.py` is what the explorer runs. What only
 the DynamoDB adapter decides (its condition expressions) the fakes state again, and the
@@ -55,7 +55,7 @@ from sendonce.domain.deliverability.ports import SuppressionReason
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError
 from sendonce.domain.models import DeliveryState
 from sendonce.domain.sending import delivery as delivery_module
-from sendonce.domain.sending import protocol
+from sendonce.domain.sending import delivery_tables
 from tests.model.explore.invariants import InvariantError, check, drain_and_check
 from tests.model.explore.world import (
     HOUR,
@@ -405,17 +405,17 @@ def _compiled_once() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _noting_rules() -> Iterator[None]:
-    """Notes each claim rule that decided, by wrapping `protocol.rule_for` (which reads
-    `protocol.CLAIM_RULES` at call time, so a mutant's table is what decides)."""
-    saved = protocol.rule_for
+    """Notes each claim rule that decided, by wrapping `delivery_tables.rule_for` (which reads
+    `delivery_tables.CLAIM_RULES` at call time, so a mutant's table is what decides)."""
+    saved = delivery_tables.rule_for
 
-    def rule_for(f: protocol.Facts) -> protocol.ClaimRule:
+    def rule_for(f: delivery_tables.Facts) -> delivery_tables.ClaimRule:
         rule = saved(f)
         VISITS.rules.add((rule.verdict.value, rule.why))
         return rule
 
-    protocol.rule_for = rule_for
+    delivery_tables.rule_for = rule_for
     try:
         yield
     finally:
-        protocol.rule_for = saved
+        delivery_tables.rule_for = saved

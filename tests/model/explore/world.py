@@ -26,11 +26,11 @@ from sendonce.domain.models import (
     Recipient,
     SendGroup,
 )
-from sendonce.domain.sending import protocol
+from sendonce.domain.sending import delivery_tables
 from sendonce.domain.sending.delivery import DeliveryService
+from sendonce.domain.sending.delivery_tables import Event, Verdict
 from sendonce.domain.sending.guards import LedgerDeliveryGuard, LedgerGroupGuard
 from sendonce.domain.sending.ports import GroupClaim
-from sendonce.domain.sending.protocol import Event, Verdict
 from tests.fakes import FakeCampaignStore, FakeLedger, FakeSuppressions
 from tests.model.world import (
     CAMPAIGN_WRITES,
@@ -135,7 +135,7 @@ class ExploreLedger(FakeLedger):
             now_ms=now_ms,
         )
         after = self.items[(key.campaign_id, key.recipient_id)].state  # suppressed may end unknown
-        VISITS.transition(protocol.settle_event(after, maybe_sent=maybe_sent), before)
+        VISITS.transition(delivery_tables.settle_event(after, maybe_sent=maybe_sent), before)
 
     def close_unclaimed(self, campaign_id, recipient_ids, *, state, reason, batch_id):
         ids = list(recipient_ids)
@@ -159,7 +159,7 @@ class ExploreLedger(FakeLedger):
         with self._lock:
             records = {r.recipient_id: self.items.get((group.campaign_id, r.recipient_id)) for r in group.recipients}
             verdicts = {
-                rid: protocol.classify(
+                rid: delivery_tables.classify(
                     record,
                     payload_hash=payload_hashes[rid],
                     provider_idempotent=True,
@@ -169,7 +169,7 @@ class ExploreLedger(FakeLedger):
                 for rid, record in records.items()
             }
             if any(v is not Verdict.CLAIM for v in verdicts.values()):
-                final = {rid: r for rid, r in records.items() if r is not None and r.state in protocol.FINAL}
+                final = {rid: r for rid, r in records.items() if r is not None and r.state in delivery_tables.FINAL}
                 leases = [
                     r.lease_until_ms
                     for r in records.values()
@@ -203,7 +203,11 @@ class ExploreLedger(FakeLedger):
         for recipient in group.recipients:
             rid = recipient.recipient_id
             record = self.items.get((group.campaign_id, rid))
-            if record is None or record.owner != owner or record.state.value not in protocol.sources(events[rid]):
+            if (
+                record is None
+                or record.owner != owner
+                or record.state.value not in delivery_tables.sources(events[rid])
+            ):
                 raise LeaseLostError(f"group {group.group_id} is no longer owned by {owner}")
             members[rid] = record
         return members
@@ -227,7 +231,7 @@ class ExploreLedger(FakeLedger):
 
     def release_group(self, group: SendGroup, *, owner, state, reason, error_class, refused=False) -> None:
         with self._lock:
-            event = protocol.settle_event(state, maybe_sent=not refused)
+            event = delivery_tables.settle_event(state, maybe_sent=not refused)
             members = self._members(group, owner, {r.recipient_id: event for r in group.recipients})
             for record in members.values():
                 VISITS.transition(event, record)
@@ -384,7 +388,7 @@ class World:
         except Crash:
             # What the dead consumer held may have been accepted without the ledger knowing.
             for rid, record in self.ledger.get_many("c1", [p.recipient_id for p in self.people]).items():
-                if record.state in protocol.HELD and (self.provider.idempotent or record.state is S.IN_FLIGHT):
+                if record.state in delivery_tables.HELD and (self.provider.idempotent or record.state is S.IN_FLIGHT):
                     self.risky.add(rid)
             return False
         if report.must_return:

@@ -63,8 +63,8 @@ from sendonce.domain.deliverability.ports import (
     UnknownDelivery,
 )
 from sendonce.domain.models import DeliveryKey, DeliveryState
-from sendonce.domain.sending import protocol
-from sendonce.domain.sending.protocol import Event
+from sendonce.domain.sending import delivery_tables
+from sendonce.domain.sending.delivery_tables import Event
 
 _ser = TypeSerializer()
 _de = TypeDeserializer()
@@ -107,7 +107,7 @@ class _ConditionFailedError(Exception):
 
 def _only_source(event: Event) -> str:
     """The one state the delivery protocol lets `event` start from."""
-    (source,) = protocol.sources(event)
+    (source,) = delivery_tables.sources(event)
     return source
 
 
@@ -327,7 +327,7 @@ class DynamoDBLedgerEvents:
                 ConditionExpression="#state = :unknown",
                 ExpressionAttributeNames={"#state": "state"},
                 ExpressionAttributeValues={
-                    ":sent": {"S": protocol.transition(Event.PROVIDER_SENT).target.value},
+                    ":sent": {"S": delivery_tables.transition(Event.PROVIDER_SENT).target.value},
                     ":unknown": {"S": _only_source(Event.PROVIDER_SENT)},
                     ":mid": {"S": provider_message_id},
                     ":at": {"S": now},
@@ -416,7 +416,7 @@ class DynamoDBLedgerEvents:
                     ConditionExpression="#state = :unknown AND attribute_not_exists(provider_sent_id)" + proof,
                     ExpressionAttributeNames={"#state": "state"},
                     ExpressionAttributeValues={
-                        ":pending": {"S": protocol.transition(Event.REOPEN_UNKNOWN).target.value},
+                        ":pending": {"S": delivery_tables.transition(Event.REOPEN_UNKNOWN).target.value},
                         ":unknown": {"S": _only_source(Event.REOPEN_UNKNOWN)},
                         ":reason": {"S": reason[:500]},
                         ":by": {"S": by[:200]},

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -34,11 +34,17 @@ class NoSettings(ProviderSettings):
 SecretReader = Callable[[str, str], str]
 
 
+class AwsClients(Protocol):
+    """The wiring's AWS clients (sendonce.wiring.clients.Clients): each built once."""
+
+    def client(self, service_name: str, config: Any = None) -> Any: ...
+
+
 @dataclass(frozen=True)
 class ProviderEnv:
     """What the wiring hands a provider's builder."""
 
-    session: Any  # a boto3 session
+    clients: AwsClients  # an AWS client: `clients.client("sesv2", config)`, the same one each time
     secret: SecretReader
     timeout_seconds: float
 

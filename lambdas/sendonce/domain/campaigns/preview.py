@@ -1,8 +1,9 @@
 """Before anyone is sent anything: preview a campaign's email, check a recipient file renders,
 and send a test to a few of the operator's own addresses.
 
-All three build the email with `sender.compose`, the function the consumer sends with, so
-what is shown is what a recipient gets. A test send goes through the campaign's provider and
+All three build the email with `provider_call.compose`, the function the consumer sends
+with, so what is shown is what a recipient gets, headers included (List-Unsubscribe,
+Feedback-ID). A test send goes through the campaign's provider and
 the shared send rate but never near the ledger: it has no ledger, counts or suppression
 writes to make (this module holds none of those ports), and its idempotency keys have a
 namespace of their own (`sendonce-test:<campaign>:<id>`), so no real delivery's key is used
@@ -24,6 +25,7 @@ from pydantic import ValidationError
 from sendonce.domain import limits
 from sendonce.domain.campaigns.ports import CampaignStore
 from sendonce.domain.campaigns.recipients_file import Row
+from sendonce.domain.deliverability.feedback_id import FeedbackId
 from sendonce.domain.deliverability.ports import Suppressions
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
 from sendonce.domain.errors import ConflictingRequestError, InvalidCampaignError, ProviderError, RetryableProviderError
@@ -38,8 +40,8 @@ from sendonce.domain.models import (
     is_valid_email,
 )
 from sendonce.domain.sending.ports import EmailProvider, RateLimiter, TestSendLog
+from sendonce.domain.sending.provider_call import compose
 from sendonce.domain.sending.rendering import CompiledContent, RenderError
-from sendonce.domain.sending.sender import compose
 
 logger = logging.getLogger(__name__)
 
@@ -158,9 +160,16 @@ class CheckReport:
 
 
 class PreviewService:
-    def __init__(self, *, campaigns: CampaignStore, unsubscribe: UnsubscribeLinks | None = None):
+    def __init__(
+        self,
+        *,
+        campaigns: CampaignStore,
+        unsubscribe: UnsubscribeLinks | None = None,
+        feedback_id: FeedbackId | None = None,
+    ):
         self._campaigns = campaigns
         self._unsubscribe = unsubscribe
+        self._feedback_id = feedback_id
 
     def preview(self, campaign_id: str, recipient: Recipient) -> Preview:
         """The email `recipient` would get; a template error is reported, not raised."""
@@ -178,7 +187,7 @@ class PreviewService:
             unsubscribe_configured=self._unsubscribe is not None,
         )
         try:
-            email = compose(campaign, content, recipient, "preview", self._unsubscribe)
+            email = compose(campaign, content, recipient, "preview", self._unsubscribe, feedback_id=self._feedback_id)
         except RenderError as exc:
             return replace(preview, error=_render_problem(exc, missing))
         return replace(preview, subject=email.subject, html=email.html, text=email.text, headers=email.headers)
@@ -206,7 +215,7 @@ class PreviewService:
             variables = row.recipient.variables
             report.unused.update(set(variables) - content.variables)
             try:
-                compose(campaign, content, row.recipient, "check", self._unsubscribe)
+                compose(campaign, content, row.recipient, "check", self._unsubscribe, feedback_id=self._feedback_id)
             except RenderError as exc:
                 fail(row, _render_problem(exc, _missing(content, variables)))
         return report
@@ -226,6 +235,7 @@ class TestSendService:
         limiter: RateLimiter | None = None,
         suppressions: Suppressions | None = None,
         unsubscribe: UnsubscribeLinks | None = None,
+        feedback_id: FeedbackId | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
@@ -236,6 +246,7 @@ class TestSendService:
         self._limiter = limiter
         self._suppressions = suppressions
         self._unsubscribe = unsubscribe
+        self._feedback_id = feedback_id
         self._clock = clock
         self._sleep = sleep
         self._new_id = new_id
@@ -338,7 +349,7 @@ class TestSendService:
         self, campaign: Campaign, content: CompiledContent, recipient: Recipient, test_send_id: str, index: int
     ) -> OutboundEmail:
         key = f"{TEST_KEY_PREFIX}:{campaign.campaign_id}:{test_send_id}-{index}"
-        email = compose(campaign, content, recipient, key, self._unsubscribe)
+        email = compose(campaign, content, recipient, key, self._unsubscribe, feedback_id=self._feedback_id)
         # No recipient_id tag: a provider event about a test matches no delivery in the ledger.
         return email.model_copy(
             update={

@@ -24,6 +24,7 @@ from sendonce.domain.campaigns.ports import CampaignCounters, CampaignScheduler,
 from sendonce.domain.campaigns.report_data import prevented_writer
 from sendonce.domain.campaigns.status import complete_if_done
 from sendonce.domain.campaigns.window_pauses import close_window, outside_window
+from sendonce.domain.deliverability.feedback_id import FeedbackId
 from sendonce.domain.deliverability.ports import Suppressions
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
 from sendonce.domain.errors import (
@@ -47,11 +48,11 @@ from sendonce.domain.models import (
     is_valid_email,
 )
 from sendonce.domain.sending.batch_run import BatchReport, BatchRun, record_failure
+from sendonce.domain.sending.delivery_tables import Event, cancel_event
 from sendonce.domain.sending.groups import GroupDelivery
 from sendonce.domain.sending.ports import DeliveryGuard, EmailProvider, GroupGuard, Ledger, Queue, RateLimiter
-from sendonce.domain.sending.protocol import Event, cancel_event
+from sendonce.domain.sending.provider_call import Sender
 from sendonce.domain.sending.rendering import CompiledContent, RenderError
-from sendonce.domain.sending.sender import Sender
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ class DeliveryService:
         limiter: RateLimiter | None = None,
         suppressions: Suppressions | None = None,
         unsubscribe: UnsubscribeLinks | None = None,
+        feedback_id: FeedbackId | None = None,
         send_concurrency: int = 8,
         safety_margin_ms: int = 15_000,
         throttle_retries: int = 3,
@@ -124,6 +126,7 @@ class DeliveryService:
             limiter=limiter,
             suppressions=suppressions,
             unsubscribe=unsubscribe,
+            feedback_id=feedback_id,
             safety_margin_ms=safety_margin_ms,
             throttle_retries=throttle_retries,
             sleep=sleep,

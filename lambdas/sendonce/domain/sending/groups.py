@@ -16,9 +16,9 @@ from typing import cast
 from sendonce.domain.campaigns.ports import CampaignStore
 from sendonce.domain.models import DeliveryRecord, Receipt, Recipient, SendGroup, is_valid_email
 from sendonce.domain.sending.batch_run import BatchRun, record_failure
+from sendonce.domain.sending.delivery_tables import Verdict, classify
 from sendonce.domain.sending.ports import BatchEmailProvider, DeliveryGuard, DeliveryReads, GroupGuard
-from sendonce.domain.sending.protocol import Verdict, classify
-from sendonce.domain.sending.sender import Sender
+from sendonce.domain.sending.provider_call import Sender
 
 logger = logging.getLogger(__name__)
 

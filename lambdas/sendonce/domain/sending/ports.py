@@ -20,7 +20,7 @@ from sendonce.domain.models import (
     SendGroup,
     TestSendRecord,
 )
-from sendonce.domain.sending.protocol import Event
+from sendonce.domain.sending.delivery_tables import Event
 from sendonce.domain.sending.shares import Claimant
 
 
@@ -98,7 +98,7 @@ class ClaimResult:
 class DeliveryClaims(Protocol):
     """The ledger's claims and settles: one record per (campaign, recipient), every write
     after a claim fenced by owner, each move allowed by the protocol's table
-    (domain/sending/protocol.py)."""
+    (domain/sending/delivery_tables.py)."""
 
     def claim(
         self, request: DeliveryRequest, *, payload_hash: str, lease_until_ms: int, now_ms: int
@@ -124,7 +124,7 @@ class DeliveryClaims(Protocol):
     ) -> None:
         """End a held delivery as failed / unknown, or release it back to pending.
         `refused`: the provider refused every request of this claim; if this owner set the
-        maybe-sent mark, it is lifted (domain/sending/protocol.py)."""
+        maybe-sent mark, it is lifted (domain/sending/delivery_tables.py)."""
         ...
 
     def close_unclaimed(

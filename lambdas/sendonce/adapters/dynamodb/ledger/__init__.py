@@ -1,7 +1,7 @@
 """The delivery ledger on DynamoDB: one item per (campaign_id, recipient_id), its partition-key
 value spread over the campaign's shards (ledger_keys.py).
 
-The claim condition is derived from `sendonce.domain.sending.protocol.CLAIM_RULES`, so a claim
+The claim condition is derived from `sendonce.domain.sending.delivery_tables.CLAIM_RULES`, so a claim
 is one atomic conditional write; a failed claim returns the old item
 (ReturnValuesOnConditionCheckFailure=ALL_OLD), which the same rules classify without
 another read. Every later write is conditional on the owner that claimed and on the

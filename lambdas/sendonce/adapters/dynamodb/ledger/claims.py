@@ -1,5 +1,5 @@
 """One delivery's writes (the `DeliveryClaims` role): the claim, and every later write
-conditional on the owner that claimed and on the source states `protocol.TRANSITIONS`
+conditional on the owner that claimed and on the source states `delivery_tables.TRANSITIONS`
 allows for it; the closing transitions of deliveries nobody holds.
 """
 
@@ -15,9 +15,9 @@ from sendonce.adapters.dynamodb.ledger.items import _APPEND, _LIFT, _NAMES, _his
 from sendonce.adapters.dynamodb.ledger.reads import LedgerReads
 from sendonce.domain.errors import LeaseLostError
 from sendonce.domain.models import DeliveryKey, DeliveryRecord, DeliveryRequest, DeliveryState, Receipt
-from sendonce.domain.sending import protocol
+from sendonce.domain.sending import delivery_tables
+from sendonce.domain.sending.delivery_tables import Event, Verdict, classify
 from sendonce.domain.sending.ports import ClaimResult, ClaimStatus
-from sendonce.domain.sending.protocol import Event, Verdict, classify
 
 
 class LedgerClaims(LedgerReads):
@@ -81,14 +81,14 @@ class LedgerClaims(LedgerReads):
         """Apply a closing transition to a delivery nobody holds, provided it is still as it
         was read (state, owner and maybe-sent mark): a live consumer's claim in between wins.
         Returns the new record, or None when it changed."""
-        transition = protocol.transition(event)
+        transition = delivery_tables.transition(event)
         key = key or record.key
         values = _values(to=transition.target.value, iso=_now_iso(), reason=reason[:500], ec=event.value, now=now_ms)
         values.update(_history(transition.target.value, record.owner if record else None, reason))
         names = {"#state": "state"}
         update = "SET #state = :to, reason = :reason, error_class = :ec, updated_at = :iso, " + _APPEND
         if record is None:
-            if protocol.ABSENT not in transition.sources:
+            if delivery_tables.ABSENT not in transition.sources:
                 raise ValueError(f"{event} does not start from an absent record")
             condition = "attribute_not_exists(#state)"
             update += ", batch_id = :batch"
@@ -102,7 +102,7 @@ class LedgerClaims(LedgerReads):
                 condition += " AND #owner = :prev"
                 names["#owner"] = "owner"
                 values.update(_values(prev=record.owner))
-            if record.state in protocol.HELD:
+            if record.state in delivery_tables.HELD:
                 condition += " AND (attribute_not_exists(lease_until_ms) OR lease_until_ms < :now)"
             if record.maybe_sent_at_ms is None:
                 condition += " AND attribute_not_exists(maybe_sent_at_ms)"
@@ -129,7 +129,7 @@ class LedgerClaims(LedgerReads):
     def _fenced_update(
         self, key: DeliveryKey, *, owner: str, event: Event, update: str, values: dict, extra: str = ""
     ) -> None:
-        states = {f":s{i}": {"S": s} for i, s in enumerate(protocol.sources(event))}
+        states = {f":s{i}": {"S": s} for i, s in enumerate(delivery_tables.sources(event))}
         try:
             self._client.update_item(
                 TableName=self._table,
@@ -181,7 +181,7 @@ class LedgerClaims(LedgerReads):
         refused: bool = False,
         now_ms: int,
     ) -> None:
-        event = protocol.settle_event(state, maybe_sent=maybe_sent)
+        event = delivery_tables.settle_event(state, maybe_sent=maybe_sent)
         values = _values(state=state.value, reason=reason[:500], ec=error_class, iso=_now_iso())
         values.update(_history(state.value, owner, f"{error_class}: {reason}"))
         update = "SET #state = :state, reason = :reason, error_class = :ec, updated_at = :iso, " + _APPEND
@@ -234,9 +234,9 @@ class LedgerClaims(LedgerReads):
             DeliveryState.DEAD_LETTERED: Event.CLOSE_DEAD_LETTERED,
             DeliveryState.SUPPRESSED: Event.CLOSE_SUPPRESSED,
         }[state]
-        states = {f":s{i}": {"S": s} for i, s in enumerate(protocol.sources(event))}
+        states = {f":s{i}": {"S": s} for i, s in enumerate(delivery_tables.sources(event))}
         condition = f"#state IN ({', '.join(states)})"
-        if protocol.allows_absent(event):
+        if delivery_tables.allows_absent(event):
             condition = f"attribute_not_exists(#state) OR {condition}"
         moved = 0
         for recipient_id in recipient_ids:

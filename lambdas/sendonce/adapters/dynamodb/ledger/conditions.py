@@ -1,5 +1,5 @@
 """The claim as one conditional write: its condition, derived from
-`sendonce.domain.sending.protocol.CLAIM_RULES`, and the UpdateItem parameters of a claim (one
+`sendonce.domain.sending.delivery_tables.CLAIM_RULES`, and the UpdateItem parameters of a claim (one
 delivery, or one member of a group).
 """
 
@@ -11,12 +11,12 @@ from typing import Any
 from sendonce.adapters.dynamodb.ledger import items
 from sendonce.adapters.dynamodb.ledger.items import _APPEND, _NAMES, _history, _now_iso, _used, _values
 from sendonce.domain.models import DeliveryState, email_fingerprint
-from sendonce.domain.sending import protocol
-from sendonce.domain.sending.protocol import IDEMPOTENCY_WINDOW_MS
+from sendonce.domain.sending import delivery_tables
+from sendonce.domain.sending.delivery_tables import IDEMPOTENCY_WINDOW_MS
 
-# --- the claim condition, derived from protocol.CLAIM_RULES ------------------
+# --- the claim condition, derived from delivery_tables.CLAIM_RULES ------------------
 # Each fact of a rule becomes a condition fragment that is exactly as true of an item as
-# `protocol.facts` is of its record (a comparison with a missing attribute is
+# `delivery_tables.facts` is of its record (a comparison with a missing attribute is
 # false in DynamoDB, so each fragment states the missing case explicitly). "The first
 # matching rule says claim" is then: OR over the claim rules of (it matches AND no earlier
 # rule that could match does). tests/integration/test_ledger_protocol.py runs every
@@ -49,7 +49,7 @@ def _states_fragment(states: frozenset | None) -> str | None:
     if states is None:
         return None
     parts = []
-    if protocol.ABSENT in states:
+    if delivery_tables.ABSENT in states:
         parts.append("attribute_not_exists(#state)")
     present = sorted(s.value for s in states if s is not None)
     if present:
@@ -57,7 +57,7 @@ def _states_fragment(states: frozenset | None) -> str | None:
     return " OR ".join(parts)
 
 
-def _fact_fragments(rule: protocol.ClaimRule, group_key: str | None) -> list[str]:
+def _fact_fragments(rule: delivery_tables.ClaimRule, group_key: str | None) -> list[str]:
     parts = []
     if (states := _states_fragment(rule.states)) is not None:
         parts.append(states)
@@ -65,26 +65,26 @@ def _fact_fragments(rule: protocol.ClaimRule, group_key: str | None) -> list[str
         parts.append("attribute_not_exists(payload_hash) OR payload_hash = :ph")
     elif rule.same_payload is False:
         parts.append("attribute_exists(payload_hash) AND payload_hash <> :ph")
-    if rule.lease is protocol.Lease.LIVE:
+    if rule.lease is delivery_tables.Lease.LIVE:
         parts.append("lease_until_ms >= :now")
-    elif rule.lease is protocol.Lease.EXPIRED:
+    elif rule.lease is delivery_tables.Lease.EXPIRED:
         parts.append("attribute_not_exists(lease_until_ms) OR lease_until_ms < :now")
-    if rule.maybe_sent is protocol.MaybeSent.NO:
+    if rule.maybe_sent is delivery_tables.MaybeSent.NO:
         parts.append("attribute_not_exists(maybe_sent_at_ms)")
-    elif rule.maybe_sent is protocol.MaybeSent.FRESH:
+    elif rule.maybe_sent is delivery_tables.MaybeSent.FRESH:
         parts.append("maybe_sent_at_ms > :cutoff")
-    elif rule.maybe_sent is protocol.MaybeSent.OLD:
+    elif rule.maybe_sent is delivery_tables.MaybeSent.OLD:
         parts.append("maybe_sent_at_ms <= :cutoff")
     if rule.group is not None:
         other_key = (
             "(attribute_not_exists(group_key) OR group_key <> :g)" if group_key else "attribute_exists(group_key)"
         )
         other = f"attribute_exists(maybe_sent_at_ms) AND {other_key}"
-        parts.append(other if rule.group is protocol.Group.OTHER else f"NOT ({other})")
+        parts.append(other if rule.group is delivery_tables.Group.OTHER else f"NOT ({other})")
     return parts
 
 
-def _may_overlap(a: protocol.ClaimRule, b: protocol.ClaimRule) -> bool:
+def _may_overlap(a: delivery_tables.ClaimRule, b: delivery_tables.ClaimRule) -> bool:
     return a.states is None or b.states is None or bool(a.states & b.states)
 
 
@@ -92,7 +92,7 @@ def claim_condition(*, keyed: bool, group_key: str | None) -> str:
     """The condition under which the first matching claim rule says claim. It depends on the
     rules, the provider's kind and whether the caller is a group (the key itself is a
     placeholder), so it is built once per combination, not on every claim."""
-    return _claim_condition(protocol.CLAIM_RULES, keyed, bool(group_key))
+    return _claim_condition(delivery_tables.CLAIM_RULES, keyed, bool(group_key))
 
 
 @functools.lru_cache(maxsize=16)
@@ -101,7 +101,7 @@ def _claim_condition(rules_table: tuple, keyed: bool, grouped: bool) -> str:
     rules = [r for r in rules_table if r.keyed is None or r.keyed == keyed]
     alternatives = []
     for i, rule in enumerate(rules):
-        if rule.verdict is not protocol.Verdict.CLAIM:
+        if rule.verdict is not delivery_tables.Verdict.CLAIM:
             continue
         parts = _fact_fragments(rule, group_key)
         for earlier in rules[:i]:

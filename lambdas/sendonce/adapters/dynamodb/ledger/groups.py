@@ -14,9 +14,9 @@ from sendonce.adapters.dynamodb.ledger.items import _APPEND, _LIFT, _NAMES, _his
 from sendonce.adapters.dynamodb.ledger.reads import LedgerReads
 from sendonce.domain.errors import LeaseLostError
 from sendonce.domain.models import DeliveryKey, DeliveryRecord, DeliveryState, Receipt, SendGroup
-from sendonce.domain.sending import protocol
+from sendonce.domain.sending import delivery_tables
+from sendonce.domain.sending.delivery_tables import Event
 from sendonce.domain.sending.ports import GroupClaim
-from sendonce.domain.sending.protocol import Event
 
 
 class LedgerGroups(LedgerReads):
@@ -78,7 +78,7 @@ class LedgerGroups(LedgerReads):
             if reason.get("Code") != "ConditionalCheckFailed" or not reason.get("Item"):
                 continue
             record = _record(reason["Item"])
-            if record.state in protocol.FINAL:
+            if record.state in delivery_tables.FINAL:
                 final[record.recipient_id] = record
             elif record.lease_until_ms and record.lease_until_ms >= now_ms:
                 held_until = max(held_until or 0, record.lease_until_ms)
@@ -95,7 +95,7 @@ class LedgerGroups(LedgerReads):
         values: dict[str, Any],
         extra: str = "",
     ) -> dict[str, Any]:
-        states = {f":s{i}": {"S": s} for i, s in enumerate(protocol.sources(event))}
+        states = {f":s{i}": {"S": s} for i, s in enumerate(delivery_tables.sources(event))}
         return {
             "Key": self._member_key(group, recipient_id),
             "UpdateExpression": update,
@@ -141,7 +141,7 @@ class LedgerGroups(LedgerReads):
         """Every member back to `state` together. `refused`: the provider refused the
         request, so members whose mark this owner set lose it (and the group), which lets a
         later attempt form a new group for them or send them one by one."""
-        event = protocol.settle_event(state, maybe_sent=not refused)
+        event = delivery_tables.settle_event(state, maybe_sent=not refused)
         keep: set[str] = set()
         while True:
             updates = []

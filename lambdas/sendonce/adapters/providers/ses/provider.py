@@ -28,7 +28,7 @@ class SesSettings(SesRateSettings):
 
 def _build(settings: SesSettings, env: ProviderEnv) -> EmailProvider:
     return SesProvider(
-        client=env.session.client("sesv2", config=SEND_CLIENT_CONFIG), configuration_set=settings.configuration_set
+        client=env.clients.client("sesv2", SEND_CLIENT_CONFIG), configuration_set=settings.configuration_set
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sendonce.handlers.api_routes import CAMPAIGN_OPERATIONS, ServedPaths, campaign_links
+from sendonce.handlers.api_links import CAMPAIGN_OPERATIONS, ServedPaths, campaign_links
 
 PATHS = {
     "/campaigns": ["get", "post"],

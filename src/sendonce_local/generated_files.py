@@ -7,7 +7,7 @@ needs to talk to sendonce without reading its Python.
     docs/ledger.md, docs/operations-campaigns.md   their generated blocks: the delivery protocol's
                                     and the campaign lifecycle's diagrams and tables
 
-`python -m sendonce_local.contracts --write` (or `make contracts`) regenerates them;
+`python -m sendonce_local.generated_files --write` (or `make contracts`) regenerates them;
 `--check` exits 1 naming each file that differs from the code (tests/unit/test_contracts.py
 does the same, so a model change without regenerated contracts fails the suite).
 """
@@ -97,13 +97,13 @@ def generated() -> dict[str, str]:
 # `<!-- end: NAME -->` (tests/unit/test_delivery_protocol.py holds them to the code too).
 def _doc_blocks() -> dict[str, dict[str, str]]:
     from sendonce.domain.campaigns import lifecycle
-    from sendonce.domain.sending import protocol
+    from sendonce.domain.sending import delivery_tables
 
     return {
         "docs/ledger.md": {
-            "delivery diagram": f"```mermaid\n{protocol.mermaid()}\n```",
-            "claim rules": protocol.claim_table(),
-            "transitions": protocol.transition_table(),
+            "delivery diagram": f"```mermaid\n{delivery_tables.mermaid()}\n```",
+            "claim rules": delivery_tables.claim_table(),
+            "transitions": delivery_tables.transition_table(),
         },
         "docs/operations-campaigns.md": {
             "campaign diagram": f"```mermaid\n{lifecycle.mermaid()}\n```",
@@ -158,12 +158,14 @@ def write(root: Path) -> list[str]:
 
 
 def _default_root() -> Path:
-    here = Path(__file__).resolve().parents[2]  # src/sendonce_local/contracts.py in a checkout
+    here = Path(__file__).resolve().parents[2]  # src/sendonce_local/generated_files.py in a checkout
     return here if (here / "pyproject.toml").is_file() else Path.cwd()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sendonce_local.contracts", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m sendonce_local.generated_files", description=__doc__.split("\n\n")[0]
+    )
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write", action="store_true", help="regenerate the contract files")
     action.add_argument("--check", action="store_true", help="exit 1 if a contract file differs from the code")

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from sendonce.domain.deliverability.feedback_id import FeedbackId
 from sendonce.domain.deliverability.ports import Suppressions
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
 from sendonce.domain.errors import RetryableProviderError
@@ -37,13 +38,19 @@ def compose(
     recipient: Recipient,
     idempotency_key: str,
     unsubscribe: UnsubscribeLinks | None,
+    *,
+    feedback_id: FeedbackId | None = None,
 ) -> OutboundEmail:
     """The email a recipient gets (raises RenderError). Deterministic for a recipient: batch
-    mode relies on it, and preview and test sends show exactly this."""
+    mode relies on it, and preview and test sends show exactly this. `feedback_id`: the
+    deployment's Feedback-ID, one header of the campaign's, never the recipient's."""
     rendered = content.render(recipient.variables)
     headers = {}
     if unsubscribe is not None:
         headers = unsubscribe.headers(campaign.campaign_id, recipient.recipient_id, recipient.email)
+    if feedback_id is not None:
+        name, value = feedback_id.header(campaign.campaign_id)
+        headers[name] = value
     return OutboundEmail(
         idempotency_key=idempotency_key,
         sender=campaign.sender,
@@ -67,10 +74,12 @@ class Sender:
         safety_margin_ms: int,
         throttle_retries: int,
         sleep: Callable[[float], None],
+        feedback_id: FeedbackId | None = None,
     ):
         self._limiter = limiter
         self._suppressions = suppressions
         self._unsubscribe = unsubscribe
+        self._feedback_id = feedback_id
         self.safety_margin_ms = safety_margin_ms
         self._throttle_retries = throttle_retries
         self._sleep = sleep
@@ -96,7 +105,9 @@ class Sender:
 
     def email(self, run: BatchRun, recipient: Recipient, idempotency_key: str) -> OutboundEmail:
         """The rendered email (`compose`)."""
-        return compose(run.campaign, run.content, recipient, idempotency_key, self._unsubscribe)
+        return compose(
+            run.campaign, run.content, recipient, idempotency_key, self._unsubscribe, feedback_id=self._feedback_id
+        )
 
     def call(self, run: BatchRun, call: Callable[[], T]) -> T:
         """`call` within the shared send rate, repeated while the provider says it did not

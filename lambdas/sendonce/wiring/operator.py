@@ -1,0 +1,53 @@
+"""What only the operator's CLI builds: unknown outcomes, the suppression list's service and
+the shared limiter's view of who is sending now. (Its audit is audit.py's.)"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+from sendonce.adapters.dynamodb.limiter_slots import DynamoDBLimiterSlots
+from sendonce.adapters.providers import registry
+from sendonce.adapters.providers.descriptor import Pace, Provider
+from sendonce.domain.campaigns.unknowns import UnknownOutcomes
+from sendonce.domain.deliverability.suppressions import SuppressionService
+from sendonce.domain.sending.sending_now import CampaignProgress, SendingNow
+from sendonce.wiring.clients import Clients
+from sendonce.wiring.stores import build_ledger_events, build_suppressions
+
+
+def build_unknown_outcomes(
+    ledger_table: str, campaigns_table: str, clients: Clients, *, accept_possible_duplicates: bool = False
+) -> UnknownOutcomes:
+    """What `sendonce campaign unknowns` and `campaign resume --include-unknown` call."""
+    return UnknownOutcomes(
+        ledger_events=build_ledger_events(ledger_table, campaigns_table, clients.dynamodb),
+        accept_possible_duplicates=accept_possible_duplicates,
+    )
+
+
+def build_suppression_service(table_name: str, clients: Clients) -> SuppressionService:
+    """What `sendonce suppression add|remove|list|import|check` calls."""
+    return SuppressionService(build_suppressions(table_name, clients.dynamodb))
+
+
+def build_sending_now(
+    campaigns_table: str,
+    clients: Clients,
+    *,
+    campaigns: CampaignProgress,
+    paces: Mapping[str, Pace],
+    providers: Mapping[str, Provider] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> SendingNow:
+    """What `sendonce sending` and `campaign status|watch` read of the shared limiter: every
+    registered provider's slot items (a provider nobody sends with has none: one empty
+    Query). `paces`: the consumer's, for the rate in force (the SES account's own send
+    quota, which the consumer also applies, is not read here)."""
+    registered = providers if providers is not None else registry.registered()
+    return SendingNow(
+        slots=DynamoDBLimiterSlots(client=clients.dynamodb, table_name=campaigns_table, paces=paces),
+        campaigns=campaigns,
+        batch_sizes={name: p.capabilities.max_batch for name, p in registered.items()},
+        clock=clock,
+    )
