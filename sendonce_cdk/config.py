@@ -46,6 +46,9 @@ MIN_EVENTS_RESERVED = 10
 AGGREGATOR_RESERVED = 10
 # The jobs worker (resume, cancel: an operator's, a handful at once; sendonce_cdk/jobs.py).
 JOBS_RESERVED = 5
+# The account health check (one per provider with an account to read; sendonce_cdk/account_health.py):
+# one check at a time, every few minutes.
+ACCOUNT_HEALTH_RESERVED = 1
 S3_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 # The context keys every deployment has; each provider adds its own (sendonce_cdk/providers/).
@@ -252,7 +255,7 @@ class SendonceConfig:
                 f" (consumer {self.consumer_reserved_concurrency} = max_concurrency, events"
                 f" {self.events_reserved_concurrency}, unsubscribe {self.unsubscribe_reserved_concurrency},"
                 f" operator API {self.api_reserved_concurrency}, counters {self.aggregator_reserved_concurrency},"
-                f" jobs {JOBS_RESERVED}),"
+                f" jobs {JOBS_RESERVED}, account health {self.account_health_reserved_concurrency}),"
                 " more than account_concurrency"
                 f" {self.account_concurrency} minus the {LAMBDA_MIN_UNRESERVED} Lambda keeps unreserved:"
                 " lower them, or raise account_concurrency to the account's (increased) quota"
@@ -367,9 +370,15 @@ class SendonceConfig:
         return AGGREGATOR_RESERVED
 
     @property
+    def account_health_reserved_concurrency(self) -> int:
+        """One check per deployed provider with an account state to read (SES)."""
+        return ACCOUNT_HEALTH_RESERVED * sum(1 for stack in self.deployed if stack.account_health)
+
+    @property
     def reserved_concurrency_total(self) -> int:
         return (
             self.aggregator_reserved_concurrency
+            + self.account_health_reserved_concurrency
             + JOBS_RESERVED
             + self.consumer_reserved_concurrency
             + self.events_reserved_concurrency

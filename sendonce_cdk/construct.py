@@ -26,6 +26,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
+from sendonce_cdk.account_health import AccountHealth
 from sendonce_cdk.aggregator import Aggregator
 from sendonce_cdk.bundling import lambda_code
 from sendonce_cdk.config import COMMON_DEFAULTS, DEFAULTS, MAX_RECEIVE_COUNT, SendonceConfig
@@ -250,8 +251,22 @@ class SendOnce(SendOnceGrants, SendOnceFindings, Construct):
             removal_policy=removal_policy,
             code=code,
         )
+        # One check per deployed provider that has an account state to read (SES).
+        self.account_health: dict[str, AccountHealth] = {
+            stack.name: AccountHealth(
+                self,
+                f"{stack.descriptor.label.replace(' ', '')}AccountHealth",
+                campaigns_table=self.tables.campaigns,
+                provider=stack.name,
+                removal_policy=removal_policy,
+                code=code,
+            )
+            for stack in config.deployed
+            if stack.account_health
+        }
         self._secrets: dict[str, secretsmanager.ISecret] = {}
         self._grant_aggregator()
+        self._grant_account_health()
         self._grant_consumer()
         self._grant_operator_api()
         self._grant_scheduled_start()
@@ -269,6 +284,7 @@ class SendOnce(SendOnceGrants, SendOnceFindings, Construct):
             events_dead_letter_queue=self.provider_events.dead_letter_queue,
             aggregator_function=self.aggregator.function,
             aggregator_dead_letter_queue=self.aggregator.dead_letter_queue,
+            account_health_functions={p: a.function for p, a in self.account_health.items()},
             queue_age_threshold=cdk.Duration.minutes(config.queue_age_alarm_minutes),
             email=config.oncall_email,
             https_url=config.oncall_https_url,

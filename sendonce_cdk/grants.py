@@ -79,6 +79,21 @@ class SendOnceGrants:
         for stack in self.config.deployed:
             stack.grant_consumer(self, function)
 
+    def _grant_account_health(self) -> None:
+        """Each provider's account health check: its record (GetItem, PutItem), the sending
+        campaigns (Query of the campaigns-by-state index, BatchGetItem) and their pause
+        (UpdateItem); the provider's own account read. Nothing on the ledger."""
+        for provider, parts in self.account_health.items():
+            self._grant_campaigns(
+                parts.function,
+                "dynamodb:GetItem",
+                "dynamodb:BatchGetItem",
+                "dynamodb:PutItem",
+                "dynamodb:UpdateItem",
+                query_index=CAMPAIGNS_BY_STATE_INDEX,
+            )
+            self.config.provider_stacks[provider].grant_account_health(self, parts.function)
+
     def _grant_operator_api(self) -> None:
         function = self.operator_api.function
         # Read-only on the ledger: status and resume read a campaign's records (Query).

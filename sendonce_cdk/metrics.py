@@ -27,6 +27,7 @@ NOT_WATCHED: Mapping[Metric, str] = {
     Metric.COUNTER_RECORDS_APPLIED: "its volume follows the ledger's writes; CountersLagging watches the delay",
     Metric.COUNTER_RECORDS_REPEATED: "a retried batch's records, counted once by design",
     Metric.CAMPAIGNS_COMPLETED_BY_COUNTERS: "a campaign's completion is its state change, visible in its status",
+    Metric.CAMPAIGNS_PAUSED_FOR_ACCOUNT: "each pause is its campaign's state and reason; AccountSendingStopped pages",
 }
 
 

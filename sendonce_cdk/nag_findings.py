@@ -62,6 +62,7 @@ class SendOnceFindings:
             self.public_api.unsubscribe_function,
             self.aggregator.function,
             self.jobs.function,
+            *(check.function for check in self.account_health.values()),
         ):
             acknowledge(
                 function,

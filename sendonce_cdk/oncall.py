@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,6 +23,7 @@ from sendonce_cdk import metrics
 RUNBOOK = "docs/operations.md"
 FIVE_MINUTES = cdk.Duration.minutes(5)
 ONE_MINUTE = cdk.Duration.minutes(1)
+FIFTEEN_MINUTES = cdk.Duration.minutes(15)
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class OnCall(Construct):
         queue_age_threshold: cdk.Duration,
         aggregator_function: lambda_.IFunction | None = None,
         aggregator_dead_letter_queue: sqs.IQueue | None = None,
+        account_health_functions: Mapping[str, lambda_.IFunction] | None = None,
         email: str | None = None,
         https_url: str | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
@@ -178,6 +181,35 @@ class OnCall(Construct):
                           metric=iterator_age, threshold=5 * 60 * 1000),
                 AlarmSpec("CountersDeadLettered", "warning", "Stream records the counters could not apply",
                           metric=counters_dlq_depth, threshold=0),
+            ):  # fmt: skip
+                self._alarm(spec)
+        if account_health_functions:
+            # The check runs every 5 minutes and publishes only what is not zero: a
+            # 15-minute maximum holds three checks, so one late check does not clear an alarm.
+            def account(metric: Metric) -> cw.Metric:
+                return metrics.sendonce_metric(metric, statistic="Maximum", period=FIFTEEN_MINUTES)
+
+            errors = [
+                f.metric_errors(statistic="Sum", period=FIFTEEN_MINUTES) for f in account_health_functions.values()
+            ]
+            checks_failing: cw.IMetric = (
+                errors[0]
+                if len(errors) == 1
+                else cw.MathExpression(
+                    expression=" + ".join(f"FILL(e{i}, 0)" for i in range(len(errors))),
+                    using_metrics={f"e{i}": e for i, e in enumerate(errors)},
+                    period=FIFTEEN_MINUTES,
+                )
+            )
+            for spec in (
+                AlarmSpec("AccountSendingStopped", "page",
+                          "The provider account cannot send: its sending campaigns were paused",
+                          metric=account(Metric.ACCOUNT_SENDING_STOPPED), threshold=0),
+                AlarmSpec("AccountOnProbation", "warning", "The provider put the sending account on probation",
+                          metric=account(Metric.ACCOUNT_ON_PROBATION), threshold=0),
+                AlarmSpec("AccountHealthCheckFailing", "warning",
+                          "The account health check could not read the account", metric=checks_failing,
+                          threshold=1),
             ):  # fmt: skip
                 self._alarm(spec)
 

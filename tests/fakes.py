@@ -22,11 +22,14 @@ from pathlib import Path
 from sendonce.domain.campaigns.ports import BatchStatus, CounterTotals, Counts, StateChange
 from sendonce.domain.deliverability import event_order
 from sendonce.domain.deliverability.ports import (
+    AccountState,
     Annotation,
     AnnotationStatus,
     CampaignFeedback,
+    Enforcement,
     EventKind,
     FeedbackCounter,
+    HealthRecord,
     ImportReport,
     ProviderEvent,
     ReopenReport,
@@ -854,3 +857,33 @@ class FakeCounters:
             if campaign == campaign_id:
                 counts.add(item)
         return CounterTotals(recorded_batches=self.recorded[campaign_id], counts=counts)
+
+
+class FakeHealthRecords:
+    """The account health check's records, one per provider (DynamoDBHealthRecords' stand-in)."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, HealthRecord] = {}
+
+    def last(self, provider: str) -> HealthRecord | None:
+        return self.records.get(provider)
+
+    def record(self, record: HealthRecord) -> None:
+        self.records[record.provider] = record
+
+
+class FakeProviderAccount:
+    """A provider account whose state a test sets; `reads` counts the checks that read it."""
+
+    def __init__(self, provider: str = "ses") -> None:
+        self.current = AccountState(provider=provider, sending_enabled=True, enforcement=Enforcement.HEALTHY)
+        self.reads = 0
+
+    def set(self, *, sending_enabled: bool = True, enforcement: str = Enforcement.HEALTHY) -> None:
+        self.current = AccountState(
+            provider=self.current.provider, sending_enabled=sending_enabled, enforcement=enforcement
+        )
+
+    def state(self) -> AccountState:
+        self.reads += 1
+        return self.current

@@ -77,6 +77,10 @@ class Metric(StrEnum):
     COUNTER_RECORDS_APPLIED = "CounterRecordsApplied"
     COUNTER_RECORDS_REPEATED = "CounterRecordsRepeated"
     CAMPAIGNS_COMPLETED_BY_COUNTERS = "CampaignsCompletedByCounters"
+    # The account health check (published only when not zero).
+    ACCOUNT_ON_PROBATION = "AccountOnProbation"
+    ACCOUNT_SENDING_STOPPED = "AccountSendingStopped"
+    CAMPAIGNS_PAUSED_FOR_ACCOUNT = "CampaignsPausedForAccount"
 
 
 # Published a second time per campaign, with the dimension METRIC_CAMPAIGN_DIMENSION beside

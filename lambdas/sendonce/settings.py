@@ -234,6 +234,29 @@ class AggregatorSettings(BaseModel):
         return _from_env(cls, environ)
 
 
+class AccountHealthSettings(BaseModel):
+    """The account health check: a provider's account read on a schedule, its sending
+    campaigns paused when it cannot send (domain/deliverability/account_health.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    campaigns_table: str = Field(**_TABLE)
+    # The provider whose account is read: a registered one with an account state to read.
+    provider: str = Field(min_length=1)
+
+    @field_validator("provider")
+    @classmethod
+    def _has_an_account(cls, name: str) -> str:
+        readable = sorted(n for n, p in registered().items() if p.account is not None)
+        if name not in readable:
+            raise ValueError(f"{name!r} is not a provider whose account can be read ({', '.join(readable)})")
+        return name
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> AccountHealthSettings:
+        return _from_env(cls, environ)
+
+
 class _EventsSettings(_WithProviders):
     """The events function: provider events from an event bus and webhooks over HTTP."""
 

@@ -103,6 +103,12 @@ class ProviderStack:
     def webhook_path(self) -> str | None:
         return self.descriptor.webhook_path
 
+    @property
+    def account_health(self) -> bool:
+        """The provider has an account state to read (`Provider.account`): the stack deploys
+        the account health check for it (sendonce_cdk/account_health.py)."""
+        return self.descriptor.account is not None
+
     # --- hooks: subclasses override what they need --------------------------------------
 
     def parse_context(self, value: Any) -> dict[str, Any]:
@@ -146,6 +152,9 @@ class ProviderStack:
         that sends also lists and retrieves); nothing for a provider without a listing."""
         if self.descriptor.records is not None:
             self._grant_secrets(mail, function, "consumer")
+
+    def grant_account_health(self, mail: MailConstruct, function: lambda_.IFunction) -> None:
+        """What reading the provider's account needs (only when `account_health`)."""
 
     def add_event_sources(self, events: ProviderEvents, config: ProviderConfig) -> None:
         """Event-bus sources that reach the events function (created in `events`' scope)."""

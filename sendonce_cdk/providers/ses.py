@@ -96,6 +96,22 @@ class SesStack(ProviderStack):
             iam.PolicyStatement(sid="ReadSendQuota", actions=["ses:GetAccount"], resources=["*"])
         )
 
+    def grant_account_health(self, mail: MailConstruct, function: lambda_.IFunction) -> None:
+        # SendingEnabled and EnforcementStatus; GetAccount has no resource-level permissions.
+        function.add_to_role_policy(
+            iam.PolicyStatement(sid="ReadAccountHealth", actions=["ses:GetAccount"], resources=["*"])
+        )
+        if function.role is not None:
+            cdk.Validations.of(function.role).acknowledge(
+                cdk.Acknowledgment(
+                    id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
+                    reason=(
+                        "Only ses:GetAccount (statement ReadAccountHealth): the account's sending state,"
+                        " read-only, which SES does not scope to resources."
+                    ),
+                )
+            )
+
     def add_event_sources(self, scope: ProviderEvents, config: ProviderConfig) -> None:
         name = configuration_set_name(config)
         default_bus = events.EventBus.from_event_bus_name(scope, "DefaultBus", "default")

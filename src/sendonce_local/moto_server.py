@@ -258,6 +258,67 @@ def ses_sent_messages(endpoint: str) -> list[dict[str, Any]]:
     return sent
 
 
+def set_ses_account(
+    session_or_client: Any,
+    *,
+    sending_enabled: bool | None = None,
+    enforcement_status: str | None = None,
+    max_send_rate: float | None = None,
+    max_24_hour_send: float | None = None,
+) -> None:
+    """Set what moto's SES v2 ``GetAccount`` answers, and whether its sends are refused
+    (``moto_patches.ses_account``), for the account and region the client signs for.
+
+    ``session_or_client``: a boto3 session, an SES v2 client, or a moto endpoint URL (then as
+    ``aws_env`` names it: region ``REGION``, moto's default account). A ``None`` field stays as
+    it is. ``enforcement_status`` (HEALTHY, PROBATION, SHUTDOWN), ``max_send_rate`` and
+    ``max_24_hour_send`` are fields moto's stand-in accepts and AWS's API lacks: boto3 would
+    refuse them, so they are added to the body of a real ``PutAccountSendingAttributes``
+    before it is signed. moto refuses an invalid value with ``BadRequestException``
+    (botocore's ``ClientError``), changing nothing.
+    """
+    client = _sesv2_client(session_or_client)
+    local = {
+        name: value
+        for name, value in (
+            ("EnforcementStatus", enforcement_status),
+            ("MaxSendRate", max_send_rate),
+            ("Max24HourSend", max_24_hour_send),
+        )
+        if value is not None
+    }
+    params = {} if sending_enabled is None else {"SendingEnabled": sending_enabled}
+
+    def add_local_fields(request: Any, **_: Any) -> None:
+        body = json.loads(request.body or b"{}")
+        body.update(local)
+        request.data = json.dumps(body).encode()
+
+    event = "before-sign.sesv2.PutAccountSendingAttributes"
+    client.meta.events.register(event, add_local_fields)
+    try:
+        client.put_account_sending_attributes(**params)
+    finally:
+        client.meta.events.unregister(event, add_local_fields)
+
+
+def _sesv2_client(session_or_client: Any) -> Any:
+    import boto3
+
+    if isinstance(session_or_client, str):
+        env = aws_env(session_or_client)
+        return boto3.client(
+            "sesv2",
+            endpoint_url=session_or_client,
+            region_name=env["AWS_DEFAULT_REGION"],
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        )
+    if isinstance(session_or_client, boto3.session.Session):
+        return session_or_client.client("sesv2")
+    return session_or_client
+
+
 def ses_deliveries(endpoint: str) -> dict[str, int]:
     """How many emails each recipient address received, from moto's SES record."""
     counts: Counter[str] = Counter()

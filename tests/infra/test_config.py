@@ -153,7 +153,8 @@ def test_flood_protection_defaults() -> None:
     assert (defaults.unsubscribe_reserved_concurrency, defaults.api_reserved_concurrency) == (10, 10)
     assert defaults.account_concurrency == 1000
     assert defaults.aggregator_reserved_concurrency == 10
-    assert defaults.reserved_concurrency_total == 47  # + the jobs worker's 5
+    assert defaults.account_health_reserved_concurrency == 1  # SES is deployed: its account is checked
+    assert defaults.reserved_concurrency_total == 48  # + the jobs worker's 5
 
 
 @pytest.mark.parametrize(
@@ -183,13 +184,14 @@ def test_flood_protection_from_command_line_strings() -> None:
 
 
 def test_reservations_that_leave_lambda_too_little_unreserved_are_refused() -> None:
-    # 2 + 10 + 10 + 10 + 10 (counters) + 5 (jobs) = 47 fits a 1,000 quota;
-    # 2 + 864 + 10 + 10 + 10 + 5 = 901 > 1,000 - 100.
-    assert config(events_reserved_concurrency=863).reserved_concurrency_total == 900
+    # 2 + 10 + 10 + 10 + 10 (counters) + 5 (jobs) + 1 (SES account health) = 48 fits a 1,000 quota;
+    # 2 + 863 + 10 + 10 + 10 + 5 + 1 = 901 > 1,000 - 100.
+    assert config(events_reserved_concurrency=862).reserved_concurrency_total == 900
     with pytest.raises(
-        ConfigError, match=r"reserve 901 .*consumer 2 = max_concurrency.*events 864.*jobs 5.*account_concurrency 1000"
+        ConfigError,
+        match=r"reserve 901 .*consumer 2 = max_concurrency.*events 863.*jobs 5, account health 1.*account_concurrency 1000",
     ):
-        config(events_reserved_concurrency=864)
+        config(events_reserved_concurrency=863)
     # The consumer's share grows with max_concurrency: the same check covers it.
     with pytest.raises(ConfigError, match="max_concurrency"):
         config(max_concurrency=900)

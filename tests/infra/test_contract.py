@@ -20,6 +20,7 @@ from sendonce import contract
 from sendonce.adapters.providers.registry import registered
 from sendonce.contract import Metric, Output, env_name
 from sendonce.settings import (
+    AccountHealthSettings,
     AggregatorSettings,
     ApiSettings,
     ConsumerSettings,
@@ -43,6 +44,7 @@ SETTINGS_BY_HANDLER: dict[str, type[BaseModel]] = {
     "sendonce.handlers.aggregator.lambda_handler": AggregatorSettings,
     "sendonce.handlers.scheduled_start.lambda_handler": ApiSettings,
     "sendonce.handlers.jobs.lambda_handler": JobsSettings,
+    "sendonce.handlers.account_health.lambda_handler": AccountHealthSettings,
 }
 API_HANDLER = "sendonce.handlers.api.lambda_handler"
 # Read by Powertools, not by the settings models; set on every function.

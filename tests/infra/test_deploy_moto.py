@@ -195,6 +195,7 @@ def test_cli_deploy_deliverability_and_api_functions(cli_deployed: Deployed, aws
         "sendonce.handlers.aggregator.lambda_handler",
         "sendonce.handlers.scheduled_start.lambda_handler",
         "sendonce.handlers.jobs.lambda_handler",
+        "sendonce.handlers.account_health.lambda_handler",
     }
     jobs = functions["sendonce.handlers.jobs.lambda_handler"]["Environment"]["Variables"]
     assert jobs[env_name("queue_url")] == outputs[Output.QUEUE_URL]
@@ -223,7 +224,8 @@ def test_cli_deploy_deliverability_and_api_functions(cli_deployed: Deployed, aws
 
 def test_cli_deploy_reserves_concurrency_for_every_function(cli_deployed: Deployed, aws: Any) -> None:
     # Defaults: the consumer's MaximumConcurrency (2), events 10, unsubscribe 10, API 10,
-    # the counters' aggregator 10, the jobs worker 5; the scheduled start reserves nothing.
+    # the counters' aggregator 10, the jobs worker 5, the SES account health check 1; the
+    # scheduled start reserves nothing.
     functions = _functions_by_handler(aws, CLI_STACK)
 
     reserved = {
@@ -241,6 +243,7 @@ def test_cli_deploy_reserves_concurrency_for_every_function(cli_deployed: Deploy
         "sendonce.handlers.aggregator.lambda_handler": 10,
         "sendonce.handlers.scheduled_start.lambda_handler": None,
         "sendonce.handlers.jobs.lambda_handler": 5,
+        "sendonce.handlers.account_health.lambda_handler": 1,
     }
 
 
@@ -255,6 +258,18 @@ def test_cli_deploy_ses_events_rule_targets_the_events_function(cli_deployed: De
     assert pattern["detail"]["mail"]["tags"]["ses:configuration-set"] == [f"{CLI_STACK}-events"]
 
 
+def test_cli_deploy_checks_the_ses_account_every_five_minutes(cli_deployed: Deployed, aws: Any) -> None:
+    functions = _functions_by_handler(aws, CLI_STACK)
+    check = functions["sendonce.handlers.account_health.lambda_handler"]
+
+    [rule_name] = aws("events").list_rule_names_by_target(TargetArn=check["FunctionArn"])["RuleNames"]
+
+    assert aws("events").describe_rule(Name=rule_name)["ScheduleExpression"] == "rate(5 minutes)"
+    variables = check["Environment"]["Variables"]
+    assert variables[env_name("campaigns_table")] == cli_deployed.outputs[Output.CAMPAIGNS_TABLE_NAME]
+    assert variables[env_name("provider")] == "ses"
+
+
 def test_cli_deploy_api_urls_are_placeholders_in_moto(cli_deployed: Deployed) -> None:
     # moto creates no HTTP API, so the Refs the URLs are built from resolve to None; the
     # deploy still completes. test_stack.py checks the URLs and routes on the template.
@@ -267,7 +282,8 @@ def test_cli_deploy_function_is_arm64_in_the_deployed_template(cli_deployed: Dep
     body = aws("cloudformation").get_template(StackName=CLI_STACK)["TemplateBody"]
     template = body if isinstance(body, dict) else json.loads(body)
     functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
-    assert len(functions) == 7  # consumer, operator API, events, unsubscribe, counters, scheduled start, jobs
+    # consumer, operator API, events, unsubscribe, counters, scheduled start, jobs, SES account health
+    assert len(functions) == 8
     assert all(f["Properties"]["Architectures"] == ["arm64"] for f in functions)
 
 

@@ -18,6 +18,7 @@ API_HANDLER = "sendonce.handlers.api.lambda_handler"
 EVENTS_HANDLER = "sendonce.handlers.events.lambda_handler"
 UNSUBSCRIBE_HANDLER = "sendonce.handlers.unsubscribe.lambda_handler"
 AGGREGATOR_HANDLER = "sendonce.handlers.aggregator.lambda_handler"
+ACCOUNT_HEALTH_HANDLER = "sendonce.handlers.account_health.lambda_handler"
 UNSUBSCRIBE_ROUTES = {"GET /u/{token}", "POST /u/{token}"}
 WEBHOOK_ROUTE = "POST /webhooks/resend"
 
@@ -114,7 +115,14 @@ def test_public_stage_waits_for_every_throttled_route(assembly: Synthesized) -> 
 def _reserved(synth: Synthesized) -> dict[str, int | None]:
     return {
         handler: _function(synth, handler).get("ReservedConcurrentExecutions")
-        for handler in (CONSUMER_HANDLER, API_HANDLER, EVENTS_HANDLER, UNSUBSCRIBE_HANDLER, AGGREGATOR_HANDLER)
+        for handler in (
+            CONSUMER_HANDLER,
+            API_HANDLER,
+            EVENTS_HANDLER,
+            UNSUBSCRIBE_HANDLER,
+            AGGREGATOR_HANDLER,
+            ACCOUNT_HEALTH_HANDLER,
+        )
     }
 
 
@@ -126,6 +134,7 @@ def test_every_function_has_reserved_concurrency(assembly: Synthesized) -> None:
         EVENTS_HANDLER: config.events_reserved_concurrency,
         UNSUBSCRIBE_HANDLER: config.unsubscribe_reserved_concurrency,
         AGGREGATOR_HANDLER: config.aggregator_reserved_concurrency,
+        ACCOUNT_HEALTH_HANDLER: config.account_health_reserved_concurrency,
     }
 
 
@@ -178,6 +187,7 @@ def test_default_reservations(default_assembly: Synthesized, full_assembly: Synt
         EVENTS_HANDLER: 10,
         UNSUBSCRIBE_HANDLER: 10,
         AGGREGATOR_HANDLER: 10,
+        ACCOUNT_HEALTH_HANDLER: 1,
     }
     assert _reserved(full_assembly) == {
         CONSUMER_HANDLER: 7,
@@ -185,4 +195,5 @@ def test_default_reservations(default_assembly: Synthesized, full_assembly: Synt
         EVENTS_HANDLER: 60,
         UNSUBSCRIBE_HANDLER: 5,
         AGGREGATOR_HANDLER: 10,
+        ACCOUNT_HEALTH_HANDLER: 1,
     }

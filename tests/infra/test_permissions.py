@@ -27,6 +27,7 @@ UNSUBSCRIBE_HANDLER = "sendonce.handlers.unsubscribe.lambda_handler"
 AGGREGATOR_HANDLER = "sendonce.handlers.aggregator.lambda_handler"
 SCHEDULED_START_HANDLER = "sendonce.handlers.scheduled_start.lambda_handler"
 JOBS_HANDLER = "sendonce.handlers.jobs.lambda_handler"
+ACCOUNT_HEALTH_HANDLER = "sendonce.handlers.account_health.lambda_handler"
 HANDLERS = (
     CONSUMER_HANDLER,
     API_HANDLER,
@@ -35,6 +36,7 @@ HANDLERS = (
     AGGREGATOR_HANDLER,
     SCHEDULED_START_HANDLER,
     JOBS_HANDLER,
+    ACCOUNT_HEALTH_HANDLER,  # both assemblies deploy SES, whose account it reads
 )
 
 # The campaigns table as the API and the jobs worker use it (written out here, not imported
@@ -287,6 +289,14 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
         if config.recipients_bucket:
             # An S3 publish's parts read their byte ranges.
             expected[f"s3:{config.recipients_bucket}/*"] = {"s3:GetObject"}
+    elif handler == ACCOUNT_HEALTH_HANDLER:
+        expected |= {
+            # Its record (GetItem, PutItem); the sending campaigns (the index, then BatchGetItem)
+            # and their pause (UpdateItem). Never the ledger.
+            "campaigns": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+            "campaigns/index/campaigns-by-state": {"dynamodb:Query"},
+            "*": {"ses:GetAccount"},
+        }
     elif handler == UNSUBSCRIBE_HANDLER:
         expected |= {
             "suppressions": {"dynamodb:GetItem", "dynamodb:PutItem"},

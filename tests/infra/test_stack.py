@@ -724,10 +724,16 @@ def test_events_function_environment_and_permissions(assembly: Synthesized) -> N
         assert reads == []
 
 
+def _ses_events_rule(assembly: Synthesized) -> tuple[str, dict]:
+    """The rule of SES's sending events (the other rule is the account health check's schedule)."""
+    [found] = [(i, r) for i, r in assembly.of_type("AWS::Events::Rule").items() if "EventPattern" in r["Properties"]]
+    return found
+
+
 def test_ses_events_rule_targets_the_events_function(assembly: Synthesized) -> None:
     from sendonce.adapters.providers.ses.events import SES_DETAIL_TYPES
 
-    _, rule = assembly.only("AWS::Events::Rule")
+    _, rule = _ses_events_rule(assembly)
     properties = rule["Properties"]
     events_id = _function(assembly, EVENTS_HANDLER)[0]
 
@@ -747,7 +753,7 @@ def test_ses_events_rule_targets_the_events_function(assembly: Synthesized) -> N
         {
             "FunctionName": {"Fn::GetAtt": [events_id, "Arn"]},
             "Principal": "events.amazonaws.com",
-            "SourceArn": {"Fn::GetAtt": [assembly.only("AWS::Events::Rule")[0], "Arn"]},
+            "SourceArn": {"Fn::GetAtt": [_ses_events_rule(assembly)[0], "Arn"]},
         },
     )
 
@@ -759,7 +765,7 @@ def test_failed_ses_events_are_kept(assembly: Synthesized) -> None:
     properties = invoke_config["Properties"]
     assert properties["FunctionName"] == {"Ref": events_id}
     dead_letter_id = _ref(properties["DestinationConfig"]["OnFailure"]["Destination"])
-    [target] = assembly.only("AWS::Events::Rule")[1]["Properties"]["Targets"]
+    [target] = _ses_events_rule(assembly)[1]["Properties"]["Targets"]
     assert _ref(target["DeadLetterConfig"]["Arn"]) == dead_letter_id
     queue = assembly.resources[dead_letter_id]["Properties"]
     assert queue["MessageRetentionPeriod"] == 14 * 24 * 3600
@@ -768,6 +774,38 @@ def test_failed_ses_events_are_kept(assembly: Synthesized) -> None:
     alarm = _alarm(assembly, "ProviderEventsDeadLettered")
     assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [dead_letter_id, "QueueName"]}}]
     assert alarm["Threshold"] == 0
+
+
+def test_the_ses_account_is_checked_every_five_minutes_and_a_stopped_account_pages(assembly: Synthesized) -> None:
+    # Issue 32, item 4: a scheduled read of GetAccount; alarms on what it publishes.
+    handler = "sendonce.handlers.account_health.lambda_handler"
+    function_id, function = _function(assembly, handler)
+    [(rule_id, rule)] = [
+        (i, r) for i, r in assembly.of_type("AWS::Events::Rule").items() if "ScheduleExpression" in r["Properties"]
+    ]
+    [target] = rule["Properties"]["Targets"]
+    assert rule["Properties"]["ScheduleExpression"] == "rate(5 minutes)"
+    assert target["Arn"] == {"Fn::GetAtt": [function_id, "Arn"]}
+    assert target["RetryPolicy"]["MaximumRetryAttempts"] == 0  # the next check reads again
+    assembly.assertions.has_resource_properties(
+        "AWS::Lambda::Permission",
+        {
+            "FunctionName": {"Fn::GetAtt": [function_id, "Arn"]},
+            "Principal": "events.amazonaws.com",
+            "SourceArn": {"Fn::GetAtt": [rule_id, "Arn"]},
+        },
+    )
+    assert function["Environment"]["Variables"]["SENDONCE_PROVIDER"] == "ses"
+    stopped, probation = _alarm(assembly, "AccountSendingStopped"), _alarm(assembly, "AccountOnProbation")
+    assert (stopped["MetricName"], stopped["Statistic"], stopped["Threshold"]) == (
+        "AccountSendingStopped",
+        "Maximum",
+        0,
+    )
+    assert stopped["AlarmDescription"].startswith("[page]")
+    assert (probation["MetricName"], probation["Threshold"]) == ("AccountOnProbation", 0)
+    assert probation["AlarmDescription"].startswith("[warning]")
+    assert stopped["Period"] == 15 * 60  # three checks: one late check does not clear it
 
 
 def test_ses_configuration_set_publishes_to_the_default_bus(assembly: Synthesized) -> None:

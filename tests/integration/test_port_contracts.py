@@ -13,12 +13,22 @@ from typing import Protocol
 import boto3
 import pytest
 
+from sendonce.adapters.dynamodb.account_health import DynamoDBHealthRecords
 from sendonce.adapters.dynamodb.jobs import DynamoDBJobStore
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.recorded_test_sends import DynamoDBTestSendLog
 from sendonce.adapters.dynamodb.suppressions import DynamoDBSuppressions
 from sendonce.domain.campaigns.ports import CampaignCounters, CampaignScheduler, CampaignStore
-from sendonce.domain.deliverability.ports import LedgerEvents, Suppression, SuppressionReason, Suppressions
+from sendonce.domain.deliverability.ports import (
+    HealthRecord,
+    HealthRecords,
+    LedgerEvents,
+    ProviderAccount,
+    Suppression,
+    SuppressionReason,
+    Suppressions,
+    Verdict,
+)
 from sendonce.domain.errors import JobNotFoundError, LeaseLostError
 from sendonce.domain.jobs.memory import InMemoryJobStore
 from sendonce.domain.jobs.models import Job, JobKind
@@ -446,6 +456,29 @@ def test_recent_test_sends_are_the_newest_first_with_the_count_of_all(test_send_
     assert test_send_log.recent("nobody", limit=5) == ([], 0)
 
 
+# --- the account health check's records ------------------------------------------------
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def health_records(request) -> HealthRecords:
+    if request.param == "fake":
+        return fakes.FakeHealthRecords()
+    client, _, campaigns_table = request.getfixturevalue("tables")
+    return DynamoDBHealthRecords(client=client, table_name=campaigns_table)
+
+
+def test_the_last_health_record_is_the_one_recorded_last_per_provider(health_records):
+    stopped = HealthRecord("ses", Verdict.STOPPED, "ses account: sending disabled", 1_000, 1_000, stopped_at_ms=1_000)
+    back = HealthRecord("ses", Verdict.HEALTHY, "ses account: healthy", 9_000, 9_000, 1_000, back_at_ms=9_000)
+
+    assert health_records.last("ses") is None
+    health_records.record(stopped)
+    assert health_records.last("ses") == stopped
+    health_records.record(back)
+    assert health_records.last("ses") == back
+    assert health_records.last("resend") is None
+
+
 # --- every fake has its port's methods, with the same parameters --------------------------
 
 FAKES: list[tuple[type, type]] = [
@@ -460,6 +493,8 @@ FAKES: list[tuple[type, type]] = [
     (fakes.FakeJobQueue, JobQueue),
     (fakes.FakeCounters, CampaignCounters),
     (InMemoryJobStore, JobStore),
+    (fakes.FakeHealthRecords, HealthRecords),
+    (fakes.FakeProviderAccount, ProviderAccount),
 ]
 
 

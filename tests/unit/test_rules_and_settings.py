@@ -34,6 +34,8 @@ def resend_error(code, kind, headers=None):
         (resend_error(400, "validation_error"), PermanentProviderError),
         (resend_error(401, "missing_api_key"), HaltProviderError),
         (resend_error(403, "invalid_api_key"), HaltProviderError),
+        # Resend's domain-not-verified class: the campaign pauses rather than failing each email.
+        (resend_error(403, "validation_error"), HaltProviderError),
     ],
 )
 def test_resend_errors_are_classified(error, expected):
@@ -59,6 +61,9 @@ def ses_error(code, status=400, message="m"):
         (ses_error("SendingPausedException"), HaltProviderError),
         (ses_error("AccountSuspendedException"), HaltProviderError),
         (ses_error("MessageRejected"), PermanentProviderError),
+        # The account or the sending domain may not send (issue 32): the campaign pauses.
+        (ses_error("MailFromDomainNotVerifiedException"), HaltProviderError),
+        (ses_error("MessageRejected", 400, "Email address is not verified. ..."), HaltProviderError),
         (ses_error("InternalFailure", 500), AmbiguousProviderError),
         (ReadTimeoutError(endpoint_url="https://email"), AmbiguousProviderError),
     ],

@@ -17,10 +17,10 @@ patched moto in one process that way).
 
 The patches live by the part of moto they change: dynamodb_transactions.py,
 dynamodb_locking.py, dynamodb_streams.py, dynamodb_expressions.py, dynamodb_reads.py,
-cloudformation.py, moto_api.py, sqs_fairness.py and ses_headers.py (replacing.py: how
-``replace`` records and undoes). This module is the entry point: the version guard, the two sets in the order
-they are applied, and ``apply()`` / ``revert()``; tests/integration/moto_patches/ holds a
-test file per part.
+cloudformation.py, moto_api.py, sqs_fairness.py, ses_headers.py and ses_account.py
+(replacing.py: how ``replace`` records and undoes). This module is the entry point: the
+version guard, the two sets in the order they are applied, and ``apply()`` / ``revert()``;
+tests/integration/moto_patches/ holds a test file per part.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from sendonce_local.moto_patches.dynamodb_transactions import (
 from sendonce_local.moto_patches.moto_api import docker_probe_fails_as_missing_attribute
 from sendonce_local.moto_patches.replacing import PatchFunction, recorder, undo
 from sendonce_local.moto_patches.replacing import Replace as Replace  # re-exported: a patch's signature
+from sendonce_local.moto_patches.ses_account import ses_account_has_a_state
 from sendonce_local.moto_patches.ses_headers import simple_sends_keep_their_headers
 from sendonce_local.moto_patches.sqs_fairness import receives_serve_quiet_groups_first
 
@@ -100,6 +101,8 @@ DEFECT_FIXES: tuple[PatchFunction, ...] = (
     # Another gap: SES v2 simple sends drop their headers, so what SES was asked to send
     # (List-Unsubscribe, Feedback-ID) could not be checked locally.
     simple_sends_keep_their_headers,
+    # Another gap: SES v2 has no GetAccount, which the account health check and the rate cap read.
+    ses_account_has_a_state,
 )
 
 # The speed patches (the demo's). Stock moto spends ~40 ms of CPU on each item of batch

@@ -50,6 +50,7 @@ def _moto_attributes() -> dict[tuple[str, str], int]:
     import moto.dynamodb.parsing.ast_nodes as ast_nodes
     import moto.dynamodb.parsing.validators as validators
     import moto.dynamodb.responses as responses
+    import moto.sesv2.urls as sesv2_urls
     from moto.sesv2.responses import SESV2Response
     from moto.sqs.models import Queue
     from moto.utilities.docker_utilities import DockerModel
@@ -68,6 +69,7 @@ def _moto_attributes() -> dict[tuple[str, str], int]:
         ast_nodes.DepthFirstTraverser,
         Queue,
         SESV2Response,
+        sesv2_urls,
     )
     return {
         (repr(owner), name): id(value)

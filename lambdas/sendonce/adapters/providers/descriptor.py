@@ -134,6 +134,9 @@ class Provider:
     # settings, the env, the shared limiter, retention days or None, share of the rate) ->
     # a ProviderRecords. None: the audit reads the events recorded on the ledger instead.
     records: Callable[[Any, ProviderEnv, RateLimiter, float | None, float], Any] | None = None
+    # The sending account's state, read by the account health check (a ProviderAccount,
+    # domain/deliverability/ports.py). None: the provider has no account state to read.
+    account: Callable[[ProviderEnv], Any] | None = None
     billing: Billing = field(default_factory=Billing)
 
     def default_rate(self) -> float:

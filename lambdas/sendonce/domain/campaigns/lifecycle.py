@@ -78,7 +78,13 @@ TRANSITIONS: tuple[CampaignTransition, ...] = (
         "the pause becomes the operator's (who, why): no window opening resumes it",
         takes_over=True,
     ),
-    T(E.HALT, C.SENDING, C.PAUSED, "sendonce", "the provider refuses every send (quota, suspended key)"),
+    T(
+        E.HALT,
+        C.SENDING,
+        C.PAUSED,
+        "sendonce",
+        "the provider refuses every send (quota, suspended key), or the account health check reads an account that cannot send",
+    ),
     T(E.BRAKE, C.SENDING, C.PAUSED, "sendonce", "complaint or bounce rate over its brake"),
     T(
         E.WINDOW_CLOSE,

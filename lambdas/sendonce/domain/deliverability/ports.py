@@ -1,5 +1,5 @@
 """What deliverability needs from the outside world: the suppression list, provider events
-recorded against the ledger, webhook signatures. Addresses cross these ports only to be
+recorded against the ledger, webhook signatures, the sending account's state. Addresses cross these ports only to be
 hashed: what is stored and listed is the email fingerprint
 (`sendonce.domain.models.email_fingerprint`)."""
 
@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from sendonce.domain.campaigns.ports import CampaignRecords
 from sendonce.domain.models import (
+    CampaignState,
     DeliveryKey,
     DeliveryState,
 )
@@ -203,3 +205,84 @@ class WebhookVerifier(Protocol):
     def verify(self, body: str, headers: Mapping[str, str]) -> dict[str, Any]:
         """The parsed payload of a correctly signed, fresh webhook; raises WebhookSignatureError."""
         ...
+
+
+# --- the sending account's health (domain/deliverability/account_health.py) ----------------
+
+
+class Enforcement(StrEnum):
+    """SES `EnforcementStatus`; another provider maps its own account states onto these."""
+
+    HEALTHY = "HEALTHY"
+    PROBATION = "PROBATION"
+    SHUTDOWN = "SHUTDOWN"
+
+
+class Verdict(StrEnum):
+    HEALTHY = "healthy"
+    PROBATION = "probation"  # an alarm, nothing paused
+    STOPPED = "stopped"  # the account cannot send: its sending campaigns are paused
+
+
+@dataclass(frozen=True)
+class AccountState:
+    """What the provider says of the account, as read now."""
+
+    provider: str
+    sending_enabled: bool
+    enforcement: str  # an Enforcement value, or what the provider said if it is none of them
+
+    @property
+    def verdict(self) -> Verdict:
+        if not self.sending_enabled or self.enforcement == Enforcement.SHUTDOWN:
+            return Verdict.STOPPED
+        if self.enforcement == Enforcement.PROBATION:
+            return Verdict.PROBATION
+        return Verdict.HEALTHY
+
+    @property
+    def reason(self) -> str:
+        """The paused campaigns' reason, and the record's: what the provider said."""
+        said = []
+        if not self.sending_enabled:
+            said.append("sending disabled")
+        if self.enforcement != Enforcement.HEALTHY:
+            said.append(f"enforcement status {self.enforcement}")
+        return f"{self.provider} account: {', '.join(said) or 'healthy'}"
+
+
+@dataclass(frozen=True)
+class HealthRecord:
+    """What the last check saw, kept between checks: the verdict and since when, when the
+    account last stopped and when it came back from that (None: not since recorded)."""
+
+    provider: str
+    verdict: Verdict
+    reason: str
+    since_ms: int
+    checked_ms: int
+    stopped_at_ms: int | None = None
+    back_at_ms: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "verdict": self.verdict.value}
+
+
+class ProviderAccount(Protocol):
+    """The provider's view of the sending account (SES: `GetAccount`)."""
+
+    def state(self) -> AccountState: ...
+
+
+class HealthRecords(Protocol):
+    """The last check's record, one per provider."""
+
+    def last(self, provider: str) -> HealthRecord | None: ...
+
+    def record(self, record: HealthRecord) -> None: ...
+
+
+class SendingCampaigns(CampaignRecords, Protocol):
+    """The campaigns sending now (by state: an index, never the ledger), and their moves."""
+
+    def list(self, state: CampaignState | None = None) -> Any: ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from sendonce.adapters.providers.descriptor import BusEvents, Pace, Provider, ProviderEnv, ProviderSettings
+from sendonce.adapters.providers.ses.account import SesAccount
 from sendonce.adapters.providers.ses.events import parse_ses_event
 from sendonce.adapters.providers.ses.prices import BILLING
 from sendonce.adapters.providers.ses.sender import CAPABILITIES, SEND_CLIENT_CONFIG, SesProvider
@@ -32,6 +33,11 @@ def _build(settings: SesSettings, env: ProviderEnv) -> EmailProvider:
     )
 
 
+def _account(env: ProviderEnv) -> SesAccount:
+    # One attempt, short timeouts: a failed read fails that check; the next one reads again.
+    return SesAccount(client=env.clients.client("sesv2", SEND_CLIENT_CONFIG))
+
+
 def _pace(settings: SesSettings, provider: EmailProvider | None) -> Pace:
     rate = settings.send_rate
     account_rate = provider.max_send_rate() if isinstance(provider, SesProvider) else None
@@ -47,5 +53,6 @@ PROVIDER = Provider(
     build=_build,
     pace=_pace,
     bus_events=BusEvents(provider=NAME, source=EVENT_SOURCE, parse=parse_ses_event),
+    account=_account,
     billing=BILLING,
 )

@@ -21,8 +21,10 @@ from sendonce.domain.models import OutboundEmail, Receipt
 # One attempt exactly: `max_attempts: 1` still made two in botocore's standard mode.
 SEND_CLIENT_CONFIG = Config(retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=10)
 
-_HALT = {"SendingPausedException", "AccountSuspendedException"}
-_PERMANENT = {"MessageRejected", "MailFromDomainNotVerifiedException", "BadRequestException", "NotFoundException"}
+# The account or the sending domain may not send: every email of the campaign would fail alike,
+# so the campaign pauses (halt) instead of failing recipient after recipient.
+_HALT = {"SendingPausedException", "AccountSuspendedException", "MailFromDomainNotVerifiedException"}
+_PERMANENT = {"MessageRejected", "BadRequestException", "NotFoundException"}
 _THROTTLE = {"TooManyRequestsException", "Throttling", "ThrottlingException", "LimitExceededException"}
 
 
@@ -34,7 +36,9 @@ def classify_ses_error(exc: Exception) -> Exception:
         message = exc.response.get("Error", {}).get("Message", "")
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         reason = f"ses {code}: {message}"[:500]
-        if code in _HALT or "quota" in message.lower():
+        # An unverified sender identity: MessageRejected "Email address is not verified".
+        unverified = code == "MessageRejected" and "not verified" in message.lower()
+        if code in _HALT or unverified or "quota" in message.lower():
             return HaltProviderError(reason, code=code)
         if code in _THROTTLE:
             return RetryableProviderError(reason, code=code, throttled=True)
