@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import fair_forecast
 from bench.core import machine
 from bench.fair_measure import Timeline, accepted_by_campaign, in_flight, limiter_units, shares
 from bench.fair_measure import ratio as ratio_of
@@ -56,6 +57,10 @@ from bench.fair_table import behind_line, table
 from bench.run import stdout_to_devnull
 from bench.scale_stack import ScaleConfig, ScaleStack, bench_campaign, recipients_of
 from sendonce.domain.models import CampaignState
+from sendonce.settings import ConsumerSettings
+from sendonce.wiring.clients import Clients
+from sendonce.wiring.operator import build_sending_now
+from sendonce.wiring.providers import configured_paces
 from sendonce_client.streams import DEFAULT_STREAMS
 from sendonce_local.resend_server import DEFAULT_TEAM_RATE_LIMIT
 
@@ -103,6 +108,13 @@ class FairBench:
         self.say = say
         self.started = time.monotonic()
         self.rounds = 0
+        # The operator's view of the shared limiter: the rate it paces at (the learned limit).
+        self.sending_now = build_sending_now(
+            stack.deployed.campaigns_table,
+            Clients(stack.session),
+            campaigns=stack.operator,
+            paces=configured_paces(ConsumerSettings.from_env(stack.deployed.environment)),
+        )
 
     def over_budget(self) -> str | None:
         minutes = (time.monotonic() - self.started) / 60
@@ -145,6 +157,15 @@ class FairBench:
         total = sum(size for _, _, size in campaigns)
         self.say(f"{label}: {len(campaigns)} campaigns published ({total:,} recipients); {count} consumers")
 
+        # The forecast of each campaign, the others of the round sharing (rounds of shares only).
+        forecasts: dict[str, float | None] = {}
+        if specs and all(spec.get("delivery_mode") == "single" for spec in specs.values()):
+            forecasts = fair_forecast.forecast_s(
+                [stack.operator.get(c) for c, _, _ in campaigns],
+                {c: size for c, _, size in campaigns},
+                rate=self.sending_now.rate_in_force("resend") or float(config.team_limit),
+                batch_size=self.sending_now.batch_size("resend"),
+            )
         stack.accountant.reset()  # from here: the sends' writes (the limiter's among them)
         consumers_at = time.time()
         stack.start_consumers(runtimes=runtimes)
@@ -197,6 +218,11 @@ class FairBench:
                 "completed": campaign_id not in waiting,
                 "weight": spec.get("weight", 1),
                 "priority": spec.get("priority", "normal"),
+                # `campaign forecast`'s ETA from the consumers' start, against last_email_s.
+                "forecast_s": None if forecasts.get(campaign_id) is None else round(forecasts[campaign_id] or 0, 1),
+                "forecast_error": fair_forecast.error(
+                    forecasts.get(campaign_id), round(times[-1] - consumers_at, 2) if times else None
+                ),
             }
         stack.drain_aggregator(self.say, label)
         # A clean provider for the next round: its records read, its team limit set again.
@@ -352,8 +378,10 @@ def run_fair(config: FairConfig, say: Say) -> dict[str, Any]:
                 skipped.append({"scenario": "priority", "consumers": consumers, "reason": reason})
     finally:
         stack.stop()
+    shares_rounds = [r["round"] for r in (*equal, *weighted, *urgent)]
     return {
         "small_behind_large": behind,
+        "forecast": fair_forecast.summary(shares_rounds),
         "equal_shares": equal,
         "weighted": weighted,
         "priority": urgent,

@@ -105,6 +105,24 @@ def table(result: dict[str, Any]) -> str:
             )
         )
     lines += _aligned(rows)
+    forecast = result.get("forecast") or {}
+    lines += [
+        "",
+        "campaign forecast's ETA against the measured send, the rounds of shares (forecast / measured - 1;"
+        f" goal: within {forecast.get('goal', 0.2):.0%})",
+    ]
+    rows = [("round", "campaign", "forecast", "measured", "error")]
+    for round_ in _rounds(result):
+        for role, c in round_["campaigns"].items():
+            if c.get("forecast_s") is not None:
+                rows.append(
+                    (round_["label"], role, _s(c["forecast_s"]), _s(c["last_email_s"]), str(c["forecast_error"]))
+                )
+    lines += _aligned(rows)
+    lines.append(
+        f"worst {forecast.get('worst_error')}, mean |error| {forecast.get('mean_abs_error')} over"
+        f" {forecast.get('campaigns', 0)} campaigns: {'met' if forecast.get('met') else 'not met'}"
+    )
     lines += ["", "the limiter's key (limiter#resend, every slot item): write units per recipient, refused writes too"]
     rows = [("round", "mode", "recipients", "writes", "units / recipient")]
     for round_ in _rounds(result):

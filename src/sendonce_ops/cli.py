@@ -17,6 +17,7 @@ from rich.console import Console
 
 from sendonce_ops.cli_context import EXIT_CODES_HELP, Cli, ExitCode, classify, fail
 from sendonce_ops.endpoints import DEFAULT_STACK
+from sendonce_ops.forecast_cli import campaign_forecast
 from sendonce_ops.preview_cli import campaign_preview, campaign_test_send
 from sendonce_ops.schedule_cli import campaign_reschedule, campaign_unschedule
 
@@ -153,6 +154,7 @@ campaign.add_command(campaign_audit)
 cli.add_command(job)
 campaign.add_command(campaign_preview)
 campaign.add_command(campaign_test_send)
+campaign.add_command(campaign_forecast)
 campaign.add_command(campaign_reschedule)
 campaign.add_command(campaign_unschedule)
 

@@ -52,7 +52,7 @@ def _variables(raw: str | None) -> dict[str, Any]:
     return data
 
 
-def _rows(path: Path, fmt: str | None) -> Iterator[Row]:
+def recipient_rows(path: Path, fmt: str | None) -> Iterator[Row]:
     name = str(path)
     try:
         handle = path.open(encoding="utf-8-sig", newline="")
@@ -71,7 +71,7 @@ def _recipient_at(where: str, fmt: str | None) -> Any:
     path, _, line = where.rpartition(":")
     if not path or not line.isdigit():
         raise InvalidCampaignError(f"--recipient: {where!r} is not FILE:LINE (e.g. people.csv:12)")
-    for row in _rows(Path(path), fmt):
+    for row in recipient_rows(Path(path), fmt):
         if row.line == int(line):
             if row.recipient is None:
                 raise InvalidCampaignError(f"{path}:{line}: {row.problem}")
@@ -161,7 +161,7 @@ def campaign_preview(
 
 def _check(obj: Any, campaign_id: str, path: Path, fmt: str | None, as_json: bool) -> None:
     preview = _sending(obj).preview
-    report = preview.check(campaign_id, _rows(path, fmt))
+    report = preview.check(campaign_id, recipient_rows(path, fmt))
     for problem in report.problems:
         who = f" ({problem.recipient_id})" if problem.recipient_id else ""
         click.echo(f"{path}:{problem.line}{who}: {problem.problem}", err=True)

@@ -42,6 +42,7 @@ from sendonce_ops.cli_context import (
     json_option,
     pass_cli,
 )
+from sendonce_ops.forecast_cli import run_forecast
 from sendonce_ops.publish_streams import publish_file_in_streams
 from sendonce_ops.schedule_cli import at_option, instant
 
@@ -85,6 +86,11 @@ from sendonce_ops.schedule_cli import at_option, instant
     show_default=True,
     help="Chunks of 1,000 recipients published at once (1: one after another; a scheduled publish uses 1).",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Publish nothing: print the forecast (audience, per mailbox provider, ETA, cost) instead.",
+)
 @at_option(required=False)
 @json_option
 @pass_cli
@@ -99,6 +105,7 @@ def campaign_publish(
     streams: int,
     at: str | None,
     as_json: bool,
+    dry_run: bool = False,
 ) -> None:
     """Publish recipients from a file, streamed: a draft starts sending (with --at, or a spec's
     send_at, it is scheduled: recipients recorded now, sent from that time).
@@ -108,6 +115,9 @@ def campaign_publish(
     under another id (sent to each unless --dedupe-addresses). Publishing the same file
     again sends nobody twice.
     """
+    if dry_run:
+        run_forecast(cli, campaign_id, recipients_path, fmt, dedupe_addresses=dedupe_addresses, as_json=as_json)
+        return
     name = str(recipients_path)
     file_format = format_for(name, fmt)
     send_at_ms = instant(at)  # a bad time fails before the file is read

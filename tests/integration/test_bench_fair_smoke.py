@@ -60,6 +60,13 @@ def test_bench_fair_completes_every_campaign_with_no_duplicate_and_nobody_missin
 
     # The shares are of the emails accepted while all three had work queued: they add up to
     # 1, and Jain's index lies between 1/n (one campaign took everything) and 1 (even).
+    # Each campaign of the rounds of shares was forecast before its consumers started, and its
+    # error against the measured time reported (the figure, not a goal: the machine is shared).
+    shares_rounds = [equal["round"], weighted["round"], urgent["round"]]
+    forecast = [c for r in shares_rounds for c in r["campaigns"].values()]
+    assert all(c["forecast_s"] > 0 and c["forecast_error"] is not None for c in forecast)
+    assert report["forecast"]["campaigns"] == len(forecast) == 8
+    assert "campaign forecast's ETA" in stdout
     assert sum(equal["shares"].values()) == pytest.approx(1.0, abs=0.01)
     assert 1 / 3 - 0.001 <= equal["jain"] <= 1.0
     assert sum(equal["emails_in_window"].values()) == sum(sum(s) for s in equal["per_second"].values())

@@ -48,7 +48,7 @@ from botocore.exceptions import ClientError
 
 from sendonce.adapters.dynamodb.limiter_state import LimiterState
 from sendonce.domain.sending.pacing import indexed_times, spread_times
-from sendonce.domain.sending.shares import Claimant, divide, places_in_slot
+from sendonce.domain.sending.shares import Claimant, divide, places_in_slot, rate_in_force
 
 SLOT_RETENTION_S = 3600
 PRESENCE_S = 2.0  # a campaign seen in a slot this recently is sending: its share is kept
@@ -127,9 +127,7 @@ class DynamoDBRateLimiter:
 
     def rate(self, provider: str) -> float:
         """The rate in force now: the limit less the reserve, times the shared throttle factor."""
-        limit = self.limit(provider)
-        paced = max(limit - self._reserved.get(provider, 0.0), limit / 2)
-        return paced * self._state.read(provider).factor
+        return rate_in_force(self.limit(provider), self._reserved.get(provider, 0.0), self._state.read(provider).factor)
 
     def shares(self, provider: str, claimant: Claimant) -> dict[str, float]:
         """Each campaign's rate now, as this process sees who is sending (itself included)."""

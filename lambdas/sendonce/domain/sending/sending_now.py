@@ -255,6 +255,16 @@ class SendingNow:
         found = next((c for c in sending.campaigns if c.campaign_id == campaign.campaign_id), None)
         return None if found is None else self._with_progress(found, campaign, status)
 
+    def rate_in_force(self, provider: str) -> float | None:
+        """The rate the shared limiter paces the provider at now (its learned or configured
+        limit, less the reserve, times its throttle factor), whoever is sending; None: a
+        provider it does not pace."""
+        return self._slots.rate(provider)
+
+    def batch_size(self, provider: str) -> int:
+        """The most recipients one of the provider's batch-mode requests carries."""
+        return min(self._batch_sizes.get(provider, 1), MAX_RECIPIENTS_PER_BATCH)
+
     def _provider(self, provider: str, window_s: int, only: str | None = None) -> ProviderSending:
         if not 1 <= window_s <= MAX_WINDOW_S:
             raise ValueError(f"window must be 1..{MAX_WINDOW_S} seconds, not {window_s}")

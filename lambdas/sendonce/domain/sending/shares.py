@@ -83,6 +83,12 @@ def _fill(budget: float, claimants: list[Claimant]) -> dict[str, float]:
     return given
 
 
+def rate_in_force(limit: float, reserve: float = 0.0, factor: float = 1.0) -> float:
+    """The rate the shared limiter paces at: the provider's limit less the reserve (never
+    below half the limit), times the throttle factor its "slow down" answers left."""
+    return max(limit - reserve, limit / 2) * factor
+
+
 def divide(rate: float, claimants: Iterable[Claimant]) -> dict[str, float]:
     """Each sending campaign's rate (requests per second) out of `rate`."""
     everyone = {c.campaign_id: c for c in claimants}
