@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from pathlib import Path
 
-from sendonce.domain.campaigns.ports import BatchStatus, CounterTotals, Counts, StateChange
+from sendonce.domain.campaigns.ports import MOVES_PER_WRITE, BatchStatus, CounterTotals, Counts, StateChange
 from sendonce.domain.deliverability import event_order
 from sendonce.domain.deliverability.ports import (
     AccountState,
@@ -823,20 +823,25 @@ class FakeCounters:
         item = self.items.get((campaign_id, stream))
         return item[0] if item else None
 
-    def advance(self, campaign_id, stream, *, expected, through, delta, report=None) -> bool:
+    def advance(self, campaign_id, moves, *, report=None) -> bool:
         if self.before_advance is not None:
             hook, self.before_advance = self.before_advance, None
             hook()
         if self.crash_after is not None and self.writes >= self.crash_after:
             raise RuntimeError("aggregator died")
-        current = self.items.get((campaign_id, stream))
-        if (current[0] if current else None) != expected:
-            return False
-        counts = Counts()
-        if current:
-            counts.add(current[1])
-        counts.add(delta)
-        self.items[(campaign_id, stream)] = (through, counts)
+        if len(moves) > MOVES_PER_WRITE:
+            raise ValueError(f"{len(moves)} moves in one write: at most {MOVES_PER_WRITE}")
+        for move in moves:  # every position still where it was read, or nothing is written
+            current = self.items.get((campaign_id, move.stream))
+            if (current[0] if current else None) != move.expected:
+                return False
+        for move in moves:
+            current = self.items.get((campaign_id, move.stream))
+            counts = Counts()
+            if current:
+                counts.add(current[1])
+            counts.add(move.delta)
+            self.items[(campaign_id, move.stream)] = (move.through, counts)
         if report:
             self.reports.setdefault(campaign_id, []).append(report)
         self.writes += 1

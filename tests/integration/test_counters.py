@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 
 import boto3
@@ -15,6 +16,7 @@ from sendonce.adapters.aws_session import aws_session
 from sendonce.adapters.dynamodb.counters import DynamoDBCounters
 from sendonce.adapters.dynamodb.report_aggregates import DynamoDBReportAggregates
 from sendonce.domain.campaigns.counters import CounterAggregator
+from sendonce.domain.campaigns.ports import StateChange
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.models import CampaignState
 from sendonce.handlers import aggregator
@@ -142,7 +144,7 @@ def test_an_aggregator_killed_mid_batch_and_restarted_gives_the_same_counters(co
         writes = 0
 
         def advance(self, *args, **kwargs):
-            if Dying.writes == 5:
+            if Dying.writes == 1:
                 raise RuntimeError("aggregator killed")
             Dying.writes += 1
             return super().advance(*args, **kwargs)
@@ -153,8 +155,9 @@ def test_an_aggregator_killed_mid_batch_and_restarted_gives_the_same_counters(co
         clock_ms=lambda: 0,
     )
     first = streams(counted, dying)
-    # Died after 5 counter items of the ledger's batch (and at once in the campaigns table's).
-    assert first.poll_once() == 0 and first.counters.errors == 2 and Dying.writes == 5
+    # Died after one campaign's write of the ledger's batch (one write per campaign: its
+    # positions, totals and report together), and at once in the campaigns table's.
+    assert first.poll_once() == 0 and first.counters.errors == 2 and Dying.writes == 1
 
     streams(counted).drain()  # restarted: the batch comes again
 
@@ -184,12 +187,12 @@ def test_the_cli_reconciles_a_campaign_and_names_every_drift(counted):
     env = {"SENDONCE_COUNTERS": "1"}
     assert as_json(sendonce(counted, "campaign", "reconcile", "c1", "--json", env=env))["drifts"] == []
 
-    # A counter item that lost one `sent` (as a dead-lettered stream batch would leave it).
+    # A total that lost one `sent` (as a dead-lettered stream batch would leave it).
     client = boto3.client("dynamodb")
     [item] = [
         i
         for i in client.scan(TableName=counted.resources.campaigns_table, ConsistentRead=True)["Items"]
-        if i["pk"]["S"].startswith("counters#c1#") and "n_sent" in i
+        if i["pk"]["S"].startswith("counters#c1#total#") and "n_sent" in i
     ][:1]
     client.update_item(
         TableName=counted.resources.campaigns_table,
@@ -205,9 +208,10 @@ def test_the_cli_reconciles_a_campaign_and_names_every_drift(counted):
 
 def test_counter_keys_are_fixed_per_campaign_and_a_campaign_from_before_keeps_sixteen(counted):
     """New campaigns deal their counter items over min(128, ledger shards) keys (recorded at
-    creation), a ledger shard `k` to key `k` mod that count; one created before the count was
-    recorded keeps the 16 hashed keys its items were written under, so an upgrade neither
-    loses nor double-counts them."""
+    creation), a ledger shard `k` to key `k` mod that count, and keep totals; one created
+    before the count was recorded keeps the 16 hashed keys its items were written under, and
+    one created before the totals is read from its counter items, so an upgrade neither loses
+    nor double-counts them."""
     from sendonce.adapters.dynamodb.counters import (
         COUNTER_PARTITIONS,
         LEGACY_COUNTER_PARTITIONS,
@@ -217,12 +221,13 @@ def test_counter_keys_are_fixed_per_campaign_and_a_campaign_from_before_keeps_si
 
     dynamodb, table = boto3.client("dynamodb"), counted.resources.campaigns_table
     service = operator(counted)
-    create(counted, service, "new")
-    create(counted, service, "old")
-    dynamodb.update_item(TableName=table, Key=recorded_key("old"), UpdateExpression="REMOVE counter_keys")
+    for campaign_id in ("new", "mid", "old"):
+        create(counted, service, campaign_id)
+    dynamodb.update_item(TableName=table, Key=recorded_key("mid"), UpdateExpression="REMOVE sum_keys")
+    dynamodb.update_item(TableName=table, Key=recorded_key("old"), UpdateExpression="REMOVE counter_keys, sum_keys")
     aggregating = streams(counted, batch_size=50).start()
 
-    for campaign_id in ("new", "old"):
+    for campaign_id in ("new", "mid", "old"):
         service.publish(campaign_id, counted.recipients(20), batch_size=10)
     counted.poller(concurrency=1, batch_size=1).run_until_idle(idle_seconds=1.0, max_seconds=120)
     aggregating.stop()
@@ -235,7 +240,18 @@ def test_counter_keys_are_fixed_per_campaign_and_a_campaign_from_before_keeps_si
             FilterExpression="begins_with(pk, :p)",
             ExpressionAttributeValues={":p": {"S": f"counters#{campaign_id}#"}},
         )["Items"]
-        return {i["sk"]["S"].removeprefix("from#"): int(i["pk"]["S"].rsplit("#", 1)[1]) for i in items}
+        return {
+            i["sk"]["S"].removeprefix("from#"): int(i["pk"]["S"].rsplit("#", 1)[1])
+            for i in items
+            if i["sk"]["S"].startswith("from#")
+        }
+
+    def totals_kept(campaign_id: str) -> int:
+        return dynamodb.scan(
+            TableName=table,
+            FilterExpression="begins_with(pk, :p)",
+            ExpressionAttributeValues={":p": {"S": f"counters#{campaign_id}#total#"}},
+        )["Count"]
 
     counters = DynamoDBCounters(client=dynamodb, table_name=table)
     # The campaign's 8 ledger shards: 8 keys (a status read is 8 Queries, not 128)
@@ -247,7 +263,86 @@ def test_counter_keys_are_fixed_per_campaign_and_a_campaign_from_before_keeps_si
     assert sorted(new[s] for s in ledger_streams) == list(range(8))
     assert all(index == key_index(s, 8, balanced=True) < 8 for s, index in new.items())
     assert old and all(index == key_index(s, 16, balanced=False) < 16 for s, index in old.items())
-    for campaign_id in ("new", "old"):
+    # Totals only for the campaign created with them (the others are read from their items).
+    assert totals_kept("new") > 0 and totals_kept("mid") == totals_kept("old") == 0
+    for campaign_id in ("new", "mid", "old"):
         status = service.status(campaign_id)
         assert (status.total, status.sent, status.remaining) == (20, 20, 0)
         assert service.reconcile(campaign_id).drifts == ()
+
+
+class Requests:
+    """Every DynamoDB request a client makes, by operation."""
+
+    def __init__(self, client) -> None:
+        self.made: list[str] = []
+        client.meta.events.register("before-call.dynamodb", lambda model, **_: self.made.append(model.name))
+
+    def during(self, action) -> list[str]:
+        start = len(self.made)
+        action()
+        return self.made[start:]
+
+
+def test_a_status_read_and_a_completion_check_cost_the_same_few_requests_at_200_and_at_100000(counted):
+    """Issue 35: a status read and a completion check read the campaign's totals (one
+    BatchGetItem), not its counter items (129 Queries for 256 ledger shards before)."""
+    from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+    from sendonce.adapters.dynamodb.counters import recorded_key
+    from sendonce.domain.campaigns.ports import Advance, Counts
+    from sendonce.domain.campaigns.status import delivery_status
+    from sendonce.domain.models import Campaign, Content, DeliveryState
+
+    client, table = boto3.client("dynamodb"), counted.resources.campaigns_table
+    requests = Requests(client)
+    service = operator(counted)
+    for campaign_id in ("small", "large"):  # the default 256 ledger shards: 128 counter keys
+        service.create(
+            Campaign(
+                campaign_id=campaign_id,
+                name="Counted",
+                provider="resend",
+                sender=f"news@{counted.domain}",
+                content=Content(subject="Hello {{ name }}", html="<p>Hi {{ name }}</p>", text="Hi {{ name }}"),
+            )
+        )
+    # 200 recipients sent through the consumer and the aggregator.
+    service.publish("small", counted.recipients(200))
+    counted.poller(concurrency=2, batch_size=1).run_until_idle(idle_seconds=1.0, max_seconds=240)
+    streams(counted).drain()
+    # 100,000 recipients, as the aggregator would have counted them (positions over every
+    # ledger shard; their records need not exist for what a status read costs).
+    counters = DynamoDBCounters(client=client, table_name=table)
+    for start in range(0, 256, 32):
+        moves = [
+            Advance(f"large#{k}", None, 1, Counts(states=Counter({DeliveryState.SENT: 390}), published=390))
+            for k in range(start, start + 32)
+        ]
+        assert counters.advance("large", moves)
+    client.update_item(
+        TableName=table,
+        Key=recorded_key("large"),
+        UpdateExpression="ADD batches :n",
+        ExpressionAttributeValues={":n": {"N": "1000"}},
+    )
+    last = Counts(states=Counter({DeliveryState.SENT: 160}), published=160, batches=1000)  # 256 x 390 + 160
+    counters.advance("large", [Advance("campaign#large#b0", None, 1, last)])
+    store = DynamoDBCampaignStore(client=client, table_name=table)
+    ledger = counted.ledger()
+
+    for campaign_id, size in (("small", 200), ("large", 100_000)):
+        status = delivery_status(store, ledger, campaign_id, DynamoDBCounters(client=client, table_name=table))
+        made = requests.during(
+            lambda c=campaign_id: delivery_status(store, ledger, c, DynamoDBCounters(client=client, table_name=table))
+        )
+        assert (status.total, status.sent, status.remaining) == (size, size, 0), campaign_id
+        assert made == ["GetItem", "BatchGetItem"], campaign_id  # the campaign, then its totals
+
+    # The aggregator's completion check of the large one (sending, nothing open): it completes.
+    store.transition("large", StateChange(to=CampaignState.SENDING, allowed_from=(CampaignState.DRAFT,), by="test"))
+    aggregator_ = CounterAggregator(
+        counters=DynamoDBCounters(client=client, table_name=table), campaigns=store, clock_ms=lambda: 0
+    )
+    made = requests.during(lambda: aggregator_.complete_if_done("large"))
+    assert store.get("large").state is CampaignState.COMPLETED
+    assert len(made) <= 10 and made[:2] == ["GetItem", "BatchGetItem"], made

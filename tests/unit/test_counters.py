@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -16,7 +17,7 @@ from sendonce.domain.campaigns.counters import (
     state_counts,
     unapplied,
 )
-from sendonce.domain.campaigns.ports import Counts, StateChange
+from sendonce.domain.campaigns.ports import MOVES_PER_WRITE, Counts, StateChange
 from sendonce.domain.campaigns.status import complete_if_done, delivery_status, reconcile
 from sendonce.domain.models import CampaignState, DeliveryState
 from tests.fakes import FakeCampaignStore, FakeCounters, FakeLedger
@@ -204,7 +205,7 @@ def test_a_crash_after_writing_some_campaigns_items_is_replayed_exactly(world):
         change(4, None, S.SENT, shard="c2#0", campaign="c2"),
         change(5, S.CLAIMED, S.SENT, shard="c1#0"),
     ]
-    world.counters.crash_after = 2  # c1's two items written, c2's not
+    world.counters.crash_after = 1  # c1's positions written (one write), c2's not
     with pytest.raises(RuntimeError, match="aggregator died"):
         world.aggregator.apply(records)
     world.counters.crash_after = None
@@ -213,6 +214,19 @@ def test_a_crash_after_writing_some_campaigns_items_is_replayed_exactly(world):
 
     assert totals(world, "c1").sent == 1 and totals(world, "c1").total == 1
     assert totals(world, "c2").sent == 1 and totals(world, "c2").pending == 1
+
+
+def test_a_batchs_positions_of_one_campaign_move_in_one_write_up_to_the_limit(world):
+    # Issue 35: one write per batch and campaign (its totals and report with it), not one per
+    # position; a batch over MOVES_PER_WRITE positions takes one write per MOVES_PER_WRITE.
+    shards = MOVES_PER_WRITE + 3
+    records = [batch(1, "b1", [f"r{k}" for k in range(shards)])]
+    records += [change(2 + k, None, S.SENT, shard=f"c1#{k}") for k in range(shards)]
+
+    report = world.aggregator.apply(records)
+
+    assert report.applied == shards + 1 and world.counters.writes == 2  # 36 positions: 32 + 4
+    assert totals(world).sent == shards and totals(world).pending == 0
 
 
 def test_a_write_that_meets_another_writers_reads_again_and_counts_once(world):
@@ -242,17 +256,12 @@ def test_without_the_sequence_condition_a_replay_counts_twice(world):
 def _unconditional(counters):
     original = FakeCounters.advance
 
-    def advance(campaign_id, stream, *, expected, through, delta, report=None):
-        current = counters.items.get((campaign_id, stream))
-        return original(
-            counters,
-            campaign_id,
-            stream,
-            expected=current[0] if current else None,
-            through=through,
-            delta=delta,
-            report=report,
-        )
+    def advance(campaign_id, moves, *, report=None):
+        def as_stored(move):
+            current = counters.items.get((campaign_id, move.stream))
+            return replace(move, expected=current[0] if current else None)
+
+        return original(counters, campaign_id, [as_stored(m) for m in moves], report=report)
 
     return advance
 

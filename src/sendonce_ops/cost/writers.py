@@ -147,7 +147,17 @@ WRITERS: tuple[Writer, ...] = (
         r"counters#<id>#<k> / from",
         "recipient",
         "ledger",
-        "the status counters: one write per (ledger key, stream batch) over 128 counter keys",
+        "the counters' positions: one write per (ledger key, stream batch) over 128 counter keys",
+    ),
+    Writer(
+        "aggregator: totals",
+        "aggregator",
+        "campaigns",
+        r"counters#<id>#total#<k> / total",
+        "recipient",
+        "ledger",
+        "the campaign's totals (what status and completion read): one ADD per stream batch and campaign,"
+        " over 32 keys, in the counters' transaction",
     ),
     Writer(
         "aggregator: report aggregates",

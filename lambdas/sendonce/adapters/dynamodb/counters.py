@@ -9,6 +9,9 @@
                                                         `published`, `batches`
     pk = published#<campaign>#<k>, sk = <recipient_id>  marker: `first_batch`, the batch that
                                                         published the recipient first
+    pk = counters#<campaign>#total#<t>, sk = total      the campaign's totals: `n_<state>`,
+                                                        `published`, `batches` summed over
+                                                        its counter items (SUM_KEYS of them)
 
 Sequence numbers are decimal strings of 21 to 40 digits, more than a DynamoDB number holds
 (38): `seq` is stored zero-padded to 40 characters, so that comparing the strings compares
@@ -18,22 +21,32 @@ shard of a campaign, each in a transaction with the report's increments (2 units
 which with small batches is ~3.5 write units per recipient in all (bench-scale): 16 keys left
 the hottest at 0.29; 64 hashed left it at 0.11 (a hash shares 256 ledger shards unevenly), so
 the ledger shards are now dealt evenly over 128 keys (fewer when the campaign has fewer
-ledger shards: counter_keys_for). A status read is that many Queries, in parallel. The
-count is fixed when the campaign is created and recorded with it; campaigns
-created before it was recorded keep LEGACY_COUNTER_PARTITIONS (their items are where they are).
+ledger shards: counter_keys_for). The count is fixed when the campaign is created and
+recorded with it; campaigns created before it was recorded keep LEGACY_COUNTER_PARTITIONS
+(their items are where they are).
+
+The totals: each `advance` (a batch's positions of one campaign, up to MOVES_PER_WRITE)
+adds its moves' sum to one of the campaign's SUM_KEYS total items, in the same transaction
+as the counter items it moves (so a total counts each record exactly when its counter item
+does), chosen by the first position's ledger shard: a batch's writes to the totals spread
+over SUM_KEYS keys as the shards do. A status read is one BatchGetItem of the `recorded`
+item and the totals, whatever the campaign's size (129 Queries before, for 256 ledger
+shards). A campaign created before the totals (its `recorded` item has no `sum_keys`) is
+read by Querying its counter items, as then.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from sendonce.adapters.dynamodb.batch_get import batch_get_items
 from sendonce.adapters.dynamodb.report_aggregates import aggregator_writer, fit, increment_updates
-from sendonce.domain.campaigns.ports import CounterTotals, Counts
+from sendonce.domain.campaigns.ports import Advance, CounterTotals, Counts
 from sendonce.domain.campaigns.report_data import ReportIncrements
 from sendonce.domain.models import DeliveryState
 from sendonce.domain.sending.shards import dealt, shard_of
@@ -52,6 +65,10 @@ TRANSACTION_ITEMS = 100
 MARKER_WORKERS = 8
 RECORDED = "recorded"
 _STATE_PREFIX = "n_"
+# A campaign's total items: an advance writes one of them, so each takes 1/SUM_KEYS of the
+# campaign's writes to its totals (a batch's worth of records each); all are read at once.
+SUM_KEYS = 32
+TOTAL = "total"
 
 
 def recorded_key(campaign_id: str) -> dict[str, Any]:
@@ -64,6 +81,11 @@ def counter_keys_for(ledger_shards: int) -> int:
     shard count when fewer (each shard then has a key of its own, and a status read of a
     campaign that chose few shards is as few Queries)."""
     return max(1, min(COUNTER_PARTITIONS, ledger_shards))
+
+
+def total_key(campaign_id: str, index: int) -> dict[str, Any]:
+    """One of the campaign's total items."""
+    return {"pk": {"S": f"counters#{campaign_id}#{TOTAL}#{index}"}, "sk": {"S": TOTAL}}
 
 
 def counter_partitions(campaign_id: str, partitions: int = COUNTER_PARTITIONS) -> list[str]:
@@ -112,33 +134,36 @@ class DynamoDBCounters:
         self._known: dict[str, tuple[int, bool]] = {}
 
     def _stream_key(self, campaign_id: str, stream: str) -> dict[str, Any]:
-        partitions, balanced = self._layout(campaign_id)
+        partitions, balanced, _ = self._layout(campaign_id)
         return stream_key(campaign_id, stream, partitions, balanced=balanced)
 
     def partitions_of(self, campaign_id: str) -> int:
         """The campaign's counter key count."""
         return self._layout(campaign_id)[0]
 
-    def _layout(self, campaign_id: str) -> tuple[int, bool]:
-        """The campaign's counter keys: how many, and whether the ledger shards are dealt over
-        them evenly (recorded at creation, so read once and kept; its item is written in the
-        campaign's creating transaction, so a campaign with records to count has it)."""
-        if self._partitions is not None:
-            return self._partitions, False
+    def _layout(self, campaign_id: str) -> tuple[int, bool, int]:
+        """The campaign's counter keys: how many, whether the ledger shards are dealt over
+        them evenly, and how many total items it has (0: none, a campaign from before them);
+        recorded at creation, so read once and kept (its item is written in the campaign's
+        creating transaction, so a campaign with records to count has it)."""
         if campaign_id not in self._known:
             item = (
                 self._client.get_item(
                     TableName=self._table,
                     Key=recorded_key(campaign_id),
-                    ProjectionExpression="counter_keys",
+                    ProjectionExpression="counter_keys, sum_keys",
                     ConsistentRead=True,
                 ).get("Item")
                 or {}
             )
             recorded = "counter_keys" in item
             count = int(item["counter_keys"]["N"]) if recorded else LEGACY_COUNTER_PARTITIONS
-            self._known[campaign_id] = (count, recorded)
-        return self._known[campaign_id]
+            sums = int(item.get("sum_keys", {}).get("N", "0"))
+            self._known[campaign_id] = (count, recorded, sums)
+        count, balanced, sums = self._known[campaign_id]
+        if self._partitions is not None:
+            return self._partitions, False, sums
+        return count, balanced, sums
 
     def applied_through(self, campaign_id: str, stream: str) -> int | None:
         response = self._client.get_item(
@@ -150,70 +175,55 @@ class DynamoDBCounters:
         item = response.get("Item")
         return int(item["seq"]["S"]) if item and "seq" in item else None
 
-    def advance(
-        self,
-        campaign_id: str,
-        stream: str,
-        *,
-        expected: int | None,
-        through: int,
-        delta: Counts,
-        report: ReportIncrements | None = None,
-    ) -> bool:
-        values: dict[str, Any] = {":to": {"S": _padded(through)}}
-        names: dict[str, str] = {}
-        adds = []
-        amounts: dict[str, int] = {
-            **{f"{_STATE_PREFIX}{state.value}": n for state, n in delta.states.items() if n},
-            "published": delta.published,
-            "batches": delta.batches,
-        }
-        for i, (attribute, amount) in enumerate(a for a in amounts.items() if a[1]):
-            names[f"#a{i}"] = attribute
-            values[f":a{i}"] = {"N": str(amount)}
-            adds.append(f"#a{i} :a{i}")
-        update = "SET seq = :to" + (f" ADD {', '.join(adds)}" if adds else "")
-        if expected is None:
-            condition = "attribute_not_exists(seq)"
-        else:
-            condition = "seq = :from"
-            values[":from"] = {"S": _padded(expected)}
-        request: dict[str, Any] = {
-            "TableName": self._table,
-            "Key": self._stream_key(campaign_id, stream),
-            "UpdateExpression": update,
-            "ConditionExpression": condition,
-            "ExpressionAttributeValues": values,
-        }
-        if names:
-            request["ExpressionAttributeNames"] = names
+    def advance(self, campaign_id: str, moves: Sequence[Advance], *, report: ReportIncrements | None = None) -> bool:
+        if not moves:
+            return True
+        updates = [self._move(campaign_id, move) for move in moves]
+        sums = self._layout(campaign_id)[2]
+        total = Counts()
+        for move in moves:
+            total.add(move.delta)
+        if sums and not total.empty:
+            index = dealt(moves[0].stream, sums)
+            updates.append(_adding(self._table, total_key(campaign_id, index), total))
         if report:
-            return self._advance_with_report(campaign_id, stream, request, report)
+            writer = aggregator_writer(moves[0].stream)
+            room = TRANSACTION_ITEMS - len(updates)
+            updates += increment_updates(self._table, campaign_id, writer, fit(report, room))
+        if len(updates) == 1:  # one position, nothing else: a plain conditional write
+            try:
+                self._client.update_item(**updates[0])
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                    return False
+                raise
+            return True
         try:
-            self._client.update_item(**request)
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
-
-    def _advance_with_report(
-        self, campaign_id: str, stream: str, request: dict[str, Any], report: ReportIncrements
-    ) -> bool:
-        """The counter's conditional update and the report's ADDs in one transaction: the
-        report counts each stream record exactly when the counters do."""
-        writer = aggregator_writer(stream)
-        updates = increment_updates(self._table, campaign_id, writer, fit(report, TRANSACTION_ITEMS - 1))
-        try:
-            self._client.transact_write_items(TransactItems=[{"Update": request}, *updates])
+            self._client.transact_write_items(
+                TransactItems=[{"Update": u} if "Update" not in u else u for u in updates]
+            )
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "TransactionCanceledException":
                 raise
             reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
-            if reasons and reasons[0] == "ConditionalCheckFailed":
+            if "ConditionalCheckFailed" in reasons:
                 return False
             raise
         return True
+
+    def _move(self, campaign_id: str, move: Advance) -> dict[str, Any]:
+        """One position's conditional update: the sequence number it held, the new one, its delta."""
+        request = _adding(self._table, self._stream_key(campaign_id, move.stream), move.delta)
+        values = request.setdefault("ExpressionAttributeValues", {})
+        values[":to"] = {"S": _padded(move.through)}
+        adds = request.pop("UpdateExpression", "")
+        request["UpdateExpression"] = "SET seq = :to" + (f" {adds}" if adds else "")
+        if move.expected is None:
+            request["ConditionExpression"] = "attribute_not_exists(seq)"
+        else:
+            request["ConditionExpression"] = "seq = :from"
+            values[":from"] = {"S": _padded(move.expected)}
+        return request
 
     def mark_published(self, campaign_id: str, batch_id: str, recipient_ids: Iterable[str]) -> int:
         ids = list(dict.fromkeys(recipient_ids))
@@ -241,17 +251,31 @@ class DynamoDBCounters:
         return 1
 
     def totals(self, campaign_id: str) -> CounterTotals | None:
-        recorded = self._client.get_item(TableName=self._table, Key=recorded_key(campaign_id), ConsistentRead=True)
-        item = recorded.get("Item")
+        # The recorded item and the totals, in one request (SUM_KEYS: what a campaign is
+        # created with; one created with another count is read again with its own).
+        keys = [recorded_key(campaign_id), *(total_key(campaign_id, t) for t in range(SUM_KEYS))]
+        found = {i["pk"]["S"]: i for i in batch_get_items(self._client, self._table, keys)}
+        item = found.get(recorded_key(campaign_id)["pk"]["S"])
         if not item or not item.get("since_creation", {}).get("BOOL"):
             return None
-        counts = Counts()
+        recorded = CounterTotals(recorded_batches=int(item.get("batches", {}).get("N", "0")), counts=Counts())
+        sums = int(item.get("sum_keys", {}).get("N", "0"))
+        if sums:
+            if sums != SUM_KEYS:
+                keys = [total_key(campaign_id, t) for t in range(sums)]
+                found = {i["pk"]["S"]: i for i in batch_get_items(self._client, self._table, keys)}
+            for t in range(sums):
+                total = found.get(total_key(campaign_id, t)["pk"]["S"])
+                if total:
+                    recorded.counts.add(_counts(total))
+            return recorded
+        # A campaign from before the totals: its counter items, one Query per key.
         partitions = self._partitions or int(item.get("counter_keys", {}).get("N", LEGACY_COUNTER_PARTITIONS))
         with ThreadPoolExecutor(max_workers=min(READ_WORKERS, partitions)) as pool:
             for items in pool.map(self._query, counter_partitions(campaign_id, partitions)):
                 for counter in items:
-                    counts.add(_counts(counter))
-        return CounterTotals(recorded_batches=int(item.get("batches", {}).get("N", "0")), counts=counts)
+                    recorded.counts.add(_counts(counter))
+        return recorded
 
     def _query(self, partition: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
@@ -263,6 +287,28 @@ class DynamoDBCounters:
         ):
             items.extend(page["Items"])
         return items
+
+
+def _adding(table: str, key: dict[str, Any], delta: Counts) -> dict[str, Any]:
+    """An UpdateItem request that ADDs `delta`'s non-zero counts to the item at `key`."""
+    amounts: dict[str, int] = {
+        **{f"{_STATE_PREFIX}{state.value}": n for state, n in delta.states.items() if n},
+        "published": delta.published,
+        "batches": delta.batches,
+    }
+    names: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    adds = []
+    for i, (attribute, amount) in enumerate(a for a in amounts.items() if a[1]):
+        names[f"#a{i}"] = attribute
+        values[f":a{i}"] = {"N": str(amount)}
+        adds.append(f"#a{i} :a{i}")
+    request: dict[str, Any] = {"TableName": table, "Key": key}
+    if adds:
+        request["UpdateExpression"] = "ADD " + ", ".join(adds)
+        request["ExpressionAttributeNames"] = names
+        request["ExpressionAttributeValues"] = values
+    return request
 
 
 def _counts(item: dict[str, Any]) -> Counts:

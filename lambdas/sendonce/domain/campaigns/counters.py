@@ -10,8 +10,11 @@ the counts and the last sequence number it applied from that shard.
 Exactly once: a retried or bisected batch may bring records again, so only records whose
 sequence number is greater than the item's are applied, and the write is conditional on
 the item still holding the sequence number read (optimistic concurrency: a conflict reads
-again and retries). A status read sums the campaign's counter items: its cost is bounded
-by the number of stream shards, never by the recipients.
+again and retries). A batch's positions of one campaign move together, up to
+MOVES_PER_WRITE at a time, in one atomic write that also adds their sum to the campaign's
+totals and their report increments, merged, to its report aggregates: a status read or a
+completion check reads the totals (one request, whatever the campaign's size), and the
+totals and the report take one write per batch, not one per position.
 
 Published recipients are counted distinct: a recipient can be in several batches (a
 re-run publish packed differently), so each batch's recipients are marked published once
@@ -35,7 +38,7 @@ from dataclasses import dataclass, field
 
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
-from sendonce.domain.campaigns.ports import CampaignCounters, CampaignStore, Counts
+from sendonce.domain.campaigns.ports import MOVES_PER_WRITE, Advance, CampaignCounters, CampaignStore, Counts
 from sendonce.domain.campaigns.report_data import LedgerChange, increments_of
 from sendonce.domain.errors import CampaignBusyError, CampaignNotFoundError, IllegalTransitionError
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
@@ -172,45 +175,56 @@ class CounterAggregator:
 
     def apply(self, changes: Iterable[Change]) -> AggregateReport:
         report = AggregateReport()
-        groups: dict[tuple[str, str], list[Change]] = {}
+        by_campaign: dict[str, dict[str, list[Change]]] = {}
         for change in changes:
-            groups.setdefault((change.campaign_id, change.position.stream), []).append(change)
-        for (campaign_id, stream), group in groups.items():
-            applied = self._apply_group(campaign_id, stream, group)
-            report.applied += applied
-            report.repeated += len(group) - applied
-        for campaign_id in dict.fromkeys(c for c, _ in groups):
+            by_campaign.setdefault(change.campaign_id, {}).setdefault(change.position.stream, []).append(change)
+        for campaign_id, streams in by_campaign.items():
+            ordered = sorted(streams)
+            for start in range(0, len(ordered), MOVES_PER_WRITE):
+                chunk = {stream: streams[stream] for stream in ordered[start : start + MOVES_PER_WRITE]}
+                applied = self._apply_chunk(campaign_id, chunk)
+                report.applied += applied
+                report.repeated += sum(len(group) for group in chunk.values()) - applied
+        for campaign_id in by_campaign:
             completed = self.complete_if_done(campaign_id)
             if completed is not None:
                 report.completed.append(campaign_id)
                 logger.info("campaign completed", extra={"campaign_id": campaign_id, "reason": completed.state_reason})
         return report
 
-    def _apply_group(self, campaign_id: str, stream: str, changes: list[Change]) -> int:
+    def _apply_chunk(self, campaign_id: str, streams: dict[str, list[Change]]) -> int:
+        """Move the positions of `streams` (one campaign's) on in one atomic write; the
+        records applied."""
         for _ in range(self._attempts):
-            applied_through = self._counters.applied_through(campaign_id, stream)
-            fresh = unapplied(changes, applied_through)
-            if not fresh:
+            moves: list[Advance] = []
+            ledger_changes: list[LedgerChange] = []
+            applied = 0
+            for stream, changes in streams.items():
+                applied_through = self._counters.applied_through(campaign_id, stream)
+                fresh = unapplied(changes, applied_through)
+                if not fresh:
+                    continue
+                delta = Counts()
+                for change in fresh:
+                    if isinstance(change, DeliveryChange):
+                        delta.states.update(delta_of(change))
+                        old, new = (s.value if s else None for s in (change.old, change.new))
+                        ledger_changes.append(LedgerChange(old, new, change.at_ms, change.new_events))
+                    else:
+                        # Markers first: a crash before the counter write replays this batch,
+                        # which finds its own markers and counts them again.
+                        delta.published += self._counters.mark_published(
+                            campaign_id, change.batch_id, change.recipient_ids
+                        )
+                        delta.batches += 1
+                moves.append(Advance(stream, applied_through, fresh[-1].position.sequence, delta))
+                applied += len(fresh)
+            if not moves:
                 return 0
-            delta = Counts()
-            ledger_changes = []
-            for change in fresh:
-                if isinstance(change, DeliveryChange):
-                    delta.states.update(delta_of(change))
-                    old, new = (s.value if s else None for s in (change.old, change.new))
-                    ledger_changes.append(LedgerChange(old, new, change.at_ms, change.new_events))
-                else:
-                    # Markers first: a crash before the counter write replays this batch,
-                    # which finds its own markers and counts them again.
-                    delta.published += self._counters.mark_published(campaign_id, change.batch_id, change.recipient_ids)
-                    delta.batches += 1
-            through = fresh[-1].position.sequence
-            report = increments_of(ledger_changes)
-            if self._counters.advance(
-                campaign_id, stream, expected=applied_through, through=through, delta=delta, report=report or None
-            ):
-                return len(fresh)
-        raise CampaignBusyError(f"counters of {campaign_id!r} ({stream}): {self._attempts} conflicting writes")
+            increments = increments_of(ledger_changes)
+            if self._counters.advance(campaign_id, moves, report=increments or None):
+                return applied
+        raise CampaignBusyError(f"counters of {campaign_id!r}: {self._attempts} conflicting writes")
 
     def complete_if_done(self, campaign_id: str) -> Campaign | None:
         """Complete a sending campaign whose counters are caught up and say every published
@@ -219,8 +233,8 @@ class CounterAggregator:
         still show them ended) and no publish lease is live.
 
         The campaign item first (one read): while any batch is open, which is all of a
-        campaign's sending but its end, the counters (a read per counter key) are not read.
-        The completing write is conditional either way."""
+        campaign's sending but its end, its totals (one more read) are not read. The
+        completing write is conditional either way."""
         try:
             campaign = self._campaigns.get(campaign_id)
         except CampaignNotFoundError:

@@ -5,7 +5,7 @@ schedules and the recipients files."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -171,29 +171,38 @@ class CounterTotals:
         return self.counts.batches >= self.recorded_batches
 
 
+@dataclass(frozen=True)
+class Advance:
+    """One stream position of a campaign moved on: its records after `expected` up to
+    `through` add `delta` (expected None: nothing applied from it yet)."""
+
+    stream: str
+    expected: int | None
+    through: int
+    delta: Counts
+
+
+# The most positions one `advance` moves (its atomic write holds each position's item, the
+# campaign's total and the report's increments: DynamoDB takes 100 items a transaction).
+MOVES_PER_WRITE = 32
+
+
 class CampaignCounters(Protocol):
     """Per-campaign counters kept from the tables' streams (domain/campaigns/counters.py):
     one item per (campaign, stream shard) with the counts and the last sequence number
-    applied, beside a campaign's `recorded` item (batches written; absent for a campaign
-    created before counters, or by a service that does not count)."""
+    applied, and the campaign's totals kept with them, beside a campaign's `recorded` item
+    (batches written; absent for a campaign created before counters, or by a service that
+    does not count)."""
 
     def applied_through(self, campaign_id: str, stream: str) -> int | None:
         """The last sequence number applied from `stream` (None: nothing yet); a consistent read."""
         ...
 
-    def advance(
-        self,
-        campaign_id: str,
-        stream: str,
-        *,
-        expected: int | None,
-        through: int,
-        delta: Counts,
-        report: ReportIncrements | None = None,
-    ) -> bool:
-        """Add `delta` (and `report` to the campaign's report aggregates, in the same atomic
-        write) and set the position to `through`, if the position is still `expected`;
-        False (nothing written) when another writer moved it."""
+    def advance(self, campaign_id: str, moves: Sequence[Advance], *, report: ReportIncrements | None = None) -> bool:
+        """Move each position of `moves` (at most MOVES_PER_WRITE) to its `through` and add its
+        delta, to its own item and to the campaign's totals, and `report` to the campaign's
+        report aggregates: one atomic write, made only if every position is still its
+        `expected`; False (nothing written) when another writer moved any."""
         ...
 
     def mark_published(self, campaign_id: str, batch_id: str, recipient_ids: Iterable[str]) -> int:
@@ -202,7 +211,8 @@ class CampaignCounters(Protocol):
         ...
 
     def totals(self, campaign_id: str) -> CounterTotals | None:
-        """The campaign's counters summed; None when the campaign is not counted."""
+        """The campaign's counters summed (its totals: a bounded read, whatever its size);
+        None when the campaign is not counted."""
         ...
 
 

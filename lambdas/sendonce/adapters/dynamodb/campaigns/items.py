@@ -15,7 +15,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from sendonce.adapters.dynamodb import batch_records as bk
-from sendonce.adapters.dynamodb.counters import counter_keys_for, recorded_key
+from sendonce.adapters.dynamodb.counters import SUM_KEYS, counter_keys_for, recorded_key
 from sendonce.adapters.dynamodb.report_aggregates import mark_update
 from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX
 from sendonce.domain.campaigns.ports import StateChange
@@ -150,6 +150,8 @@ class CampaignItems:
                     "since_creation": {"BOOL": True},
                     "batches": {"N": "0"},
                     "counter_keys": {"N": str(counter_keys_for(campaign.ledger_shards))},
+                    # Its totals' item count: a status read is one BatchGetItem of them.
+                    "sum_keys": {"N": str(SUM_KEYS)},
                 }
             )
         puts = [
