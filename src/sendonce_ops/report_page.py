@@ -97,7 +97,10 @@ may have sent at the time too: not drawn (only the most recently created are).</
 <div><h2>Duplicates prevented</h2><div class="chart" id="duplicates"></div></div>
 </div>
 <div class="row">
-<div><h2>Bounces and complaints by mailbox provider</h2><div class="chart" id="feedback"></div></div>
+<div><h2>Bounces and complaints by mailbox provider</h2><div class="chart" id="feedback"></div>
+{% if r.feedback_by_group %}<table id="groups"><thead><tr><th>group</th><th>delivered</th><th>bounced</th><th>complained</th></tr></thead><tbody>
+{% for group, counts in r.feedback_by_group.items() %}<tr><td>{{ group }}</td>{% for kind in ("delivered", "bounced", "complained") %}<td data-group="{{ group }}-{{ kind }}">{{ "{:,}".format(counts.get(kind, 0)) }}</td>{% endfor %}</tr>
+{% endfor %}</tbody></table>{% endif %}</div>
 <div><h2>Unknown outcomes and how they ended</h2><div class="chart" id="unknowns"></div></div>
 </div>
 <h2>Opens and clicks</h2>

@@ -17,6 +17,7 @@ from sendonce.domain.campaigns.report import (
 from sendonce.domain.campaigns.report_data import MINUTE_MS, Bucket, LedgerChange, ReportAggregates, increments_of
 from sendonce.domain.campaigns.service import DeliveryStatus
 from sendonce.domain.models import CampaignState
+from sendonce_ops.report_page import render
 
 T0 = 1_764_633_600_000
 
@@ -173,3 +174,25 @@ def test_the_aggregators_report_writes_spread_over_keys_of_their_own():
     updates = increment_updates("t", "c1", "w7", ReportIncrements(outcomes=Counter({(0, "sent"): 3})))
     assert {u["Update"]["Key"]["pk"]["S"] for u in updates} == {"report#c1#w7"}
     assert "report#c1#w7" in partitions("c1") and "report#c1" in partitions("c1")  # marks, older items
+
+
+def test_feedback_is_summed_per_mailbox_provider_group_before_the_top_domains_are_kept():
+    # Issue 32, item 6: every domain counted, folded into its group (the page's table).
+    by_domain = {f"d{i}.example": {"delivered": 10, "bounced": 1} for i in range(30)}
+    by_domain |= {"gmail.com": {"delivered": 50, "complained": 2}, "hotmail.co.uk": {"bounced": 4}}
+    campaign = SimpleNamespace(campaign_id="c1", name="n", subject="s", provider="ses", delivery_mode="single")
+
+    report = build_report(
+        campaign=campaign,
+        status=status(sent=3),
+        aggregates=ReportAggregates(feedback_by_domain=by_domain),
+        now_ms=T0,
+    )
+
+    assert report.feedback_by_group == {
+        "google": {"delivered": 50, "complained": 2},
+        "microsoft": {"bounced": 4},
+        "other": {"delivered": 300, "bounced": 30},  # all 30, not only the top domains
+    }
+    html = render(report)
+    assert '<td data-group="google-complained">2</td>' in html and '<td data-group="other-delivered">300</td>' in html

@@ -89,6 +89,14 @@ def campaign(**changes) -> Campaign:
     )
 
 
+def forecast_of(c: Campaign, file, sharing: Sharing, *, suppressions=None, **options):
+    """The forecast with the default groups, at NOW_MS, suppressing nobody unless told."""
+    return forecast(
+        c, file, suppressions=suppressions or FakeSuppressions(), groups=MailboxGroups(), sharing=sharing,
+        now_ms=NOW_MS, **options,
+    )  # fmt: skip
+
+
 def rows(*addresses: str, ids: list[str] | None = None):
     ids = ids or [f"r{i}" for i in range(len(addresses))]
     return inline_rows(Recipient(recipient_id=i, email=a) for i, a in zip(ids, addresses, strict=True))
@@ -102,9 +110,7 @@ def test_the_audience_leaves_out_repeats_and_suppressed_addresses_and_is_counted
         ids=["a", "g", "b", "a2", "e", "e"],
     )  # fmt: skip
 
-    result = forecast(
-        campaign(), file, suppressions=suppressions, groups=MailboxGroups(), sharing=Sharing(rate=10), now_ms=NOW_MS
-    )
+    result = forecast_of(campaign(), file, Sharing(rate=10), suppressions=suppressions)
 
     assert (result.rows_read, result.repeated_ids, result.duplicate_addresses) == (6, 1, 1)
     assert (result.suppressed, result.audience) == (1, 4)  # a2 repeats ann's address: sent to each
@@ -113,15 +119,7 @@ def test_the_audience_leaves_out_repeats_and_suppressed_addresses_and_is_counted
 
 def test_dedupe_addresses_sends_a_repeated_address_once():
     file = rows("ann@gmail.com", "ann@gmail.com")
-    result = forecast(
-        campaign(),
-        file,
-        suppressions=FakeSuppressions(),
-        groups=MailboxGroups(),
-        sharing=Sharing(rate=10),
-        now_ms=NOW_MS,
-        dedupe_addresses=True,
-    )
+    result = forecast_of(campaign(), file, Sharing(rate=10), dedupe_addresses=True)
     assert (result.audience, result.duplicate_addresses) == (1, 1)
 
 
@@ -130,14 +128,7 @@ def test_the_eta_is_the_campaigns_share_of_the_rate_among_the_campaigns_sending_
     # "big" keeps sending (what it has left is unknown); its own earlier slot is not another
     others = (Sharer(Claimant("big", weight=2)), Sharer(Claimant("spring")))
 
-    result = forecast(
-        campaign(),
-        file,
-        suppressions=FakeSuppressions(),
-        groups=MailboxGroups(),
-        sharing=Sharing(rate=30, others=others),
-        now_ms=NOW_MS,
-    )
+    result = forecast_of(campaign(), file, Sharing(rate=30, others=others))
 
     assert (result.rate, result.campaigns_sharing) == (10, 1)  # weight 1 of 3
     assert result.eta_s == 60.0 and result.ends_at_ms == NOW_MS + 60_000
@@ -149,54 +140,26 @@ def test_the_others_drain_what_they_have_left_and_their_share_comes_back():
     file = rows(*[f"u{i}@example.com" for i in range(200)])
     others = tuple(Sharer(Claimant(f"small{n}"), requests_left=50) for n in range(3))
 
-    result = forecast(
-        campaign(),
-        file,
-        suppressions=FakeSuppressions(),
-        groups=MailboxGroups(),
-        sharing=Sharing(rate=5, others=others),
-        now_ms=NOW_MS,
-    )
+    result = forecast_of(campaign(), file, Sharing(rate=5, others=others))
 
     assert (result.rate, result.campaigns_sharing) == (1.25, 3)
     assert result.eta_s == pytest.approx(70.0)
 
 
 def test_a_campaign_that_never_gets_a_place_never_ends():
-    result = forecast(
-        campaign(),
-        rows("a@example.com"),
-        suppressions=FakeSuppressions(),
-        groups=MailboxGroups(),
-        sharing=Sharing(rate=0),
-        now_ms=NOW_MS,
-    )
+    result = forecast_of(campaign(), rows("a@example.com"), Sharing(rate=0))
     assert (result.ends_at_ms, result.eta_s) == (None, None)
 
 
 def test_batch_mode_carries_up_to_the_providers_batch_per_request_and_max_rate_caps_it():
     file = rows(*[f"u{i}@example.com" for i in range(1000)])
-    result = forecast(
-        campaign(delivery_mode="batch", max_rate=2),
-        file,
-        suppressions=FakeSuppressions(),
-        groups=MailboxGroups(),
-        sharing=Sharing(rate=5, batch_size=100),
-        now_ms=NOW_MS,
-    )
+    result = forecast_of(campaign(delivery_mode="batch", max_rate=2), file, Sharing(rate=5, batch_size=100))
     assert (result.rate, result.recipients_per_request, result.eta_s) == (2, 100, 5.0)
 
 
 def test_a_scheduled_campaign_starts_at_its_send_at():
     start = NOW_MS + 3_600_000
-    result = forecast(
-        campaign(send_at_ms=start),
-        rows("a@example.com", "b@example.com"),
-        suppressions=FakeSuppressions(),
-        groups=MailboxGroups(),
-        sharing=Sharing(rate=1),
-        now_ms=NOW_MS,
-    )
+    result = forecast_of(campaign(send_at_ms=start), rows("a@example.com", "b@example.com"), Sharing(rate=1))
     assert (result.starts_at_ms, result.ends_at_ms) == (start, start + 2_000)
 
 

@@ -25,6 +25,7 @@ from sendonce.domain.campaigns.report_data import (
     ReportAggregates,
     minute_of,
 )
+from sendonce.domain.deliverability.mailbox_groups import MailboxGroups
 from sendonce.domain.models import Campaign, CampaignState, epoch_ms
 
 if TYPE_CHECKING:
@@ -62,6 +63,9 @@ class CampaignReport:
     # {"sent": n}), by campaign id; `others_left_out` overlapped too but are not drawn.
     others: Mapping[str, list[Bucket]] = field(default_factory=dict)
     others_left_out: int = 0
+    # Delivered, bounced and complained per mailbox-provider group (every domain counted,
+    # before `feedback_by_domain` keeps the top ones): the groups' table, in its order.
+    feedback_by_group: Mapping[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def outcomes(self) -> dict[str, int]:
@@ -125,6 +129,19 @@ def top_domains(by_domain: Mapping[str, Mapping[str, int]], *, limit: int = MAX_
     return shown
 
 
+def by_group(
+    by_domain: Mapping[str, Mapping[str, int]], groups: MailboxGroups | None = None
+) -> dict[str, dict[str, int]]:
+    """Per-domain counts summed per mailbox-provider group (deliverability/mailbox_groups.py),
+    the groups with any, in the table's order. A domain the aggregator folded into
+    OTHER_DOMAINS (a batch of stream records with too many domains) counts as `other`."""
+    groups = groups or MailboxGroups()
+    summed: dict[str, Counter[str]] = {}
+    for domain, counts in by_domain.items():
+        summed.setdefault(groups.of_domain(domain), Counter()).update(counts)
+    return {name: dict(summed[name]) for name in groups.names if name in summed}
+
+
 def build_report(
     *,
     campaign: Any,
@@ -158,6 +175,7 @@ def build_report(
         duplicates_prevented=fold(aggregates.duplicates_prevented_per_minute, width, origin=origin),
         marks=sorted([*aggregates.marks, *marks], key=lambda m: m.at_ms),
         feedback_by_domain=top_domains(aggregates.feedback_by_domain),
+        feedback_by_group=by_group(aggregates.feedback_by_domain),
         unknowns=unknowns,
         engagement=aggregates.engagement,
         engagement_off_reason=None if aggregates.engagement is not None else aggregates.engagement_off_reason,
