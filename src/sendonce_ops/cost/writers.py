@@ -32,7 +32,8 @@ SCALES = ("recipient", "provider_event", "not_measured")
 @dataclass(frozen=True)
 class Writer:
     name: str
-    function: str  # the stack's function: api, consumer, events, aggregator, jobs, scheduled_start, unsubscribe
+    function: str  # the stack's function: api, consumer, events, aggregator, jobs, scheduled_start, unsubscribe,
+    # account_health
     table: str  # ledger, campaigns, suppressions
     keys: str  # a regular expression on "<partition-key kind> / <sort-key kind>" (bench/scale_writers.py)
     scales: str
@@ -195,6 +196,16 @@ WRITERS: tuple[Writer, ...] = (
         "pipeline",
         "reconcile, republish, audit, resume, enqueue_recorded: only when an operator (or an unschedule)"
         " starts one; their progress item per step and the writes of the work",
+    ),
+    Writer(
+        "account_health: its record and paused campaigns",
+        "account_health",
+        "campaigns",
+        r"account#\w+ / health|campaign#<id> / campaign",
+        "not_measured",
+        "pipeline",
+        "the SES account read every 5 minutes: one put of its record per check (~8,640 a month, whatever is"
+        " sent), and a campaign's pause when the account stops",
     ),
     Writer(
         "scheduled_start: campaign item",
