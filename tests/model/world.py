@@ -526,11 +526,14 @@ class Rig:
             self._client.delete_table(TableName=table)
         reset_model_data()
 
-    def aggregate(self, *, limit: int | None = None, crash_after: int | None = None) -> int:
+    def aggregate(
+        self, *, limit: int | None = None, crash_after: int | None = None, dies_after_its_write: bool = False
+    ) -> int:
         """The counters' aggregator on each table's stream (moto's backend, in process): the
         next `limit` records after its checkpoint, as the stack's mappings select them. It
-        dies after `crash_after` counter writes (its batch then comes again: the checkpoint
-        moves only after a batch applied whole). Returns the records it went past."""
+        dies after `crash_after` counter writes, before the next one, or, with
+        `dies_after_its_write`, right after the last (its batch then comes again: the
+        checkpoint moves only after a batch applied whole). Returns the records it went past."""
         from moto.core import DEFAULT_ACCOUNT_ID
         from moto.dynamodb.models import dynamodb_backends
 
@@ -547,6 +550,9 @@ class Rig:
                     if Dying.left <= 0:
                         raise Crash("the aggregator dies")
                     Dying.left -= 1
+                    if Dying.left == 0 and dies_after_its_write:
+                        super().advance(*args, **kwargs)
+                        raise Crash("the aggregator dies after its write")
                 return super().advance(*args, **kwargs)
 
         backend = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
