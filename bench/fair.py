@@ -2,7 +2,7 @@
 
     python -m bench.fair [--large 2000] [--small 200] [--smalls 3] [--consumers default]
         [--noisy-large N] [--orders large-first,large-last] [--share-large 200] [--share-small 50]
-        [--share-consumers 6] [--weighted 200] [--no-priority]
+        [--share-consumers 6] [--weighted 200] [--no-priority] [--groups 2000] [--google-cap 20]
         [--max-minutes 13] [--out bench-fair.json]
 
 The stack as bench-scale deploys it (bench/scale_stack.py): the CDK app in moto's server,
@@ -30,6 +30,10 @@ clock).
 - priority: two normal campaigns of `--share-large`, then a `priority: high` one of `--share-small`
   published last: which campaign's last email came first (goal: the high one's).
 
+- caps per mailbox group (bench/fair_groups.py, first): the stack deployed with a Google cap,
+  one batch-mode campaign of `--groups` recipients, 60 % Google: Google's busiest second at
+  the Resend server against `--google-cap` (goal: within 10 %), the others meanwhile.
+
 Every campaign's duplicates and missing (counted at the provider) and whether it completed.
 A round starts only while the run is under `--max-minutes`, and every wait has a timeout.
 Progress goes to stderr; stdout gets a table (bench/fair_table.py); the figures go to
@@ -49,7 +53,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import fair_forecast
+from bench import fair_forecast, fair_groups
 from bench.core import machine
 from bench.fair_measure import Timeline, accepted_by_campaign, in_flight, limiter_units, shares
 from bench.fair_measure import ratio as ratio_of
@@ -92,6 +96,9 @@ class FairConfig:
     share_consumers: int = 6
     weighted: int = 200  # each campaign of the weights 2:1 round: two full messages each (0: none)
     priority: bool = True  # the round of a high-priority campaign published last
+    # The round of caps per mailbox group (bench/fair_groups.py): its recipients (0: none).
+    groups: int = 2_000
+    google_cap: float = 20.0
     streams: int = DEFAULT_STREAMS
     team_limit: int = DEFAULT_TEAM_RATE_LIMIT
     send_timeout_s: float = 300.0  # from the consumers' start to the round's last email
@@ -331,8 +338,14 @@ def _single(roles: Iterable[str], **fields: dict[str, Any]) -> dict[str, dict[st
 
 def run_fair(config: FairConfig, say: Say) -> dict[str, Any]:
     started = time.monotonic()
+    groups = fair_groups.GroupsConfig(recipients=config.groups, google_cap=config.google_cap)
     stack_config = ScaleConfig(
-        sizes=(), streams=config.streams, events_up_to=0, webhook_wait_s=config.complete_timeout_s, per_message=False
+        sizes=(),
+        streams=config.streams,
+        events_up_to=0,
+        webhook_wait_s=config.complete_timeout_s,
+        per_message=False,
+        context=groups.context if config.groups else (),
     )
     stack = ScaleStack(stack_config, say).start()
     bench = FairBench(stack, config, say)
@@ -348,7 +361,12 @@ def run_fair(config: FairConfig, say: Say) -> dict[str, Any]:
     if config.noisy_large is not None:
         most = max(config.consumers, key=lambda c: c or stack.consumer_count)
         settings.append((most, config.noisy_large))
+    caps: dict[str, Any] | None = None
     try:
+        if config.groups:
+            # Its Google cap binds no other round: their recipients are all of other domains.
+            caps = fair_groups.run_groups(stack, groups, say)
+            say(f"caps per mailbox group: {fair_groups.line(caps)}")
         for consumers, large in settings:
             if reason := bench.over_budget():
                 skipped.append(
@@ -385,6 +403,7 @@ def run_fair(config: FairConfig, say: Say) -> dict[str, Any]:
         "equal_shares": equal,
         "weighted": weighted,
         "priority": urgent,
+        "mailbox_groups": caps,
         "skipped": skipped,
         "config": {
             **asdict(config),
@@ -413,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--share-consumers", type=int, default=6, help="consumers in the rounds of shares")
     parser.add_argument("--weighted", type=int, default=200, help="each campaign of the 2:1 round (0: none)")
     parser.add_argument("--no-priority", dest="priority", action="store_false", help="no high-priority round")
+    parser.add_argument("--groups", type=int, default=2_000, help="the round of caps per mailbox group (0: none)")
+    parser.add_argument("--google-cap", type=float, default=20.0, help="its Google cap, emails per second")
     parser.add_argument("--no-noisy", dest="noisy_large", action="store_const", const=None)
     parser.add_argument("--orders", default="large-first,large-last", help=f"equal-shares orders, of {ORDERS}")
     parser.add_argument("--streams", type=int, default=DEFAULT_STREAMS, help="publish requests in flight")
@@ -444,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
         share_consumers=args.share_consumers,
         weighted=args.weighted,
         priority=args.priority,
+        groups=args.groups,
+        google_cap=args.google_cap,
         streams=args.streams,
         send_timeout_s=args.send_timeout,
         complete_timeout_s=args.complete_timeout,

@@ -136,6 +136,11 @@ def table(result: dict[str, Any]) -> str:
             )
         )
     lines += _aligned(rows)
+    if result.get("mailbox_groups"):
+        lines += ["", "caps per mailbox group (goal: Google's busiest second within 10 % of its cap)"]
+        from bench.fair_groups import line
+
+        lines.append(line(result["mailbox_groups"]))
     lines += [f"skipped: {s}" for s in result["skipped"]]
     lines.append(f"elapsed {result['elapsed_s']:.0f} s (deploy {config['deploy_s']:.0f} s)")
     return "\n".join(lines)

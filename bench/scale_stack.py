@@ -91,6 +91,8 @@ class ScaleConfig:
     # One batch-mode message against the one-by-one path, at Resend's default team limit
     # (bench/scale_messages.py), before the sizes.
     per_message: bool = True
+    # More CDK context for the deployment (`-c key=value` strings), e.g. caps per mailbox group.
+    context: tuple[tuple[str, str], ...] = ()
 
 
 class ScaleStack:
@@ -117,7 +119,10 @@ class ScaleStack:
             os.environ.pop(name, None)
         self.say(f"deploying the CDK app into moto ({self.moto.endpoint})")
         started = time.monotonic()
-        outputs = deploy_stack(self.moto.endpoint, context={"provider": "resend", "sender_domain": SENDER_DOMAIN})
+        outputs = deploy_stack(
+            self.moto.endpoint,
+            context={"provider": "resend", "sender_domain": SENDER_DOMAIN, **dict(self.config.context)},
+        )
         self.deploy_s = time.monotonic() - started
         plain = boto3.session.Session()
         self.deployed = DeployedConsumer.read(plain, outputs)

@@ -6,13 +6,17 @@ concurrency) is derived here, once, so the stack, the tests and docs/deploy.md a
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from sendonce.domain.deliverability import feedback_id
+from sendonce.settings import PacingSettings
 from sendonce_cdk.context_values import ConfigError, number
 from sendonce_cdk.providers.base import ProviderStack
 from sendonce_cdk.providers.registry import context_defaults, registered
@@ -65,6 +69,11 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "feedback_id_sender_id": feedback_id.DEFAULT_SENDER_ID,
     "feedback_id_stream": feedback_id.DEFAULT_STREAM,
     "feedback_id_customer": "",
+    # Mailbox-provider groups added to the default table ({"comcast": ["comcast.net"]}) and caps
+    # per group in emails/s ({"google": 40}), for every campaign (docs/deliverability.md): a
+    # mapping, or its JSON text (cdk.json, -c).
+    "mailbox_groups": None,
+    "pacing": None,
     # The bucket operators publish recipient files from (the operator API's s3:GetObject).
     "recipients_bucket": None,
     "oncall_email": None,
@@ -104,6 +113,8 @@ class SendonceConfig:
     feedback_id_sender_id: str
     feedback_id_stream: str
     feedback_id_customer: str
+    mailbox_groups: str  # JSON text ("" for none), as the functions' settings take it
+    pacing: str
     recipients_bucket: str | None
     oncall_email: str | None
     oncall_https_url: str | None
@@ -159,6 +170,8 @@ class SendonceConfig:
             feedback_id_sender_id=str(value("feedback_id_sender_id")),
             feedback_id_stream=str(value("feedback_id_stream")),
             feedback_id_customer=str(value("feedback_id_customer")),
+            mailbox_groups=_json_text(value("mailbox_groups")),
+            pacing=_json_text(value("pacing")),
             recipients_bucket=_optional_str(value("recipients_bucket")),
             oncall_email=_optional_str(value("oncall_email")),
             oncall_https_url=_optional_str(value("oncall_https_url")),
@@ -219,6 +232,7 @@ class SendonceConfig:
                 self.feedback_id_sender_id, self.feedback_id_stream, self.feedback_id_customer
             )
         )
+        problems.extend(_pacing_problems(self.mailbox_groups, self.pacing))
         for stack in self.provider_stacks.values():
             problems.extend(stack.problems(self))
         if self.recipients_bucket is not None and not S3_BUCKET_NAME.fullmatch(self.recipients_bucket):
@@ -291,6 +305,12 @@ class SendonceConfig:
             "feedback_id_customer": self.feedback_id_customer,
         }
         return {name: value for name, value in parts.items() if value}
+
+    @property
+    def pacing_settings(self) -> dict[str, str]:
+        """The groups and caps by settings field (the consumer's, the operator API's and the
+        events function's: sendonce.settings._PacingSettings); unset when empty."""
+        return {k: v for k, v in (("mailbox_groups", self.mailbox_groups), ("pacing", self.pacing)) if v}
 
     @property
     def retain(self) -> bool:
@@ -401,3 +421,31 @@ def _optional_str(raw: Any) -> str | None:
 
 
 __all__ = ["ConfigError", "SendonceConfig"]
+
+
+def _json_text(value: Any) -> str:
+    """A mapping (or its JSON text) as compact JSON text; "" for none. Text that is not JSON
+    is kept as is, for `_pacing_problems` to name."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _pacing_problems(mailbox_groups: str, pacing: str) -> list[str]:
+    """What the functions' settings would refuse at cold start, said before a deploy."""
+    try:
+        PacingSettings(mailbox_groups=mailbox_groups, pacing=pacing)
+    except ValidationError as exc:
+        return [
+            (f"{'.'.join(str(p) for p in e['loc'])}: " if e["loc"] else "") + e["msg"].removeprefix("Value error, ")
+            for e in exc.errors()
+        ]
+    return []

@@ -53,6 +53,7 @@ class Consumer(ServiceFunction):
         unsubscribe_key_secret_name: str | None = None,
         unsubscribe_base_url: str | None = None,
         feedback_id: Mapping[str, str] | None = None,
+        pacing: Mapping[str, str] | None = None,
         memory_size: int = 512,
         reserved_concurrency: int | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
@@ -82,6 +83,8 @@ class Consumer(ServiceFunction):
             settings["unsubscribe_base_url"] = unsubscribe_base_url
         # feedback_id_sender_id, _stream, _customer: the Feedback-ID header every email carries.
         settings.update(feedback_id or {})
+        # mailbox_groups, pacing: the caps per mailbox-provider group it paces by.
+        settings.update(pacing or {})
 
         super().__init__(
             scope,

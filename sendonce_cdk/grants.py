@@ -219,7 +219,10 @@ class SendOnceGrants:
         self.tables.ledger.grant(function, "dynamodb:GetItem", "dynamodb:UpdateItem")
         # Feedback counters (UpdateItem, ADD), read back by the brakes (Query, and the 'sent'
         # shards' BatchGetItem), which pause a campaign (UpdateItem).
-        self._grant_campaigns(function, "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:BatchGetItem")
+        # A deferral cuts its mailbox group's factor (GetItem, then UpdateItem of limiter#group#<g>).
+        self._grant_campaigns(
+            function, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:BatchGetItem"
+        )
         # Hard bounces and complaints: a conditional PutItem (the first reason stays).
         self.tables.suppressions.grant(function, "dynamodb:PutItem")
         for stack in self.config.deployed:

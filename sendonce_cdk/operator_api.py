@@ -64,6 +64,7 @@ class OperatorApi(Construct):
         jobs_queue: sqs.IQueue,
         provider_settings: Mapping[str, str] | None = None,
         feedback_id: Mapping[str, str] | None = None,
+        pacing: Mapping[str, str] | None = None,
         reserved_concurrency: int | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
@@ -89,6 +90,8 @@ class OperatorApi(Construct):
                 **(provider_settings or {}),
                 # The consumer's Feedback-ID, which previews show (they compose as the consumer does).
                 **(feedback_id or {}),
+                # The deployment's mailbox groups: a campaign's own caps must name them.
+                **(pacing or {}),
             },
             timeout=TIMEOUT,
             memory_size=512,

@@ -61,6 +61,7 @@ class ProviderEvents(Construct):
         campaigns_table: dynamodb.ITable,
         suppressions_table: dynamodb.ITable,
         provider_settings: Mapping[str, str] | None = None,
+        pacing: Mapping[str, str] | None = None,
         sources: Sequence[str] = (),
         reserved_concurrency: int | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
@@ -76,6 +77,8 @@ class ProviderEvents(Construct):
         # Each provider's settings, `<provider>_<field>`: webhook signing secrets by name
         # only (without one, every webhook of that provider is refused: 401).
         settings.update(provider_settings or {})
+        # The mailbox groups a deferral slows (docs/deliverability.md#pacing-per-mailbox-provider).
+        settings.update(pacing or {})
 
         # A complaint that is never applied is an address that is never suppressed: SES
         # events the function fails on, after Lambda's own retries, and events EventBridge

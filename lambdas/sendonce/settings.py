@@ -13,6 +13,7 @@ providers'; `for_providers` makes the model for another registry (a test's).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -23,6 +24,8 @@ from sendonce.adapters.providers.descriptor import Provider, ProviderSettings
 from sendonce.adapters.providers.registry import registered
 from sendonce.domain.deliverability import feedback_id
 from sendonce.domain.deliverability.feedback_id import FeedbackId
+from sendonce.domain.deliverability.group_caps import GroupPacing, parse_pacing
+from sendonce.domain.deliverability.mailbox_groups import MailboxGroups, MailboxGroupsError
 from sendonce.domain.errors import SettingsError
 
 
@@ -93,7 +96,50 @@ class _FeedbackIdSettings(BaseModel):
         return FeedbackId(self.feedback_id_sender_id, self.feedback_id_stream, self.feedback_id_customer)
 
 
-class _ConsumerSettings(_WithProviders, _FeedbackIdSettings):
+class PacingSettings(BaseModel):
+    """The deployment's mailbox-provider groups and its caps on each (deliverability/group_caps.py),
+    as JSON: `mailbox_groups` adds groups or domain patterns to the default table
+    ({"comcast": ["comcast.net"]}); `pacing` caps groups in emails per second ({"google": 40}).
+    The consumer's (which paces), the operator API's (which refuses a campaign's caps on a group
+    the deployment does not know) and the events function's (which slows a group on deferrals).
+    Kept as the JSON text: the settings are hashable (a runtime is cached by them)."""
+
+    mailbox_groups: str = ""
+    pacing: str = ""
+
+    @field_validator("mailbox_groups", "pacing")
+    @classmethod
+    def _json_mapping(cls, value: str, info: Any) -> str:
+        if value.strip() == "":
+            return ""
+        try:
+            data = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not JSON ({exc.msg} at character {exc.pos})") from None
+        if not isinstance(data, dict):
+            raise ValueError("expected a JSON object")
+        return value
+
+    @model_validator(mode="after")
+    def _groups_and_caps_agree(self) -> Any:
+        try:
+            self.group_pacing  # noqa: B018 - builds (validates) both tables
+        except MailboxGroupsError as exc:
+            raise ValueError(str(exc)) from None
+        except TypeError:
+            raise ValueError("mailbox_groups: expected {group: [domain patterns]}") from None
+        return self
+
+    @property
+    def group_pacing(self) -> GroupPacing:
+        groups = MailboxGroups()
+        if self.mailbox_groups:
+            groups = groups.extended(json.loads(self.mailbox_groups))
+        caps = parse_pacing(json.loads(self.pacing), groups) if self.pacing else {}
+        return GroupPacing(groups=groups, caps=caps)
+
+
+class _ConsumerSettings(_WithProviders, _FeedbackIdSettings, PacingSettings):
     """What the SQS consumer needs; field names map to SENDONCE_<NAME> variables."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -155,7 +201,7 @@ class ConsumerSettings(consumer_settings_model(registered())):  # type: ignore[m
     """The consumer's settings with the registered providers' fields."""
 
 
-class _ApiSettings(_WithProviders, _FeedbackIdSettings):
+class _ApiSettings(_WithProviders, _FeedbackIdSettings, PacingSettings):
     """What the operator API needs; of the providers' settings, the consumer's rates (a
     campaign's max_rate may not be above the rate the consumer paces its provider at); the
     consumer's Feedback-ID, which its previews show."""
@@ -257,7 +303,7 @@ class AccountHealthSettings(BaseModel):
         return _from_env(cls, environ)
 
 
-class _EventsSettings(_WithProviders):
+class _EventsSettings(_WithProviders, PacingSettings):
     """The events function: provider events from an event bus and webhooks over HTTP."""
 
     provider_part: ClassVar[str] = "events_settings"

@@ -125,6 +125,8 @@ class Cli:
                     endpoints.ledger_table, endpoints.campaigns_table, clients, accept_possible_duplicates=accept
                 ),
                 auditor=build_auditor(self.consumer_settings, clients),
+                # A campaign's caps name the deployment's mailbox groups: the consumer's.
+                group_pacing=lambda: self.consumer_settings().group_pacing,
             )
         return self._services[writes]
 

@@ -24,6 +24,9 @@ FULL_CONTEXT: dict[str, Any] = {
     "feedback_id_sender_id": "acmemail",
     "feedback_id_stream": "newsletter",
     "feedback_id_customer": "acme-eu",
+    # Caps per mailbox-provider group, a group of the deployment's own among them (JSON, as -c gives it).
+    "mailbox_groups": '{"comcast": ["comcast.net"]}',
+    "pacing": '{"google": 40, "comcast": 5}',
     "recipients_bucket": "acme-recipient-lists",
     "oncall_email": "oncall@example.org",
     "oncall_https_url": "https://pager.example.org/hooks/sendonce",

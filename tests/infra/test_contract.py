@@ -212,8 +212,12 @@ def test_the_cli_finds_by_output_what_the_api_function_is_given(assembly: Synthe
     assert feedback and {f: environment.get(env_name(f)) for f in feedback} == {
         f: consumer.get(env_name(f)) for f in feedback
     }
+    # The mailbox groups and caps (a campaign's caps must name the groups): the CLI reads the
+    # consumer's too (CliContext.service).
+    pacing = {"mailbox_groups", "pacing"}
+    assert {f: environment.get(env_name(f)) for f in pacing} == {f: consumer.get(env_name(f)) for f in pacing}
     given = {**SOURCES, **{f: v for f, v in OPTIONAL.items() if f in ApiSettings.model_fields}}
-    assert set(given) == set(ApiSettings.model_fields) - {"counters", "jobs_queue_url"} - rates - feedback
+    assert set(given) == set(ApiSettings.model_fields) - {"counters", "jobs_queue_url"} - rates - feedback - pacing
     for field, (variable, output) in given.items():
         assert outputs[output]["Value"] == environment[variable], field
     for field, (_, output) in OPTIONAL.items():

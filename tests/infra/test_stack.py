@@ -526,6 +526,8 @@ def test_operator_api_function_environment(assembly: Synthesized) -> None:
     # Feedback-ID customer is left unset).
     sendonce_names = {name for name in environment if name.startswith(contract.ENV_PREFIX)}
     unset = set() if assembly.config.feedback_id_customer else {env_name("feedback_id_customer")}
+    # No caps and no groups of its own: neither is set.
+    unset |= {env_name(f) for f in ("mailbox_groups", "pacing") if not getattr(assembly.config, f)}
     assert sendonce_names == {env_name(field) for field in ApiSettings.model_fields} - unset
     ApiSettings.from_env(_with_placeholders(environment))
 
@@ -653,6 +655,24 @@ def test_every_email_composer_carries_the_feedback_id(
     assert environment[env_name("feedback_id_sender_id")] == FULL_CONTEXT["feedback_id_sender_id"]
     assert environment[env_name("feedback_id_stream")] == FULL_CONTEXT["feedback_id_stream"]
     assert environment[env_name("feedback_id_customer")] == FULL_CONTEXT["feedback_id_customer"]
+
+
+def test_the_caps_per_mailbox_group_reach_every_function_that_reads_them(
+    default_assembly: Synthesized, full_assembly: Synthesized
+) -> None:
+    from sendonce.settings import ConsumerSettings, EventsSettings
+
+    # The consumer paces by them, the events function slows a group on its deferrals, and the
+    # operator API refuses a campaign's cap on a group the deployment does not know.
+    for handler, model in ((CONSUMER_HANDLER, ConsumerSettings), (EVENTS_HANDLER, EventsSettings)):
+        full = model.from_env(_with_placeholders(_function_environment(full_assembly, handler)))
+        assert full.group_pacing.caps == {"google": 40, "comcast": 5}, handler
+        assert full.group_pacing.group_of("someone@comcast.net") == "comcast", handler
+        default = model.from_env(_with_placeholders(_function_environment(default_assembly, handler)))
+        assert default.group_pacing.caps == {}, handler
+    api = _function_environment(full_assembly, API_HANDLER)
+    assert json.loads(api[env_name("pacing")]) == json.loads(FULL_CONTEXT["pacing"])
+    assert json.loads(api[env_name("mailbox_groups")]) == json.loads(FULL_CONTEXT["mailbox_groups"])
 
 
 def test_public_api_routes_authorize_themselves(assembly: Synthesized) -> None:

@@ -115,6 +115,9 @@ def test_errors_map_to_http_codes_with_a_body_naming_the_problem(system):
     bad_sender = call(system, "POST", "/campaigns", campaign_body(system, "c3", **{"from": "nobody"}))
     too_fast = call(system, "POST", "/campaigns", campaign_body(system, "c4", max_rate=50))  # Resend: 5/s
     bad_priority = call(system, "POST", "/campaigns", campaign_body(system, "c5", priority="urgent"))
+    unknown_group = call(system, "POST", "/campaigns", campaign_body(system, "c6", pacing={"gogle": 4}))
+    zero_cap = call(system, "POST", "/campaigns", campaign_body(system, "c7", pacing={"google": 0}))
+    capped = call(system, "POST", "/campaigns", campaign_body(system, "c8", pacing={"google": 4}))
     bad_recipient = call(
         system, "POST", "/campaigns/c1/publish", {"recipients": [{"recipient_id": "r1", "email": "not-an-address"}]}
     )
@@ -148,6 +151,11 @@ def test_errors_map_to_http_codes_with_a_body_naming_the_problem(system):
         },
     )
     assert bad_priority[0] == 422 and bad_priority[1]["message"] == "body.priority: must be normal or high"
+    assert unknown_group[0] == 400 and unknown_group[1]["message"].startswith(
+        "pacing.gogle: unknown mailbox group; the groups are google, microsoft, yahoo, apple, other"
+    )
+    assert zero_cap[0] == 422 and zero_cap[1]["message"].startswith("body.pacing.google:")
+    assert capped[0] == 201 and capped[1]["pacing"] == {"google": 4}
     assert bad_recipient[0] == 422
     assert bad_recipient[1]["message"] == "body.recipients.0.email: not a valid email address"
     assert "not-an-address" not in json.dumps(bad_recipient[1])  # the input is never echoed

@@ -1,6 +1,7 @@
 """`make bench-fair` on tiny campaigns: the stack deployed into moto, a small campaign
 published behind a large one (and the large one alone), then one large and two small ones
-in one order, weights 2:1 and a high-priority campaign last; every campaign completed, nobody sent twice or missed, and the report has its
+in one order, weights 2:1 and a high-priority campaign last, and a campaign 60 % Google under
+a Google cap; every campaign completed, nobody sent twice or missed, and the report has its
 figures. Counts only: no timing assertion (the machine is shared).
 
 Marked slow: about a minute on an idle machine (the deploy, then four rounds, each waiting for
@@ -18,6 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 LARGE, SMALL, SMALLS = 300, 100, 2
 SHARE_LARGE, SHARE_SMALL, WEIGHTED = 40, 10, 20  # the rounds of shares: single mode, one email a request
+GROUPS = 100  # the round of caps per mailbox group: 60 Google recipients under a cap of 20/s
 
 
 @pytest.mark.timeout(1200)
@@ -25,11 +27,17 @@ def test_bench_fair_completes_every_campaign_with_no_duplicate_and_nobody_missin
     out = tmp_path / "bench-fair.json"
     args = ("--large", str(LARGE), "--small", str(SMALL), "--smalls", str(SMALLS), "--consumers", "default")
     args += ("--share-large", str(SHARE_LARGE), "--share-small", str(SHARE_SMALL), "--weighted", str(WEIGHTED))
+    args += ("--groups", str(GROUPS), "--google-cap", "20")
     stdout = run_bench("bench.fair", *args, "--no-noisy", "--orders", "large-first", "--out", str(out), timeout=900)
     report = json.loads(out.read_text())
     assert "small behind large" in stdout and "equal shares" in stdout
     assert report["skipped"] == [] and report["command"].endswith("--out " + str(out))
     assert report["machine"]["nproc"] >= 1 and report["config"]["default_consumers"] >= 1
+
+    caps = report["mailbox_groups"]
+    assert (caps["duplicates"], caps["missing"], caps["completed"]) == (0, 0, True)
+    assert caps["by_group"]["google"] == 60 and caps["google_send_group"] == 10
+    assert caps["google_busiest_second"] > 0 and "caps per mailbox group" in stdout
 
     [behind] = report["small_behind_large"]
     assert (behind["large"], behind["small"], behind["noisy_reachable"]) == (LARGE, SMALL, False)

@@ -155,6 +155,9 @@ class Campaign(BaseModel):
     weight: int = Field(default=1, ge=1, le=MAX_WEIGHT)
     priority: Literal["normal", "high"] = "normal"
     max_rate: float | None = Field(default=None, gt=0)
+    # Its own caps per mailbox-provider group, in emails per second, under the deployment's
+    # (deliverability/group_caps.py). Fixed at creation.
+    pacing: dict[str, float] = Field(default_factory=dict)
     version: int = 0
 
     @model_validator(mode="before")

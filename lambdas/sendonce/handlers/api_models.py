@@ -55,6 +55,9 @@ class CampaignView(BaseModel):
     weight: int = Field(description="Its share of the provider's rate against the others of its priority.")
     priority: Literal["normal", "high"]
     max_rate: float | None = Field(default=None, description="Its cap in provider requests per second; null: none.")
+    pacing: dict[str, float] = Field(
+        default_factory=dict, description="Its own caps per mailbox group, emails per second; {}: none."
+    )
 
     @classmethod
     def of(cls, campaign: Campaign) -> "CampaignView":
@@ -75,6 +78,7 @@ class CampaignView(BaseModel):
             weight=campaign.weight,
             priority=campaign.priority,
             max_rate=campaign.max_rate,
+            pacing=campaign.pacing,
         )
 
 

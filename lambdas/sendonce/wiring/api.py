@@ -27,6 +27,7 @@ from sendonce.domain.campaigns.report import ReportService
 from sendonce.domain.campaigns.s3_publish import S3Publish
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes
+from sendonce.domain.deliverability.group_caps import GroupPacing
 from sendonce.domain.jobs.models import JobKind
 from sendonce.domain.jobs.service import JobService
 from sendonce.domain.jobs.work import Audit, PageWork
@@ -45,13 +46,16 @@ def build_campaign_service(
     provider_rates: Mapping[str, float] | None = None,
     unknown_outcomes: Callable[[bool], UnknownOutcomes] | None = None,
     auditor: Callable[[str], CampaignAudit] | None = None,
+    group_pacing: Callable[[], GroupPacing] | None = None,
 ) -> CampaignService:
     """Its jobs (resume, cancel, ...) go to the jobs queue when the settings name one, else
     run in process; either way each is recorded in the campaigns table. A campaign's max_rate
     is checked against `provider_rates`, by default those `settings` configure. `auditor`
     (provider name -> its audit): what an audit job run here audits with; without it such a
     job fails. `unknown_outcomes` (given accept_possible_duplicates): what `resume
-    --include-unknown` as a job reads and reopens (the CLI's); without it such a job is refused."""
+    --include-unknown` as a job reads and reopens (the CLI's); without it such a job is refused.
+    `group_pacing`: the deployment's mailbox groups, read when a campaign names one (the CLI's
+    from the consumer function); by default those `settings` carry."""
     registered = providers if providers is not None else registry.registered()
     dynamodb, sqs = clients.dynamodb, clients.sqs
     campaigns, shards = build_campaign_store(settings.campaigns_table, dynamodb, counted=settings.counters)
@@ -79,11 +83,17 @@ def build_campaign_service(
         provider_names=registry.names(registered),
         batch_provider_names=registry.batch_names(registered),
         provider_rates=configured_rates(settings, registered) if provider_rates is None else provider_rates,
+        group_pacing=group_pacing or _group_pacing_of(settings),
         operator=operator,
         counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
         jobs=jobs_of,
         scheduler=build_scheduler(settings, clients) if isinstance(settings, ApiSettings) else None,
     )
+
+
+def _group_pacing_of(settings: ApiSettings | JobsSettings) -> Callable[[], GroupPacing] | None:
+    # The jobs worker's settings carry no groups: its work creates no campaign.
+    return (lambda: settings.group_pacing) if isinstance(settings, ApiSettings) else None
 
 
 @lru_cache(maxsize=4)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from sendonce.adapters.dynamodb.counters import DynamoDBCounters
+from sendonce.adapters.dynamodb.group_caps import DynamoDBGroupCaps
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.rate_limiter import DynamoDBRateLimiter
 from sendonce.adapters.dynamodb.report_aggregates import DynamoDBReportAggregates
@@ -15,7 +16,7 @@ from sendonce.adapters.providers import registry
 from sendonce.adapters.providers.descriptor import Provider
 from sendonce.adapters.sqs_queue import SqsQueue
 from sendonce.domain.campaigns.ports import CampaignCounters, CampaignScheduler, CampaignStore, ReportAggregatesStore
-from sendonce.domain.deliverability.ports import Suppressions
+from sendonce.domain.deliverability.ports import GroupCaps, Suppressions
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
 from sendonce.domain.sending.delivery import DeliveryService
 from sendonce.domain.sending.guards import LedgerDeliveryGuard, LedgerGroupGuard
@@ -36,6 +37,7 @@ class ConsumerParts:
     providers: dict[str, EmailProvider]
     queue: Queue
     limiter: RateLimiter | None = None
+    group_caps: GroupCaps | None = None
     suppressions: Suppressions | None = None
     unsubscribe: UnsubscribeLinks | None = None
     counters: CampaignCounters | None = None
@@ -78,6 +80,12 @@ def build_consumer_parts(
             watch = registered[name].watch_rate
             if watch is not None:
                 watch(settings.provider_settings(registered[name]), adapter, limiter)
+    group_caps = None
+    if settings.shared_rate_limit:
+        # Asked only for a request to a capped group (the deployment's caps or a campaign's).
+        group_caps = DynamoDBGroupCaps(
+            client=dynamodb, table_name=settings.campaigns_table, chunk=max(1, settings.send_concurrency // 2)
+        )
     campaigns, shards = build_campaign_store(settings.campaigns_table, dynamodb)
     unsubscribe = None
     if settings.unsubscribe_key_secret and settings.unsubscribe_base_url:
@@ -92,6 +100,7 @@ def build_consumer_parts(
         providers=adapters,
         queue=SqsQueue(client=clients.sqs, queue_url="", dead_letter_queue_url=settings.dead_letter_queue_url),
         limiter=limiter,
+        group_caps=group_caps,
         suppressions=build_suppressions(settings.suppressions_table, dynamodb) if settings.suppressions_table else None,
         unsubscribe=unsubscribe,
         counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
@@ -126,6 +135,8 @@ def build_consumer_runtime(
         window_clock_ms=window_clock_ms,
         report_aggregates=parts.report_aggregates,
         feedback_id=settings.feedback_id,
+        group_caps=parts.group_caps,
+        pacing=settings.group_pacing,
     )
     return ConsumerRuntime(service=service, guard=guard, group_guard=group_guard, queue=parts.queue)
 

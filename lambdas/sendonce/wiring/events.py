@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import lru_cache
 
+from sendonce.adapters.dynamodb.group_caps import DynamoDBGroupCaps
 from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
 from sendonce.adapters.providers import registry
 from sendonce.adapters.providers.descriptor import Provider, event_readers
@@ -44,6 +45,9 @@ def build_events_service(
         ),
         event_readers=event_readers(registered),
         webhooks=webhooks,
+        # A deferral slows its mailbox group: the factor the consumers' group caps read.
+        group_caps=DynamoDBGroupCaps(client=dynamodb, table_name=settings.campaigns_table),
+        pacing=settings.group_pacing,
     )
 
 

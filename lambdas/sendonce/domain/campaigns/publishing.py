@@ -12,6 +12,7 @@ from sendonce.domain.campaigns.batches import OversizedRecipientError, batch_id_
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
 from sendonce.domain.campaigns.ports import BatchStatus, CampaignStore
 from sendonce.domain.campaigns.scheduling import MESSAGES_PER_SEND, PUBLISH_LEASE_MS, check_future, iso, new_holder
+from sendonce.domain.deliverability.group_caps import GroupPacing, parse_pacing
 from sendonce.domain.errors import (
     ConflictingRequestError,
     IllegalTransitionError,
@@ -57,6 +58,7 @@ class Publishing:
     _provider_names: frozenset[str]
     _batch_provider_names: frozenset[str]
     _provider_rates: Mapping[str, float]
+    _group_pacing: Callable[[], GroupPacing]
 
     if TYPE_CHECKING:  # the other halves' (declared here only, so that none shadows them)
 
@@ -85,6 +87,9 @@ class Publishing:
             raise ConflictingRequestError(
                 f"max_rate: {campaign.max_rate:g} is above provider {campaign.provider!r}'s rate of {rate:g} requests/s"
             )
+        if campaign.pacing:
+            # The deployment's groups, which a spec's schema cannot know (it may add its own).
+            parse_pacing(campaign.pacing, self._group_pacing().groups)
         if campaign.content is None:
             raise InvalidCampaignError("content: required")
         if campaign.send_at_ms is not None:

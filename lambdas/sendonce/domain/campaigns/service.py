@@ -31,6 +31,7 @@ from sendonce.domain.campaigns.scheduling import ScheduledSends
 from sendonce.domain.campaigns.status import DeliveryStatus
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes
 from sendonce.domain.campaigns.window_pauses import WindowOpenings
+from sendonce.domain.deliverability.group_caps import GroupPacing
 from sendonce.domain.jobs.models import Job, JobKind
 from sendonce.domain.jobs.service import InMemoryJobStore, JobService
 from sendonce.domain.jobs.work import EnqueueRecorded, PageWork, Reconcile, Republish, ResumeUnknown
@@ -73,6 +74,7 @@ class CampaignService(Publishing, OperatorControl, CampaignReads, ScheduledSends
         provider_names: Iterable[str],
         batch_provider_names: Iterable[str] | None = None,
         provider_rates: Mapping[str, float] | None = None,
+        group_pacing: Callable[[], GroupPacing] | None = None,
         operator: str = "operator",
         clock_ms: Callable[[], int] = _system_clock,
         jobs: JobsOf | None = None,
@@ -93,6 +95,9 @@ class CampaignService(Publishing, OperatorControl, CampaignReads, ScheduledSends
         # Each provider's configured rate (requests/s), read only for a campaign with a max_rate
         # (the CLI's reads the deployment's when first asked). None or a provider not in it: unchecked.
         self._provider_rates: Mapping[str, float] = {} if provider_rates is None else provider_rates
+        # The deployment's mailbox groups and caps, read when a campaign names a group (the
+        # CLI reads them from the deployed consumer): a campaign's own caps name its groups.
+        self._group_pacing = group_pacing or GroupPacing
         self._operator = operator
         # Resume and cancel republish as a job: in the deployed stack on the jobs queue (the
         # API answers at once); without one, run here a page at a time. Built last: its work

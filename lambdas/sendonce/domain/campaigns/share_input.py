@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
+from sendonce.domain.deliverability.group_caps import CAP_LEAST, CAP_MOST
 from sendonce.domain.sending.shares import MAX_WEIGHT, NORMAL_FLOOR
 
 # A cap is stored as a DynamoDB number (1E-130 to 9.99E+125): these bounds keep it well inside,
@@ -51,9 +52,18 @@ MaxRate = Annotated[
     ),
 ]
 
+# A cap on a mailbox-provider group (deliverability/group_caps.py), in emails per second.
+GROUP_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,31}$"
+PacingCap = Annotated[
+    Annotated[float, Field(ge=CAP_LEAST, le=CAP_MOST, allow_inf_nan=False)],
+    BeforeValidator(_number),
+    Field(description=f"Emails per second to the group, {CAP_LEAST:g} to {CAP_MOST:,}."),
+]
+
 RULES = {
     "weight": f"must be a whole number from 1 to {MAX_WEIGHT} (the campaign's share against others of its priority)",
     "priority": "must be normal or high",
+    "pacing": f"must map mailbox groups to caps from {CAP_LEAST:g} to {CAP_MOST:,} emails per second",
     "max_rate": f"must be a number from {MAX_RATE_LEAST:g} to {MAX_RATE_MOST:,} (provider requests per second)",
 }
 

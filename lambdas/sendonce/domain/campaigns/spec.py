@@ -6,7 +6,7 @@ input_rules.py; sizes come from sendonce.domain.limits (docs/limits.md).
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.config import JsonDict
@@ -21,7 +21,7 @@ from sendonce.domain.campaigns.input_rules import (
 )
 from sendonce.domain.campaigns.scheduling import EXAMPLE as SEND_AT_EXAMPLE
 from sendonce.domain.campaigns.scheduling import parse_instant
-from sendonce.domain.campaigns.share_input import MaxRate, Priority, Weight
+from sendonce.domain.campaigns.share_input import GROUP_NAME_PATTERN, MaxRate, PacingCap, Priority, Weight
 from sendonce.domain.campaigns.windows import SendWindow
 from sendonce.domain.errors import InvalidCampaignError
 from sendonce.domain.models import Campaign, Content, Identifier
@@ -121,6 +121,12 @@ class CampaignSpec(BaseModel):
     weight: Weight = 1
     priority: Priority = "normal"
     max_rate: MaxRate = None
+    pacing: dict[Annotated[str, Field(pattern=GROUP_NAME_PATTERN)], PacingCap] = Field(
+        default_factory=dict,
+        description="Caps per mailbox-provider group in emails per second for this campaign ({google: 40, "
+        "microsoft: 20}), under the deployment's own (docs/deliverability.md#pacing-per-mailbox-provider). A group "
+        "the deployment does not know is refused (400, naming it).",
+    )
 
     @field_validator("ledger_shards", mode="before")
     @classmethod
@@ -176,4 +182,5 @@ class CampaignSpec(BaseModel):
             weight=self.weight,
             priority=self.priority,
             max_rate=self.max_rate,
+            pacing=dict(self.pacing),
         )

@@ -286,3 +286,27 @@ class SendingCampaigns(CampaignRecords, Protocol):
     """The campaigns sending now (by state: an index, never the ledger), and their moves."""
 
     def list(self, state: CampaignState | None = None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class GroupPlaces:
+    """Places asked of a mailbox group's cap for one provider request: `count` emails to
+    `group`, under the deployment's `cap` and the campaign's `campaign_cap` (emails/s; None:
+    none) (deliverability/group_caps.py)."""
+
+    group: str
+    count: int
+    campaign_id: str
+    cap: float | None
+    campaign_cap: float | None
+
+
+class GroupCaps(Protocol):
+    def take(self, places: GroupPlaces, *, deadline: float | None = None) -> bool:
+        """Wait until `places.count` more emails to the group are within its caps, shared by
+        every consumer of every campaign; False if `deadline` (epoch seconds) would pass first."""
+        ...
+
+    def deferred(self, group: str) -> None:
+        """The group's mailbox provider deferred mail: slow that group for every consumer."""
+        ...

@@ -27,10 +27,12 @@ from typing import Any, Protocol
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
 from sendonce.domain.campaigns.ports import CampaignStore
+from sendonce.domain.deliverability.group_caps import GroupPacing, is_deferral
 from sendonce.domain.deliverability.ports import (
     AnnotationStatus,
     EventKind,
     FeedbackCounter,
+    GroupCaps,
     LedgerEvents,
     ProviderEvent,
     Suppressions,
@@ -87,6 +89,7 @@ class EventReport:
     resolved_unknown: bool = False
     brake: str | None = None  # "complaint" | "bounce" when this event paused the campaign
     campaign_id: str | None = None  # the delivery's campaign, when the event names one of ours
+    deferred_groups: tuple[str, ...] = ()  # mailbox groups slowed by this deferral
 
 
 class ProviderEventService:
@@ -99,6 +102,8 @@ class ProviderEventService:
         brakes: BrakeSettings = BrakeSettings(),
         event_readers: Mapping[str, EventReader] | None = None,
         webhooks: Mapping[str, WebhookReader] | None = None,
+        group_caps: GroupCaps | None = None,
+        pacing: GroupPacing | None = None,
     ):
         """`event_readers`: by the event bus's source name; `webhooks`: by provider name (the
         webhook's path names it). Both come from the provider registry."""
@@ -108,6 +113,9 @@ class ProviderEventService:
         self._brakes = brakes
         self._event_readers = dict(event_readers or {})
         self._webhooks = dict(webhooks or {})
+        # A deferral slows its mailbox group for every consumer (deliverability/group_caps.py).
+        self._group_caps = group_caps
+        self._pacing = pacing or GroupPacing()
 
     def reads_events_from(self, source: Any) -> bool:
         return isinstance(source, str) and source in self._event_readers
@@ -162,6 +170,8 @@ class ProviderEventService:
             return report
         if counter is not None and annotation.status is AnnotationStatus.APPLIED:
             report.counted = counter.value
+        if annotation.status is AnnotationStatus.APPLIED:
+            report.deferred_groups = self._slow_deferring_groups(event)
         if event.kind is EventKind.SENT:
             if annotation.status is AnnotationStatus.APPLIED:
                 self._ledger_events.count_sent(key.campaign_id, key.recipient_id)
@@ -182,6 +192,15 @@ class ProviderEventService:
         if counter is not None:
             report.brake = self._check_brakes(key.campaign_id)
         return report
+
+    def _slow_deferring_groups(self, event: ProviderEvent) -> tuple[str, ...]:
+        """A deferral (first seen) slows the mailbox groups of its addresses."""
+        if self._group_caps is None or not is_deferral(event.kind, hard=event.hard, detail=event.detail):
+            return ()
+        groups = tuple(sorted({self._pacing.group_of(a) for a in event.addresses if "@" in a}))
+        for group in groups:
+            self._group_caps.deferred(group)
+        return groups
 
     def _check_brakes(self, campaign_id: str) -> str | None:
         feedback = self._ledger_events.feedback(campaign_id)

@@ -25,7 +25,8 @@ from sendonce.domain.campaigns.report_data import prevented_writer
 from sendonce.domain.campaigns.status import complete_if_done
 from sendonce.domain.campaigns.window_pauses import close_window, outside_window
 from sendonce.domain.deliverability.feedback_id import FeedbackId
-from sendonce.domain.deliverability.ports import Suppressions
+from sendonce.domain.deliverability.group_caps import GroupPacing
+from sendonce.domain.deliverability.ports import GroupCaps, Suppressions
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
 from sendonce.domain.errors import (
     CampaignNotFoundError,
@@ -50,7 +51,14 @@ from sendonce.domain.models import (
 from sendonce.domain.sending.batch_run import BatchReport, BatchRun, record_failure
 from sendonce.domain.sending.delivery_tables import Event, cancel_event
 from sendonce.domain.sending.groups import GroupDelivery
-from sendonce.domain.sending.ports import DeliveryGuard, EmailProvider, GroupGuard, Ledger, Queue, RateLimiter
+from sendonce.domain.sending.ports import (
+    DeliveryGuard,
+    EmailProvider,
+    GroupGuard,
+    Ledger,
+    Queue,
+    RateLimiter,
+)
 from sendonce.domain.sending.provider_call import Sender
 from sendonce.domain.sending.rendering import CompiledContent, RenderError
 
@@ -104,6 +112,8 @@ class DeliveryService:
         scheduler: CampaignScheduler | None = None,
         window_clock_ms: Callable[[], int] | None = None,
         report_aggregates: ReportAggregatesStore | None = None,
+        group_caps: GroupCaps | None = None,
+        pacing: GroupPacing | None = None,
     ):
         self._ledger = ledger
         self._scheduler = scheduler  # sets a send window's next opening when the window pauses
@@ -127,6 +137,8 @@ class DeliveryService:
             suppressions=suppressions,
             unsubscribe=unsubscribe,
             feedback_id=feedback_id,
+            group_caps=group_caps,
+            pacing=pacing,
             safety_margin_ms=safety_margin_ms,
             throttle_retries=throttle_retries,
             sleep=sleep,
@@ -142,6 +154,7 @@ class DeliveryService:
                 sender=self._sender,
                 instance_id=self._instance_id,
                 clock_ms=clock_ms,
+                concurrency=send_concurrency,
             )
         )
 
@@ -429,4 +442,4 @@ class DeliveryService:
             # Past this write a lost consumer may have sent: its delivery becomes unknown
             # instead of being claimed again.
             self._ledger.mark_in_flight(request.key, owner=request.owner, now_ms=self._clock_ms())
-        return self._sender.call(run, lambda: run.provider.send(email))
+        return self._sender.call(run, lambda: run.provider.send(email), self._sender.places(run, [recipient.email]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
 from sendonce.domain.campaigns.ports import CampaignStore
@@ -21,6 +22,10 @@ from sendonce.domain.sending.ports import BatchEmailProvider, DeliveryGuard, Del
 from sendonce.domain.sending.provider_call import Sender
 
 logger = logging.getLogger(__name__)
+
+
+def _address(recipient: Recipient) -> str:
+    return recipient.email
 
 
 class GroupDelivery:
@@ -34,6 +39,7 @@ class GroupDelivery:
         sender: Sender,
         instance_id: str,
         clock_ms: Callable[[], int],
+        concurrency: int = 1,
     ):
         self._ledger = ledger
         self._campaigns = campaigns
@@ -42,6 +48,7 @@ class GroupDelivery:
         self._sender = sender
         self._instance_id = instance_id
         self._clock_ms = clock_ms
+        self._concurrency = max(1, concurrency)  # send groups of one batch in flight at once
 
     def deliver(self, run: BatchRun) -> list[Recipient]:
         """Send the batch as groups; returns the recipients left to the one-by-one path
@@ -116,12 +123,47 @@ class GroupDelivery:
                 continue
             other_hashes = {r.recipient_id: self._guard.payload_hash(r.email, r.variables) for r in other.recipients}
             self._run_group(run, other, other_hashes)
-        if members:
-            # A batch holds at most 100 recipients, Resend's batch limit: one group suffices.
+        # A batch holds at most 100 recipients, Resend's batch limit: one group suffices,
+        # unless a mailbox group is capped: then one group per mailbox group, each at most
+        # half its cap (deliverability/group_caps.py), recorded in order; a capped group's wait
+        # does not hold the others back.
+        parts = self._sender.pacing.send_groups(members, _address, run.campaign.pacing)
+        recorded: list[tuple[SendGroup, list[Recipient]]] = []
+        for n, those in enumerate(parts):
+            if run.halt.is_set():
+                break
+            group_n = group_id if n == 0 else f"{batch.batch_id}-g{len(groups) + 1 + n}"
             group = self._campaigns.record_group(
-                SendGroup(campaign_id=batch.campaign_id, group_id=group_id, recipients=members)
+                SendGroup(campaign_id=batch.campaign_id, group_id=group_n, recipients=those)
             )
-            self._run_group(run, group, hashes)
+            recorded.append((group, those))
+        # One worker per mailbox group: its send groups one after another (its cap's places
+        # come a second at a time; more requests waiting on them would only spend them on
+        # seconds they then miss), the mailbox groups side by side.
+        lanes: dict[str, list[SendGroup]] = {}
+        for group, _ in recorded:
+            lanes.setdefault(self._sender.pacing.group_of(group.recipients[0].email), []).append(group)
+
+        def run_lane(lane: list[SendGroup]) -> None:
+            for group in lane:
+                self._run_group(run, group, hashes)
+
+        workers = min(self._concurrency, len(lanes))
+        if workers <= 1:
+            for lane in lanes.values():
+                run_lane(lane)
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="group") as pool:
+                list(pool.map(run_lane, lanes.values()))
+        for group, those in recorded:
+            # A consumer racing this one recorded the id first, with other members: those left
+            # out come back with the message rather than be acknowledged unsent.
+            kept = {r.recipient_id for r in group.recipients}
+            left_out = [r.recipient_id for r in those if r.recipient_id not in kept]
+            if left_out:
+                run.count_many(
+                    "returning", left_out, error="send group recorded with other members by another consumer"
+                )
         return singles
 
     @staticmethod
@@ -162,8 +204,12 @@ class GroupDelivery:
         # Only a provider with a batch endpoint gets here (DeliveryService checks it).
         provider = cast(BatchEmailProvider, run.provider)
 
+        places = self._sender.places(run, [r.email for r in group.recipients])
+
         def send() -> list[Receipt | str]:
-            return self._sender.call(run, lambda: provider.send_batch(emails, idempotency_key=group.idempotency_key))
+            return self._sender.call(
+                run, lambda: provider.send_batch(emails, idempotency_key=group.idempotency_key), places
+            )
 
         try:
             result = self._group_guard.send_group_once(

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from sendonce.domain.deliverability.feedback_id import FeedbackId
-from sendonce.domain.deliverability.ports import Suppressions
+from sendonce.domain.deliverability.group_caps import GroupPacing
+from sendonce.domain.deliverability.ports import GroupCaps, GroupPlaces, Suppressions
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
 from sendonce.domain.errors import RetryableProviderError
 from sendonce.domain.models import Campaign, OutboundEmail, Recipient, email_fingerprint
@@ -75,8 +76,12 @@ class Sender:
         throttle_retries: int,
         sleep: Callable[[float], None],
         feedback_id: FeedbackId | None = None,
+        group_caps: GroupCaps | None = None,
+        pacing: GroupPacing | None = None,
     ):
         self._limiter = limiter
+        self._group_caps = group_caps
+        self.pacing = pacing or GroupPacing()
         self._suppressions = suppressions
         self._unsubscribe = unsubscribe
         self._feedback_id = feedback_id
@@ -109,18 +114,50 @@ class Sender:
             run.campaign, run.content, recipient, idempotency_key, self._unsubscribe, feedback_id=self._feedback_id
         )
 
-    def call(self, run: BatchRun, call: Callable[[], T]) -> T:
-        """`call` within the shared send rate, repeated while the provider says it did not
-        accept (throttled, busy) and time remains."""
+    def places(self, run: BatchRun, addresses: Sequence[str]) -> GroupPlaces | None:
+        """What a request to `addresses` (one mailbox group's: a send group never mixes
+        them when any is capped) takes of its group's caps; None: the group is uncapped."""
+        if self._group_caps is None or not addresses or not self.pacing.capped(run.campaign.pacing):
+            return None
+        group = self.pacing.group_of(addresses[0])
+        cap, own = self.pacing.caps.get(group), run.campaign.pacing.get(group)
+        if cap is None and own is None:
+            return None
+        return GroupPlaces(
+            group=group, count=len(addresses), campaign_id=run.campaign.campaign_id, cap=cap, campaign_cap=own
+        )
+
+    def deferred(self, run: BatchRun, places: GroupPlaces | None) -> None:
+        """The provider said "too fast" to a request to a capped group: slow that group too."""
+        if places is not None and self._group_caps is not None:
+            self._group_caps.deferred(places.group)
+
+    def call(self, run: BatchRun, call: Callable[[], T], places: GroupPlaces | None = None) -> T:
+        """`call` within the shared send rate (and `places` within its mailbox group's caps),
+        repeated while the provider says it did not accept (throttled, busy) and time remains."""
         attempt = 0
         refused_all = True  # every answer so far said "not accepted"
         while True:
+            deadline = time.time() + (run.remaining_ms() - self.safety_margin_ms) / 1000
+            granted_in = None
+            if places is not None and self._group_caps is not None:
+                if not self._group_caps.take(places, deadline=deadline):
+                    raise RetryableProviderError(
+                        f"no place under mailbox group {places.group!r}'s cap before the time budget ends",
+                        proves_not_accepted=refused_all,
+                    )
+                granted_in = int(time.time())
             if self._limiter is not None:
-                deadline = time.time() + (run.remaining_ms() - self.safety_margin_ms) / 1000
                 if not self._limiter.acquire(
                     run.provider.name, deadline=deadline, claimant=claimant_of(run.campaign), dwell_ms=run.dwell_ms
                 ):
-                    raise RetryableProviderError("no slot in the shared send rate before the time budget ends")
+                    raise RetryableProviderError(
+                        "no slot in the shared send rate before the time budget ends", proves_not_accepted=refused_all
+                    )
+            if granted_in is not None and int(time.time()) != granted_in:
+                # The provider's place came in a later second than the group's: sent now, the
+                # request would count in a second whose places others hold. Its places go unused.
+                continue
             try:
                 return call()
             except RetryableProviderError as exc:
@@ -128,6 +165,8 @@ class Sender:
                 exc.proves_not_accepted = refused_all
                 if exc.throttled and self._limiter is not None:
                     self._limiter.throttled(run.provider.name)
+                if exc.throttled:
+                    self.deferred(run, places)
                 # Throttled or busy means not accepted, so trying again cannot duplicate.
                 delay = min(8.0, exc.retry_after if exc.retry_after else 0.2 * 2**attempt) * random.uniform(0.8, 1.2)
                 out_of_time = run.remaining_ms() - delay * 1000 < self.safety_margin_ms

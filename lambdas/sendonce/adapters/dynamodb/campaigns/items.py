@@ -50,6 +50,15 @@ def _holder_attribute(holder: str) -> str:
     return HOLDER_PREFIX + holder
 
 
+def _decimals(value: Any) -> Any:
+    """DynamoDB takes no float: a max_rate or a cap is stored as the decimal it prints as."""
+    if isinstance(value, float):
+        return Decimal(str(value))
+    if isinstance(value, dict):
+        return {k: _decimals(v) for k, v in value.items()}
+    return value
+
+
 def _campaign(item: dict[str, Any]) -> Campaign:
     # Campaigns created before the content had its own item carry it here (read as is).
     # `batch_shards` is this adapter's layout, not the campaign's: read by _batch_shards.
@@ -134,8 +143,9 @@ class CampaignItems:
         if campaign.content is None:
             raise ValueError(f"campaign {campaign.campaign_id!r} has no content")
         state = campaign.model_dump(mode="json", exclude_none=True, exclude={"content"})
-        # DynamoDB takes no float: a max_rate is stored as the decimal it prints as.
-        item = {k: _ser.serialize(Decimal(str(v)) if isinstance(v, float) else v) for k, v in state.items()}
+        if not state.get("pacing"):
+            state.pop("pacing", None)  # no caps of its own: the item stays as before caps existed
+        item = {k: _ser.serialize(_decimals(v)) for k, v in state.items()}
         item.update(self._key(campaign.campaign_id))
         item[bk.BATCH_SHARDS_ATTR] = {"N": str(bk.batch_shards_for(campaign.ledger_shards))}
         content = {

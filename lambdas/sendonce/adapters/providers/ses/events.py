@@ -4,6 +4,7 @@ The event id is messageId + type + feedback id (or timestamp): EventBridge's ret
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,7 +78,9 @@ def parse_ses_event(event: Mapping[str, Any]) -> ProviderEvent | None:
         reason = SuppressionReason.COMPLAINED
     elif kind is EventKind.DELIVERY_DELAYED:
         recipients = [r.get("emailAddress") for r in body.get("delayedRecipients", [])]
-        detail_text = short(body.get("delayType"))
+        # The diagnostic's codes only (4.7.28, TSS04): its text can quote the address.
+        codes = [_codes(r.get("diagnosticCode")) for r in body.get("delayedRecipients", [])]
+        detail_text = short(body.get("delayType"), next((c for c in codes if c), None))
         discriminator = body.get("timestamp")
     elif kind is EventKind.DELIVERED:
         recipients = list(body.get("recipients", []))
@@ -103,3 +106,14 @@ def parse_ses_event(event: Mapping[str, Any]) -> ProviderEvent | None:
         detail=detail_text,
         suppression_reason=reason,
     )
+
+
+_STATUS_CODE = re.compile(r"\b[45]\.\d{1,3}\.\d{1,3}\b|\bTSS0\d\b")
+
+
+def _codes(diagnostic: Any) -> str | None:
+    """The status codes in an SMTP diagnostic (4.7.28, TSS04), without its text."""
+    if not isinstance(diagnostic, str):
+        return None
+    found = _STATUS_CODE.findall(diagnostic)
+    return " ".join(dict.fromkeys(found)) or None
