@@ -175,7 +175,11 @@ class SendOnce(SendOnceGrants, SendOnceFindings, Construct):
             campaigns_table=self.tables.campaigns,
             campaign_queue=self.queues.queue,
             campaign_dead_letter_queue=self.queues.dead_letter_queue,
-            provider_settings=_prefixed([(stack, stack.audit_settings(config)) for stack in config.deployed]),
+            suppressions_table=self.tables.suppressions,
+            provider_settings=_prefixed(
+                [(stack, stack.standing_consumer_settings(config)) for stack in config.provider_stacks.values()]
+                + [(stack, stack.audit_settings(config)) for stack in config.deployed]
+            ),
             removal_policy=removal_policy,
             code=code,
         )
@@ -197,6 +201,7 @@ class SendOnce(SendOnceGrants, SendOnceFindings, Construct):
             campaigns_table=self.tables.campaigns,
             queue=self.queues.queue,
             dead_letter_queue=self.queues.dead_letter_queue,
+            suppressions_table=self.tables.suppressions,
             scheduling={
                 "scheduler_group": self.scheduled_start.group_name,
                 "scheduler_role_arn": self.scheduled_start.scheduler_role.role_arn,

@@ -109,9 +109,13 @@ class SendOnceGrants:
         # never consumes them. Resume and cancel submit their job's first step.
         self._allow_send(function, self.queues.queue)
         self._allow_send(function, self.jobs.queue)
+        # A forecast reads the suppression list, 100 addresses a consistent BatchGetItem; it
+        # never writes it. (Who shares the rate: the limiter's slots and state item in the
+        # campaigns table, read with the Query and GetItem above.)
+        self.tables.suppressions.grant(function, "dynamodb:BatchGetItem")
         if self.config.recipients_bucket:
-            # A publish naming an S3 object HEADs it (authorized by s3:GetObject); the jobs
-            # worker reads it.
+            # A publish or forecast naming an S3 object HEADs it (authorized by s3:GetObject);
+            # the jobs worker reads it.
             function.add_to_role_policy(
                 iam.PolicyStatement(
                     sid="ReadRecipientFiles",
@@ -189,6 +193,9 @@ class SendOnceGrants:
         # (BatchGetItem; PutItem), the campaign, its publish lease and its completion (GetItem,
         # UpdateItem).
         self._grant_campaigns(function, *CAMPAIGN_ITEMS_READ_WRITE)
+        # A forecast_s3 job's parts read the suppression list (BatchGetItem; never a write); its
+        # end reads the limiter's slots and state item (campaigns table: Query, GetItem above).
+        self.tables.suppressions.grant(function, "dynamodb:BatchGetItem")
         # Republished batches onto the campaign queue; its own next step onto the jobs queue
         # (the event source's grant covers receiving and deleting).
         self._allow_send(function, self.queues.queue)
@@ -197,7 +204,7 @@ class SendOnceGrants:
         for stack in self.config.deployed:
             stack.grant_audit(self, function)
         if self.config.recipients_bucket:
-            # An S3 publish's parts: each reads its byte range of the object (GetObject).
+            # An S3 publish's or forecast's parts: each reads its byte range of the object (GetObject).
             function.add_to_role_policy(
                 iam.PolicyStatement(
                     sid="ReadRecipientFileRanges",

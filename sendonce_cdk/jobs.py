@@ -43,6 +43,7 @@ class JobsWorker(Construct):
         campaigns_table: dynamodb.ITable,
         campaign_queue: sqs.IQueue,
         campaign_dead_letter_queue: sqs.IQueue,
+        suppressions_table: dynamodb.ITable | None = None,
         provider_settings: Mapping[str, str] | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
@@ -70,7 +71,7 @@ class JobsWorker(Construct):
             self,
             "Handler",
             handler=HANDLER,
-            description="sendonce jobs worker: resume, cancel, reconcile, S3 publish, a page or part a step",
+            description="sendonce jobs worker: resume, cancel, reconcile, S3 publish and forecast, a page or part a step",
             # sendonce.settings.JobsSettings, by field.
             settings={
                 "ledger_table": ledger_table.table_name,
@@ -78,7 +79,11 @@ class JobsWorker(Construct):
                 "queue_url": campaign_queue.queue_url,
                 "dead_letter_queue_url": campaign_dead_letter_queue.queue_url,
                 "jobs_queue_url": self.queue.queue_url,
-                # An audit job's provider reads (ProviderStack.audit_settings, prefixed).
+                # A forecast_s3 job's parts read the suppression list (BatchGetItem only).
+                **({"suppressions_table": suppressions_table.table_name} if suppressions_table else {}),
+                # The providers' rates, as the consumer's (a forecast_s3 job times its result at
+                # them, as the API does an inline one), and an audit job's provider reads
+                # (ProviderStack.audit_settings), prefixed.
                 **(provider_settings or {}),
             },
             timeout=TIMEOUT,

@@ -23,6 +23,7 @@ ROUTES = (
     (POST, "/campaigns"),
     (GET, "/campaigns/{id}"),
     (POST, "/campaigns/{id}/publish"),
+    (POST, "/campaigns/{id}/forecast"),
     (POST, "/campaigns/{id}/pause"),
     (POST, "/campaigns/{id}/resume"),
     (POST, "/campaigns/{id}/cancel"),
@@ -60,6 +61,7 @@ class OperatorApi(Construct):
         campaigns_table: dynamodb.ITable,
         queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
+        suppressions_table: dynamodb.ITable | None = None,
         scheduling: Mapping[str, str] | None = None,
         jobs_queue: sqs.IQueue,
         provider_settings: Mapping[str, str] | None = None,
@@ -83,6 +85,8 @@ class OperatorApi(Construct):
                 "dead_letter_queue_url": dead_letter_queue.queue_url,
                 # The stack runs the counters' aggregator: campaigns are counted from creation.
                 "counters": "true",
+                # A forecast reads the suppression list (BatchGetItem only).
+                **({"suppressions_table": suppressions_table.table_name} if suppressions_table else {}),
                 # scheduler_group, scheduler_role_arn, scheduled_start_function_arn (ScheduledStart).
                 **(scheduling or {}),
                 "jobs_queue_url": jobs_queue.queue_url,

@@ -218,6 +218,8 @@ class _ApiSettings(_WithProviders, _FeedbackIdSettings, PacingSettings):
     # Campaigns created here are counted from their creation: set where the counters'
     # aggregator runs (the stack always; local runs with the stream poller).
     counters: bool = False
+    # The suppression list a forecast reads (read only; none: a forecast says it was not checked).
+    suppressions_table: str | None = Field(default=None, min_length=3, max_length=255)
     # Scheduled sends (docs/operations-campaigns.md): the stack's schedule group, the role
     # EventBridge Scheduler assumes, and the function each campaign's schedule invokes.
     # All three or none (none: a send_at is refused).
@@ -254,6 +256,8 @@ class _JobsSettings(_WithProviders):
     dead_letter_queue_url: str = Field(pattern=r"^https?://")
     jobs_queue_url: str = Field(pattern=r"^https?://")
     counters: bool = False  # as ApiSettings.counters (the worker creates no campaign)
+    # As ApiSettings.suppressions_table: what a forecast_s3 job's parts read.
+    suppressions_table: str | None = Field(default=None, min_length=3, max_length=255)
     provider_timeout_seconds: float = Field(default=10.0, gt=0, le=60)  # an audit's provider reads
 
     @classmethod

@@ -14,12 +14,15 @@ from sendonce_client.errors import (
     ConnectionFailed,
     FieldError,
     InvalidRequest,
+    JobFailed,
+    JobTimedOut,
     NotFound,
     PublishFailed,
     SendonceAPIError,
     ServerError,
     Throttled,
 )
+from sendonce_client.forecast import ForecastResult
 
 __all__ = [
     "MAX_RECIPIENTS_PER_REQUEST",
@@ -27,7 +30,10 @@ __all__ = [
     "Conflict",
     "ConnectionFailed",
     "FieldError",
+    "ForecastResult",
     "InvalidRequest",
+    "JobFailed",
+    "JobTimedOut",
     "NotFound",
     "PublishFailed",
     "PublishSummary",

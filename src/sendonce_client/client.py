@@ -34,10 +34,13 @@ from sendonce_client.errors import (
     ConnectionFailed,
     FieldError,
     InvalidRequest,
+    JobFailed,
+    JobTimedOut,
     PublishFailed,
     SendonceAPIError,
     error_for,
 )
+from sendonce_client.forecast import ForecastResult, s3_source
 from sendonce_client.streams import DEFAULT_STREAMS, Chunk, check_streams, merged_ranges, run_in_streams
 
 SERVICE = "execute-api"
@@ -222,6 +225,55 @@ class Client:
         if dedupe_addresses:
             body["dedupe_addresses"] = True
         return self._request("POST", f"/campaigns/{_segment(campaign_id)}/publish", body=body)
+
+    def wait_for_job(self, job_id: str, *, timeout_s: float = 900.0, poll_s: float = 2.0) -> dict[str, Any]:
+        """`job(job_id)` every `poll_s` until it is done: its JobView (`result` set). Raises
+        `JobFailed` when it failed, `JobTimedOut` when it still runs after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self.job(job_id)
+            if job.get("state") == "done":
+                return job
+            if job.get("state") == "failed":
+                raise JobFailed(job)
+            if time.monotonic() >= deadline:
+                raise JobTimedOut(job, timeout_s)
+            self._sleep(poll_s)
+
+    def forecast(
+        self,
+        campaign_id: str,
+        recipients: Iterable[Any] | None = None,
+        *,
+        s3: Mapping[str, str] | str | None = None,
+        dedupe_addresses: bool = False,
+        timeout_s: float = 900.0,
+        price: bool = True,
+    ) -> ForecastResult:
+        """POST /campaigns/{id}/forecast: who the list would reach (after bad rows, repeats and
+        suppressions; per mailbox-provider group) and when the send would end; nothing is
+        published. `recipients` (as `publish` takes them, at most 1,000: exact) or `s3`
+        ({"bucket", "key", "format"?} or "s3://bucket/key"): a job counts the object in ranges
+        and this waits for it (`wait_for_job`; exact for one range, docs/api.md). Priced here
+        with `sendonce cost`'s model (`cost`) unless `price` is False."""
+        if (recipients is None) == (s3 is None):
+            raise ValueError("give exactly one of recipients or s3")
+        body: dict[str, Any] = {}
+        if recipients is not None:
+            body["recipients"] = [recipient_dict(r) for r in recipients]
+            if not body["recipients"]:
+                raise ValueError("no recipients to forecast")
+            if len(body["recipients"]) > MAX_RECIPIENTS_PER_REQUEST:
+                raise ValueError(f"at most {MAX_RECIPIENTS_PER_REQUEST} inline recipients; forecast more from S3 (s3=)")
+        else:
+            body["s3"] = s3_source(s3)  # type: ignore[arg-type]
+        if dedupe_addresses:
+            body["dedupe_addresses"] = True
+        answer = self._request("POST", f"/campaigns/{_segment(campaign_id)}/forecast", body=body)
+        if recipients is not None:
+            return ForecastResult.of(answer, price=price)
+        job = self.wait_for_job(answer["job_id"], timeout_s=timeout_s)
+        return ForecastResult.of(job["result"], job_id=job["job_id"], price=price)
 
     def audit(self, campaign_id: str) -> dict[str, Any]:
         """POST /campaigns/{id}/audit (202): a job that sets the provider's own records

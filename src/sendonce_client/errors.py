@@ -87,6 +87,25 @@ class PublishFailed(SendonceAPIError):
         self.failed = list(failed or [])
 
 
+class JobFailed(SendonceAPIError):
+    """A job the client waited for ended `failed`: `job` is its JobView, `message` its error."""
+
+    def __init__(self, job: dict[str, Any]):
+        super().__init__(None, "JobFailed", str(job.get("error") or "the job failed"), body=job)
+        self.job = job
+
+
+class JobTimedOut(SendonceAPIError):
+    """A job the client waited for was still running when the wait ran out: `job` is its
+    JobView as last read (it goes on; `Client.job(job_id)` follows it)."""
+
+    def __init__(self, job: dict[str, Any], timeout_s: float):
+        super().__init__(
+            None, "JobTimedOut", f"job {job.get('job_id')!r} still running after {timeout_s:g} s", body=job
+        )
+        self.job = job
+
+
 _BY_STATUS: dict[int, type[SendonceAPIError]] = {
     400: InvalidRequest,
     404: NotFound,

@@ -42,6 +42,7 @@ OPTIONAL = {
         ("scheduler_group", Output.SCHEDULE_GROUP_NAME),
         ("scheduler_role_arn", Output.SCHEDULER_ROLE_ARN),
         ("scheduled_start_function_arn", Output.SCHEDULED_START_FUNCTION_ARN),
+        ("suppressions_table", Output.SUPPRESSIONS_TABLE_NAME),
     )
 }
 
@@ -61,6 +62,7 @@ class Endpoints:
     scheduler_group: str | None = None
     scheduler_role_arn: str | None = None
     scheduled_start_function_arn: str | None = None
+    suppressions_table: str | None = None  # what the operator service's forecasts read
     stack: str | None = None  # the stack read, if any
     # Campaigns created through this CLI are counted from their creation (ApiSettings.counters):
     # where the stack was read (it runs the counters' aggregator), or SENDONCE_COUNTERS says so.
@@ -77,6 +79,7 @@ class Endpoints:
                 scheduler_group=self.scheduler_group,
                 scheduler_role_arn=self.scheduler_role_arn,
                 scheduled_start_function_arn=self.scheduled_start_function_arn,
+                suppressions_table=self.suppressions_table,
             )
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())

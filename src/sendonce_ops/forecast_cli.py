@@ -4,16 +4,16 @@ presentation only; nothing is written.
 
 It reads what publishing would: the campaign, the suppression list (the consumer's table), the
 campaigns sharing the provider now (the shared limiter's slots) and the rate the consumer
-paces the provider at; and prices the audience with `sendonce cost`'s model.
+paces the provider at (the forecast service, domain/campaigns/forecasting.py, as the operator
+API's); and prices the audience with `sendonce cost`'s model.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,23 +21,15 @@ import click
 import yaml
 from rich.table import Table
 
-from sendonce.domain.campaigns.forecast import Forecast, Sharer, Sharing, forecast
+from sendonce.domain.campaigns.forecast import Forecast
 from sendonce.domain.deliverability.mailbox_groups import MailboxGroups, MailboxGroupsError
-from sendonce.domain.deliverability.ports import Suppression
 from sendonce.domain.sending.shares import rate_in_force
-from sendonce.wiring.stores import build_suppressions
+from sendonce.wiring.operator import build_forecast_service
 from sendonce_ops.cli_context import Cli, json_option, pass_cli
-from sendonce_ops.cost.model import campaign_cost
+from sendonce_ops.cost.model import audience_cost
 from sendonce_ops.endpoints import ConsumerPaces, sending_settings
 from sendonce_ops.preview_cli import recipient_rows
 from sendonce_ops.sending_cli import duration
-
-
-class _NoSuppressions:
-    """A deployment without a suppression list suppresses nobody."""
-
-    def suppressed_among(self, emails: Any) -> dict[str, Suppression]:
-        return {}
 
 
 def _groups(path: Path | None) -> MailboxGroups:
@@ -63,20 +55,6 @@ def _when(ms: int | None) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _cost(result: Forecast, mode: str) -> dict[str, Any]:
-    if not result.audience:
-        return {"aws_total": 0.0, "note": "nobody to send to"}
-    try:
-        cost = campaign_cost(result.audience, result.provider, mode).as_dict()
-    except ValueError as exc:
-        return {"aws_total": None, "note": str(exc)}
-    return {
-        "aws_total": cost["aws_total"],
-        "per_1000_recipients": cost["per_1000_recipients"],
-        "note": cost["provider_note"],
-    }
-
-
 def _print(cli: Cli, result: Forecast, cost: dict[str, Any]) -> None:
     table = Table(show_header=False)
     table.add_column(style="bold")
@@ -86,7 +64,8 @@ def _print(cli: Cli, result: Forecast, cost: dict[str, Any]) -> None:
     table.add_row("repeated ids (sent once)", f"{result.repeated_ids:,}")
     same = "sent once" if result.dedupe_addresses else "sent to each"
     table.add_row(f"same address, another id ({same})", f"{result.duplicate_addresses:,}")
-    table.add_row("suppressed (not sent)", f"{result.suppressed:,}")
+    checked = "suppressed (not sent)" if result.suppressions_checked else "suppressed (no suppression list read)"
+    table.add_row(checked, f"{result.suppressed:,}")
     table.add_row("audience", f"{result.audience:,}")
     for group, n in result.groups.items():
         share = f" ({n / result.audience:.0%})" if result.audience else ""
@@ -153,36 +132,26 @@ def run_forecast(
 ) -> None:
     """`campaign forecast`, and `campaign publish --dry-run`."""
     groups = _groups(groups_path)
-    campaign = cli.service().get(campaign_id)
+    service = cli.service()
+    service.get(campaign_id)  # an unknown campaign fails before anything else is read
     settings = sending_settings(cli.session, cli.endpoints, os.environ)
-    suppressions = (
-        build_suppressions(settings.suppressions_table, cli.clients.dynamodb)
-        if settings.suppressions_table
-        else _NoSuppressions()
-    )
-    now = cli.sending_now()
-    # The campaigns sending on its provider now, each with what it has left (its status).
-    found = next((p for p in now.providers() if p.provider == campaign.provider), None)
-    others = tuple(
-        Sharer(c.claimant, None if c.to_send is None else math.ceil(c.to_send / (c.recipients_per_request or 1)))
-        for c in (found.campaigns if found else ())
-    )
-    rate = now.rate_in_force(campaign.provider)
-    if rate is None:  # not paced by the limiter: the rate the consumer is configured with
-        pace = ConsumerPaces(cli.session, cli.endpoints, os.environ)[campaign.provider]
-        rate = rate_in_force(pace.rate, pace.reserve)
-    sharing = Sharing(rate=rate, others=others, batch_size=now.batch_size(campaign.provider))
-    rows: Iterator[Any] = recipient_rows(path, fmt)
-    result = forecast(
-        campaign,
-        rows,
-        suppressions=suppressions,
+    paces = ConsumerPaces(cli.session, cli.endpoints, os.environ)
+
+    def consumer_rate(provider: str) -> float:  # not paced by the limiter: the consumer's configured rate
+        pace = paces[provider]
+        return rate_in_force(pace.rate, pace.reserve)
+
+    forecasts = build_forecast_service(
+        cli.endpoints.campaigns_table,
+        settings.suppressions_table,
+        cli.clients,
+        campaigns=service,
+        paces=paces,
         groups=groups,
-        sharing=sharing,
-        now_ms=int(dt.datetime.now(dt.UTC).timestamp() * 1000),
-        dedupe_addresses=dedupe_addresses,
+        fallback_rate=consumer_rate,
     )
-    cost = _cost(result, campaign.delivery_mode)
+    result, _ = forecasts.of_rows(campaign_id, recipient_rows(path, fmt), dedupe_addresses=dedupe_addresses, keep=0)
+    cost = audience_cost(result.audience, result.provider, result.delivery_mode)
     if as_json:
         click.echo(json.dumps({**result.as_dict(), "cost": cost}))
     else:

@@ -403,8 +403,11 @@ def test_sendonce_local_api_over_a_deployed_stack_answers_the_newer_routes_as_do
     preview = call("POST", "/campaigns/0/preview", [None, None])
     test_send = call("POST", "/campaigns/0/test-sends", {"include_suppressed": 0, "to": ["0@0.0"], "variables": {}})
     plain_preview = call("POST", "/campaigns/0/preview")
+    # A forecast reads the stack's suppression list (its output), as the deployed function does
+    forecast = call("POST", "/campaigns/0/forecast", {"recipients": [{"recipient_id": "r", "email": "r@gmail.com"}]})
 
     assert status[0] == 200 and status[1]["state"] == "draft" and status[1]["test_sends"] == {"count": 0, "recent": []}
     assert preview == (422, preview[1]) and preview[1]["detail"][0]["loc"] == ["body"]
     assert test_send[0] == 422 and test_send[1]["detail"][0]["loc"] == ["body", "include_suppressed"]
     assert plain_preview[0] == 200 and plain_preview[1]["subject"] == "s"
+    assert forecast[0] == 200 and forecast[1]["suppressions_checked"] is True and forecast[1]["audience"] == 1

@@ -245,6 +245,8 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
             },
             "scheduler_role": {"iam:PassRole"},
             "jobs_queue": {"sqs:SendMessage"},
+            # A forecast's suppression reads, 100 addresses a BatchGetItem; never a write.
+            "suppressions": {"dynamodb:BatchGetItem"},
         }
         if config.recipients_bucket:
             expected[f"s3:{config.recipients_bucket}/*"] = {"s3:GetObject"}
@@ -283,6 +285,8 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
             "campaigns": set(CAMPAIGN_ITEMS),
             "queue": {"sqs:SendMessage"},
             "jobs_queue": {"sqs:SendMessage", *EVENT_SOURCE},
+            # A forecast_s3 job's parts read the suppression list; never a write.
+            "suppressions": {"dynamodb:BatchGetItem"},
         }
         if "resend" in config.providers:
             # An audit job lists and retrieves the campaign's emails with the sending key.
@@ -351,6 +355,21 @@ def test_the_operator_api_only_reads_the_ledger(assembly: Synthesized) -> None:
     ledger_actions = _granted(assembly, API_HANDLER)["ledger"]
     assert ledger_actions <= LEDGER_READS
     assert ledger_actions == {"dynamodb:Query"}
+
+
+@pytest.mark.parametrize("handler", [API_HANDLER, JOBS_HANDLER], ids=lambda h: h.split(".")[2])
+def test_a_forecast_may_read_the_suppression_list_and_the_limiters_slots_and_write_neither(
+    assembly: Synthesized, handler: str
+) -> None:
+    # A forecast (inline in the API, an S3 file in the jobs worker) reads the suppression list
+    # 100 addresses a consistent BatchGetItem, and who shares the provider's rate from the
+    # limiter's slot items (Query) and state item (GetItem) in the campaigns table.
+    granted = _granted(assembly, handler)
+    assert granted["suppressions"] == {"dynamodb:BatchGetItem"}
+    assert {"dynamodb:Query", "dynamodb:GetItem"} <= granted["campaigns"]
+    # ... and each function is told which table is the suppression list.
+    variables = _function(assembly, handler)["Environment"]["Variables"]
+    assert _ref(variables["SENDONCE_SUPPRESSIONS_TABLE"]) == _table_id(assembly, "fp")
 
 
 def test_ledger_writes_are_updates_only(assembly: Synthesized) -> None:

@@ -116,6 +116,7 @@ OPERATOR_ROUTES = {
     "POST /campaigns",
     "GET /campaigns/{id}",
     "POST /campaigns/{id}/publish",
+    "POST /campaigns/{id}/forecast",
     "POST /campaigns/{id}/pause",
     "POST /campaigns/{id}/resume",
     "POST /campaigns/{id}/cancel",
@@ -548,9 +549,11 @@ def test_operator_api_writes_campaigns_reads_the_ledger_and_publishes(assembly: 
     for action in ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"):
         assert not _allows(statements, action, ledger), action
     assert _allows(statements, "sqs:SendMessage", {"Fn::GetAtt": [_source_queue(assembly)[0], "Arn"]})
-    # Publishing never consumes, and the API never touches the suppression list.
+    # Publishing never consumes, and the API only reads the suppression list (a forecast's
+    # BatchGetItem): it never adds or removes a suppression.
     assert not _allows(statements, "sqs:ReceiveMessage", {"Fn::GetAtt": [_source_queue(assembly)[0], "Arn"]})
-    assert "Suppressions" not in json.dumps(statements)
+    suppressions = [s for s in statements if "Suppressions" in json.dumps(s["Resource"])]
+    assert [_as_list(s["Action"]) for s in suppressions] == [["dynamodb:BatchGetItem"]]
 
 
 def test_operator_api_reads_recipient_files_only_from_the_configured_bucket(

@@ -296,6 +296,7 @@ def test_the_openapi_document_describes_every_route(system):
         "/campaigns",
         "/campaigns/{campaign_id}",
         "/campaigns/{campaign_id}/publish",
+        "/campaigns/{campaign_id}/forecast",
         "/campaigns/{campaign_id}/pause",
         "/campaigns/{campaign_id}/resume",
         "/campaigns/{campaign_id}/cancel",
@@ -325,6 +326,9 @@ def test_the_openapi_document_describes_every_route(system):
         "404",
         "409",
     }
+    forecast = document["paths"]["/campaigns/{campaign_id}/forecast"]["post"]["responses"]
+    assert set(forecast) == {"200", "202", "400", "404", "409", "422", "500"}
+    assert forecast["202"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/JobView"}
 
 
 def test_a_created_campaign_links_to_every_operation_on_it(system):

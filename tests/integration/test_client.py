@@ -17,7 +17,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from sendonce.handlers import api
-from sendonce_client import Client, Conflict, ConnectionFailed, InvalidRequest, NotFound, PublishFailed
+from sendonce_client import Client, Conflict, ConnectionFailed, InvalidRequest, JobFailed, NotFound, PublishFailed
 from sendonce_local.http_api import LocalHttpApi
 from tests.integration.operator_helpers import OPERATOR_ARN
 
@@ -405,3 +405,33 @@ def test_a_refused_request_among_streams_says_exactly_which_requests_landed(syst
 def test_streams_must_be_between_1_and_32(system, client):
     with pytest.raises(ValueError, match="streams must be 1..32"):
         client.publish("c1", people(system, 1), streams=0)
+
+
+def test_a_forecast_inline_or_from_s3_is_typed_priced_and_publishes_nothing(system, recording_api, client):
+    # Given a campaign and the same people inline and as an S3 object, one bad row, one repeat
+    client.create_campaign(spec(system))
+    rows = people(system, 4) + people(system, 1) + [{"recipient_id": "bad", "email": "nobody"}]
+    s3 = boto3.client("s3")
+    bucket = f"sendonce-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="list.jsonl", Body="".join(json.dumps(r) + "\n" for r in rows).encode())
+    s3.put_object(Bucket=bucket, Key="headless.csv", Body=b"id,address\nr1,a@example.com\n")
+
+    inline = client.forecast("c1", iter(rows))
+    from_s3 = client.forecast("c1", s3=f"s3://{bucket}/list.jsonl")
+
+    counts = ("rows_read", "bad_rows", "repeated_ids", "suppressed", "audience", "groups")
+    assert (inline.rows_read, inline.bad_rows, inline.repeated_ids, inline.audience) == (6, 1, 1, 4)
+    assert inline.problems[-1] == "recipients.5: email: not a valid email address"
+    assert [getattr(from_s3, k) for k in counts] == [getattr(inline, k) for k in counts]
+    assert from_s3.job_id is not None and from_s3.exact and from_s3.extra["parts"] == 1
+    assert from_s3.problems[-1] == "6: email: not a valid email address"  # JSON Lines: no header
+    # Priced by the client with sendonce cost's model: this API does not carry it
+    assert inline.cost["aws_total"] > 0 and inline.cost == from_s3.cost
+    # A file the job cannot read fails the job, and the wait says why
+    with pytest.raises(JobFailed, match="recipient_id and email"):
+        client.forecast("c1", s3={"bucket": bucket, "key": "headless.csv"})
+    with pytest.raises(NotFound):
+        client.forecast("nope", rows)
+    # Nothing was published
+    assert client.get_campaign("c1")["state"] == "draft" and client.status("c1")["total"] == 0

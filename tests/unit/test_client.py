@@ -100,3 +100,84 @@ def test_a_422_carries_its_field_errors_and_api_gateways_own_bodies_are_understo
 
     assert [(f.path, f.msg, f.type) for f in error.fields] == [("body.recipients.3.email", "bad", "value_error")]
     assert (gateway.error, gateway.message, gateway.fields) == ("Forbidden", "Forbidden", [])
+
+
+# --- the forecast ------------------------------------------------------------------------
+
+ANSWER = {
+    "campaign_id": "c1", "provider": "ses", "delivery_mode": "single", "rows_read": 3, "bad_rows": 1,
+    "repeated_ids": 0, "duplicate_addresses": 0, "dedupe_addresses": False, "suppressed": 0,
+    "suppressions_checked": True, "audience": 2, "groups": {"google": 2, "other": 0}, "rate": 14.0,
+    "recipients_per_request": 1, "recipients_per_s": 14.0, "campaigns_sharing": 0, "starts_at_ms": 0,
+    "ends_at_ms": 143, "starts_at": "1970-01-01T00:00:00Z", "ends_at": "1970-01-01T00:00:00Z", "eta_s": 0.143,
+    "not_applied": ["warm-up"], "problems": ["recipients.2: email: not a valid email address"], "exact": True,
+    "lines": 4,
+}  # fmt: skip
+
+
+def test_a_forecast_answer_is_typed_and_priced_with_the_cost_model_as_the_cli_prices_it():
+    from sendonce_client import ForecastResult
+    from sendonce_ops.cost.model import audience_cost
+
+    result = ForecastResult.of(ANSWER, job_id="j1")
+
+    assert (result.audience, result.bad_rows, result.eta_s, result.exact, result.job_id) == (2, 1, 0.143, True, "j1")
+    assert result.cost == audience_cost(2, "ses", "single") and result.cost["aws_total"] > 0
+    assert result.extra == {"starts_at_ms": 0, "ends_at_ms": 143, "lines": 4}
+    assert ForecastResult.of({**ANSWER, "audience": 0}).cost == {"aws_total": 0.0, "note": "nobody to send to"}
+    assert ForecastResult.of(ANSWER, price=False).cost is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "exactly one of recipients or s3"),
+        ({"recipients": [{"recipient_id": "a", "email": "a@x.io"}], "s3": "s3://b/k.csv"}, "exactly one"),
+        ({"recipients": []}, "no recipients to forecast"),
+        ({"recipients": [{"recipient_id": f"r{i}", "email": "a@x.io"} for i in range(1001)]}, "from S3"),
+        ({"s3": "b/k.csv"}, "not an S3 location"),
+        ({"s3": "s3://bucket-only"}, "not an S3 location"),
+    ],
+)
+def test_a_forecast_the_api_would_refuse_is_refused_before_any_request(kwargs, message):
+    client = Client("http://127.0.0.1:1", region="eu-west-1")  # nothing listens: a request would fail otherwise
+    with pytest.raises(ValueError, match=message):
+        client.forecast("c1", **kwargs)
+
+
+def test_an_s3_location_is_a_mapping_or_an_s3_url():
+    from sendonce_client.forecast import s3_source
+
+    assert s3_source("s3://acme/lists/a.csv") == {"bucket": "acme", "key": "lists/a.csv"}
+    assert s3_source({"bucket": "acme", "key": "a.txt", "format": "csv"}) == {
+        "bucket": "acme",
+        "key": "a.txt",
+        "format": "csv",
+    }
+
+
+class ScriptedJobs(Client):
+    """A client whose GET /jobs/{id} answers from a script (the job as it moves on)."""
+
+    def __init__(self, states: list[dict]):
+        self.slept: list[float] = []
+        super().__init__("http://127.0.0.1:1", region="eu-west-1", sleep=self.slept.append)
+        self._states = states
+
+    def job(self, job_id: str) -> dict:
+        return self._states.pop(0) if len(self._states) > 1 else self._states[0]
+
+
+def test_waiting_for_a_job_polls_until_it_is_done_and_raises_when_it_failed_or_the_wait_ran_out():
+    from sendonce_client import JobFailed, JobTimedOut
+
+    running = {"job_id": "j1", "state": "running"}
+    done = {"job_id": "j1", "state": "done", "result": {"audience": 3}}
+
+    polled = ScriptedJobs([running, running, done])
+    assert polled.wait_for_job("j1", poll_s=0.5)["result"] == {"audience": 3} and polled.slept == [0.5, 0.5]
+    with pytest.raises(JobFailed, match="the file is empty") as failed:
+        ScriptedJobs([running, {"job_id": "j1", "state": "failed", "error": "the file is empty"}]).wait_for_job("j1")
+    assert failed.value.job["state"] == "failed"
+    with pytest.raises(JobTimedOut, match="still running after 0 s"):
+        ScriptedJobs([running]).wait_for_job("j1", timeout_s=0)

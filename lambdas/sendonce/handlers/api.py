@@ -37,7 +37,7 @@ from sendonce.domain.errors import (
 )
 from sendonce.domain.jobs.models import JobKind
 from sendonce.domain.models import CampaignState
-from sendonce.handlers import preview_routes
+from sendonce.handlers import forecast_routes, preview_routes
 from sendonce.handlers.api_links import ServedPaths
 from sendonce.handlers.api_models import (
     CampaignId,
@@ -271,6 +271,7 @@ def delivery_status(campaign_id: CampaignId) -> DeliveryStatusView:
 
 
 preview_routes.register(app, responses=documented, caller=_caller)
+forecast_routes.register(app, responses=documented, caller=_caller, service=_service)
 
 
 @app.get("/openapi.json", include_in_schema=False)

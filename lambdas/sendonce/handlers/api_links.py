@@ -15,6 +15,7 @@ from typing import Any
 CAMPAIGN_OPERATIONS = {
     "GetCampaign": ("get", "/campaigns/{campaign_id}"),
     "Publish": ("post", "/campaigns/{campaign_id}/publish"),
+    "Forecast": ("post", "/campaigns/{campaign_id}/forecast"),
     "Pause": ("post", "/campaigns/{campaign_id}/pause"),
     "Resume": ("post", "/campaigns/{campaign_id}/resume"),
     "Cancel": ("post", "/campaigns/{campaign_id}/cancel"),

@@ -24,6 +24,7 @@ from sendonce.adapters.s3_objects import S3ObjectLines
 from sendonce.adapters.sqs_queue import SqsJobQueue, SqsQueue
 from sendonce.domain.audit.service import CampaignAudit
 from sendonce.domain.campaigns.report import ReportService
+from sendonce.domain.campaigns.s3_forecast import S3Forecast
 from sendonce.domain.campaigns.s3_publish import S3Publish
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes
@@ -33,7 +34,8 @@ from sendonce.domain.jobs.service import JobService
 from sendonce.domain.jobs.work import Audit, PageWork
 from sendonce.settings import ApiSettings, JobsSettings
 from sendonce.wiring.clients import Clients, clients
-from sendonce.wiring.providers import configured_rates
+from sendonce.wiring.operator import build_forecast_service
+from sendonce.wiring.providers import configured_paces, configured_rates
 from sendonce.wiring.stores import build_campaign_store, build_scheduler
 
 
@@ -61,18 +63,32 @@ def build_campaign_service(
     campaigns, shards = build_campaign_store(settings.campaigns_table, dynamodb, counted=settings.counters)
 
     def jobs_of(service: CampaignService) -> JobService:
-        # The service's own work, the audit's when given, and S3 publish as a job in parts,
-        # each part publishing through the service.
+        # The service's own work, the audit's when given, and S3 publish and forecast as jobs
+        # in parts, each part publishing through the service, or counting with its forecasts.
         work: dict[JobKind, PageWork] = dict(service.job_work(unknown_outcomes=unknown_outcomes))
         if auditor is not None:
             work[JobKind.AUDIT] = Audit(campaigns=campaigns, auditor=auditor)
+        objects = S3ObjectLines(client=clients.s3)
+        # The limiter's rate in force from the providers' paces these settings configure
+        # (the API's carry the consumer's rates; the limiter's own state says the rest).
+        forecasts = build_forecast_service(
+            settings.campaigns_table,
+            settings.suppressions_table,
+            clients,
+            campaigns=service,
+            paces=configured_paces(settings, registered),
+            providers=registered,
+        )
         return JobService(
             jobs=DynamoDBJobStore(client=dynamodb, table_name=settings.campaigns_table),
             queue=SqsJobQueue(client=sqs, queue_url=settings.jobs_queue_url) if settings.jobs_queue_url else None,
             campaigns=campaigns,
             clock=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
             work=work,
-            parted={JobKind.PUBLISH_S3: S3Publish(service=service, objects=S3ObjectLines(client=clients.s3))},
+            parted={
+                JobKind.PUBLISH_S3: S3Publish(service=service, objects=objects),
+                JobKind.FORECAST_S3: S3Forecast(service=service, forecasts=forecasts, objects=objects),
+            },
             on_finished=service.job_finished,
         )
 

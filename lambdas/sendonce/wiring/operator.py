@@ -1,5 +1,6 @@
-"""What only the operator's CLI builds: unknown outcomes, the suppression list's service and
-the shared limiter's view of who is sending now. (Its audit is audit.py's.)"""
+"""What the operator's CLI builds: unknown outcomes, the suppression list's service, the
+shared limiter's view of who is sending now and the forecasts (the operator API's and the jobs
+worker's too, from their own settings: api.py). (Its audit is audit.py's.)"""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from collections.abc import Callable, Mapping
 from sendonce.adapters.dynamodb.limiter_slots import DynamoDBLimiterSlots
 from sendonce.adapters.providers import registry
 from sendonce.adapters.providers.descriptor import Pace, Provider
+from sendonce.domain.campaigns.forecasting import ForecastService, SharingNow
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes
+from sendonce.domain.deliverability.mailbox_groups import MailboxGroups
 from sendonce.domain.deliverability.suppressions import SuppressionService
 from sendonce.domain.sending.sending_now import CampaignProgress, SendingNow
 from sendonce.wiring.clients import Clients
@@ -50,4 +53,29 @@ def build_sending_now(
         campaigns=campaigns,
         batch_sizes={name: p.capabilities.max_batch for name, p in registered.items()},
         clock=clock,
+    )
+
+
+def build_forecast_service(
+    campaigns_table: str,
+    suppressions_table: str | None,
+    clients: Clients,
+    *,
+    campaigns: CampaignProgress,
+    paces: Mapping[str, Pace],
+    groups: MailboxGroups | None = None,
+    fallback_rate: Callable[[str], float | None] | None = None,
+    providers: Mapping[str, Provider] | None = None,
+) -> ForecastService:
+    """`campaign forecast` and the API's forecasts: the campaign (from `campaigns`), the
+    suppression list (None: not checked), who shares the provider's rate now (the limiter's
+    slots, `paces` for the rate in force, `fallback_rate` for a provider it does not pace)."""
+    return ForecastService(
+        campaigns=campaigns,
+        suppressions=build_suppressions(suppressions_table, clients.dynamodb) if suppressions_table else None,
+        sharing=SharingNow(
+            build_sending_now(campaigns_table, clients, campaigns=campaigns, paces=paces, providers=providers),
+            fallback_rate=fallback_rate,
+        ),
+        groups=groups,
     )

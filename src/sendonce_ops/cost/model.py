@@ -366,3 +366,21 @@ def campaign_cost(
         dynamodb_requests=campaign_requests(measured, n),
         measured=measured.how,
     )
+
+
+def audience_cost(audience: int, provider: str, mode: str = "single") -> dict[str, Any]:
+    """What a forecast shows of the cost of sending to `audience` recipients (`campaign forecast`,
+    and the client's forecast, which prices the API's answer here): the AWS total, per 1,000
+    recipients, and what the provider bills outside AWS. A provider or mode the model cannot
+    price is said, with a null total."""
+    if not audience:
+        return {"aws_total": 0.0, "note": "nobody to send to"}
+    try:
+        cost = campaign_cost(audience, provider, mode).as_dict()
+    except ValueError as exc:
+        return {"aws_total": None, "note": str(exc)}
+    return {
+        "aws_total": cost["aws_total"],
+        "per_1000_recipients": cost["per_1000_recipients"],
+        "note": cost["provider_note"],
+    }

@@ -16,6 +16,10 @@ From the file and the campaign, nothing published and nothing written:
 The ETA assumes the rate in force now holds, that a campaign whose remaining recipients are
 unknown keeps sending, and that no other campaign starts. Per-group caps and a warm-up ramp
 are not applied (sendonce does not enforce them yet), and the forecast says so.
+
+Counting (`count_audience`: O(rows), one suppression read per 100 addresses) and timing
+(`timed`: the campaign and who shares its rate, O(1) in the rows) are apart, so that a file
+counted in parts (s3_forecast.py) is timed once, from the merged counts.
 """
 
 from __future__ import annotations
@@ -23,17 +27,24 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sendonce.domain.campaigns.recipients_file import Row, RowTally
+from sendonce.domain.campaigns.scheduling import iso
 from sendonce.domain.deliverability.mailbox_groups import MailboxGroups
-from sendonce.domain.deliverability.ports import Suppressions
+from sendonce.domain.deliverability.ports import Suppression
 from sendonce.domain.models import MAX_RECIPIENTS_PER_BATCH, Campaign, email_fingerprint
 from sendonce.domain.sending.shares import Claimant, divide
 
 SUPPRESSION_READ = 100  # addresses per consistent read (one BatchGetItem)
 # A window that never opens again would make the walk endless: a forecast past this says so.
 HORIZON_MS = 366 * 24 * 3600 * 1000
+
+
+class SuppressionReads(Protocol):
+    """What a forecast reads of the suppression list (deliverability/ports.py's Suppressions)."""
+
+    def suppressed_among(self, emails: Iterable[str]) -> dict[str, Suppression]: ...
 
 
 @dataclass(frozen=True)
@@ -54,10 +65,46 @@ class Sharing:
     batch_size: int = 1  # recipients one batch-mode request carries at most
 
 
+COUNT_FIELDS = ("rows_read", "bad_rows", "repeated_ids", "duplicate_addresses", "suppressed", "audience")
+
+
+@dataclass
+class AudienceCount:
+    """What counting rows found: the audience and why the others are left out, per group.
+    Counts of parts of one file add up (`plus`); repeats across parts are not seen."""
+
+    rows_read: int = 0
+    bad_rows: int = 0
+    repeated_ids: int = 0
+    duplicate_addresses: int = 0
+    suppressed: int = 0
+    audience: int = 0
+    groups: dict[str, int] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in COUNT_FIELDS}
+
+    @classmethod
+    def of(cls, counts: dict[str, int], groups: dict[str, int] | None = None) -> AudienceCount:
+        """From `counts` by name (COUNT_FIELDS; others ignored, a missing one 0) and `groups`."""
+        found = cls(groups=dict(groups or {}))
+        for name in COUNT_FIELDS:
+            setattr(found, name, int(counts.get(name, 0)))
+        return found
+
+    def plus(self, other: AudienceCount) -> AudienceCount:
+        groups = dict(self.groups)
+        for name, n in other.groups.items():
+            groups[name] = groups.get(name, 0) + n
+        theirs = other.counts()
+        return AudienceCount.of({k: v + theirs[k] for k, v in self.counts().items()}, groups)
+
+
 @dataclass
 class Forecast:
     campaign_id: str
     provider: str
+    delivery_mode: str = "single"
     rows_read: int = 0
     bad_rows: int = 0
     repeated_ids: int = 0
@@ -66,6 +113,8 @@ class Forecast:
     suppressed: int = 0
     audience: int = 0
     groups: dict[str, int] = field(default_factory=dict)
+    # False: no suppression list was read (a deployment without one): `suppressed` is 0.
+    suppressions_checked: bool = True
     rate: float = 0.0  # provider requests per second assigned to the campaign at its start
     recipients_per_request: int = 1
     campaigns_sharing: int = 0  # other campaigns sending on the provider now
@@ -88,6 +137,19 @@ class Forecast:
             "not_applied": list(self.not_applied),
             "recipients_per_s": self.recipients_per_s,
             "eta_s": self.eta_s,
+        }
+
+    def view(self, *, problems: list[str], exact: bool = True) -> dict[str, Any]:
+        """The forecast as the operator API answers it (and an S3 forecast job's result):
+        `as_dict` with its instants in ISO 8601, the first reported rows and whether the
+        counts are exact (False: a file counted in parts, whose repeats across parts were
+        not seen)."""
+        return {
+            **self.as_dict(),
+            "starts_at": iso(self.starts_at_ms),
+            "ends_at": None if self.ends_at_ms is None else iso(self.ends_at_ms),
+            "problems": problems,
+            "exact": exact,
         }
 
 
@@ -152,7 +214,7 @@ def ends_at(campaign: Campaign, sending_ms: float | None, start_ms: int) -> int 
     return None
 
 
-def _unsuppressed(emails: list[str], suppressions: Suppressions) -> tuple[list[str], int]:
+def _unsuppressed(emails: list[str], suppressions: SuppressionReads) -> tuple[list[str], int]:
     suppressed = suppressions.suppressed_among(emails)
     if not suppressed:
         return emails, 0
@@ -171,39 +233,58 @@ def _chunks(items: Iterator[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def forecast(
-    campaign: Campaign,
-    rows: Iterable[Row],
-    *,
-    suppressions: Suppressions,
-    groups: MailboxGroups,
-    sharing: Sharing,
-    now_ms: int,
-    dedupe_addresses: bool = False,
-) -> Forecast:
-    """The forecast for publishing `rows` to `campaign` now (or at its send_at)."""
-    result = Forecast(campaign_id=campaign.campaign_id, provider=campaign.provider, dedupe_addresses=dedupe_addresses)
-    tally = RowTally(keep=0, dedupe_addresses=dedupe_addresses)
-    counted: dict[str, int] = dict.fromkeys(groups.names, 0)
+def count_audience(
+    rows: Iterable[Row], *, suppressions: SuppressionReads | None, groups: MailboxGroups, tally: RowTally
+) -> AudienceCount:
+    """Who `rows` reach: `tally` passes the good rows on (a repeated id once, a repeated
+    address as its `dedupe_addresses` says) and keeps the first reported rows; the suppressed
+    ones are read 100 addresses a request. Without a suppression list, nobody is suppressed."""
+    counted = AudienceCount(groups=dict.fromkeys(groups.names, 0))
 
     def counting(row_source: Iterable[Row]) -> Iterator[Row]:
         for row in row_source:
-            result.rows_read += 1
+            counted.rows_read += 1
             yield row
 
     emails = (r.email for r in tally.recipients(counting(rows)))
     for chunk in _chunks(emails, SUPPRESSION_READ):
-        kept, suppressed = _unsuppressed(chunk, suppressions)
-        result.suppressed += suppressed
-        result.audience += len(kept)
+        kept, suppressed = _unsuppressed(chunk, suppressions) if suppressions is not None else (chunk, 0)
+        counted.suppressed += suppressed
+        counted.audience += len(kept)
         for name, n in groups.count(kept).items():
-            counted[name] += n
-    result.bad_rows, result.repeated_ids, result.duplicate_addresses = (
+            counted.groups[name] = counted.groups.get(name, 0) + n
+    counted.bad_rows, counted.repeated_ids, counted.duplicate_addresses = (
         tally.bad,
         tally.duplicates,
         tally.duplicate_addresses,
     )
-    result.groups = counted
+    return counted
+
+
+def timed(
+    campaign: Campaign,
+    counted: AudienceCount,
+    *,
+    sharing: Sharing,
+    now_ms: int,
+    dedupe_addresses: bool = False,
+    suppressions_checked: bool = True,
+) -> Forecast:
+    """The forecast of sending `counted`'s audience to `campaign` from now (or its send_at)."""
+    result = Forecast(
+        campaign_id=campaign.campaign_id,
+        provider=campaign.provider,
+        delivery_mode=campaign.delivery_mode,
+        rows_read=counted.rows_read,
+        bad_rows=counted.bad_rows,
+        repeated_ids=counted.repeated_ids,
+        duplicate_addresses=counted.duplicate_addresses,
+        dedupe_addresses=dedupe_addresses,
+        suppressed=counted.suppressed,
+        audience=counted.audience,
+        groups=dict(counted.groups),
+        suppressions_checked=suppressions_checked,
+    )
     result.rate = assigned_rate(campaign, sharing)
     if campaign.delivery_mode == "batch":
         result.recipients_per_request = max(1, min(sharing.batch_size, MAX_RECIPIENTS_PER_BATCH))
@@ -212,3 +293,26 @@ def forecast(
     seconds = sending_s(campaign, math.ceil(result.audience / result.recipients_per_request), sharing)
     result.ends_at_ms = ends_at(campaign, None if seconds is None else seconds * 1000, result.starts_at_ms)
     return result
+
+
+def forecast(
+    campaign: Campaign,
+    rows: Iterable[Row],
+    *,
+    suppressions: SuppressionReads | None,
+    groups: MailboxGroups,
+    sharing: Sharing,
+    now_ms: int,
+    dedupe_addresses: bool = False,
+) -> Forecast:
+    """The forecast for publishing `rows` to `campaign` now (or at its send_at)."""
+    tally = RowTally(keep=0, dedupe_addresses=dedupe_addresses)
+    counted = count_audience(rows, suppressions=suppressions, groups=groups, tally=tally)
+    return timed(
+        campaign,
+        counted,
+        sharing=sharing,
+        now_ms=now_ms,
+        dedupe_addresses=dedupe_addresses,
+        suppressions_checked=suppressions is not None,
+    )

@@ -66,6 +66,8 @@ def friendly_message(error: Mapping[str, Any]) -> str:
         return _PATTERN_RULES[str(loc[-1])]
     if error.get("type") == "extra_forbidden":
         return "unexpected field"
+    if error.get("type") == "too_short" and str(loc[-1]) == "recipients":
+        return "no recipients: give at least one (or an s3 object)"
     if str(loc[-1]) == "ledger_shards":
         return _SHARDS_RULE
     if (rule := share_rule(loc)) is not None:

@@ -16,7 +16,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -383,3 +383,9 @@ def publish_file(
 def inline_rows(recipients: Iterable[Recipient]) -> Iterator[Row]:
     """An API body's recipients as rows, numbered by their index in `recipients`."""
     return mark_repeats(Row(line=index, recipient=recipient) for index, recipient in enumerate(recipients))
+
+
+def object_rows(items: Iterable[Mapping[str, Any]]) -> Iterator[Row]:
+    """JSON objects as a file's rows, numbered by their index: each validated as a file row
+    is (a bad one is a problem naming its field, not a refusal of the whole list)."""
+    return mark_repeats(_row(index, dict(item)) for index, item in enumerate(items))

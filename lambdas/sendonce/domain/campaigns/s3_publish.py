@@ -3,10 +3,9 @@
 The API checks the campaign and HEADs the object (its size, and the ETag and version that pin
 it), then answers 202 with a `publish_s3` job. The object is cut into byte ranges of
 RANGE_BYTES; each range is one part, one message on the jobs queue, taken by any worker in
-parallel. A line belongs to the range where it starts: a part reads from the byte before its
-range (to find where its first line starts) to the end of the last line that starts in it.
-Every read is pinned to the ETag (and version) the HEAD saw, so a part run again reads the
-same bytes, packs the same chunks and derives the same batch ids (content-addressed, as any
+parallel. A line belongs to the range where it starts (s3_ranges.py reads a range). Every
+read is pinned to the ETag (and version) the HEAD saw, so a part run again reads the same
+bytes, packs the same chunks and derives the same batch ids (content-addressed, as any
 publish): it records nothing twice, and the ledger sends each recipient once whatever runs.
 
 Strict (the default): a first phase checks every range, and publishes nothing if any row is
@@ -29,20 +28,26 @@ recipients so far have all ended may complete, and the next part's publish reope
 from __future__ import annotations
 
 import itertools
-import math
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
-from sendonce.domain.campaigns.ports import ObjectLines, StoredObject
+from sendonce.domain.campaigns.ports import ObjectLines
 from sendonce.domain.campaigns.recipients_file import (
     RecipientFileError,
     RecipientReader,
     RowTally,
     describe_row,
     format_for,
+)
+from sendonce.domain.campaigns.s3_ranges import (
+    PROBLEM_CHARS,
+    file_problems,
+    header_shift,
+    kept_per_part,
+    pinned_params,
+    range_lines,
 )
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.errors import IllegalTransitionError
@@ -51,12 +56,6 @@ from sendonce.domain.jobs.pages import PhaseEnd
 from sendonce.domain.models import CampaignState
 
 RANGE_BYTES = 2 * 1024 * 1024  # a part: ~20,000 lines of 100 bytes, 200 batch records
-# The job item holds each part's outcome (under DynamoDB's 400 KB): a larger object is cut
-# into larger ranges.
-MOST_PARTS = 500
-PROBLEMS_KEPT = 100  # reported rows kept in the job (the first, by line)
-PROBLEM_CHARS = 200
-HEADER_BYTES = 64 * 1024
 CHECK, PUBLISH = "check", "publish"
 
 
@@ -82,7 +81,6 @@ class S3Publish:
     ) -> Job:
         """Check the campaign and the object, then start the job (in the deployed stack the
         jobs worker runs its parts; without a jobs queue, they run here)."""
-        name = f"s3://{bucket}/{key}"
         campaign = self._service.get(campaign_id)  # raises CampaignNotFoundError
         event = CampaignEvent.SCHEDULE if send_at_ms is not None else CampaignEvent.PUBLISH
         if not lifecycle.can(event, campaign.state):
@@ -91,9 +89,8 @@ class S3Publish:
         file_format = format_for(key, fmt)
         pinned = self._objects.head(bucket, key)
         if pinned.size == 0:
-            raise RecipientFileError(f"{name}: the file is empty; nothing was published")
-        range_bytes = max(self._range_bytes, math.ceil(pinned.size / MOST_PARTS))
-        parts = math.ceil(pinned.size / range_bytes)
+            raise RecipientFileError(f"s3://{bucket}/{key}: the file is empty; nothing was published")
+        params = pinned_params(bucket, key, file_format, pinned, self._range_bytes)
         if send_at_ms is not None and not strict:
             self._schedule(campaign_id, send_at_ms, by)
         job = Job(
@@ -101,21 +98,13 @@ class S3Publish:
             kind=JobKind.PUBLISH_S3,
             campaign_id=campaign_id,
             params={
-                "bucket": bucket,
-                "key": key,
-                "name": name,
-                "format": file_format,
-                "size": pinned.size,
-                "etag": pinned.etag,
-                "version_id": pinned.version_id,
-                "range_bytes": range_bytes,
-                "parts": parts,
+                **params,
                 "strict": strict,
                 "dedupe_addresses": dedupe_addresses,
                 "send_at_ms": send_at_ms,
                 "phase": CHECK if strict else PUBLISH,
             },
-            progress={"ranges": parts},
+            progress={"ranges": params["parts"]},
             by=by,
         )
         return self._service.jobs.start_parted(job)
@@ -131,12 +120,9 @@ class S3Publish:
     def part(self, job: Job, part: int) -> dict[str, Any]:
         params = job.params
         lines: list[int] = [0]
-        rows = RecipientReader(self._lines(job, part, lines), params["format"], name=params["name"])
-        # A part after the first is read with the file's CSV header before its own lines.
-        shift = 1 if params["format"] == "csv" and part > 0 else 0
-        # Each part keeps its share of the first reported rows (the job keeps them all).
-        keep = max(1, math.ceil(PROBLEMS_KEPT / int(params["parts"])))
-        tally = RowTally(dedupe_addresses=params["dedupe_addresses"], keep=keep)
+        rows = RecipientReader(range_lines(self._objects, params, part, lines), params["format"], name=params["name"])
+        shift = header_shift(params, part)
+        tally = RowTally(dedupe_addresses=params["dedupe_addresses"], keep=kept_per_part(params))
         counts: dict[str, int] = {}
         if params["phase"] == CHECK:
             good = tally.validate(rows)
@@ -170,28 +156,12 @@ class S3Publish:
         ]
         return {"counts": counts, "lines": lines[0] - shift, "good": good, "bad": tally.bad, "problems": problems}
 
-    def _lines(self, job: Job, part: int, count: list[int]) -> Iterator[str]:
-        params = job.params
-        pinned = StoredObject(size=params["size"], etag=params["etag"], version_id=params["version_id"])
-        start = part * params["range_bytes"]
-        end = min(params["size"], start + params["range_bytes"])
-        if params["format"] == "csv" and part > 0:
-            # The header: the first line that is not blank, among the lines starting in the
-            # object's first HEADER_BYTES (read to their end, so the read is closed).
-            head = list(self._objects.lines_in_range(params["bucket"], params["key"], 0, HEADER_BYTES, pinned=pinned))
-            header = next((line for line in head if line.strip()), "")
-            count[0] += 1
-            yield header
-        for line in self._objects.lines_in_range(params["bucket"], params["key"], start, end, pinned=pinned):
-            count[0] += 1
-            yield line
-
     # --- the end of a phase --------------------------------------------------------------
 
     def phase_end(self, job: Job) -> PhaseEnd:
         params = job.params
         parts = [job.parts[str(n)] for n in range(int(params["parts"]))]
-        problems = self._problems(parts)
+        problems = file_problems(parts)
         bad, good = sum(p["bad"] for p in parts), sum(p["good"] for p in parts)
         result = {"lines": sum(p["lines"] for p in parts), "problems": problems}
         if params["phase"] == CHECK and bad:
@@ -212,13 +182,3 @@ class S3Publish:
                 self._schedule(job.campaign_id, params["send_at_ms"], job.by or "sendonce (job)")
             return PhaseEnd(params={"phase": PUBLISH})
         return PhaseEnd(state=JobState.DONE, result=result)
-
-    @staticmethod
-    def _problems(parts: list[dict[str, Any]]) -> list[str]:
-        """The first PROBLEMS_KEPT reported rows, as 'LINE: reason', by the file's line."""
-        found: list[tuple[int, str]] = []
-        before = 0
-        for outcome in parts:
-            found += [(before + line, text) for line, text in outcome["problems"]]
-            before += outcome["lines"]
-        return [f"{line}: {text}" for line, text in sorted(found)[:PROBLEMS_KEPT]]

@@ -22,6 +22,9 @@ class JobKind(StrEnum):
     # Publish a recipient file from S3 in parts (byte ranges), each part a step of its own
     # that any worker takes, in parallel (domain/campaigns/s3_publish.py).
     PUBLISH_S3 = "publish_s3"
+    # Forecast a recipient file in S3 (domain/campaigns/s3_forecast.py): each byte range's
+    # audience counted by a part, the forecast timed once from the merged counts. Reads only.
+    FORECAST_S3 = "forecast_s3"
     # Set the provider's own record of the campaign against the ledger (domain/audit): one
     # step runs the whole audit (the provider's listing is read newest first, in one pass).
     AUDIT = "audit"

@@ -184,7 +184,9 @@ class JobService:
 
     def parted_work(self, kind: JobKind) -> PartedWork:
         """The work of a kind done in parts, as this service was given it (the API starts an S3
-        publish through it)."""
+        publish, and an S3 forecast, through it)."""
+        if kind not in self._parted:
+            raise InvalidCampaignError(f"jobs of kind {kind.value!r} cannot be run here")
         return self._parted[kind]
 
     def start_parted(self, job: Job) -> Job:

@@ -222,30 +222,23 @@ class SendingNow:
     def providers(self, *, window_s: int = DEFAULT_WINDOW_S) -> list[ProviderSending]:
         """Every provider a campaign sent with in the last `window_s` seconds, each campaign
         with what it has left and its ETA (two small reads per campaign)."""
-        found = []
-        for provider in self._batch_sizes:
-            sending = self._provider(provider, window_s)
-            if not sending.campaigns:
+        found = [self.provider(provider, window_s=window_s) for provider in self._batch_sizes]
+        return [sending for sending in found if sending.campaigns]
+
+    def provider(self, provider: str, *, window_s: int = DEFAULT_WINDOW_S) -> ProviderSending:
+        """One provider's campaigns sending in the last `window_s` seconds, each with what it
+        has left (a forecast reads its own provider's only)."""
+        sending = self._provider(provider, window_s)
+        campaigns = []
+        for c in sending.campaigns:
+            try:
+                campaign = self._campaigns.get(c.campaign_id)
+                status = self._campaigns.status(c.campaign_id)
+            except CampaignNotFoundError:  # another deployment's campaign on the same table
+                campaigns.append(c)
                 continue
-            campaigns = []
-            for c in sending.campaigns:
-                try:
-                    campaign = self._campaigns.get(c.campaign_id)
-                    status = self._campaigns.status(c.campaign_id)
-                except CampaignNotFoundError:  # another deployment's campaign on the same table
-                    campaigns.append(c)
-                    continue
-                campaigns.append(self._with_progress(c, campaign, status))
-            found.append(
-                ProviderSending(
-                    provider=sending.provider,
-                    window_s=window_s,
-                    places=sending.places,
-                    rate_in_force=sending.rate_in_force,
-                    campaigns=tuple(campaigns),
-                )
-            )
-        return found
+            campaigns.append(self._with_progress(c, campaign, status))
+        return replace(sending, campaigns=tuple(campaigns))
 
     def campaign(
         self, campaign: Campaign, status: DeliveryStatus, *, window_s: int = DEFAULT_WINDOW_S
