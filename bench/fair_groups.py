@@ -87,6 +87,15 @@ def run_groups(stack: ScaleStack, config: GroupsConfig, say: Callable[[str], Non
         stack.stop_consumers()
     say(f"groups: {accepted:,} of {len(rows):,} accepted in {sent_s:.0f} s, completed {completed}")
 
+    # The cap's key (limiter#group#google, its slot items) against the scale rule's 0.1 a recipient.
+    key = next(
+        (
+            f
+            for f in stack.accountant.hottest(stack.deployed.campaigns_table, None)
+            if f.partition == "limiter#group#google"
+        ),
+        None,
+    )
     emails = _accepted(stack.resend.url, campaign_id)
     google = sorted(t for address, t in emails if groups.of_address(address) == "google")
     others = sorted(t for address, t in emails if groups.of_address(address) != "google")
@@ -111,6 +120,8 @@ def run_groups(stack: ScaleStack, config: GroupsConfig, say: Callable[[str], Non
         "others_per_s_while_google_sent": round(len(others_during) / span, 1) if span else None,
         "others_last_s": round(others[-1] - consumers_at, 1) if others else None,
         "google_last_s": round(google[-1] - consumers_at, 1) if google else None,
+        "group_key_write_units_per_google_recipient": round(key.units / by_group["google"], 4) if key else None,
+        "group_key_writes": key.writes if key else 0,
         "duplicates": sum(n - 1 for n in counts.values() if n > 1),
         "missing": len(wanted - set(counts)),
         "completed": completed,
@@ -139,7 +150,8 @@ def line(figures: dict[str, Any]) -> str:
         f"{figures['recipients']:,} recipients {figures['by_group']}: Google cap {figures['google_cap_per_s']:g}/s "
         f"(send groups of {figures['google_send_group']}), busiest second {figures['google_busiest_second']} "
         f"({figures['google_busiest_over_cap']:.0%} of the cap), mean {figures['google_mean_per_s']}/s; "
-        f"others {figures['others_per_s_while_google_sent']}/s meanwhile; "
+        f"others {figures['others_per_s_while_google_sent']}/s meanwhile; its key "
+        f"{figures['group_key_write_units_per_google_recipient']} write units a Google recipient; "
         f"duplicates {figures['duplicates']}, missing {figures['missing']}"
         + ("" if figures["met"] else " (goal missed)")
     )

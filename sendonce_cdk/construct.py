@@ -180,6 +180,7 @@ class SendOnce(SendOnceGrants, SendOnceFindings, Construct):
                 [(stack, stack.standing_consumer_settings(config)) for stack in config.provider_stacks.values()]
                 + [(stack, stack.audit_settings(config)) for stack in config.deployed]
             ),
+            pacing=config.pacing_settings,
             removal_policy=removal_policy,
             code=code,
         )

@@ -45,6 +45,7 @@ class JobsWorker(Construct):
         campaign_dead_letter_queue: sqs.IQueue,
         suppressions_table: dynamodb.ITable | None = None,
         provider_settings: Mapping[str, str] | None = None,
+        pacing: Mapping[str, str] | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         code: lambda_.Code | None = None,
     ) -> None:
@@ -85,6 +86,8 @@ class JobsWorker(Construct):
                 # them, as the API does an inline one), and an audit job's provider reads
                 # (ProviderStack.audit_settings), prefixed.
                 **(provider_settings or {}),
+                # The deployment's mailbox groups: a forecast_s3 job counts the audience by them.
+                **(pacing or {}),
             },
             timeout=TIMEOUT,
             memory_size=512,

@@ -243,7 +243,7 @@ class ApiSettings(_ApiSettings.for_providers(registered())):  # type: ignore[mis
     """The operator API's settings with the registered providers' fields."""
 
 
-class _JobsSettings(_WithProviders):
+class _JobsSettings(_WithProviders, PacingSettings):
     """The jobs worker: long operations on a campaign, a page a step (domain/jobs). The
     providers' fields are the consumer's (an audit job reads the provider's own records
     with the campaign's provider's settings, as the consumer sends with them)."""

@@ -42,6 +42,8 @@ class ForecastResult:
     not_applied: list[str]
     problems: list[str]  # the first 100 reported rows: "recipients.N: reason" or "LINE: reason"
     exact: bool  # False: an S3 file counted in ranges (audience an upper bound; docs/api.md)
+    group_caps: dict[str, float] | None = None  # caps per mailbox group applying (emails/s)
+    bound_by: str | None = None  # what the ETA follows: "rate" or "<group> cap"
     cost: dict[str, Any] | None = None  # sendonce cost's model: aws_total, per_1000_recipients, note
     job_id: str | None = None  # the forecast_s3 job that counted an S3 object
     extra: dict[str, Any] = field(default_factory=dict)  # what else the answer held (lines, parts, ...)

@@ -32,9 +32,9 @@ from sendonce_ops.preview_cli import recipient_rows
 from sendonce_ops.sending_cli import duration
 
 
-def _groups(path: Path | None) -> MailboxGroups:
-    """The default table, extended by a YAML or JSON file of group -> domain patterns."""
-    groups = MailboxGroups()
+def _groups(path: Path | None, groups: MailboxGroups) -> MailboxGroups:
+    """The deployment's table (the consumer's), extended by a YAML or JSON file of group ->
+    domain patterns."""
     if path is None:
         return groups
     try:
@@ -76,6 +76,9 @@ def _print(cli: Cli, result: Forecast, cost: dict[str, Any]) -> None:
         f"rate: {result.rate:.1f} {result.provider} requests/s x {result.recipients_per_request} recipient(s)"
         f" = {result.recipients_per_s:.1f} recipients/s{sharing}"
     )
+    if result.group_caps:
+        caps = ", ".join(f"{group} {cap:g}/s" for group, cap in result.group_caps.items())
+        click.echo(f"caps per mailbox group: {caps}; the ETA follows {result.bound_by} (each cap as if not shared)")
     click.echo(f"starts {_when(result.starts_at_ms)}, ends {_when(result.ends_at_ms)} (ETA {duration(result.eta_s)})")
     click.echo(f"not applied: {', '.join(result.not_applied)} (sendonce does not enforce them yet)")
     total = cost.get("aws_total")
@@ -131,10 +134,10 @@ def run_forecast(
     as_json: bool,
 ) -> None:
     """`campaign forecast`, and `campaign publish --dry-run`."""
-    groups = _groups(groups_path)
     service = cli.service()
     service.get(campaign_id)  # an unknown campaign fails before anything else is read
     settings = sending_settings(cli.session, cli.endpoints, os.environ)
+    groups = _groups(groups_path, settings.group_pacing.groups)
     paces = ConsumerPaces(cli.session, cli.endpoints, os.environ)
 
     def consumer_rate(provider: str) -> float:  # not paced by the limiter: the consumer's configured rate
@@ -148,6 +151,7 @@ def run_forecast(
         campaigns=service,
         paces=paces,
         groups=groups,
+        caps=settings.group_pacing.caps,
         fallback_rate=consumer_rate,
     )
     result, _ = forecasts.of_rows(campaign_id, recipient_rows(path, fmt), dedupe_addresses=dedupe_addresses, keep=0)

@@ -41,8 +41,22 @@ def test_the_forecast_counts_the_audience_per_group_and_writes_nothing(system, d
     assert result["groups"] == {"google": 1, "microsoft": 1, "yahoo": 0, "apple": 0, "gmx": 1, "other": 1}
     # Nobody sends now: the whole configured rate (SENDONCE_RESEND_REQUESTS_PER_SECOND, 1,000/s here)
     assert result["campaigns_sharing"] == 0 and result["rate"] > 0 and result["eta_s"] < 1
-    assert result["not_applied"] == ["mailbox-provider group caps", "warm-up"]
+    assert result["not_applied"] == ["warm-up"] and (result["bound_by"], result["group_caps"]) == ("rate", {})
     assert "aws_total" in result["cost"]
+    # The deployment's cap on Google (the consumer's settings): 1 Google recipient at 0.25/s, 4 s
+    capped = as_json(
+        sendonce(
+            system,
+            "campaign",
+            "forecast",
+            "c1",
+            "--recipients",
+            str(people),
+            "--json",
+            env={"SENDONCE_PACING": '{"google": 0.25}'},
+        )
+    )
+    assert (capped["eta_s"], capped["bound_by"], capped["group_caps"]) == (4.0, "google cap", {"google": 0.25})
     assert boto3.client("dynamodb").scan(TableName=system.resources.campaigns_table)["Count"] == before
     assert system.operator.get("c1").state.value == "draft"  # nothing published
     # publish --dry-run prints the same forecast and publishes nothing either

@@ -258,3 +258,25 @@ def test_a_service_not_given_the_kind_says_so_instead_of_failing_unexpectedly():
     )
     with pytest.raises(InvalidCampaignError, match="'forecast_s3' cannot be run here"):
         service.jobs.parted_work(JobKind.FORECAST_S3)
+
+
+def test_a_mailbox_groups_cap_slower_than_the_share_sets_the_eta():
+    """Issue 32, items 1 and 5: 3 Google recipients (no suppression list here) under a Google cap
+    of 0.5/s take 6 s, longer than the 0.5 s its share of 10 requests/s gives the 5 recipients;
+    a campaign's own cap on Microsoft (1 recipient at 0.1/s: 10 s) is tighter still."""
+    world = World()
+    campaign = world.campaign("c1", state=CampaignState.DRAFT)
+    forecasts = ForecastService(
+        campaigns=world.campaigns,
+        suppressions=None,
+        sharing=FixedSharing(Sharing(rate=10)),
+        caps={"google": 0.5},
+        clock_ms=lambda: NOW_MS,
+    )
+    capped, _ = forecasts.of_rows("c1", object_rows(PEOPLE))
+    assert (capped.eta_s, capped.bound_by, capped.group_caps) == (6.0, "google cap", {"google": 0.5})
+    assert capped.not_applied == ("warm-up",)
+
+    world.campaigns.campaigns["c1"] = campaign.model_copy(update={"pacing": {"microsoft": 0.1}})
+    own, _ = forecasts.of_rows("c1", object_rows(PEOPLE))
+    assert (own.eta_s, own.bound_by, own.group_caps) == (10.0, "microsoft cap", {"google": 0.5, "microsoft": 0.1})

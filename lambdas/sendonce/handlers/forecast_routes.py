@@ -71,6 +71,12 @@ class ForecastView(BaseModel):
     starts_at: str = Field(description="Now, or the campaign's send_at (UTC).")
     ends_at: str | None = Field(default=None, description="When the last send would be; null: never (no rate).")
     eta_s: float | None = Field(default=None, description="Seconds from starts_at to ends_at; null: never.")
+    group_caps: dict[str, float] = Field(
+        default_factory=dict, description="The caps per mailbox group (emails/s) applying to the campaign's audience."
+    )
+    bound_by: str = Field(
+        default="rate", description="What the ETA follows: 'rate' (its share) or '<group> cap' (that group's cap)."
+    )
     not_applied: list[str] = Field(description="Limits the ETA leaves out (sendonce does not enforce them yet).")
     problems: list[str] = Field(description="The first 100 reported rows: 'recipients.N: reason' or 'LINE: reason'.")
     exact: bool = Field(

@@ -78,6 +78,8 @@ def build_campaign_service(
             campaigns=service,
             paces=configured_paces(settings, registered),
             providers=registered,
+            groups=settings.group_pacing.groups,
+            caps=settings.group_pacing.caps,
         )
         return JobService(
             jobs=DynamoDBJobStore(client=dynamodb, table_name=settings.campaigns_table),
@@ -107,9 +109,8 @@ def build_campaign_service(
     )
 
 
-def _group_pacing_of(settings: ApiSettings | JobsSettings) -> Callable[[], GroupPacing] | None:
-    # The jobs worker's settings carry no groups: its work creates no campaign.
-    return (lambda: settings.group_pacing) if isinstance(settings, ApiSettings) else None
+def _group_pacing_of(settings: ApiSettings | JobsSettings) -> Callable[[], GroupPacing]:
+    return lambda: settings.group_pacing
 
 
 @lru_cache(maxsize=4)

@@ -64,6 +64,7 @@ def build_forecast_service(
     campaigns: CampaignProgress,
     paces: Mapping[str, Pace],
     groups: MailboxGroups | None = None,
+    caps: Mapping[str, float] | None = None,
     fallback_rate: Callable[[str], float | None] | None = None,
     providers: Mapping[str, Provider] | None = None,
 ) -> ForecastService:
@@ -78,4 +79,5 @@ def build_forecast_service(
             fallback_rate=fallback_rate,
         ),
         groups=groups,
+        caps=caps,
     )

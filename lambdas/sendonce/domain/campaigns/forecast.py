@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from sendonce.domain.campaigns.recipients_file import Row, RowTally
 from sendonce.domain.campaigns.scheduling import iso
+from sendonce.domain.deliverability.group_caps import GroupPacing
 from sendonce.domain.deliverability.mailbox_groups import MailboxGroups
 from sendonce.domain.deliverability.ports import Suppression
 from sendonce.domain.models import MAX_RECIPIENTS_PER_BATCH, Campaign, email_fingerprint
@@ -120,7 +121,11 @@ class Forecast:
     campaigns_sharing: int = 0  # other campaigns sending on the provider now
     starts_at_ms: int = 0
     ends_at_ms: int | None = None  # None: past HORIZON_MS (a window that never opens)
-    not_applied: tuple[str, ...] = ("mailbox-provider group caps", "warm-up")
+    # The caps per mailbox group that apply to the campaign (emails/s), and which limit the
+    # ETA follows: "rate" (its share of the provider's) or "<group> cap".
+    group_caps: dict[str, float] = field(default_factory=dict)
+    bound_by: str = "rate"
+    not_applied: tuple[str, ...] = ("warm-up",)
 
     @property
     def recipients_per_s(self) -> float:
@@ -269,8 +274,11 @@ def timed(
     now_ms: int,
     dedupe_addresses: bool = False,
     suppressions_checked: bool = True,
+    pacing: GroupPacing | None = None,
 ) -> Forecast:
-    """The forecast of sending `counted`'s audience to `campaign` from now (or its send_at)."""
+    """The forecast of sending `counted`'s audience to `campaign` from now (or its send_at):
+    at its share of the provider's rate, or, when slower, at a mailbox group's cap (the whole
+    cap, as if no other campaign sent to that group: the ETA is then a lower bound)."""
     result = Forecast(
         campaign_id=campaign.campaign_id,
         provider=campaign.provider,
@@ -291,6 +299,14 @@ def timed(
     result.campaigns_sharing = len(_others(campaign, sharing))
     result.starts_at_ms = max(now_ms, campaign.send_at_ms or 0)
     seconds = sending_s(campaign, math.ceil(result.audience / result.recipients_per_request), sharing)
+    pacing = pacing or GroupPacing()
+    for group, count in result.groups.items():
+        cap = pacing.cap(group, campaign.pacing)
+        if cap is None or not count:
+            continue
+        result.group_caps[group] = cap
+        if seconds is not None and count / cap > seconds:
+            seconds, result.bound_by = count / cap, f"{group} cap"
     result.ends_at_ms = ends_at(campaign, None if seconds is None else seconds * 1000, result.starts_at_ms)
     return result
 

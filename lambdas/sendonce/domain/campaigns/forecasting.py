@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from sendonce.domain.campaigns.forecast import (
@@ -22,6 +22,7 @@ from sendonce.domain.campaigns.forecast import (
 )
 from sendonce.domain.campaigns.recipients_file import Row, RowTally
 from sendonce.domain.campaigns.s3_ranges import PROBLEMS_KEPT
+from sendonce.domain.deliverability.group_caps import GroupPacing
 from sendonce.domain.deliverability.mailbox_groups import MailboxGroups
 from sendonce.domain.models import Campaign
 from sendonce.domain.sending.sending_now import SendingNow
@@ -78,12 +79,15 @@ class ForecastService:
         suppressions: SuppressionReads | None,
         sharing: RateSharing,
         groups: MailboxGroups | None = None,
+        caps: Mapping[str, float] | None = None,
         clock_ms: Callable[[], int] = _now_ms,
     ):
         self._campaigns = campaigns
         self._suppressions = suppressions
         self._sharing = sharing
         self._groups = groups if groups is not None else MailboxGroups()
+        # The deployment's caps per mailbox group (a campaign's own apply under them).
+        self._pacing = GroupPacing(groups=self._groups, caps=dict(caps or {}))
         self._clock_ms = clock_ms
 
     def of_rows(
@@ -111,4 +115,5 @@ class ForecastService:
             now_ms=self._clock_ms(),
             dedupe_addresses=dedupe_addresses,
             suppressions_checked=self._suppressions is not None,
+            pacing=self._pacing,
         )
