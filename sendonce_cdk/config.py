@@ -74,6 +74,9 @@ COMMON_DEFAULTS: dict[str, Any] = {
     # mapping, or its JSON text (cdk.json, -c).
     "mailbox_groups": None,
     "pacing": None,
+    # Warm-up ramps per sending domain, {"example.com": {"start": "2026-12-07", "daily": [500, 1000]}}
+    # or {..., "ramp": "double-from-500"} (docs/deliverability.md#warm-up): a mapping or its JSON text.
+    "warmup": None,
     # The bucket operators publish recipient files from (the operator API's s3:GetObject).
     "recipients_bucket": None,
     "oncall_email": None,
@@ -115,6 +118,7 @@ class SendonceConfig:
     feedback_id_customer: str
     mailbox_groups: str  # JSON text ("" for none), as the functions' settings take it
     pacing: str
+    warmup: str
     recipients_bucket: str | None
     oncall_email: str | None
     oncall_https_url: str | None
@@ -172,6 +176,7 @@ class SendonceConfig:
             feedback_id_customer=str(value("feedback_id_customer")),
             mailbox_groups=_json_text(value("mailbox_groups")),
             pacing=_json_text(value("pacing")),
+            warmup=_json_text(value("warmup")),
             recipients_bucket=_optional_str(value("recipients_bucket")),
             oncall_email=_optional_str(value("oncall_email")),
             oncall_https_url=_optional_str(value("oncall_https_url")),
@@ -232,7 +237,7 @@ class SendonceConfig:
                 self.feedback_id_sender_id, self.feedback_id_stream, self.feedback_id_customer
             )
         )
-        problems.extend(_pacing_problems(self.mailbox_groups, self.pacing))
+        problems.extend(_pacing_problems(self.mailbox_groups, self.pacing, self.warmup))
         for stack in self.provider_stacks.values():
             problems.extend(stack.problems(self))
         if self.recipients_bucket is not None and not S3_BUCKET_NAME.fullmatch(self.recipients_bucket):
@@ -310,7 +315,8 @@ class SendonceConfig:
     def pacing_settings(self) -> dict[str, str]:
         """The groups and caps by settings field (the consumer's, the operator API's and the
         events function's: sendonce.settings._PacingSettings); unset when empty."""
-        return {k: v for k, v in (("mailbox_groups", self.mailbox_groups), ("pacing", self.pacing)) if v}
+        named = (("mailbox_groups", self.mailbox_groups), ("pacing", self.pacing), ("warmup", self.warmup))
+        return {k: v for k, v in named if v}
 
     @property
     def retain(self) -> bool:
@@ -439,10 +445,10 @@ def _json_text(value: Any) -> str:
         return str(value)
 
 
-def _pacing_problems(mailbox_groups: str, pacing: str) -> list[str]:
+def _pacing_problems(mailbox_groups: str, pacing: str, warmup: str) -> list[str]:
     """What the functions' settings would refuse at cold start, said before a deploy."""
     try:
-        PacingSettings(mailbox_groups=mailbox_groups, pacing=pacing)
+        PacingSettings(mailbox_groups=mailbox_groups, pacing=pacing, warmup=warmup)
     except ValidationError as exc:
         return [
             (f"{'.'.join(str(p) for p in e['loc'])}: " if e["loc"] else "") + e["msg"].removeprefix("Value error, ")

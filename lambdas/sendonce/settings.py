@@ -26,6 +26,7 @@ from sendonce.domain.deliverability import feedback_id
 from sendonce.domain.deliverability.feedback_id import FeedbackId
 from sendonce.domain.deliverability.group_caps import GroupPacing, parse_pacing
 from sendonce.domain.deliverability.mailbox_groups import MailboxGroups, MailboxGroupsError
+from sendonce.domain.deliverability.warmup import Warmup, WarmupError, parse_warmup
 from sendonce.domain.errors import SettingsError
 
 
@@ -98,6 +99,7 @@ class _FeedbackIdSettings(BaseModel):
 
 class PacingSettings(BaseModel):
     """The deployment's mailbox-provider groups and its caps on each (deliverability/group_caps.py),
+    and its warm-up ramps per sending domain (deliverability/warmup.py),
     as JSON: `mailbox_groups` adds groups or domain patterns to the default table
     ({"comcast": ["comcast.net"]}); `pacing` caps groups in emails per second ({"google": 40}).
     The consumer's (which paces), the operator API's (which refuses a campaign's caps on a group
@@ -106,8 +108,11 @@ class PacingSettings(BaseModel):
 
     mailbox_groups: str = ""
     pacing: str = ""
+    # The warm-up ramps per sending domain (deliverability/warmup.py), as JSON:
+    # {"example.com": {"start": "2026-12-07", "daily": [500, 1000]}} or {..., "ramp": "double-from-500"}.
+    warmup: str = ""
 
-    @field_validator("mailbox_groups", "pacing")
+    @field_validator("mailbox_groups", "pacing", "warmup")
     @classmethod
     def _json_mapping(cls, value: str, info: Any) -> str:
         if value.strip() == "":
@@ -124,11 +129,16 @@ class PacingSettings(BaseModel):
     def _groups_and_caps_agree(self) -> Any:
         try:
             self.group_pacing  # noqa: B018 - builds (validates) both tables
-        except MailboxGroupsError as exc:
+            self.warmup_schedules  # noqa: B018 - and the ramps
+        except (MailboxGroupsError, WarmupError) as exc:
             raise ValueError(str(exc)) from None
         except TypeError:
             raise ValueError("mailbox_groups: expected {group: [domain patterns]}") from None
         return self
+
+    @property
+    def warmup_schedules(self) -> Warmup:
+        return Warmup(parse_warmup(json.loads(self.warmup)) if self.warmup else {})
 
     @property
     def group_pacing(self) -> GroupPacing:

@@ -27,6 +27,7 @@ FULL_CONTEXT: dict[str, Any] = {
     # Caps per mailbox-provider group, a group of the deployment's own among them (JSON, as -c gives it).
     "mailbox_groups": '{"comcast": ["comcast.net"]}',
     "pacing": '{"google": 40, "comcast": 5}',
+    "warmup": '{"mail.example.org": {"start": "2026-12-07", "ramp": "double-from-500"}}',
     "recipients_bucket": "acme-recipient-lists",
     "oncall_email": "oncall@example.org",
     "oncall_https_url": "https://pager.example.org/hooks/sendonce",

@@ -214,7 +214,7 @@ def test_the_cli_finds_by_output_what_the_api_function_is_given(assembly: Synthe
     }
     # The mailbox groups and caps (a campaign's caps must name the groups): the CLI reads the
     # consumer's too (CliContext.service).
-    pacing = {"mailbox_groups", "pacing"}
+    pacing = {"mailbox_groups", "pacing", "warmup"}
     assert {f: environment.get(env_name(f)) for f in pacing} == {f: consumer.get(env_name(f)) for f in pacing}
     given = {**SOURCES, **{f: v for f, v in OPTIONAL.items() if f in ApiSettings.model_fields}}
     assert set(given) == set(ApiSettings.model_fields) - {"counters", "jobs_queue_url"} - rates - feedback - pacing

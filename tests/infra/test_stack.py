@@ -528,7 +528,7 @@ def test_operator_api_function_environment(assembly: Synthesized) -> None:
     sendonce_names = {name for name in environment if name.startswith(contract.ENV_PREFIX)}
     unset = set() if assembly.config.feedback_id_customer else {env_name("feedback_id_customer")}
     # No caps and no groups of its own: neither is set.
-    unset |= {env_name(f) for f in ("mailbox_groups", "pacing") if not getattr(assembly.config, f)}
+    unset |= {env_name(f) for f in ("mailbox_groups", "pacing", "warmup") if not getattr(assembly.config, f)}
     assert sendonce_names == {env_name(field) for field in ApiSettings.model_fields} - unset
     ApiSettings.from_env(_with_placeholders(environment))
 
@@ -673,6 +673,8 @@ def test_the_caps_per_mailbox_group_reach_every_function_that_reads_them(
         assert full.group_pacing.group_of("someone@comcast.net") == "comcast", handler
         default = model.from_env(_with_placeholders(_function_environment(default_assembly, handler)))
         assert default.group_pacing.caps == {}, handler
+    consumer = ConsumerSettings.from_env(_with_placeholders(_function_environment(full_assembly, CONSUMER_HANDLER)))
+    assert consumer.warmup_schedules.cap("news@mail.example.org", 1_796_600_000_000) == ("mail.example.org", 500)
     api = _function_environment(full_assembly, API_HANDLER)
     assert json.loads(api[env_name("pacing")]) == json.loads(FULL_CONTEXT["pacing"])
     assert json.loads(api[env_name("mailbox_groups")]) == json.loads(FULL_CONTEXT["mailbox_groups"])

@@ -44,6 +44,7 @@ FAMILIES = (
     "schedule",
     "window",
     "sharing",
+    "warmup",
 )
 FOCUSES = (
     frozenset(FAMILIES),

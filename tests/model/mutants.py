@@ -222,6 +222,7 @@ MACHINES = {
     "11": (R1, SES),
     "12": (R1, SES),
     "13": (R1, RB),
+    "14": (R1, RB, SES),
 }
 BUDGET = {"3c": 2.0, "2": 1.5}
 # Directed swarm: the rule families a mutant's escape is made of, fixed for every example (rules
@@ -237,12 +238,14 @@ FOCUS = {
     "11": frozenset({"window"}),  # an operator's pause inside a window, then the opening's firing
     "12": frozenset({"publish"}),  # a second publisher ends while the first streams
     "13": frozenset({"sharing"}),  # a small campaign published behind a large one, then the drain
+    "14": frozenset({"warmup"}),  # u1 published past its day's cap, consumed
 }
 # The explorer's depth per mutant (default: its own); 7 needs a halt, a cancel and the last
 # receive's crash: three actions. 10 and 11 are the lifecycle's (a schedule's firing, a window's
 # opening) and 13 needs two campaigns in one queue, which the explorer's world of one delivery
-# does not hold; 12 is the DynamoDB adapter's, which its fakes restate: depth 0, the model decides.
-EXPLORER_DEPTH = {"7": 3, "10": 0, "11": 0, "12": 0, "13": 0}
+# does not hold; 12 is the DynamoDB adapter's, which its fakes restate; 14 needs a warm-up
+# campaign and a day's opening: depth 0, the model decides.
+EXPLORER_DEPTH = {"7": 3, "10": 0, "11": 0, "12": 0, "13": 0, "14": 0}
 
 MUTANTS = {
     "1 refused takeover forgets the first attempt": lambda: replaced(dynamodb_ledger.items, "_LIFT_GUARD", ""),
@@ -289,6 +292,9 @@ MUTANTS = {
     ),
     "13 batches published without their campaign's message group (fairness reverted)": lambda: replaced(
         sqs_queue_module, "batch_entries", _entries_without_groups
+    ),
+    "14 a warm-up day's cap stops the batch but does not pause the campaign": lambda: replaced(
+        delivery_module.DeliveryService, "_pause_for_day_cap", lambda self, campaign, reached: None
     ),
 }
 

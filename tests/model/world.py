@@ -399,12 +399,14 @@ class Rig:
 
         from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
         from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
+        from sendonce.adapters.dynamodb.warmup import DynamoDBWarmupBudget
         from sendonce.domain.campaigns.service import CampaignService
         from sendonce.domain.models import Campaign, Content, Recipient
         from sendonce.domain.sending.delivery import DeliveryService
         from sendonce.domain.sending.guards import LedgerDeliveryGuard, LedgerGroupGuard
         from sendonce_local.resources import create_tables
         from tests.fakes import FakeScheduler, FakeSuppressions
+        from tests.model.warmup import warm_schedule
 
         self.clock, self.lease_ms, self.mode, self._client = clock, lease_ms, mode, client
         self.faults = Faults()
@@ -428,6 +430,10 @@ class Rig:
         )
         guard.register_lambda_context(Ctx(lease_ms))
         group_guard.register_lambda_context(Ctx(lease_ms))
+        # Campaign u1's sending domain warms up from the model's first day (tests/model/warmup.py);
+        # the day's cap pausing it sets the next day's opening on the scheduler.
+        self.warmup_start_ms = clock()
+        self.scheduler = FakeScheduler()
         self.consumer = DeliveryService(
             ledger=ledger,
             guard=guard,
@@ -442,8 +448,10 @@ class Rig:
             max_receive_count=max_receive_count,
             sleep=lambda s: None,
             clock_ms=clock,
+            warmup=warm_schedule(self.warmup_start_ms),
+            warmup_budget=DynamoDBWarmupBudget(client=client, table_name=name + "-c", clock=lambda: clock() / 1000),
+            scheduler=self.scheduler,
         )
-        self.scheduler = FakeScheduler()
         self.operator = CampaignService(
             campaigns=self.store,
             ledger=self.ledger,

@@ -12,11 +12,12 @@ from sendonce.adapters.dynamodb.group_caps import DynamoDBGroupCaps
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.rate_limiter import DynamoDBRateLimiter
 from sendonce.adapters.dynamodb.report_aggregates import DynamoDBReportAggregates
+from sendonce.adapters.dynamodb.warmup import DynamoDBWarmupBudget
 from sendonce.adapters.providers import registry
 from sendonce.adapters.providers.descriptor import Provider
 from sendonce.adapters.sqs_queue import SqsQueue
 from sendonce.domain.campaigns.ports import CampaignCounters, CampaignScheduler, CampaignStore, ReportAggregatesStore
-from sendonce.domain.deliverability.ports import GroupCaps, Suppressions
+from sendonce.domain.deliverability.ports import GroupCaps, Suppressions, WarmupBudget
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
 from sendonce.domain.sending.delivery import DeliveryService
 from sendonce.domain.sending.guards import LedgerDeliveryGuard, LedgerGroupGuard
@@ -38,6 +39,7 @@ class ConsumerParts:
     queue: Queue
     limiter: RateLimiter | None = None
     group_caps: GroupCaps | None = None
+    warmup_budget: WarmupBudget | None = None
     suppressions: Suppressions | None = None
     unsubscribe: UnsubscribeLinks | None = None
     counters: CampaignCounters | None = None
@@ -101,6 +103,8 @@ def build_consumer_parts(
         queue=SqsQueue(client=clients.sqs, queue_url="", dead_letter_queue_url=settings.dead_letter_queue_url),
         limiter=limiter,
         group_caps=group_caps,
+        # Counted only for a campaign whose sending domain is warming up.
+        warmup_budget=DynamoDBWarmupBudget(client=dynamodb, table_name=settings.campaigns_table),
         suppressions=build_suppressions(settings.suppressions_table, dynamodb) if settings.suppressions_table else None,
         unsubscribe=unsubscribe,
         counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
@@ -137,6 +141,8 @@ def build_consumer_runtime(
         feedback_id=settings.feedback_id,
         group_caps=parts.group_caps,
         pacing=settings.group_pacing,
+        warmup=settings.warmup_schedules,
+        warmup_budget=parts.warmup_budget,
     )
     return ConsumerRuntime(service=service, guard=guard, group_guard=group_guard, queue=parts.queue)
 

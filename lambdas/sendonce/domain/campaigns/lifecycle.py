@@ -91,7 +91,8 @@ TRANSITIONS: tuple[CampaignTransition, ...] = (
         C.SENDING,
         C.PAUSED,
         "sendonce",
-        "a consumer read the campaign outside its send window; sets the one-time schedule of the next opening",
+        "a consumer read the campaign outside its send window, or found its sending domain's warm-up cap for"
+        " the day reached; sets the one-time schedule of the next opening (the next day's, for warm-up)",
     ),
     T(E.RESUME, C.PAUSED, C.SENDING, "operator", "republishes every recipient that has not ended"),
     T(
@@ -99,8 +100,9 @@ TRANSITIONS: tuple[CampaignTransition, ...] = (
         C.PAUSED,
         C.SENDING,
         "sendonce",
-        "the opening's schedule fired; only while paused by the window for exactly that opening (never an"
-        " operator's, a halt's or a brake's pause); republishes every recipient that has not ended",
+        "the opening's schedule fired; only while paused by the window (or the warm-up cap) for exactly that"
+        " opening (never an operator's, a halt's or a brake's pause); republishes every recipient that has not"
+        " ended",
     ),
     T(E.RESUME, C.SENDING, C.SENDING, "operator", "republishes every recipient that has not ended"),
     T(E.REOPEN_UNKNOWN, C.COMPLETED, C.PAUSED, "operator", "some unknown outcomes reopened (resume follows)"),

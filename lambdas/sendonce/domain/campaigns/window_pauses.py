@@ -26,6 +26,7 @@ from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
 from sendonce.domain.campaigns.ports import CampaignScheduler, CampaignStore
 from sendonce.domain.campaigns.scheduling import Firing, FiringResult, iso
+from sendonce.domain.deliverability import warmup
 from sendonce.domain.errors import IllegalTransitionError
 from sendonce.domain.jobs.service import JobService
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
@@ -67,6 +68,27 @@ def close_window(
     return paused
 
 
+def pause_until(
+    campaigns: CampaignStore, scheduler: CampaignScheduler | None, campaign: Campaign, *, opens_at_ms: int, reason: str
+) -> Campaign | None:
+    """Pause a sending campaign until `opens_at_ms` (a warm-up day's cap reached: the next
+    day), as a window pauses it: the opening's schedule first, then `window_close` with
+    `reason`, which the opening's firing resumes (`open_window`). None when it left `sending`."""
+    if scheduler is None:
+        logger.error("campaign paused until an opening but no scheduler is configured; resume by hand")
+    else:
+        scheduler.set_opening(campaign.campaign_id, opens_at_ms)
+    try:
+        paused = lifecycle.apply(
+            campaigns, campaign.campaign_id, CampaignEvent.WINDOW_CLOSE, by=lifecycle.AUTOMATIC, reason=reason
+        )
+    except IllegalTransitionError:
+        logger.info("campaign left sending before its pause", extra={"reason": reason})
+        return None
+    logger.info("campaign paused until an opening", extra={"reason": reason, "opens_at": iso(opens_at_ms)})
+    return paused
+
+
 class WindowOpenings:
     """The campaign service's half: what a window opening's firing does."""
 
@@ -79,10 +101,16 @@ class WindowOpenings:
         its remaining recipients; any other firing changes nothing and says why; a repeat of
         the firing that resumed it starts no second job."""
         campaign = self._campaigns.get(firing.campaign_id)
-        if campaign.window is None:
+        if warmup.waits_for(campaign.state_reason, firing.send_at_ms):
+            # Paused by its warm-up day's cap for exactly this opening (the reason, read and
+            # then required unchanged by the conditional write, names it).
+            waiting_for = str(campaign.state_reason)
+            opened = f"{warmup.REASON_PREFIX}day opened at {warmup.iso(firing.send_at_ms)}"
+        elif campaign.window is None:
             return self._window_result(firing, False, "campaign has no send window; nothing resumed")
-        waiting_for = campaign.window.pause_reason(firing.send_at_ms)
-        opened = f"{OPENED_PREFIX}{campaign.window.local_iso(firing.send_at_ms)}"
+        else:
+            waiting_for = campaign.window.pause_reason(firing.send_at_ms)
+            opened = f"{OPENED_PREFIX}{campaign.window.local_iso(firing.send_at_ms)}"
         try:
             self._take_window_open(firing.campaign_id, opened=opened, waiting_for=waiting_for)
             verdict = f"resumed: {opened}"

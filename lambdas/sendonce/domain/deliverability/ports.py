@@ -310,3 +310,11 @@ class GroupCaps(Protocol):
     def deferred(self, group: str) -> None:
         """The group's mailbox provider deferred mail: slow that group for every consumer."""
         ...
+
+
+class WarmupBudget(Protocol):
+    def take(self, domain: str, day: str, count: int, cap: int, *, whole: bool = True) -> int:
+        """Up to `count` more sends from `domain` on `day` (YYYY-MM-DD, UTC) within its `cap`,
+        shared by every consumer of every campaign (deliverability/warmup.py): how many were
+        taken; with `whole`, `count` or none."""
+        ...

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sendonce.domain.deliverability.ports import Suppression
+from sendonce.domain.deliverability.warmup import DayCapReachedError
 from sendonce.domain.errors import (
     AmbiguousProviderError,
     HaltProviderError,
@@ -93,6 +94,8 @@ class BatchRun:
     # send that needs them (a redelivered message of ended deliveries reads nothing).
     suppressed: dict[str, Suppression] | None = None
     suppressed_lock: threading.Lock = field(default_factory=threading.Lock)
+    # The sending domain's warm-up cap for today was reached (deliverability/warmup.py).
+    day_cap: DayCapReachedError | None = None
 
     def count(
         self, attr: str, recipient_id: str | None = None, error: str | None = None, error_class: str | None = None
@@ -127,7 +130,12 @@ class BatchRun:
 
     def halt_sending(self, exc: HaltProviderError) -> None:
         with self.lock:
-            self.report.halted_reason = f"{self.provider.name}: {exc.reason}"
+            if isinstance(exc, DayCapReachedError):
+                # Not the provider's: the campaign waits for the next day's opening.
+                self.day_cap = self.day_cap or exc
+                self.report.halted_reason = exc.reason
+            else:
+                self.report.halted_reason = f"{self.provider.name}: {exc.reason}"
             self.report.errors_by_class[exc.error_class] += 1
         self.halt.set()
 

@@ -23,11 +23,12 @@ from sendonce.domain.campaigns.lifecycle import AUTOMATIC_HALT, CampaignEvent
 from sendonce.domain.campaigns.ports import CampaignCounters, CampaignScheduler, CampaignStore, ReportAggregatesStore
 from sendonce.domain.campaigns.report_data import prevented_writer
 from sendonce.domain.campaigns.status import complete_if_done
-from sendonce.domain.campaigns.window_pauses import close_window, outside_window
+from sendonce.domain.campaigns.window_pauses import close_window, outside_window, pause_until
 from sendonce.domain.deliverability.feedback_id import FeedbackId
 from sendonce.domain.deliverability.group_caps import GroupPacing
-from sendonce.domain.deliverability.ports import GroupCaps, Suppressions
+from sendonce.domain.deliverability.ports import GroupCaps, Suppressions, WarmupBudget
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
+from sendonce.domain.deliverability.warmup import DayCapReachedError, Warmup
 from sendonce.domain.errors import (
     CampaignNotFoundError,
     IllegalTransitionError,
@@ -114,6 +115,8 @@ class DeliveryService:
         report_aggregates: ReportAggregatesStore | None = None,
         group_caps: GroupCaps | None = None,
         pacing: GroupPacing | None = None,
+        warmup: Warmup | None = None,
+        warmup_budget: WarmupBudget | None = None,
     ):
         self._ledger = ledger
         self._scheduler = scheduler  # sets a send window's next opening when the window pauses
@@ -139,6 +142,9 @@ class DeliveryService:
             feedback_id=feedback_id,
             group_caps=group_caps,
             pacing=pacing,
+            warmup=warmup,
+            warmup_budget=warmup_budget,
+            day_clock_ms=self._window_clock_ms,
             safety_margin_ms=safety_margin_ms,
             throttle_retries=throttle_retries,
             sleep=sleep,
@@ -347,6 +353,12 @@ class DeliveryService:
         logger.error("poison message moved to the dead-letter queue", extra={"reason": reason})
         return report
 
+    def _pause_for_day_cap(self, campaign: Campaign, reached: DayCapReachedError) -> None:
+        """Today's warm-up cap of its sending domain is reached: the campaign pauses until the
+        next day's opening, which resumes it with its remaining recipients (the send window's
+        pause and opening: campaigns/window_pauses.py); the unsent stay pending."""
+        pause_until(self._campaigns, self._scheduler, campaign, opens_at_ms=reached.opens_at_ms, reason=reached.reason)
+
     def _hold_for_window(self, campaign: Campaign) -> Campaign:
         """Its send window is closed: pause it (the next opening resumes it) and send nothing
         of this message. Returns the campaign as it is now; one that is sending again (resumed
@@ -358,6 +370,9 @@ class DeliveryService:
         return campaign
 
     def _pause_for_halt(self, run: BatchRun) -> None:
+        if run.day_cap is not None:
+            self._pause_for_day_cap(run.campaign, run.day_cap)
+            return
         try:
             lifecycle.apply(
                 self._campaigns,
@@ -438,8 +453,12 @@ class DeliveryService:
             email = self._sender.email(run, recipient, request.key.idempotency_key)
         except RenderError as exc:
             raise PermanentProviderError(str(exc)) from exc
+        # Today's warm-up place before the in-flight mark: a refusal then proves nothing was sent.
+        self._sender.warm_up(run, 1)
         if not run.provider.idempotent:
             # Past this write a lost consumer may have sent: its delivery becomes unknown
             # instead of being claimed again.
             self._ledger.mark_in_flight(request.key, owner=request.owner, now_ms=self._clock_ms())
-        return self._sender.call(run, lambda: run.provider.send(email), self._sender.places(run, [recipient.email]))
+        return self._sender.call(
+            run, lambda: run.provider.send(email), self._sender.places(run, [recipient.email]), emails=0
+        )

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
 from sendonce.domain.campaigns.ports import CampaignStore
+from sendonce.domain.deliverability.warmup import DayCapReachedError
 from sendonce.domain.models import DeliveryRecord, Receipt, Recipient, SendGroup, is_valid_email
 from sendonce.domain.sending.batch_run import BatchRun, record_failure
 from sendonce.domain.sending.delivery_tables import Verdict, classify
@@ -127,6 +128,17 @@ class GroupDelivery:
         # unless a mailbox group is capped: then one group per mailbox group, each at most
         # half its cap (deliverability/group_caps.py), recorded in order; a capped group's wait
         # does not hold the others back.
+        reached = None
+        if members:
+            # Today's warm-up places for them, as many as are left: those beyond stay pending,
+            # and the day's cap pauses the campaign once these went (deliverability/warmup.py).
+            try:
+                taken = self._sender.warm_up(run, len(members), whole=False)
+            except DayCapReachedError as exc:
+                run.halt_sending(exc)
+                return singles
+            if taken < len(members):
+                members, reached = members[:taken], self._sender.day_cap_reached(run)
         parts = self._sender.pacing.send_groups(members, _address, run.campaign.pacing)
         recorded: list[tuple[SendGroup, list[Recipient]]] = []
         for n, those in enumerate(parts):
@@ -146,7 +158,7 @@ class GroupDelivery:
 
         def run_lane(lane: list[SendGroup]) -> None:
             for group in lane:
-                self._run_group(run, group, hashes)
+                self._run_group(run, group, hashes, warmed=True)
 
         workers = min(self._concurrency, len(lanes))
         if workers <= 1:
@@ -155,6 +167,8 @@ class GroupDelivery:
         else:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="group") as pool:
                 list(pool.map(run_lane, lanes.values()))
+        if reached is not None:
+            run.halt_sending(reached)
         for group, those in recorded:
             # A consumer racing this one recorded the id first, with other members: those left
             # out come back with the message rather than be acknowledged unsent.
@@ -191,7 +205,9 @@ class GroupDelivery:
             for record in marked
         )
 
-    def _run_group(self, run: BatchRun, group: SendGroup, hashes: dict[str, str]) -> None:
+    def _run_group(self, run: BatchRun, group: SendGroup, hashes: dict[str, str], *, warmed: bool = False) -> None:
+        """`warmed`: its members' warm-up places are taken (a new group's, in `deliver`); a
+        replayed group takes them again (it may be a day later), all or none."""
         if run.halt.is_set():
             return
         member_ids = [r.recipient_id for r in group.recipients]
@@ -208,7 +224,10 @@ class GroupDelivery:
 
         def send() -> list[Receipt | str]:
             return self._sender.call(
-                run, lambda: provider.send_batch(emails, idempotency_key=group.idempotency_key), places
+                run,
+                lambda: provider.send_batch(emails, idempotency_key=group.idempotency_key),
+                places,
+                emails=0 if warmed else len(emails),
             )
 
         try:

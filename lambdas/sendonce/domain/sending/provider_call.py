@@ -11,8 +11,9 @@ from typing import TypeVar
 
 from sendonce.domain.deliverability.feedback_id import FeedbackId
 from sendonce.domain.deliverability.group_caps import GroupPacing
-from sendonce.domain.deliverability.ports import GroupCaps, GroupPlaces, Suppressions
+from sendonce.domain.deliverability.ports import GroupCaps, GroupPlaces, Suppressions, WarmupBudget
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
+from sendonce.domain.deliverability.warmup import DayCapReachedError, Warmup, day_of, next_day_ms, pause_reason
 from sendonce.domain.errors import RetryableProviderError
 from sendonce.domain.models import Campaign, OutboundEmail, Recipient, email_fingerprint
 from sendonce.domain.sending.batch_run import BatchRun
@@ -78,8 +79,15 @@ class Sender:
         feedback_id: FeedbackId | None = None,
         group_caps: GroupCaps | None = None,
         pacing: GroupPacing | None = None,
+        warmup: Warmup | None = None,
+        warmup_budget: WarmupBudget | None = None,
+        day_clock_ms: Callable[[], int] | None = None,
     ):
         self._limiter = limiter
+        self._warmup = warmup or Warmup()
+        self._warmup_budget = warmup_budget
+        # What day it is for warm-up: the send windows' clock (a local stack may move it).
+        self._day_clock_ms = day_clock_ms or (lambda: int(time.time() * 1000))
         self._group_caps = group_caps
         self.pacing = pacing or GroupPacing()
         self._suppressions = suppressions
@@ -132,9 +140,38 @@ class Sender:
         if places is not None and self._group_caps is not None:
             self._group_caps.deferred(places.group)
 
-    def call(self, run: BatchRun, call: Callable[[], T], places: GroupPlaces | None = None) -> T:
-        """`call` within the shared send rate (and `places` within its mailbox group's caps),
-        repeated while the provider says it did not accept (throttled, busy) and time remains."""
+    def warm_up(self, run: BatchRun, emails: int, *, whole: bool = True) -> int:
+        """Take `emails` places of today's warm-up cap of the campaign's sending domain (all of
+        them when it is not warming up), or with `whole` False as many as are left; raise
+        DayCapReachedError when none (or, `whole`, not all) are."""
+        if self._warmup_budget is None:
+            return emails
+        now_ms = self._day_clock_ms()
+        found = self._warmup.cap(run.campaign.sender, now_ms)
+        if found is None:
+            return emails
+        domain, cap = found
+        taken = self._warmup_budget.take(domain, day_of(now_ms).isoformat(), emails, cap, whole=whole)
+        if taken == 0:
+            raise self.day_cap_reached(run)
+        return taken
+
+    def day_cap_reached(self, run: BatchRun) -> DayCapReachedError:
+        """The error that pauses the campaign until tomorrow: today's cap of its sending domain
+        is taken (`warm_up` gave fewer places than asked)."""
+        now_ms = self._day_clock_ms()
+        found = self._warmup.cap(run.campaign.sender, now_ms)
+        domain, cap = found if found is not None else (run.campaign.sender, 0)
+        opens_at_ms = next_day_ms(now_ms)
+        return DayCapReachedError(pause_reason(domain, cap, opens_at_ms), opens_at_ms=opens_at_ms)
+
+    def call(self, run: BatchRun, call: Callable[[], T], places: GroupPlaces | None = None, *, emails: int = 1) -> T:
+        """`call` within the sending domain's warm-up cap for today (`emails` places), the
+        shared send rate (and `places` within its mailbox group's caps), repeated while the
+        provider says it did not accept (throttled, busy) and time remains. `emails` 0: the
+        warm-up places were taken before (`warm_up`)."""
+        if emails:
+            self.warm_up(run, emails)
         attempt = 0
         refused_all = True  # every answer so far said "not accepted"
         while True:

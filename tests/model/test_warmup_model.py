@@ -1,0 +1,86 @@
+"""The model's warm-up rules (tests/model/warmup.py), replayed deterministically: u1's
+domain may send 2 on the first day and 3 on the second; the cap pauses u1 each day, the next
+day's opening resumes it with exactly its remaining recipients, and nobody is sent twice or
+left behind across the day boundaries. With the pause reverted (mutant 14) the invariant that
+nobody is pending without a message while u1 sends fails."""
+
+from __future__ import annotations
+
+import pytest
+from moto import mock_aws
+
+from sendonce.domain.deliverability import warmup
+from sendonce.domain.models import CampaignState
+from tests.model.mutants import MUTANTS
+from tests.model.test_delivery_model import ResendBatch, ResendSingle, SesSingle
+from tests.model.warmup import WARM_DAILY
+
+ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture(params=[ResendSingle, ResendBatch, SesSingle], ids=lambda m: m.__name__)
+def model(request, monkeypatch):
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        state = request.param()
+        state.setup(first=2, families=frozenset({"warmup"}))
+        yield state
+        state.rig.close()
+
+
+def sent_of_u1(model) -> dict[str, int]:
+    return {rid: n for (campaign, rid), n in model.provider.accepted.items() if campaign == "u1" and n}
+
+
+def test_each_days_cap_pauses_u1_and_the_next_opening_sends_exactly_the_rest(model):
+    model.u1_publish(size=7)
+    model.rig.drain()
+    u1 = model.store.get("u1")
+    first_day = sum(sent_of_u1(model).values())
+
+    assert first_day <= WARM_DAILY[0] and u1.state is CampaignState.PAUSED
+    assert u1.state_reason.startswith(f"warm-up: {WARM_DAILY[0]} of {WARM_DAILY[0]} today (warm.example); opens ")
+    model.nobody_of_u1_is_left_pending_while_it_sends()
+
+    model.u1_next_day_opens(past=0, times=2, operator=None)  # the opening fires twice: one resume
+    model.rig.drain()
+    model.no_day_sends_more_of_u1_than_its_cap()
+    assert sum(sent_of_u1(model).values()) <= WARM_DAILY[0] + WARM_DAILY[1]
+    assert model.store.get("u1").state is CampaignState.PAUSED
+
+    model.u1_next_day_opens(past=1, times=1, operator=None)  # the ramp has ended: no cap
+    model.rig.drain()
+    assert sent_of_u1(model) == {f"u1r{i}": 1 for i in range(7)}  # everyone once
+    assert model.store.get("u1").state is CampaignState.COMPLETED
+    model.no_day_sends_more_of_u1_than_its_cap()
+
+
+def test_an_operators_pause_over_the_warm_up_pause_is_not_resumed_by_the_opening(model):
+    model.u1_publish(size=4)
+    model.rig.drain()
+    model.operator.pause("u1", reason="operator holds it")
+
+    model.u1_next_day_opens(past=0, times=1, operator=None)
+
+    assert (model.store.get("u1").state, model.store.get("u1").state_reason) == (
+        CampaignState.PAUSED,
+        "operator holds it",
+    )
+
+
+def test_without_the_pause_a_days_cap_leaves_recipients_behind_mutant_14(model):
+    with MUTANTS["14 a warm-up day's cap stops the batch but does not pause the campaign"]():
+        model.u1_publish(size=5)
+        model.rig.drain()
+        assert model.store.get("u1").state is CampaignState.SENDING
+        with pytest.raises(AssertionError, match="u1 sending with nobody to bring"):
+            model.nobody_of_u1_is_left_pending_while_it_sends()
+
+
+def test_the_reason_names_the_opening_it_waits_for():
+    opens = warmup.next_day_ms(1_796_634_000_000)
+    reason = warmup.pause_reason("warm.example", 2_000, opens)
+    assert reason == "warm-up: 2,000 of 2,000 today (warm.example); opens 2026-12-08T00:00:00Z"
+    assert warmup.waits_for(reason, opens) and not warmup.waits_for(reason, opens + warmup.DAY_MS)
