@@ -43,7 +43,9 @@ class ForecastResult:
     problems: list[str]  # the first 100 reported rows: "recipients.N: reason" or "LINE: reason"
     exact: bool  # False: an S3 file counted in ranges (audience an upper bound; docs/api.md)
     group_caps: dict[str, float] | None = None  # caps per mailbox group applying (emails/s)
-    bound_by: str | None = None  # what the ETA follows: "rate" or "<group> cap"
+    bound_by: str | None = None  # what the ETA follows: "rate", "<group> cap" or "warm-up"
+    warmup_days: int | None = None  # days of the sending domain's ramp the audience needs
+    warmup_left_today: int | None = None
     cost: dict[str, Any] | None = None  # sendonce cost's model: aws_total, per_1000_recipients, note
     job_id: str | None = None  # the forecast_s3 job that counted an S3 object
     extra: dict[str, Any] = field(default_factory=dict)  # what else the answer held (lines, parts, ...)

@@ -80,7 +80,11 @@ def _print(cli: Cli, result: Forecast, cost: dict[str, Any]) -> None:
         caps = ", ".join(f"{group} {cap:g}/s" for group, cap in result.group_caps.items())
         click.echo(f"caps per mailbox group: {caps}; the ETA follows {result.bound_by} (each cap as if not shared)")
     click.echo(f"starts {_when(result.starts_at_ms)}, ends {_when(result.ends_at_ms)} (ETA {duration(result.eta_s)})")
-    click.echo(f"not applied: {', '.join(result.not_applied)} (sendonce does not enforce them yet)")
+    if result.warmup_days is not None:
+        click.echo(
+            f"warm-up: {result.warmup_left_today:,} left today for the sending domain; the audience needs"
+            f" {result.warmup_days} day(s) of its ramp"
+        )
     total = cost.get("aws_total")
     money = "unknown" if total is None else f"${total:,.2f}"
     click.echo(f"AWS cost (sendonce cost's model): {money}; {cost.get('note') or ''}".rstrip("; "))
@@ -152,6 +156,7 @@ def run_forecast(
         paces=paces,
         groups=groups,
         caps=settings.group_pacing.caps,
+        warm=settings.warmup_schedules,
         fallback_rate=consumer_rate,
     )
     result, _ = forecasts.of_rows(campaign_id, recipient_rows(path, fmt), dedupe_addresses=dedupe_addresses, keep=0)

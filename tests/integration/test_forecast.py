@@ -41,7 +41,8 @@ def test_the_forecast_counts_the_audience_per_group_and_writes_nothing(system, d
     assert result["groups"] == {"google": 1, "microsoft": 1, "yahoo": 0, "apple": 0, "gmx": 1, "other": 1}
     # Nobody sends now: the whole configured rate (SENDONCE_RESEND_REQUESTS_PER_SECOND, 1,000/s here)
     assert result["campaigns_sharing"] == 0 and result["rate"] > 0 and result["eta_s"] < 1
-    assert result["not_applied"] == ["warm-up"] and (result["bound_by"], result["group_caps"]) == ("rate", {})
+    assert result["not_applied"] == [] and (result["bound_by"], result["group_caps"]) == ("rate", {})
+    assert result["warmup_days"] is None  # its domain is not warming up
     assert "aws_total" in result["cost"]
     # The deployment's cap on Google (the consumer's settings): 1 Google recipient at 0.25/s, 4 s
     capped = as_json(

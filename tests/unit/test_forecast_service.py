@@ -275,8 +275,32 @@ def test_a_mailbox_groups_cap_slower_than_the_share_sets_the_eta():
     )
     capped, _ = forecasts.of_rows("c1", object_rows(PEOPLE))
     assert (capped.eta_s, capped.bound_by, capped.group_caps) == (6.0, "google cap", {"google": 0.5})
-    assert capped.not_applied == ("warm-up",)
+    assert capped.not_applied == ()
 
     world.campaigns.campaigns["c1"] = campaign.model_copy(update={"pacing": {"microsoft": 0.1}})
     own, _ = forecasts.of_rows("c1", object_rows(PEOPLE))
     assert (own.eta_s, own.bound_by, own.group_caps) == (10.0, "microsoft cap", {"google": 0.5, "microsoft": 0.1})
+
+
+def test_a_sending_domain_warming_up_spreads_the_audience_over_its_days():
+    """Issue 32, items 2 and 5: 2 a day for example.com, 1 taken today already; 5 recipients
+    need today's last place, tomorrow's 2, and the day after (the ramp over) for the other 2."""
+    from sendonce.domain.deliverability import warmup
+
+    world = World()
+    world.campaign("c1", state=CampaignState.DRAFT)  # news@example.com
+    ramp = warmup.Warmup({"example.com": warmup.WarmupSchedule(warmup.day_of(NOW_MS), (2, 2))})
+    forecasts = ForecastService(
+        campaigns=world.campaigns,
+        suppressions=None,
+        sharing=FixedSharing(Sharing(rate=10)),
+        warm=ramp,
+        sent_on=lambda domain, day: 1 if (domain, day) == ("example.com", "2026-12-07") else 0,
+        clock_ms=lambda: NOW_MS,
+    )
+
+    result, _ = forecasts.of_rows("c1", object_rows(PEOPLE))
+
+    assert (result.audience, result.warmup_left_today, result.warmup_days, result.bound_by) == (5, 1, 3, "warm-up")
+    day_after_tomorrow = warmup.next_day_ms(warmup.next_day_ms(NOW_MS))
+    assert day_after_tomorrow < result.ends_at_ms <= day_after_tomorrow + 1_000  # 2 at 10/s past midnight

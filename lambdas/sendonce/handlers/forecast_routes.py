@@ -77,7 +77,13 @@ class ForecastView(BaseModel):
     bound_by: str = Field(
         default="rate", description="What the ETA follows: 'rate' (its share) or '<group> cap' (that group's cap)."
     )
-    not_applied: list[str] = Field(description="Limits the ETA leaves out (sendonce does not enforce them yet).")
+    warmup_days: int | None = Field(
+        default=None, description="Days of its sending domain's warm-up ramp the audience needs; null: no ramp."
+    )
+    warmup_left_today: int | None = Field(
+        default=None, description="What the domain's first day has left of its cap; null: no ramp."
+    )
+    not_applied: list[str] = Field(description="Limits the ETA leaves out (none now).")
     problems: list[str] = Field(description="The first 100 reported rows: 'recipients.N: reason' or 'LINE: reason'.")
     exact: bool = Field(
         description="False: an S3 file counted in ranges, whose repeats across ranges were not seen (audience "

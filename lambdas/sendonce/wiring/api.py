@@ -80,6 +80,7 @@ def build_campaign_service(
             providers=registered,
             groups=settings.group_pacing.groups,
             caps=settings.group_pacing.caps,
+            warm=settings.warmup_schedules,
         )
         return JobService(
             jobs=DynamoDBJobStore(client=dynamodb, table_name=settings.campaigns_table),

@@ -8,12 +8,14 @@ import time
 from collections.abc import Callable, Mapping
 
 from sendonce.adapters.dynamodb.limiter_slots import DynamoDBLimiterSlots
+from sendonce.adapters.dynamodb.warmup import DynamoDBWarmupBudget
 from sendonce.adapters.providers import registry
 from sendonce.adapters.providers.descriptor import Pace, Provider
 from sendonce.domain.campaigns.forecasting import ForecastService, SharingNow
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes
 from sendonce.domain.deliverability.mailbox_groups import MailboxGroups
 from sendonce.domain.deliverability.suppressions import SuppressionService
+from sendonce.domain.deliverability.warmup import Warmup
 from sendonce.domain.sending.sending_now import CampaignProgress, SendingNow
 from sendonce.wiring.clients import Clients
 from sendonce.wiring.stores import build_ledger_events, build_suppressions
@@ -65,6 +67,7 @@ def build_forecast_service(
     paces: Mapping[str, Pace],
     groups: MailboxGroups | None = None,
     caps: Mapping[str, float] | None = None,
+    warm: Warmup | None = None,
     fallback_rate: Callable[[str], float | None] | None = None,
     providers: Mapping[str, Provider] | None = None,
 ) -> ForecastService:
@@ -80,4 +83,7 @@ def build_forecast_service(
         ),
         groups=groups,
         caps=caps,
+        warm=warm,
+        # The sending domain's day item (a GetItem, only for a domain warming up).
+        sent_on=DynamoDBWarmupBudget(client=clients.dynamodb, table_name=campaigns_table).sent,
     )

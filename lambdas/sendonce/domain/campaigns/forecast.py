@@ -25,7 +25,7 @@ counted in parts (s3_forecast.py) is timed once, from the merged counts.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,6 +34,7 @@ from sendonce.domain.campaigns.scheduling import iso
 from sendonce.domain.deliverability.group_caps import GroupPacing
 from sendonce.domain.deliverability.mailbox_groups import MailboxGroups
 from sendonce.domain.deliverability.ports import Suppression
+from sendonce.domain.deliverability.warmup import Warmup, day_of, next_day_ms
 from sendonce.domain.models import MAX_RECIPIENTS_PER_BATCH, Campaign, email_fingerprint
 from sendonce.domain.sending.shares import Claimant, divide
 
@@ -125,7 +126,12 @@ class Forecast:
     # ETA follows: "rate" (its share of the provider's) or "<group> cap".
     group_caps: dict[str, float] = field(default_factory=dict)
     bound_by: str = "rate"
-    not_applied: tuple[str, ...] = ("warm-up",)
+    not_applied: tuple[str, ...] = ()
+    # Its sending domain's warm-up (deliverability/warmup.py): the days its audience needs
+    # at the ramp's caps (1: it fits in what is left of the first day), and what the domain's
+    # first day has left.
+    warmup_days: int | None = None
+    warmup_left_today: int | None = None
 
     @property
     def recipients_per_s(self) -> float:
@@ -275,6 +281,8 @@ def timed(
     dedupe_addresses: bool = False,
     suppressions_checked: bool = True,
     pacing: GroupPacing | None = None,
+    warm: Warmup | None = None,
+    sent_on: Callable[[str, str], int] | None = None,
 ) -> Forecast:
     """The forecast of sending `counted`'s audience to `campaign` from now (or its send_at):
     at its share of the provider's rate, or, when slower, at a mailbox group's cap (the whole
@@ -308,7 +316,44 @@ def timed(
         if seconds is not None and count / cap > seconds:
             seconds, result.bound_by = count / cap, f"{group} cap"
     result.ends_at_ms = ends_at(campaign, None if seconds is None else seconds * 1000, result.starts_at_ms)
+    if warm is not None and seconds is not None:
+        _warm_up(result, campaign, warm, sent_on, per_s=result.audience / seconds if seconds else None)
     return result
+
+
+def _warm_up(
+    result: Forecast,
+    campaign: Campaign,
+    warm: Warmup,
+    sent_on: Callable[[str, str], int] | None,
+    *,
+    per_s: float | None,
+) -> None:
+    """Its sending domain's ramp: what the first day has left (the domain's day item, as
+    `sent_on` reads it: every campaign of the domain counts), then a day's cap a day; the
+    last day's share at the campaign's pace, from that day's midnight (UTC). As if no other
+    campaign of the domain sent after now."""
+    found = warm.cap(campaign.sender, result.starts_at_ms)
+    if found is None:
+        return
+    domain, cap = found
+    day = day_of(result.starts_at_ms)
+    left = max(0, cap - (sent_on(domain, day.isoformat()) if sent_on else 0))
+    result.warmup_left_today, result.warmup_days = left, 1
+    remaining = result.audience - left
+    day_ms = result.starts_at_ms
+    while remaining > 0 and result.warmup_days < 366:
+        day_ms = next_day_ms(day_ms)
+        result.warmup_days += 1
+        today = warm.cap(campaign.sender, day_ms)
+        if today is None or today[1] >= remaining:
+            last = ends_at(campaign, remaining / per_s * 1000 if per_s else 0, day_ms)
+            if last is not None and (result.ends_at_ms is None or last > result.ends_at_ms):
+                result.ends_at_ms, result.bound_by = last, "warm-up"
+            return
+        remaining -= today[1]
+    if remaining > 0:
+        result.ends_at_ms, result.bound_by = None, "warm-up"
 
 
 def forecast(

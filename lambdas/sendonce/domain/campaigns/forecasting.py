@@ -24,6 +24,7 @@ from sendonce.domain.campaigns.recipients_file import Row, RowTally
 from sendonce.domain.campaigns.s3_ranges import PROBLEMS_KEPT
 from sendonce.domain.deliverability.group_caps import GroupPacing
 from sendonce.domain.deliverability.mailbox_groups import MailboxGroups
+from sendonce.domain.deliverability.warmup import Warmup
 from sendonce.domain.models import Campaign
 from sendonce.domain.sending.sending_now import SendingNow
 
@@ -80,6 +81,8 @@ class ForecastService:
         sharing: RateSharing,
         groups: MailboxGroups | None = None,
         caps: Mapping[str, float] | None = None,
+        warm: Warmup | None = None,
+        sent_on: Callable[[str, str], int] | None = None,
         clock_ms: Callable[[], int] = _now_ms,
     ):
         self._campaigns = campaigns
@@ -88,6 +91,8 @@ class ForecastService:
         self._groups = groups if groups is not None else MailboxGroups()
         # The deployment's caps per mailbox group (a campaign's own apply under them).
         self._pacing = GroupPacing(groups=self._groups, caps=dict(caps or {}))
+        # The deployment's warm-up ramps, and what a sending domain's day item counts.
+        self._warm, self._sent_on = warm, sent_on
         self._clock_ms = clock_ms
 
     def of_rows(
@@ -116,4 +121,6 @@ class ForecastService:
             dedupe_addresses=dedupe_addresses,
             suppressions_checked=self._suppressions is not None,
             pacing=self._pacing,
+            warm=self._warm,
+            sent_on=self._sent_on,
         )
