@@ -105,6 +105,36 @@ WRITERS: tuple[Writer, ...] = (
         "the shared limiter's reservations (one per provider request, failed ones included)",
     ),
     Writer(
+        "consumer: mailbox group caps",
+        "consumer",
+        "campaigns",
+        r"limiter#group#\w[\w-]* / .*",
+        "not_measured",
+        "limiter",
+        "a deployment's or a campaign's caps per mailbox group (pacing): one reservation per provider request"
+        " to a capped group (one by one, a few places a write); bench-scale's stack has no caps",
+    ),
+    Writer(
+        "consumer: warm-up day counts",
+        "consumer",
+        "campaigns",
+        r"warmup#.* / day#.*",
+        "not_measured",
+        "limiter",
+        "a sending domain warming up (warmup): one reservation per send group, one per 10 recipients one by"
+        " one; bench-scale's stack warms no domain",
+    ),
+    Writer(
+        "events: mailbox group slowdown",
+        "events",
+        "campaigns",
+        r"limiter#group#\w[\w-]* / state",
+        "not_measured",
+        "events",
+        "a deferral cuts its group's factor, at most once a second per process; bench-scale's campaigns have"
+        " no deferrals",
+    ),
+    Writer(
         "events: ledger annotations",
         "events",
         "ledger",
