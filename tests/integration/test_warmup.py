@@ -14,7 +14,9 @@ import json
 import boto3
 import pytest
 
+from sendonce.adapters.dynamodb.report_aggregates import DynamoDBReportAggregates
 from sendonce.adapters.dynamodb.warmup import DynamoDBWarmupBudget
+from sendonce.domain.campaigns.report import ReportService
 from sendonce.domain.deliverability import warmup
 from sendonce.domain.models import Campaign, Content
 from sendonce.handlers import consumer
@@ -96,3 +98,16 @@ def test_the_days_cap_pauses_the_campaign_and_the_next_day_sends_exactly_the_res
     consume()
     assert system.deliveries() == {f"user{i}@{system.domain}": 1 for i in range(12)}
     assert (status()["state"], status()["sent"]) == ("completed", 12)
+
+    # The report's timeline marks where the warm-up held it back, and each day's opening
+    reports = ReportService(
+        campaigns=system.operator,
+        aggregates=DynamoDBReportAggregates(
+            client=boto3.client("dynamodb"), table_name=system.resources.campaigns_table
+        ),
+        clock=lambda: int(clock() * 1000),
+    )
+    marks = [(m.event, m.reason) for m in reports.report("c1").marks]
+    held = [reason for event, reason in marks if event == "window_close"]
+    assert [r.split(" today")[0] for r in held] == ["warm-up: 4 of 4", "warm-up: 5 of 5"], marks
+    assert sum(1 for event, _ in marks if event == "window_open") == 2, marks
