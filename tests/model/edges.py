@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
@@ -287,3 +288,23 @@ class EdgeRules:
         self.provider.script.clear()
         self.clock.advance(VISIBILITY_MS + 1)
         self.queue.receive_this(message)  # past its last receive: to the DLQ
+
+
+def watch_requests(provider: Any, note: Any) -> None:
+    """Call `note(emails)` with each request's emails at the moment the provider is asked
+    (one-by-one and batch sends): a rule may consume and then move the clock, so a property
+    of the moment of the request is checked when it happens."""
+    send, send_batch = provider.send, getattr(provider, "send_batch", None)
+
+    def watched_send(email):
+        note([email])
+        return send(email)
+
+    provider.send = watched_send
+    if send_batch is not None:
+
+        def watched_send_batch(emails, **kwargs):
+            note(emails)
+            return send_batch(emails, **kwargs)
+
+        provider.send_batch = watched_send_batch

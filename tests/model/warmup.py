@@ -23,7 +23,7 @@ from sendonce.domain.deliverability import warmup
 from sendonce.domain.errors import IllegalTransitionError, InvalidCampaignError
 from sendonce.domain.models import Campaign, CampaignState, Content, DeliveryState, Recipient
 from sendonce.domain.sending.delivery_tables import FINAL
-from tests.model.edges import family
+from tests.model.edges import family, watch_requests
 
 WARM_DOMAIN = "warm.example"
 WARM_DAILY = (2, 3)
@@ -79,26 +79,13 @@ class WarmupRules:
     def _watch_u1_requests(self) -> None:
         """Count u1's emails the provider is asked for, by the UTC day the request is made in
         (a request the provider refuses counts too: its places were taken)."""
-        provider = self.provider
-        send, send_batch = provider.send, getattr(provider, "send_batch", None)
 
         def note(emails: list) -> None:
             n = sum(1 for e in emails if e.tags.get("campaign_id") == "u1")
             if n:
                 self.u1_sent_by_day[warmup.day_of(self.clock()).isoformat()] += n
 
-        def watched_send(email):
-            note([email])
-            return send(email)
-
-        provider.send = watched_send
-        if send_batch is not None:
-
-            def watched_send_batch(emails, **kwargs):
-                note(emails)
-                return send_batch(emails, **kwargs)
-
-            provider.send_batch = watched_send_batch
+        watch_requests(self.provider, note)
 
     @family("warmup")
     @rule(size=st.integers(1, U1_RECIPIENTS))

@@ -18,7 +18,7 @@ from sendonce.domain.campaigns.scheduling import Firing
 from sendonce.domain.campaigns.windows import PAUSE_REASON_PREFIX, SendWindow
 from sendonce.domain.errors import IllegalTransitionError
 from sendonce.domain.models import Campaign, CampaignState, Content
-from tests.model.edges import LEASE_MS, family
+from tests.model.edges import LEASE_MS, family, watch_requests
 
 W1_WINDOW = SendWindow.model_validate(
     {"days": ["mon", "tue", "wed", "thu", "fri"], "from": "09:00", "to": "17:00", "tz": "Europe/Berlin"}
@@ -163,25 +163,12 @@ class WindowRules:
     def _watch_w1_requests(self) -> None:
         """Note, at the moment of each provider request, whether it asks to send w1 while its
         window is closed (a rule may consume and then move the clock: checked when it happens)."""
-        provider = self.provider
-        send, send_batch = provider.send, getattr(provider, "send_batch", None)
 
         def note(emails: list) -> None:
             if any(e.tags.get("campaign_id") == "w1" for e in emails) and not W1_WINDOW.is_open(self.clock()):
                 self.w1_sent_outside.append(self.clock())
 
-        def watched_send(email):
-            note([email])
-            return send(email)
-
-        provider.send = watched_send
-        if send_batch is not None:
-
-            def watched_send_batch(emails, **kwargs):
-                note(emails)
-                return send_batch(emails, **kwargs)
-
-            provider.send_batch = watched_send_batch
+        watch_requests(self.provider, note)
 
     @invariant()
     def nobody_of_w1_is_sent_outside_its_window(self):

@@ -51,30 +51,18 @@ def close_window(
     window = campaign.window
     assert window is not None
     opens_at_ms = window.next_opening(now_ms)
-    reason = window.pause_reason(opens_at_ms)
-    if scheduler is None:
-        # Without a scheduler nothing resumes it at the opening: the operator's resume does.
-        logger.error("send window closed but no scheduler is configured; resume by hand", extra={"reason": reason})
-    else:
-        scheduler.set_opening(campaign.campaign_id, opens_at_ms)
-    try:
-        paused = lifecycle.apply(
-            campaigns, campaign.campaign_id, CampaignEvent.WINDOW_CLOSE, by=lifecycle.AUTOMATIC, reason=reason
-        )
-    except IllegalTransitionError:
-        logger.info("campaign left sending before its window paused it", extra={"reason": reason})
-        return None
-    logger.info("send window closed; campaign paused", extra={"reason": reason, "opens_at": iso(opens_at_ms)})
-    return paused
+    return pause_until(campaigns, scheduler, campaign, opens_at_ms=opens_at_ms, reason=window.pause_reason(opens_at_ms))
 
 
 def pause_until(
     campaigns: CampaignStore, scheduler: CampaignScheduler | None, campaign: Campaign, *, opens_at_ms: int, reason: str
 ) -> Campaign | None:
-    """Pause a sending campaign until `opens_at_ms` (a warm-up day's cap reached: the next
-    day), as a window pauses it: the opening's schedule first, then `window_close` with
-    `reason`, which the opening's firing resumes (`open_window`). None when it left `sending`."""
+    """Pause a sending campaign until `opens_at_ms` (its window's next opening; the next day,
+    when its warm-up day's cap is reached): the opening's schedule first, then `window_close`
+    with `reason`, which the opening's firing resumes (`open_window`). None when it left
+    `sending` meanwhile (nothing to pause)."""
     if scheduler is None:
+        # Without a scheduler nothing resumes it at the opening: the operator's resume does.
         logger.error("campaign paused until an opening but no scheduler is configured; resume by hand")
     else:
         scheduler.set_opening(campaign.campaign_id, opens_at_ms)
