@@ -151,7 +151,7 @@ def test_errors_map_to_http_codes_with_a_body_naming_the_problem(system):
         },
     )
     assert bad_priority[0] == 422 and bad_priority[1]["message"] == "body.priority: must be normal or high"
-    assert unknown_group[0] == 400 and unknown_group[1]["message"].startswith(
+    assert unknown_group[0] == 409 and unknown_group[1]["message"].startswith(
         "pacing.gogle: unknown mailbox group; the groups are google, microsoft, yahoo, apple, other"
     )
     assert zero_cap[0] == 422 and zero_cap[1]["message"].startswith("body.pacing.google:")

@@ -21,7 +21,7 @@ from sendonce.domain.deliverability.group_caps import (
 from sendonce.domain.deliverability.mailbox_groups import MailboxGroups
 from sendonce.domain.deliverability.ports import EventKind, GroupPlaces
 from sendonce.domain.deliverability.provider_events import ProviderEventService
-from sendonce.domain.errors import InvalidCampaignError, RetryableProviderError, SettingsError
+from sendonce.domain.errors import ConflictingRequestError, RetryableProviderError, SettingsError
 from sendonce.domain.models import Campaign, Content, Recipient
 from sendonce.settings import ConsumerSettings
 from sendonce_cdk.config import SendonceConfig
@@ -133,7 +133,7 @@ def test_a_campaign_caps_only_groups_the_deployment_knows():
         with pytest.raises(ValueError, match="pacing"):
             CampaignSpec.model_validate({**spec, "pacing": bad})
     world = World()
-    with pytest.raises(InvalidCampaignError, match="pacing.corp: unknown mailbox group"):
+    with pytest.raises(ConflictingRequestError, match="pacing.corp: unknown mailbox group"):
         world_service(world).create(_campaign(pacing={"corp": 4}))
     known = GroupPacing(groups=MailboxGroups().extended({"corp": ["corp.example"]}))
     assert world_service(world, group_pacing=lambda: known).create(_campaign(pacing={"corp": 4})).pacing == {"corp": 4}

@@ -271,6 +271,7 @@ _ERROR_MEANINGS = {
     404: "No such campaign",
     409: "Not allowed in the campaign's current state, or the id exists already; or well formed but refused by "
     "what stands now (a send_at already past or too far ahead, a max_rate above the provider's configured rate, "
+    "a pacing group the deployment does not know, "
     "variables the templates lack, a suppressed address, an S3 object not there): the same request may succeed later",
     422: "The request does not match the schema; `detail` names each field",
     500: "Not caused by the request (AWS unreachable, a bug): logged with its traceback",

@@ -12,7 +12,7 @@ from sendonce.domain.campaigns.batches import OversizedRecipientError, batch_id_
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
 from sendonce.domain.campaigns.ports import BatchStatus, CampaignStore
 from sendonce.domain.campaigns.scheduling import MESSAGES_PER_SEND, PUBLISH_LEASE_MS, check_future, iso, new_holder
-from sendonce.domain.deliverability.group_caps import GroupPacing, parse_pacing
+from sendonce.domain.deliverability.group_caps import GroupPacing, PacingError, parse_pacing
 from sendonce.domain.errors import (
     ConflictingRequestError,
     IllegalTransitionError,
@@ -88,8 +88,12 @@ class Publishing:
                 f"max_rate: {campaign.max_rate:g} is above provider {campaign.provider!r}'s rate of {rate:g} requests/s"
             )
         if campaign.pacing:
-            # The deployment's groups, which a spec's schema cannot know (it may add its own).
-            parse_pacing(campaign.pacing, self._group_pacing().groups)
+            # Well formed (the schema's names and numbers): the deployment's groups, which no
+            # schema can say (it may add its own), refuse it (409), as its rates refuse a max_rate.
+            try:
+                parse_pacing(campaign.pacing, self._group_pacing().groups)
+            except PacingError as exc:
+                raise ConflictingRequestError(str(exc)) from None
         if campaign.content is None:
             raise InvalidCampaignError("content: required")
         if campaign.send_at_ms is not None:

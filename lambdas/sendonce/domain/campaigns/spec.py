@@ -125,7 +125,9 @@ class CampaignSpec(BaseModel):
         default_factory=dict,
         description="Caps per mailbox-provider group in emails per second for this campaign ({google: 40, "
         "microsoft: 20}), under the deployment's own (docs/deliverability.md#pacing-per-mailbox-provider). A group "
-        "the deployment does not know is refused (400, naming it).",
+        "the deployment does not know is refused (409, naming it).",
+        # Every key is a group name (patternProperties): no other key is a cap.
+        json_schema_extra={"additionalProperties": False},
     )
 
     @field_validator("ledger_shards", mode="before")
