@@ -13,6 +13,7 @@ refused write answers with the item: a request that does not fit whole takes not
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,13 +23,11 @@ RETENTION_S = 90 * 86_400  # a day's item is kept 90 days (TTL), for the report
 
 
 class DynamoDBWarmupBudget:
-    def __init__(self, *, client: Any, table_name: str, chunk: int = 10, clock: Callable[[], float] | None = None):
-        import time
-
+    def __init__(self, *, client: Any, table_name: str, chunk: int = 10, clock: Callable[[], float] = time.time):
         self._client = client
         self._table = table_name
         self._chunk = max(1, chunk)
-        self._clock = clock or time.time
+        self._clock = clock
         self._lock = threading.Lock()
         self._held: dict[tuple[str, str], int] = {}  # (domain, day) -> places taken, not yet used
         self.requests = 0
