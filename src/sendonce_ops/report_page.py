@@ -22,9 +22,11 @@ from typing import Any
 import jinja2
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
+from plotly.subplots import make_subplots
 
 from sendonce.domain.campaigns.report import CampaignReport, trouble
-from sendonce.domain.campaigns.report_data import FEEDBACK, OUTCOMES, Bucket, Mark
+from sendonce.domain.campaigns.report_data import FEEDBACK, GROUP_KINDS, OUTCOMES, Bucket, Mark
+from sendonce.domain.deliverability.warmup import REASON_PREFIX
 
 COLOURS = {
     "sent": "#2e7d32",
@@ -71,7 +73,8 @@ h1 { font-size: 1.5rem; margin-bottom: .25rem; } h2 { font-size: 1.1rem; margin-
 .verdict-ok { border-left-color: #2e7d32; background: #e8f5e9; }
 #marks { border-collapse: collapse; font-size: .85rem; margin-top: .5rem; }
 #marks td, #marks th { border-bottom: 1px solid #e0e0e0; padding: .2rem .8rem .2rem 0; text-align: left; }
-.chart { min-height: 320px; } .row { display: grid; grid-template-columns: 1fr 1fr; gap: 1rem; }
+.chart { min-height: 320px; } .tall { min-height: 640px; }
+#group-totals { border-collapse: collapse; font-size: .85rem; } #group-totals td, #group-totals th { padding: .2rem .8rem .2rem 0; text-align: right; } .row { display: grid; grid-template-columns: 1fr 1fr; gap: 1rem; }
 </style>
 <script>{{ plotly_js | safe }}</script>
 </head>
@@ -103,6 +106,18 @@ may have sent at the time too: not drawn (only the most recently created are).</
 {% endfor %}</tbody></table>{% endif %}</div>
 <div><h2>Unknown outcomes and how they ended</h2><div class="chart" id="unknowns"></div></div>
 </div>
+<h2>By mailbox-provider group over time ({{ bucket_label }} per point)</h2>
+{% if held_back %}<p class="note" id="held-back">A group's cap held the campaign back:
+{% for group, n in held_back.items() %}<span data-held="{{ group }}">{{ "{:,}".format(n) }}</span> emails to {{ group }}{{ "," if not loop.last else "" }}
+{% endfor %}waited for a later second (the “held” row says when).{% if warmup_pauses %} The warm-up cap paused it
+{{ warmup_pauses }} time{{ "s" if warmup_pauses > 1 else "" }} (the moves above say until when).{% endif %}</p>
+{% elif warmup_pauses %}<p class="note" id="held-back">The warm-up cap paused the campaign {{ warmup_pauses }}
+time{{ "s" if warmup_pauses > 1 else "" }} (the moves above say until when); no group's cap held it back.</p>{% endif %}
+{% if group_totals %}<div class="chart tall" id="groups-over-time"></div>
+<table id="group-totals"><thead><tr><th>group</th>{% for kind in group_kinds %}<th>{{ kind }}</th>{% endfor %}</tr></thead><tbody>
+{% for group, counts in group_totals.items() %}<tr><td>{{ group }}</td>{% for kind in group_kinds %}<td data-group-total="{{ group }}-{{ kind }}">{{ "{:,}".format(counts.get(kind, 0)) }}</td>{% endfor %}</tr>
+{% endfor %}</tbody></table>
+{% else %}<p class="note" id="groups-over-time">Nothing counted per group yet (deliveries claimed before groups were kept are not).</p>{% endif %}
 <h2>Opens and clicks</h2>
 {% if r.engagement is none %}<p class="note" id="engagement">Not shown: {{ r.engagement_off_reason }}.</p>
 {% else %}<div class="chart" id="engagement"></div>{% endif %}
@@ -323,6 +338,60 @@ def feedback_figure(report: CampaignReport) -> go.Figure:
     return figure
 
 
+GROUP_ROWS = {
+    "sent": "sent",
+    "deferred": "deferred",
+    "bounced": "bounced",
+    "complained": "complained",
+    "held": "held by its cap",
+}
+
+
+def groups_figure(report: CampaignReport) -> go.Figure:
+    """One row per kind (GROUP_KINDS), one line per mailbox group, on the timeline's axis:
+    per minute, so that a group's sends read against its cap (emails/s x 60)."""
+    per_minute = report.bucket_ms / 60_000
+    starts = [b.start_ms for buckets in report.groups_over_time.values() for b in buckets]
+    grid = list(range(min(starts), max(starts) + 1, report.bucket_ms)) if starts else []
+    x = [_at(ms) for ms in grid]
+    figure = make_subplots(
+        rows=len(GROUP_KINDS), cols=1, shared_xaxes=True, subplot_titles=[GROUP_ROWS[k] for k in GROUP_KINDS]
+    )
+    palette = ["#1565c0", "#2e7d32", "#6a1b9a", "#ef6c00", "#4e342e", "#00838f", "#757575"]
+    for index, (group, buckets) in enumerate(report.groups_over_time.items()):
+        counts = {b.start_ms: b.counts for b in buckets}
+        for row, kind in enumerate(GROUP_KINDS, start=1):
+            figure.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=[counts.get(ms, {}).get(kind, 0) / per_minute for ms in grid],
+                    name=group,
+                    legendgroup=group,
+                    showlegend=row == 1,
+                    mode="lines",
+                    line={"color": palette[index % len(palette)]},
+                ),
+                row=row,
+                col=1,
+            )
+    figure.update_layout(_layout(height=640), margin={"t": 30})
+    figure.update_yaxes(title_text="per minute", row=1, col=1)
+    return figure
+
+
+def group_totals(report: CampaignReport) -> dict[str, dict[str, int]]:
+    """Each group's kinds summed over the campaign (the table under the chart)."""
+    totals = {}
+    for group, buckets in report.groups_over_time.items():
+        totals[group] = {kind: sum(b.counts.get(kind, 0) for b in buckets) for kind in GROUP_KINDS}
+    return totals
+
+
+def warmup_pauses(report: CampaignReport) -> int:
+    """The campaign's pauses by a warm-up cap (their reasons start `warm-up:`)."""
+    return sum(1 for m in report.marks if m.event == "window_close" and (m.reason or "").startswith(REASON_PREFIX))
+
+
 def unknowns_figure(report: CampaignReport) -> go.Figure:
     labels = {
         "open": "still unknown",
@@ -361,6 +430,8 @@ def render(report: CampaignReport) -> str:
     }
     if report.engagement is not None:
         charts["engagement"] = engagement_figure(report)
+    if report.groups_over_time:
+        charts["groups-over-time"] = groups_figure(report)
     minutes = report.bucket_ms // 60_000
     chart_json = "{" + ",".join(f"{json.dumps(k)}:{figure.to_json()}" for k, figure in charts.items()) + "}"
     chart_json = chart_json.replace("</", "<\\/")  # no string in the data can close the script
@@ -374,6 +445,10 @@ def render(report: CampaignReport) -> str:
         plotly_js=get_plotlyjs(),
         charts=chart_json,
         config=json.dumps(CONFIG),
+        held_back=report.held_back(),
+        warmup_pauses=warmup_pauses(report),
+        group_totals=group_totals(report),
+        group_kinds=GROUP_KINDS,
     )
 
 

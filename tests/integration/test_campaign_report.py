@@ -32,9 +32,9 @@ from tests.integration.operator_helpers import sendonce
 pytestmark = pytest.mark.integration
 
 T0 = 1_764_633_600_000
-CHARTS = ("timeline", "rates", "outcomes", "duplicates", "feedback", "unknowns")
-# What a drawn chart has in it: bars or slices, or (the rates) lines
-MARKS = {"rates": "g.trace.scatter path.js-line"}
+CHARTS = ("timeline", "rates", "outcomes", "duplicates", "feedback", "unknowns", "groups-over-time")
+# What a drawn chart has in it: bars or slices, or (the rates, the groups) lines
+MARKS = {"rates": "g.trace.scatter path.js-line", "groups-over-time": "g.trace.scatter path.js-line"}
 
 
 def million_recipient_report():
@@ -65,6 +65,14 @@ def million_recipient_report():
             f"mail{i}.example": {"delivered": 9000 - i, "bounced": i * 3, "complained": i} for i in range(40)
         },
         unknowns_settled={"sent": 7, "not_sent": 93},
+        groups_per_minute={  # Google capped: held back in its busiest minutes, deferred for a while
+            "google": [
+                Bucket(T0 + i * MINUTE_MS, {"sent": 300, "held": 40 * (i % 3), "deferred": int(900 <= i < 960)})
+                for i in range(2000)
+            ],
+            "microsoft": [Bucket(T0 + i * MINUTE_MS, {"sent": 120, "bounced": i % 2}) for i in range(2000)],
+            "other": [Bucket(T0 + i * MINUTE_MS, {"sent": 80, "complained": int(i % 50 == 0)}) for i in range(2000)],
+        },
     )
     campaign = SimpleNamespace(
         campaign_id="big", name="Winter sale <b>", subject="Hi {{name}}", provider="resend", delivery_mode="batch"
@@ -126,6 +134,17 @@ def test_a_million_recipient_report_draws_every_chart_offline_without_a_console_
     # ... the campaign's name is shown as text, not markup
     assert page.page.locator("h1").text_content() == "Winter sale <b>"
     assert "Not shown" in page.page.locator("#engagement").text_content()
+    # ... each mailbox group is a line in each of the five rows (sent, deferred, bounced,
+    # complained, held), folded like the timeline, and the note says where Google's cap held it
+    assert page.page.locator("#groups-over-time g.trace.scatter").count() == 3 * 5
+    assert set(page.page.locator("#groups-over-time .legendtext").all_text_contents()) == {
+        "google",
+        "microsoft",
+        "other",
+    }
+    held = sum(40 * (i % 3) for i in range(2000))
+    assert page.page.locator("[data-held=google]").text_content() == f"{held:,}"
+    assert page.page.locator("[data-group-total='google-deferred']").text_content() == "60"
     # ... and nothing was fetched but the page itself, nothing complained
     assert page.requests == [path.as_uri()]
     assert page.console_errors == []
@@ -145,6 +164,26 @@ def test_aggregates_written_by_two_writers_read_back_as_one_sum(system):
     assert aggregates.outcomes_per_minute == [Bucket(T0, {"sent": 2}), Bucket(T0 + MINUTE_MS, {"failed": 2})]
     assert aggregates.feedback_by_domain == {"a.example": {"bounced": 1}}
     assert DynamoDBReportAggregates(client=client, table_name=table).aggregates("c2") == ReportAggregates()
+
+
+def test_counts_per_mailbox_group_ride_in_the_minute_items_of_two_writers_and_a_consumer(system):
+    client = boto3.client("dynamodb")
+    table = system.resources.campaigns_table
+    aggregates = DynamoDBReportAggregates(client=client, table_name=table)
+    sends = [LedgerChange("claimed", "sent", T0 + 5, mailbox_group="google")]
+    late = [LedgerChange("sent", "sent", T0 + 3 * MINUTE_MS, (("delivery_delayed", "gmail.com"),), "google")]
+    for writer, batch in (("w1", sends), ("w2", sends + late)):
+        client.transact_write_items(TransactItems=increment_updates(table, "c1", writer, increments_of(batch)))
+    aggregates.add_counts("c1", at_ms=T0 + 9, counts={"prevented": 1, "g:google:held": 4}, writer="consumer-3")
+
+    found = aggregates.aggregates("c1")
+
+    assert found.groups_per_minute == {
+        "google": [Bucket(T0, {"sent": 2, "held": 4}), Bucket(T0 + 3 * MINUTE_MS, {"deferred": 1})]
+    }
+    # The outcomes are as they were: a minute of a group's events alone adds no bar of outcomes.
+    assert found.outcomes_per_minute == [Bucket(T0, {"sent": 2})]
+    assert found.duplicates_prevented_per_minute == [Bucket(T0, {"prevented": 1})]
 
 
 @pytest.mark.browser

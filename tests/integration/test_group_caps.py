@@ -102,9 +102,12 @@ def test_a_request_larger_than_the_cap_in_force_takes_its_places_over_several_se
     clock = Clock(1_900_000_000.1)
     (consumer,) = adapters(system, 1, clock)
 
-    assert consumer.take(places("a", 25, cap=10), deadline=clock.now + 10)
+    taken = consumer.take(places("a", 25, cap=10), deadline=clock.now + 10)
 
     assert 2 <= clock.now - 1_900_000_000 < 3  # 10 + 10 + 5: granted in the third second
+    assert taken and taken.held_s == pytest.approx(clock.now - 1_900_000_000.1, abs=0.001)  # the report's "held"
+    clock.now = int(clock.now) + 1.1
+    assert consumer.take(places("a", 5, cap=10), deadline=clock.now).held_s == 0.0  # a second with room
 
 
 def test_one_by_one_sends_reserve_a_few_places_a_write(system):

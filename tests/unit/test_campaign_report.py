@@ -77,6 +77,55 @@ def test_a_delivery_counts_in_the_minute_it_ended_once_and_an_unknown_later_sent
     assert increments.feedback == {("a.example", "delivered"): 1, ("b.example", "bounced"): 1}
 
 
+def test_sends_and_deferrals_bounces_complaints_count_per_mailbox_group_in_their_minute():
+    changes = [
+        LedgerChange("claimed", "sent", T0 + 1_000, mailbox_group="google"),
+        LedgerChange("claimed", "sent", T0 + 2_000, mailbox_group="google"),
+        LedgerChange("claimed", "failed", T0 + 3_000, mailbox_group="google"),  # not a send
+        LedgerChange("claimed", "sent", T0 + 61_000, mailbox_group="yahoo"),
+        LedgerChange("sent", "sent", T0 + 62_000, (("delivery_delayed", "gmail.com"),), "google"),
+        LedgerChange("sent", "sent", T0 + 63_000, (("bounced", "gmail.com"), ("complained", "gmail.com")), "google"),
+        LedgerChange("sent", "sent", T0 + 64_000, (("delivered", "gmail.com"), ("opened", "gmail.com")), "google"),
+        LedgerChange("claimed", "sent", T0 + 65_000),  # claimed before groups were kept: no group
+        LedgerChange("sent", "sent", T0 + 66_000, mailbox_group="google"),  # a repeat adds nothing
+    ]
+
+    outcomes = increments_of(changes).outcomes
+
+    assert {k: n for k, n in outcomes.items() if k[1].startswith("g:")} == {
+        (T0, "g:google:sent"): 2,
+        (T0 + MINUTE_MS, "g:yahoo:sent"): 1,
+        (T0 + MINUTE_MS, "g:google:deferred"): 1,
+        (T0 + MINUTE_MS, "g:google:bounced"): 1,
+        (T0 + MINUTE_MS, "g:google:complained"): 1,
+    }
+    assert outcomes[(T0, "sent")] == 2 and outcomes[(T0 + MINUTE_MS, "sent")] == 2  # the outcomes as before
+
+
+def test_the_report_folds_each_group_like_the_timeline_and_says_where_a_cap_held_it_back():
+    campaign = SimpleNamespace(campaign_id="c1", name="n", subject="s", provider="resend", delivery_mode="single")
+    minutes = 2 * MAX_POINTS  # two minutes a bar
+    aggregates = ReportAggregates(
+        outcomes_per_minute=[Bucket(T0 + i * MINUTE_MS, {"sent": 5}) for i in range(minutes)],
+        groups_per_minute={
+            "yahoo": [Bucket(T0, {"sent": 2, "deferred": 1})],
+            "google": [Bucket(T0 + i * MINUTE_MS, {"sent": 3, "held": i % 2}) for i in range(minutes)],
+            "comcast": [Bucket(T0 + MINUTE_MS, {"sent": 1})],  # a group the deployment added
+        },
+    )
+
+    report = build_report(campaign=campaign, status=status(sent=5 * minutes), aggregates=aggregates, now_ms=T0)
+
+    assert list(report.groups_over_time) == ["google", "yahoo", "comcast"]  # the table's order, then added ones
+    google = report.groups_over_time["google"]
+    assert len(google) == MAX_POINTS and [b.start_ms for b in google] == [b.start_ms for b in report.timeline]
+    assert sum(b.counts["sent"] for b in google) == 3 * minutes and google[0].counts == {"sent": 6, "held": 1}
+    assert report.held_back() == {"google": minutes // 2}
+    page = render(report)
+    assert 'data-held="google">240</span> emails to google' in page
+    assert 'data-group-total="yahoo-deferred">1<' in page and 'data-group-total="google-sent">1,440<' in page
+
+
 def test_the_report_takes_its_figures_from_the_status_and_says_when_tracking_is_off():
     campaign = SimpleNamespace(campaign_id="c1", name="n", subject="s", provider="resend", delivery_mode="single")
     aggregates = ReportAggregates(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -19,32 +18,15 @@ from sendonce.domain.deliverability.group_caps import (
     send_group_size,
 )
 from sendonce.domain.deliverability.mailbox_groups import MailboxGroups
-from sendonce.domain.deliverability.ports import EventKind, GroupPlaces
+from sendonce.domain.deliverability.ports import EventKind
 from sendonce.domain.deliverability.provider_events import ProviderEventService
 from sendonce.domain.errors import ConflictingRequestError, RetryableProviderError, SettingsError
 from sendonce.domain.models import Campaign, Content, Recipient
 from sendonce.settings import ConsumerSettings
 from sendonce_cdk.config import SendonceConfig
 from sendonce_cdk.context_values import ConfigError
-from tests.fakes import FakeCampaignStore, FakeLedger, FakeLedgerEvents, FakeSuppressions, ses_event
+from tests.fakes import FakeCampaignStore, FakeGroupCaps, FakeLedger, FakeLedgerEvents, FakeSuppressions, ses_event
 from tests.unit.helpers import World, batch
-
-
-@dataclass
-class FakeGroupCaps:
-    """Records what was asked; refuses when told to."""
-
-    asked: list[GroupPlaces] = field(default_factory=list)
-    deferrals: list[str] = field(default_factory=list)
-    refuse: bool = False
-
-    def take(self, places: GroupPlaces, *, deadline: float | None = None) -> bool:
-        self.asked.append(places)
-        return not self.refuse
-
-    def deferred(self, group: str) -> None:
-        self.deferrals.append(group)
-
 
 # --- the tables and their refusals --------------------------------------------------------
 

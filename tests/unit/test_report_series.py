@@ -4,6 +4,7 @@ move `lifecycle.apply` makes)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import SimpleNamespace
 
 import pytest
@@ -20,25 +21,26 @@ from sendonce.domain.campaigns.report_data import (
     prevented_writer,
 )
 from sendonce.domain.campaigns.service import DeliveryStatus
+from sendonce.domain.deliverability.group_caps import GroupPacing
 from sendonce.domain.models import CampaignState
-from tests.fakes import FakeCampaignStore
-from tests.unit.helpers import World, batch
+from tests.fakes import FakeCampaignStore, FakeGroupCaps
+from tests.unit.helpers import World, batch, recipients
 
 T0 = 1_764_633_600_000
 
 
 class FakeReportAggregates:
     def __init__(self, fail: bool = False):
-        self.added: list[tuple[str, int, int, str]] = []  # (campaign, minute, count, writer)
+        self.added: list[tuple[str, int, dict[str, int], str]] = []  # (campaign, minute, counts, writer)
         self.fail = fail
 
     def aggregates(self, campaign_id: str) -> ReportAggregates:
         return ReportAggregates()
 
-    def add_prevented(self, campaign_id: str, *, at_ms: int, count: int, writer: str) -> None:
+    def add_counts(self, campaign_id: str, *, at_ms: int, counts: Mapping[str, int], writer: str) -> None:
         if self.fail:
             raise ConnectionError("table unreachable")
-        self.added.append((campaign_id, minute_of(at_ms), count, writer))
+        self.added.append((campaign_id, minute_of(at_ms), dict(counts), writer))
 
 
 @pytest.fixture
@@ -57,7 +59,21 @@ def test_a_fresh_message_adds_nothing_and_its_redelivery_adds_its_refusals_in_on
 
     again = world.process(batch(n=5), receive_count=2, service=service)
     assert again.duplicates_prevented == 5
-    assert aggregates.added == [("c1", minute_of(world.clock()), 5, prevented_writer("b1"))]
+    assert aggregates.added == [("c1", minute_of(world.clock()), {"prevented": 5}, prevented_writer("b1"))]
+
+
+def test_emails_a_group_cap_held_are_added_in_the_same_one_write_and_unheld_sends_write_nothing(world):
+    aggregates, caps = FakeReportAggregates(), FakeGroupCaps()
+    pacing = GroupPacing(caps={"other": 5})
+    service = world.service(report_aggregates=aggregates, group_caps=caps, pacing=pacing)
+
+    assert world.process(batch(n=3), service=service).sent == 3
+    assert aggregates.added == []  # sent without waiting: nothing to add
+
+    caps.held_s = 0.4  # the group's second was full: each request waited for the next
+    held = world.process(batch(batch_id="b2", people=recipients(3, start=3)), service=service)
+    assert held.sent == 3 and dict(held.held_by_cap) == {"other": 3}
+    assert aggregates.added == [("c1", minute_of(world.clock()), {"g:other:held": 3}, prevented_writer("b2"))]
 
 
 def test_a_failed_report_write_neither_fails_nor_returns_the_message(world):

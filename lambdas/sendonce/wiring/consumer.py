@@ -97,7 +97,12 @@ def build_consumer_parts(
             created_at_of=lambda campaign_id: campaigns.get(campaign_id).created_at,
         )
     return ConsumerParts(
-        ledger=DynamoDBLedger(client=dynamodb, table_name=settings.ledger_table, shards_of=shards),
+        ledger=DynamoDBLedger(
+            client=dynamodb,
+            table_name=settings.ledger_table,
+            shards_of=shards,
+            mailbox_groups=settings.group_pacing.groups,
+        ),
         campaigns=campaigns,
         providers=adapters,
         queue=SqsQueue(client=clients.sqs, queue_url="", dead_letter_queue_url=settings.dead_letter_queue_url),

@@ -115,6 +115,16 @@ WRITERS: tuple[Writer, ...] = (
         " to a capped group (one by one, a few places a write); bench-scale's stack has no caps",
     ),
     Writer(
+        "consumer: report counts",
+        "consumer",
+        "campaigns",
+        r"report#<id>#consumer-<k> / minute",
+        "not_measured",
+        "pipeline",
+        "a message's duplicates prevented and emails a group's cap held (report): one ADD per message that had"
+        " any, none for a fresh message sent without waiting; bench-scale sends each message once, uncapped",
+    ),
+    Writer(
         "consumer: warm-up day counts",
         "consumer",
         "campaigns",

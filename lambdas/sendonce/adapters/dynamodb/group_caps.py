@@ -37,7 +37,7 @@ from botocore.exceptions import ClientError
 
 from sendonce.adapters.dynamodb.limiter_state import LimiterState
 from sendonce.domain.deliverability.group_caps import GROUP_SHARE_OF_CAP
-from sendonce.domain.deliverability.ports import GroupPlaces
+from sendonce.domain.deliverability.ports import GroupPlaces, PlacesTaken
 
 SLOT_RETENTION_S = 3600
 LATE_IN_SLOT_S = 0.2  # no place is handed out in a slot's last 200 ms
@@ -90,11 +90,16 @@ class DynamoDBGroupCaps:
             return None
         return max(1, math.floor(cap * self._state.read(state_key(group)).factor))
 
-    def take(self, places: GroupPlaces, *, deadline: float | None = None) -> bool:
+    def take(self, places: GroupPlaces, *, deadline: float | None = None) -> PlacesTaken | None:
         if places.cap is None and places.campaign_cap is None:
-            return True
+            return PlacesTaken()
         needed = max(1, places.count)
         own = (places.group, places.campaign_id)
+        asked_at, full = self._clock(), False  # full: a slot it asked in had no place left
+
+        def taken() -> PlacesTaken:
+            return PlacesTaken(held_s=round(self._clock() - asked_at, 3) if full else 0.0)
+
         while True:
             now = self._clock()
             slot = int(now)
@@ -109,7 +114,7 @@ class DynamoDBGroupCaps:
                     held.used += used
                     needed -= used
                     if needed == 0:
-                        return True
+                        return taken()
                     want = self._want(held, needed)
                     held.asked = want
                 got = self._reserve(places, slot, want, least=needed)
@@ -121,12 +126,13 @@ class DynamoDBGroupCaps:
                         held.used += used
                         needed -= used
                 if needed == 0:
-                    return True
+                    return taken()
                 if got > 0:
                     continue  # the slot may have room for more: one more write says
+                full = True
             wait = (slot + 1) - self._clock() + random.uniform(0, 0.02)
             if deadline is not None and self._clock() + wait > deadline:
-                return False
+                return None
             self._sleep(max(0.0, wait))
 
     def _want(self, held: _Held, needed: int) -> int:

@@ -1,7 +1,9 @@
 """A campaign's report aggregates in the campaigns table (domain/campaigns/report.py).
 
     pk = report#<campaign>#<writer>, sk = minute#<minute start ms, 13 digits>#<writer>
-        one number per outcome (sent, failed, ...) and `prevented` (duplicates prevented)
+        one number per outcome (sent, failed, ...), `prevented` (duplicates prevented), and
+        `g:<group>:<kind>` per mailbox-provider group (sent, deferred, bounced, complained;
+        a consumer's `held`: report_data.GROUP_KINDS)
     pk = report#<campaign>#<writer>, sk = domain#<recipient domain>#<writer>
         delivered, bounced, complained
     pk = report#<campaign>#<writer>, sk = unknowns#<writer>
@@ -15,7 +17,8 @@ item takes a write per recipient: a batch of stream records is one ADD per minut
 domain it touched, made in the aggregator's transaction that also moves the shard's
 watermark (exactly once per stream record). Duplicates prevented are not in the stream (a
 refused claim writes nothing): a consumer adds a message's count with one ADD of its own,
-only when it had any, on `consumer-<k>` minute items (report.prevented_writer). Reading is
+only when it had any, on `consumer-<k>` minute items (report.prevented_writer), with the
+emails a group's cap held to a later second in the same write. Reading is
 one Query per partition-key value (the campaign's own, holding its marks and the items of
 the release before writers had keys of their own, and one per writer), 8 in flight, summed
 here: its size grows with the campaign's minutes, domains and moves, not its recipients.
@@ -29,6 +32,7 @@ over REPORT_WRITERS keys the hottest takes ~1/64 of it (docs/scale.md).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -39,6 +43,7 @@ from sendonce.domain.campaigns.report_data import (
     Mark,
     ReportAggregates,
     ReportIncrements,
+    group_count_of,
     minute_of,
     prevented_writers,
 )
@@ -172,15 +177,17 @@ class DynamoDBReportAggregates:
         self._client = client
         self._table = table_name
 
-    def add_prevented(self, campaign_id: str, *, at_ms: int, count: int, writer: str) -> None:
+    def add_counts(self, campaign_id: str, *, at_ms: int, counts: Mapping[str, int], writer: str) -> None:
+        names = {f"#a{i}": name for i, name in enumerate(sorted(counts))}
         self._client.update_item(
             TableName=self._table,
             Key={
                 "pk": {"S": writer_partition(campaign_id, writer)},
                 "sk": {"S": f"{MINUTE}{minute_of(at_ms):013d}#{writer}"},
             },
-            UpdateExpression="ADD prevented :n",
-            ExpressionAttributeValues={":n": {"N": str(count)}},
+            UpdateExpression="ADD " + ", ".join(f"{alias} :v{alias[2:]}" for alias in names),
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues={f":v{alias[2:]}": {"N": str(counts[name])} for alias, name in names.items()},
         )
 
     def _items(self, pk: str) -> list[dict[str, Any]]:
@@ -195,6 +202,7 @@ class DynamoDBReportAggregates:
         minutes: dict[int, Counter[str]] = {}
         domains: dict[str, Counter[str]] = {}
         unknowns: Counter[str] = Counter()
+        groups: dict[str, dict[int, Counter[str]]] = {}
         with ThreadPoolExecutor(max_workers=READ_WORKERS) as pool:
             shards = list(pool.map(self._items, partitions(campaign_id)))
         for items in shards:
@@ -214,7 +222,12 @@ class DynamoDBReportAggregates:
                     {name: int(value["N"]) for name, value in item.items() if name not in ("pk", "sk") and "N" in value}
                 )
                 if sk.startswith(MINUTE):
-                    minutes.setdefault(int(sk[len(MINUTE) :].split("#", 1)[0]), Counter()).update(counts)
+                    start = int(sk[len(MINUTE) :].split("#", 1)[0])
+                    for name in [n for n in counts if group_count_of(n)]:
+                        group, kind = group_count_of(name) or ("", "")
+                        groups.setdefault(group, {}).setdefault(start, Counter())[kind] += counts.pop(name)
+                    if counts:  # a minute of a group's events alone is no minute of outcomes
+                        minutes.setdefault(start, Counter()).update(counts)
                 elif sk.startswith(DOMAIN):
                     domains.setdefault(sk[len(DOMAIN) :].rsplit("#", 1)[0], Counter()).update(counts)
                 elif sk.startswith(UNKNOWNS):
@@ -234,4 +247,8 @@ class DynamoDBReportAggregates:
             feedback_by_domain={domain: dict(counts) for domain, counts in domains.items()},
             unknowns_settled=dict(unknowns),
             marks=marks,
+            groups_per_minute={
+                group: [Bucket(start, dict(c)) for start, c in sorted(by_minute.items())]
+                for group, by_minute in sorted(groups.items())
+            },
         )

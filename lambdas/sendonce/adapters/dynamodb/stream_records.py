@@ -60,6 +60,11 @@ def _new_events(old: dict[str, Any] | None, new: dict[str, Any] | None) -> tuple
     return tuple(found)
 
 
+def _mailbox_group(image: dict[str, Any] | None) -> str | None:
+    """The recipient's mailbox-provider group its claim kept (`mgroup`), if any."""
+    return ((image or {}).get("mgroup") or {}).get("S")
+
+
 def change_of(record: dict[str, Any]) -> Change | None:
     """The change one stream record makes to the counts; None when it makes none."""
     stream = record["dynamodb"]
@@ -78,6 +83,7 @@ def change_of(record: dict[str, Any]) -> Change | None:
             new=new,
             at_ms=_epoch_ms(stream.get("ApproximateCreationDateTime")),
             new_events=events,
+            mailbox_group=_mailbox_group(stream.get("NewImage")) or _mailbox_group(stream.get("OldImage")),
         )
     pk, sk = keys.get("pk", {}).get("S", ""), keys.get("sk", {}).get("S", "")
     if record.get("eventName") != "INSERT" or not pk.startswith("campaign#") or not sk.startswith(RECORD_PREFIX):

@@ -76,6 +76,8 @@ class DeliveryChange:
     # the provider events it added, as (kind, recipient domain or None).
     at_ms: int = 0
     new_events: tuple[tuple[str, str | None], ...] = ()
+    # The recipient's mailbox-provider group, as its claim kept it (None before any claim).
+    mailbox_group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,9 @@ class CounterAggregator:
                     if isinstance(change, DeliveryChange):
                         delta.states.update(delta_of(change))
                         old, new = (s.value if s else None for s in (change.old, change.new))
-                        ledger_changes.append(LedgerChange(old, new, change.at_ms, change.new_events))
+                        ledger_changes.append(
+                            LedgerChange(old, new, change.at_ms, change.new_events, change.mailbox_group)
+                        )
                     else:
                         # Markers first: a crash before the counter write replays this batch,
                         # which finds its own markers and counts them again.

@@ -5,7 +5,7 @@ schedules and the recipients files."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -242,9 +242,10 @@ class ReportAggregatesStore(Protocol):
 
     def aggregates(self, campaign_id: str) -> ReportAggregates: ...
 
-    def add_prevented(self, campaign_id: str, *, at_ms: int, count: int, writer: str) -> None:
-        """Add `count` duplicate sends prevented to the minute of `at_ms`, on `writer`'s item
-        (report.prevented_writer): one write, whatever the count."""
+    def add_counts(self, campaign_id: str, *, at_ms: int, counts: Mapping[str, int], writer: str) -> None:
+        """Add a consumer's `counts` (duplicate sends `prevented`, a group's `held` emails:
+        report_data.group_count) to the minute of `at_ms`, on `writer`'s item
+        (report_data.prevented_writer): one write, whatever the counts."""
         ...
 
 

@@ -66,6 +66,16 @@ class CampaignReport:
     # Delivered, bounced and complained per mailbox-provider group (every domain counted,
     # before `feedback_by_domain` keeps the top ones): the groups' table, in its order.
     feedback_by_group: Mapping[str, dict[str, int]] = field(default_factory=dict)
+    # Per mailbox-provider group, folded like `timeline`: sends, deferrals, bounces and
+    # complaints, and the emails its cap held to a later second (report_data.GROUP_KINDS).
+    groups_over_time: Mapping[str, list[Bucket]] = field(default_factory=dict)
+
+    def held_back(self) -> dict[str, int]:
+        """Where a cap held the campaign back: the emails each mailbox group's cap held to a
+        later second (groups with any; the bars with `held` say when). A warm-up cap pauses
+        the campaign instead: its marks say so, with the reason."""
+        held = {g: sum(b.counts.get("held", 0) for b in buckets) for g, buckets in self.groups_over_time.items()}
+        return {g: n for g, n in held.items() if n}
 
     @property
     def outcomes(self) -> dict[str, int]:
@@ -142,6 +152,20 @@ def by_group(
     return {name: dict(summed[name]) for name in groups.names if name in summed}
 
 
+def groups_over_time(
+    per_minute: Mapping[str, Iterable[Bucket]],
+    width_ms: int,
+    *,
+    origin: int,
+    groups: MailboxGroups | None = None,
+) -> dict[str, list[Bucket]]:
+    """Each mailbox group's minutes folded like the timeline, the groups in the table's
+    order (a group the deployment added after them, by name)."""
+    order = {name: i for i, name in enumerate((groups or MailboxGroups()).names)}
+    ranked = sorted(per_minute, key=lambda g: (order.get(g, len(order)), g))
+    return {group: fold(per_minute[group], width_ms, origin=origin) for group in ranked}
+
+
 def build_report(
     *,
     campaign: Any,
@@ -154,7 +178,11 @@ def build_report(
     now_ms: int,
 ) -> CampaignReport:
     """The report of `campaign` (a domain Campaign) from its status and aggregates."""
-    minutes = [*aggregates.outcomes_per_minute, *aggregates.duplicates_prevented_per_minute]
+    minutes = [
+        *aggregates.outcomes_per_minute,
+        *aggregates.duplicates_prevented_per_minute,
+        *(b for buckets in aggregates.groups_per_minute.values() for b in buckets),
+    ]
     width = bucket_width(minutes)
     origin = min((b.start_ms for b in minutes), default=0)  # both charts' bars line up
     unknowns = {
@@ -176,6 +204,7 @@ def build_report(
         marks=sorted([*aggregates.marks, *marks], key=lambda m: m.at_ms),
         feedback_by_domain=top_domains(aggregates.feedback_by_domain),
         feedback_by_group=by_group(aggregates.feedback_by_domain),
+        groups_over_time=groups_over_time(aggregates.groups_per_minute, width, origin=origin),
         unknowns=unknowns,
         engagement=aggregates.engagement,
         engagement_off_reason=None if aggregates.engagement is not None else aggregates.engagement_off_reason,

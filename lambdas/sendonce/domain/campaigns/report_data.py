@@ -18,6 +18,26 @@ MINUTE_MS = 60_000
 OUTCOMES = ("sent", "failed", "suppressed", "unknown", "dead_lettered", "cancelled")
 # The provider events drawn per mailbox provider.
 FEEDBACK = ("delivered", "bounced", "complained")
+# What the report counts per mailbox-provider group and minute (issue 32): the sends and the
+# provider events (a delivery delay counts as deferred) from the ledger's stream, and the
+# emails whose request a group's cap held to a later second (the consumer's count). Kept as
+# numbers of the minute items the outcomes are in, named `g:<group>:<kind>`: no item more.
+GROUP_KINDS = ("sent", "deferred", "bounced", "complained", "held")
+_GROUP_EVENTS = {"delivery_delayed": "deferred", "bounced": "bounced", "complained": "complained"}
+GROUP_PREFIX = "g:"
+
+
+def group_count(group: str, kind: str) -> str:
+    """The name a minute item keeps `kind` of `group` under."""
+    return f"{GROUP_PREFIX}{group}:{kind}"
+
+
+def group_count_of(name: str) -> tuple[str, str] | None:
+    """(group, kind) of a name `group_count` gave; None for any other name."""
+    if not name.startswith(GROUP_PREFIX):
+        return None
+    group, _, kind = name[len(GROUP_PREFIX) :].rpartition(":")
+    return (group, kind) if group and kind in GROUP_KINDS else None
 
 
 @dataclass(frozen=True)
@@ -63,6 +83,8 @@ class ReportAggregates:
     engagement: Mapping[str, int] | None = None
     engagement_off_reason: str | None = "open and click tracking is not recorded by sendonce"
     marks: list[Mark] = field(default_factory=list)
+    # GROUP_KINDS per mailbox-provider group and minute: group -> buckets of {kind: n}.
+    groups_per_minute: Mapping[str, list[Bucket]] = field(default_factory=dict)
 
 
 # --- Duplicates prevented: counted by the consumer, not the stream ---------------------------
@@ -93,19 +115,21 @@ FINAL_OUTCOMES = frozenset(OUTCOMES)
 @dataclass(frozen=True)
 class LedgerChange:
     """One delivery's change as a stream record shows it: its state before and after, when,
-    and the provider events it gained (kind, recipient domain or None)."""
+    and the provider events it gained (kind, recipient domain or None), and the recipient's
+    mailbox-provider group (None: its item has none, claimed before groups were kept)."""
 
     old_state: str | None
     new_state: str | None
     at_ms: int
     new_events: tuple[tuple[str, str | None], ...] = ()
+    mailbox_group: str | None = None
 
 
 @dataclass
 class ReportIncrements:
     """What a batch of ledger changes adds to a campaign's report aggregates."""
 
-    outcomes: Counter[tuple[int, str]] = field(default_factory=Counter)  # (minute start, outcome)
+    outcomes: Counter[tuple[int, str]] = field(default_factory=Counter)  # (minute start, outcome or group_count name)
     prevented: Counter[int] = field(default_factory=Counter)  # minute start
     feedback: Counter[tuple[str, str]] = field(default_factory=Counter)  # (domain, event kind)
     unknowns_settled: Counter[str] = field(default_factory=Counter)  # "sent" / "not_sent"
@@ -121,14 +145,21 @@ def minute_of(at_ms: int) -> int:
 def increments_of(changes: Iterable[LedgerChange]) -> ReportIncrements:
     """A delivery counts on the timeline in the minute it reached its outcome (once: a change
     that leaves the outcome as it was adds nothing); an unknown that becomes sent counts as
-    settled; each new event counts for its recipient's domain."""
+    settled; each new event counts for its recipient's domain. A send and a deferral, bounce
+    or complaint count for the recipient's mailbox group too, in the minute of the change."""
     increments = ReportIncrements()
     for change in changes:
+        minute = minute_of(change.at_ms)
+        group = change.mailbox_group
         if change.new_state != change.old_state and change.new_state in FINAL_OUTCOMES:
-            increments.outcomes[(minute_of(change.at_ms), change.new_state)] += 1
+            increments.outcomes[(minute, change.new_state)] += 1
             if change.old_state == "unknown" and change.new_state == "sent":
                 increments.unknowns_settled["sent"] += 1
+            if group and change.new_state == "sent":
+                increments.outcomes[(minute, group_count(group, "sent"))] += 1
         for kind, domain in change.new_events:
             if kind in FEEDBACK:
                 increments.feedback[(domain or "unknown domain", kind)] += 1
+            if group and kind in _GROUP_EVENTS:
+                increments.outcomes[(minute, group_count(group, _GROUP_EVENTS[kind]))] += 1
     return increments

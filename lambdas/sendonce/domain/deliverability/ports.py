@@ -301,10 +301,21 @@ class GroupPlaces:
     campaign_cap: float | None
 
 
+@dataclass(frozen=True)
+class PlacesTaken:
+    """Places a request got (always true): `held_s`, how long the group's caps held it
+    because the second it asked in was full (0.0: not held), for the report."""
+
+    held_s: float = 0.0
+
+    def __bool__(self) -> bool:
+        return True
+
+
 class GroupCaps(Protocol):
-    def take(self, places: GroupPlaces, *, deadline: float | None = None) -> bool:
+    def take(self, places: GroupPlaces, *, deadline: float | None = None) -> PlacesTaken | None:
         """Wait until `places.count` more emails to the group are within its caps, shared by
-        every consumer of every campaign; False if `deadline` (epoch seconds) would pass first."""
+        every consumer of every campaign; None if `deadline` (epoch seconds) would pass first."""
         ...
 
     def deferred(self, group: str) -> None:

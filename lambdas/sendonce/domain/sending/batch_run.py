@@ -51,6 +51,9 @@ class BatchReport:
     # Every recipient ended but the batch's end could not be recorded on the campaign (or the
     # completion check failed): the message comes back to record it, never forgotten.
     unsettled: str | None = None
+    # Emails whose request a mailbox group's cap held to a later second, by group (the
+    # report's "held" per group and minute).
+    held_by_cap: Counter[str] = field(default_factory=Counter)
 
     @property
     def must_return(self) -> bool:
@@ -121,6 +124,11 @@ class BatchRun:
                 self.report.last_error = error
             if error_class:
                 self.report.errors_by_class[error_class] += 1
+
+    def held_by_cap(self, group: str, emails: int) -> None:
+        """A request of `emails` to `group` waited for a later second: its cap was full."""
+        with self.lock:
+            self.report.held_by_cap[group] += emails
 
     def hold_until(self, lease_until_ms: int | None) -> None:
         """Another consumer holds a delivery until then: the message comes back no earlier."""

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import AUTOMATIC_HALT, CampaignEvent
 from sendonce.domain.campaigns.ports import CampaignCounters, CampaignScheduler, CampaignStore, ReportAggregatesStore
-from sendonce.domain.campaigns.report_data import prevented_writer
+from sendonce.domain.campaigns.report_data import group_count, prevented_writer
 from sendonce.domain.campaigns.status import complete_if_done
 from sendonce.domain.campaigns.window_pauses import close_window, outside_window, pause_until
 from sendonce.domain.deliverability.feedback_id import FeedbackId
@@ -225,8 +225,8 @@ class DeliveryService:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="send") as pool:
                 list(pool.map(lambda r: self._deliver(run, r), singles))
 
-        if report.duplicates_prevented:
-            self._record_prevented(batch, report.duplicates_prevented)
+        if report.duplicates_prevented or report.held_by_cap:
+            self._record_counts(batch, report)
         if run.halt.is_set():
             self._pause_for_halt(run)
         if report.must_return and last_receive:
@@ -244,20 +244,29 @@ class DeliveryService:
             self._settle_batch(batch.campaign_id, report)
         return report
 
-    def _record_prevented(self, batch: BatchMessage, count: int) -> None:
-        """One write for the message's refused claims, for the campaign's report (a fresh
-        message has none and writes nothing). Not a reason to send again or to return the
-        message: a failure is logged (the DuplicateSendsPrevented metric still counts them)."""
+    def _record_counts(self, batch: BatchMessage, report: BatchReport) -> None:
+        """One write for the campaign's report of what only the consumer sees: the message's
+        refused claims, and its emails that a mailbox group's cap held to a later second (a
+        fresh message sent without waiting has neither and writes nothing). Not a reason to
+        send again or to return the message: a failure is logged (the DuplicateSendsPrevented
+        metric still counts them)."""
         if self._report_aggregates is None:
             return
+        counts = {group_count(group, "held"): n for group, n in report.held_by_cap.items() if n}
+        if report.duplicates_prevented:
+            counts["prevented"] = report.duplicates_prevented
         try:
-            self._report_aggregates.add_prevented(
-                batch.campaign_id, at_ms=self._clock_ms(), count=count, writer=prevented_writer(batch.batch_id)
+            self._report_aggregates.add_counts(
+                batch.campaign_id, at_ms=self._clock_ms(), counts=counts, writer=prevented_writer(batch.batch_id)
             )
         except Exception as exc:  # noqa: BLE001 - the report's count only; nothing is resent
             logger.warning(
-                "duplicates prevented not added to the campaign report",
-                extra={"campaign_id": batch.campaign_id, "count": count, "error": f"{type(exc).__name__}: {exc}"[:300]},
+                "consumer counts not added to the campaign report",
+                extra={
+                    "campaign_id": batch.campaign_id,
+                    "counts": counts,
+                    "error": f"{type(exc).__name__}: {exc}"[:300],
+                },
             )
 
     def _content(self, campaign: Campaign) -> CompiledContent:

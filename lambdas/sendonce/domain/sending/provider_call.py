@@ -178,11 +178,14 @@ class Sender:
             deadline = time.time() + (run.remaining_ms() - self.safety_margin_ms) / 1000
             granted_in = None
             if places is not None and self._group_caps is not None:
-                if not self._group_caps.take(places, deadline=deadline):
+                taken = self._group_caps.take(places, deadline=deadline)
+                if taken is None:
                     raise RetryableProviderError(
                         f"no place under mailbox group {places.group!r}'s cap before the time budget ends",
                         proves_not_accepted=refused_all,
                     )
+                if taken.held_s > 0:
+                    run.held_by_cap(places.group, places.count)
                 granted_in = int(time.time())
             if self._limiter is not None:
                 if not self._limiter.acquire(

@@ -32,6 +32,7 @@ class LedgerClaims(LedgerReads):
             email=request.email,
             keyed=request.provider_idempotent,
             group_key=None,
+            mailbox_group=self._mailbox_group(request.email),
         )
         try:
             self._client.update_item(

@@ -129,8 +129,11 @@ def claim_update(
     keyed: bool,
     group_key: str | None,
     detail: str | None = None,
+    mailbox_group: str | None = None,
 ) -> dict[str, Any]:
-    """The UpdateItem parameters of a claim (one delivery, or one member of a group)."""
+    """The UpdateItem parameters of a claim (one delivery, or one member of a group).
+    `mailbox_group`: the recipient's mailbox-provider group, kept on the item (its first
+    claim's) so that the report counts its sends and events per group (stream_records.py)."""
     condition = claim_condition(keyed=keyed, group_key=group_key)
     values = _values(
         claimed="claimed",
@@ -158,6 +161,9 @@ def claim_update(
     if group_key:
         update += ", group_key = :g"
         values.update(_values(g=group_key))
+    if mailbox_group:
+        update += ", mgroup = if_not_exists(mgroup, :mg)"
+        values.update(_values(mg=mailbox_group))
     update += " ADD attempts :one"
     return {
         "UpdateExpression": update,

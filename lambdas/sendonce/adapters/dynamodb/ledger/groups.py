@@ -61,6 +61,7 @@ class LedgerGroups(LedgerReads):
                 keyed=True,
                 group_key=group.idempotency_key,
                 detail=f"group {group.group_id}",
+                mailbox_group=self._mailbox_group(recipient.email),
             )
             updates.append(
                 {

@@ -10,14 +10,22 @@ from typing import Any
 
 from sendonce.adapters.dynamodb.ledger.items import _record
 from sendonce.adapters.dynamodb.ledger_keys import LedgerKeys, ShardsOf
+from sendonce.domain.deliverability.mailbox_groups import MailboxGroups
 from sendonce.domain.models import DeliveryKey, DeliveryRecord
 
 
 class LedgerReads:
-    def __init__(self, *, client: Any, table_name: str, shards_of: ShardsOf):
+    def __init__(
+        self, *, client: Any, table_name: str, shards_of: ShardsOf, mailbox_groups: MailboxGroups | None = None
+    ):
         self._client = client
         self._table = table_name
         self._keys = LedgerKeys(shards_of)
+        # The deployment's mailbox-provider groups: a claim keeps its recipient's on the item.
+        self._groups = mailbox_groups or MailboxGroups()
+
+    def _mailbox_group(self, email: str) -> str:
+        return self._groups.of_address(email)
 
     def _key(self, key: DeliveryKey) -> dict[str, Any]:
         return self._keys.key(key)
