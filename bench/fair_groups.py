@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.scale_stack import SENDER_DOMAIN, ScaleStack, bench_campaign
+from sendonce.adapters.dynamodb.report_aggregates import DynamoDBReportAggregates
 from sendonce.domain.deliverability.group_caps import send_group_size
 from sendonce.domain.deliverability.mailbox_groups import MailboxGroups
 from sendonce.domain.models import CampaignState
@@ -107,6 +108,13 @@ def run_groups(stack: ScaleStack, config: GroupsConfig, say: Callable[[str], Non
     counts = Counter(address for address, _ in emails)
     wanted = {r["email"] for r in rows}
     stack.drain_aggregator(say, "groups")
+    # The report's counts per group (issue 32, item 6): its sends against what was sent, and
+    # the Google emails the cap held to a later second.
+    report = DynamoDBReportAggregates(
+        client=stack.functions["api"].client("dynamodb"), table_name=stack.deployed.campaigns_table
+    ).aggregates(campaign_id)
+    reported = {g: sum(b.counts.get("sent", 0) for b in bs) for g, bs in report.groups_per_minute.items()}
+    held = {g: sum(b.counts.get("held", 0) for b in bs) for g, bs in report.groups_per_minute.items()}
     stack.resend.reset()
     return {
         "recipients": len(rows),
@@ -126,9 +134,13 @@ def run_groups(stack: ScaleStack, config: GroupsConfig, say: Callable[[str], Non
         "missing": len(wanted - set(counts)),
         "completed": completed,
         "sent_s": round(sent_s, 1),
+        "report_sent_by_group": reported,
+        "report_agrees": reported == {g: n for g, n in by_group.items() if n},
+        "report_held_by_group": {g: n for g, n in held.items() if n},
         "met": busiest <= config.google_cap * (1 + GOAL_TOLERANCE)
         and not (wanted - set(counts))
-        and all(n == 1 for n in counts.values()),
+        and all(n == 1 for n in counts.values())
+        and reported == {g: n for g, n in by_group.items() if n},
     }
 
 
@@ -152,6 +164,7 @@ def line(figures: dict[str, Any]) -> str:
         f"({figures['google_busiest_over_cap']:.0%} of the cap), mean {figures['google_mean_per_s']}/s; "
         f"others {figures['others_per_s_while_google_sent']}/s meanwhile; its key "
         f"{figures['group_key_write_units_per_google_recipient']} write units a Google recipient; "
-        f"duplicates {figures['duplicates']}, missing {figures['missing']}"
-        + ("" if figures["met"] else " (goal missed)")
+        f"duplicates {figures['duplicates']}, missing {figures['missing']}; the report's sends per group "
+        f"{'agree' if figures['report_agrees'] else 'DISAGREE: ' + str(figures['report_sent_by_group'])}, "
+        f"held by the cap {figures['report_held_by_group']}" + ("" if figures["met"] else " (goal missed)")
     )
