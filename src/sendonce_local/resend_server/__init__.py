@@ -1,6 +1,7 @@
 """The local Resend API on loopback (see server.py and docs/local-resend.md); the names other code imports."""
 
 from sendonce_local.resend_server.cli import main
+from sendonce_local.resend_server.engagement import EngagementRule
 from sendonce_local.resend_server.server import LocalResendServer
 from sendonce_local.resend_server.webhooks import WebhookDelivery, new_webhook_secret, svix_headers, svix_signature
 from sendonce_local.resend_server.wire import (
@@ -16,6 +17,7 @@ __all__ = [
     "IDEMPOTENCY_TTL_SECONDS",
     "MAX_BATCH_EMAILS",
     "AcceptedEmail",
+    "EngagementRule",
     "LocalResendServer",
     "WebhookDelivery",
     "main",

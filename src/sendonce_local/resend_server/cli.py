@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import threading
 
+from sendonce_local.resend_server.engagement import EngagementRule, parse_engagement
 from sendonce_local.resend_server.server import LocalResendServer
 from sendonce_local.resend_server.wire import (
     DEFAULT_TEAM_RATE_LIMIT,
@@ -22,6 +24,13 @@ def _latency_arg(value: str) -> tuple[float, float]:
     if bounds[0] < 0 or bounds[1] < bounds[0]:
         raise argparse.ArgumentTypeError("need 0 <= MIN <= MAX")
     return bounds
+
+
+def _engagement_arg(value: str) -> tuple[EngagementRule, ...]:
+    try:
+        return parse_engagement(json.loads(value))
+    except ValueError as error:  # json.JSONDecodeError is one
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,6 +58,13 @@ def main(argv: list[str] | None = None) -> int:
         "--webhook-out-of-order", action="store_true", help="deliver each email's webhooks newest first"
     )
     parser.add_argument("--webhook-copies", type=int, default=1, metavar="N", help="deliver every webhook N times")
+    parser.add_argument(
+        "--engagement",
+        type=_engagement_arg,
+        default=None,
+        metavar="JSON",
+        help='opens and clicks per subject: [{"subject_contains": "*", "opens": 0.3, "clicks": 0.1, "reopens": 0}]',
+    )
     args = parser.parse_args(argv)
 
     server = LocalResendServer(
@@ -63,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         webhook_secret=args.webhook_secret,
         webhook_out_of_order=args.webhook_out_of_order,
         webhook_copies=args.webhook_copies,
+        engagement=args.engagement,
     ).start()
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

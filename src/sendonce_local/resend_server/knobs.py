@@ -120,6 +120,7 @@ class FaultKnobs:
         self.set_webhook_disorder(
             out_of_order=self._initial["webhook_out_of_order"], copies=self._initial["webhook_copies"]
         )
+        self.set_engagement(self._initial["engagement"])
         self.set_retention(self._initial["retention_seconds"])
 
     def faults(self) -> dict[str, Any]:
@@ -140,6 +141,7 @@ class FaultKnobs:
                 "webhook_retry_delays": list(self._webhook_retry_delays),
                 "webhook_out_of_order": self._webhook_out_of_order,
                 "webhook_copies": self._webhook_copies,
+                "engagement": [rule.to_json() for rule in self._engagement],
                 "retention_seconds": self._retention_seconds,
             }
 
@@ -162,6 +164,7 @@ class FaultKnobs:
             "webhook_retry_delays",
             "webhook_out_of_order",
             "webhook_copies",
+            "engagement",
             "retention_seconds",
         }
         unknown = set(spec) - known
@@ -212,6 +215,8 @@ class FaultKnobs:
             self.set_webhook_retry_delays(spec["webhook_retry_delays"])
         if "webhook_out_of_order" in spec or "webhook_copies" in spec:
             self.set_webhook_disorder(out_of_order=spec.get("webhook_out_of_order"), copies=spec.get("webhook_copies"))
+        if "engagement" in spec:
+            self.set_engagement(spec["engagement"])
         if "retention_seconds" in spec:
             retention = spec["retention_seconds"]
             self.set_retention(None if retention is None else float(retention))

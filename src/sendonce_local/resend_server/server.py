@@ -8,8 +8,9 @@ accepted email so tests can count deliveries per recipient address.
 With a webhook URL set it also sends Resend's webhooks for accepted emails, signed
 the way Svix signs them (``email.sent``, then ``email.delivered``, or
 ``email.bounced`` for addresses set to bounce, and ``email.complained`` after the
-delivery for addresses set to complain), retrying non-2xx answers with the same
-``svix-id``; optionally out of order and more than once, as Svix may.
+delivery for addresses set to complain, and ``email.opened`` / ``email.clicked`` for a
+share of recipients per subject), retrying non-2xx answers with the same ``svix-id``;
+optionally out of order and more than once, as Svix may.
 
 Run as a process with ``python -m sendonce_local.resend_server --port N``;
 steer a running server over ``/_local/*`` (see docs/local-resend.md).
@@ -26,12 +27,13 @@ import collections
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from sendonce_local.resend_server.admission import RequestAdmission
 from sendonce_local.resend_server.control import ControlEndpoints
+from sendonce_local.resend_server.engagement import EngagementRule
 from sendonce_local.resend_server.http import _Handler, _HttpServer
 from sendonce_local.resend_server.knobs import FaultKnobs
 from sendonce_local.resend_server.listing import DEFAULT_RETENTION_SECONDS, EmailListing
@@ -76,6 +78,7 @@ class LocalResendServer(RequestAdmission, EmailSending, ControlEndpoints, FaultK
         webhook_secret: str | None = None,
         webhook_out_of_order: bool = False,
         webhook_copies: int = 1,
+        engagement: Iterable[Mapping[str, Any] | EngagementRule] | None = None,
         retention_seconds: float | None = DEFAULT_RETENTION_SECONDS,
     ):
         self.host = host
@@ -91,6 +94,7 @@ class LocalResendServer(RequestAdmission, EmailSending, ControlEndpoints, FaultK
             "webhook_secret": webhook_secret,
             "webhook_out_of_order": webhook_out_of_order,
             "webhook_copies": webhook_copies,
+            "engagement": engagement,
             "retention_seconds": retention_seconds,
         }
         self._webhook_cv = threading.Condition()
@@ -100,6 +104,7 @@ class LocalResendServer(RequestAdmission, EmailSending, ControlEndpoints, FaultK
         self._webhook_retry_delays: tuple[float, ...] = WEBHOOK_RETRY_DELAYS_SECONDS
         self._webhook_out_of_order = False
         self._webhook_copies = 1
+        self._engagement: tuple[EngagementRule, ...] = ()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -111,6 +116,7 @@ class LocalResendServer(RequestAdmission, EmailSending, ControlEndpoints, FaultK
         self.set_daily_quota(daily_quota)
         self.set_webhook(webhook_url, webhook_secret)
         self.set_webhook_disorder(out_of_order=webhook_out_of_order, copies=webhook_copies)
+        self.set_engagement(engagement)
         self.set_retention(retention_seconds)
 
     # -- lifecycle -----------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Webhooks as Resend (through Svix) sends them: signed, retried with the same svix-id, and
-optionally out of order and more than once."""
+optionally out of order and more than once; opens and clicks by the engagement rules."""
 
 from __future__ import annotations
 
@@ -13,10 +13,17 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+from sendonce_local.resend_server.engagement import (
+    EngagementRule,
+    clicked_link,
+    engagement_events,
+    parse_engagement,
+)
 from sendonce_local.resend_server.wire import (
     AcceptedEmail,
     _iso,
@@ -25,9 +32,20 @@ from sendonce_local.resend_server.wire import (
 
 WEBHOOK_RETRY_DELAYS_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)  # Resend's are 5 s, 5 min, 30 min, 2 h, ...; shortened locally
 WEBHOOK_WORKERS = 4
+ENGAGEMENT_EVENT_TYPES = ("email.opened", "email.clicked")
 WEBHOOK_EVENT_TYPES = frozenset(
     {"email.sent", "email.delivered", "email.delivery_delayed", "email.bounced", "email.complained"}
+    | set(ENGAGEMENT_EVENT_TYPES)
 )
+CLICK_USER_AGENT = "Mozilla/5.0 (X11; Linux x86_64) sendonce-local-resend"
+
+
+class WebhookEvent(NamedTuple):
+    """One webhook to queue: its type, seconds after its start, the address it speaks of."""
+
+    type: str
+    delay: float
+    recipient: str | None = None
 
 
 def new_webhook_secret() -> str:
@@ -67,6 +85,7 @@ class WebhookDelivery:
     next_at: float = 0.0
     held_for: str | None = None  # out of order: not sent before this svix_id was attempted
     copies_left: int = 0  # sent again this many times after a 2xx
+    recipient: str | None = None  # an open, a click or an emitted event: the address it speaks of
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +93,7 @@ class WebhookDelivery:
             "type": self.type,
             "email_id": self.email_id,
             "to": list(self.to),
+            "recipient": self.recipient,
             "attempts": list(self.attempts),
             "state": self.state,
             "payload": json.loads(self.body),
@@ -115,6 +135,21 @@ class WebhookSender:
                 self._webhook_out_of_order = out_of_order
             if copies is not None:
                 self._webhook_copies = copies
+
+    def set_engagement(self, rules: Iterable[Mapping[str, Any] | EngagementRule] | None) -> None:
+        """Opens and clicks for emails accepted from now on: an ordered list of rules
+        ``{"subject_contains", "opens", "clicks", "reopens"?}`` (engagement.py); each ``to``
+        address follows the first rule whose ``subject_contains`` ("*": any) is in the subject.
+        None or [] clears it."""
+        parsed = parse_engagement(rules)
+        with self._lock:
+            self._engagement = parsed
+
+    def engagement_sent(self) -> dict[str, int]:
+        """Distinct ``email.opened`` and ``email.clicked`` messages queued (copies not counted)."""
+        with self._webhook_cv:
+            counts = Counter(hook.type for hook in self._webhooks.values())
+        return {kind: counts[kind] for kind in ENGAGEMENT_EVENT_TYPES}
 
     def bounce(self, addresses: Iterable[str]) -> None:
         """Emails reaching these addresses are accepted, then answered by ``email.bounced`` (Permanent)."""
@@ -176,7 +211,7 @@ class WebhookSender:
                 raise ValueError("no webhook_url is set")
             records = [r for r in self._accepted if wanted in r.recipients]
             for record in records:
-                self._queue_webhooks(record, [(event_type, 0.0)], at=self.now())
+                self._queue_webhooks(record, [WebhookEvent(event_type, 0.0, wanted)], at=self.now())
         return len(records)
 
     def _enqueue_webhooks(self, record: AcceptedEmail) -> None:
@@ -185,20 +220,20 @@ class WebhookSender:
             return
         addresses = record.recipients
         # Spaced out as a mailbox provider's answers are (seconds to days in reality).
-        events: list[tuple[str, float]] = [("email.sent", 0.0)]
+        events = [WebhookEvent("email.sent", 0.0)]
         if addresses & self._bounce:
-            events.append(("email.bounced", 0.1))
+            events.append(WebhookEvent("email.bounced", 0.1))
         else:
-            events.append(("email.delivered", 0.05))
+            events.append(WebhookEvent("email.delivered", 0.05))
             if addresses & self._complain:
-                events.append(("email.complained", 0.3))
-        self._queue_webhooks(record, events)
+                events.append(WebhookEvent("email.complained", 0.3))
+            events.extend(WebhookEvent(*event) for event in engagement_events(record, self._engagement))
+        # In time order, so that out of order (each held for the next) means newest first.
+        self._queue_webhooks(record, sorted(events, key=lambda event: event.delay))
 
-    def _queue_webhooks(
-        self, record: AcceptedEmail, events: list[tuple[str, float]], *, at: float | None = None
-    ) -> None:
-        """``events``: (type, seconds after ``at``, default the email's acceptance), which is
-        also each event's own ``created_at``. Called under ``_lock``."""
+    def _queue_webhooks(self, record: AcceptedEmail, events: list[WebhookEvent], *, at: float | None = None) -> None:
+        """``events``: each one's delay is from ``at`` (default: the email's acceptance) and
+        gives its own ``created_at``. Called under ``_lock``."""
         url = self.webhook_url
         created = _iso(record.accepted_at)
         base = {
@@ -210,15 +245,22 @@ class WebhookSender:
             "tags": {tag["name"]: tag["value"] for tag in record.tags},
         }
         hooks = []
-        for kind, delay in events:
+        for kind, delay, recipient in events:
             data = dict(base)
+            occurred = _iso((record.accepted_at if at is None else at) + delay)
             if kind == "email.bounced":
                 data["bounce"] = {
                     "message": "The recipient's mail server permanently rejected the email.",
                     "subType": "General",
                     "type": "Permanent",
                 }
-            occurred = _iso((record.accepted_at if at is None else at) + delay)
+            elif kind == "email.clicked":
+                data["click"] = {
+                    "ipAddress": "127.0.0.1",
+                    "link": clicked_link(record),
+                    "timestamp": occurred,
+                    "userAgent": CLICK_USER_AGENT,
+                }
             body = json.dumps({"type": kind, "created_at": occurred, "data": data}, separators=(",", ":"))
             hooks.append(
                 WebhookDelivery(
@@ -231,6 +273,7 @@ class WebhookSender:
                     secret=self.webhook_secret,
                     next_at=time.monotonic() + delay,
                     copies_left=self._webhook_copies - 1,
+                    recipient=recipient,
                 )
             )
         if self._webhook_out_of_order:
