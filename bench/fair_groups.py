@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.scale_stack import SENDER_DOMAIN, ScaleStack, bench_campaign
-from sendonce.adapters.dynamodb.report_aggregates import DynamoDBReportAggregates
 from sendonce.domain.deliverability.group_caps import send_group_size
 from sendonce.domain.deliverability.mailbox_groups import MailboxGroups
 from sendonce.domain.models import CampaignState
+from sendonce.wiring.api import build_campaign_reports
+from sendonce.wiring.clients import Clients
 
 GOAL_TOLERANCE = 0.10  # issue 32: the busiest second within 10 % of the cap
 
@@ -110,11 +111,9 @@ def run_groups(stack: ScaleStack, config: GroupsConfig, say: Callable[[str], Non
     stack.drain_aggregator(say, "groups")
     # The report's counts per group (issue 32, item 6): its sends against what was sent, and
     # the Google emails the cap held to a later second.
-    report = DynamoDBReportAggregates(
-        client=stack.functions["api"].client("dynamodb"), table_name=stack.deployed.campaigns_table
-    ).aggregates(campaign_id)
-    reported = {g: sum(b.counts.get("sent", 0) for b in bs) for g, bs in report.groups_per_minute.items()}
-    held = {g: sum(b.counts.get("held", 0) for b in bs) for g, bs in report.groups_per_minute.items()}
+    report = build_campaign_reports(stack.api_settings, Clients(stack.functions["api"])).report(campaign_id)
+    reported = {g: sum(b.counts.get("sent", 0) for b in bs) for g, bs in report.groups_over_time.items()}
+    held = report.held_back()
     stack.resend.reset()
     return {
         "recipients": len(rows),
@@ -136,7 +135,7 @@ def run_groups(stack: ScaleStack, config: GroupsConfig, say: Callable[[str], Non
         "sent_s": round(sent_s, 1),
         "report_sent_by_group": reported,
         "report_agrees": reported == {g: n for g, n in by_group.items() if n},
-        "report_held_by_group": {g: n for g, n in held.items() if n},
+        "report_held_by_group": held,
         "met": busiest <= config.google_cap * (1 + GOAL_TOLERANCE)
         and not (wanted - set(counts))
         and all(n == 1 for n in counts.values())

@@ -149,6 +149,7 @@ class ScaleStack:
         self.key_rates = KeyRates(self.accountant).start()
 
         api_settings = ApiSettings.from_env(functions["sendonce.handlers.api.lambda_handler"])
+        self.api_settings = api_settings
         self.operator = build_campaign_service(
             api_settings, Clients(self.functions["api"]), operator="sendonce bench-scale"
         )

@@ -227,6 +227,8 @@ class SendOnceGrants:
         # Feedback counters (UpdateItem, ADD), read back by the brakes (Query, and the 'sent'
         # shards' BatchGetItem), which pause a campaign (UpdateItem).
         # A deferral cuts its mailbox group's factor (GetItem, then UpdateItem of limiter#group#<g>).
+        # An open or click of a tracking campaign: the recipient's engagement item read, then it
+        # and the report's minute item updated in one transaction (GetItem, UpdateItem).
         self._grant_campaigns(
             function, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:BatchGetItem"
         )

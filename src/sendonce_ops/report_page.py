@@ -26,6 +26,7 @@ from plotly.subplots import make_subplots
 
 from sendonce.domain.campaigns.report import CampaignReport, trouble
 from sendonce.domain.campaigns.report_data import FEEDBACK, GROUP_KINDS, OUTCOMES, Bucket, Mark
+from sendonce.domain.deliverability.engagement import ESTIMATE_NOTE
 from sendonce.domain.deliverability.warmup import REASON_PREFIX
 
 COLOURS = {
@@ -53,6 +54,7 @@ MARK_COLOURS = {
     "complete": "#1565c0",
 }
 LABELS = {name: name.replace("_", "-") for name in COLOURS}
+ENGAGEMENT_COLOURS = {"opened": "#1565c0", "clicked": "#6a1b9a"}
 CONFIG = {"displaylogo": False, "responsive": True}
 
 PAGE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string(
@@ -120,7 +122,10 @@ time{{ "s" if warmup_pauses > 1 else "" }} (the moves above say until when); no 
 {% else %}<p class="note" id="groups-over-time">Nothing counted per group yet (deliveries claimed before groups were kept are not).</p>{% endif %}
 <h2>Opens and clicks</h2>
 {% if r.engagement is none %}<p class="note" id="engagement">Not shown: {{ r.engagement_off_reason }}.</p>
-{% else %}<div class="chart" id="engagement"></div>{% endif %}
+{% else %}<p class="note" id="engagement-note">{% for kind, n in r.engagement.items() %}<span data-engagement="{{ kind }}">{{ "{:,}".format(n) }}</span>
+recipients {{ kind }}{% if r.status.sent %} ({{ "%.1f" | format(100 * n / r.status.sent) }}% of those sent){% endif %}{{ "; " if not loop.last else "." }}
+{% endfor %}Each recipient counts once, in the minute of their first. {% if "opened" in r.engagement %}Note: {{ estimate }}.{% endif %}</p>
+<div class="chart" id="engagement"></div>{% endif %}
 <h2>Audit against the provider's records</h2>
 {% if r.audit %}<p class="note {% if not r.audit.duplicates %}verdict-ok{% endif %}" id="audit">{{ r.audit.verdict }}
 (<span data-figure="audit_duplicates">{{ r.audit.duplicates }}</span> duplicates,
@@ -412,9 +417,25 @@ def unknowns_figure(report: CampaignReport) -> go.Figure:
 
 
 def engagement_figure(report: CampaignReport) -> go.Figure:
-    counts = dict(report.engagement or {})
-    figure = go.Figure(go.Bar(x=list(counts), y=list(counts.values())))
-    figure.update_layout(_layout())
+    """Unique opens and clicks per bar (each recipient's first), on the timeline's axis."""
+    buckets = report.engagement_over_time
+    figure = go.Figure(
+        [
+            go.Bar(
+                x=_times(buckets),
+                y=[b.counts.get(kind, 0) for b in buckets],
+                name=f"first {kind}",
+                marker_color=ENGAGEMENT_COLOURS[kind],
+                width=[report.bucket_ms * 0.45] * len(buckets),
+            )
+            for kind in (report.engagement or {})
+        ]
+    )
+    figure.update_layout(
+        _layout(barmode="group", xaxis={"type": "date", "range": time_range(report)}, yaxis={"title": "recipients"})
+    )
+    if not buckets:
+        nothing_to_draw(figure, "no open or click recorded yet")
     return figure
 
 
@@ -449,6 +470,7 @@ def render(report: CampaignReport) -> str:
         warmup_pauses=warmup_pauses(report),
         group_totals=group_totals(report),
         group_kinds=GROUP_KINDS,
+        estimate=ESTIMATE_NOTE,
     )
 
 

@@ -153,7 +153,7 @@ def test_the_report_takes_its_figures_from_the_status_and_says_when_tracking_is_
         "complained": 0,
     }
     assert report.unknowns == {"open": 1, "settled_sent": 0, "settled_not_sent": 1}
-    assert report.engagement is None and "not recorded" in (report.engagement_off_reason or "")
+    assert report.engagement is None and "does not track" in (report.engagement_off_reason or "")
 
 
 def test_a_batch_with_too_many_domains_or_minutes_fits_one_transaction_with_the_same_totals():
@@ -245,3 +245,23 @@ def test_feedback_is_summed_per_mailbox_provider_group_before_the_top_domains_ar
     }
     html = render(report)
     assert '<td data-group="google-complained">2</td>' in html and '<td data-group="other-delivered">300</td>' in html
+
+
+def test_a_tracking_campaigns_report_counts_unique_opens_and_clicks_and_says_opens_are_an_estimate():
+    from sendonce.domain.models import Tracking
+
+    tracked = SimpleNamespace(
+        campaign_id="c1", name="n", subject="s", provider="ses", delivery_mode="single", tracking=Tracking(opens=True)
+    )
+    aggregates = ReportAggregates(
+        outcomes_per_minute=[Bucket(T0, {"sent": 10})],
+        engagement_per_minute=[Bucket(T0, {"opened": 3, "clicked": 1}), Bucket(T0 + 5 * MINUTE_MS, {"opened": 1})],
+    )
+
+    report = build_report(campaign=tracked, status=status(sent=10), aggregates=aggregates, now_ms=T0)
+
+    assert report.engagement == {"opened": 4}  # clicks are not tracked: not shown, whatever was kept
+    assert [b.counts.get("opened") for b in report.engagement_over_time] == [3, 1]
+    page = render(report)
+    assert 'data-engagement="opened">4<' in page and "(40.0% of those sent)" in page
+    assert "opens are an estimate" in page and 'data-engagement="clicked"' not in page

@@ -4,6 +4,7 @@ unknown -> sent, the brakes, and the events handler's two doors."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -126,12 +127,78 @@ def test_ses_event_ids_are_stable_per_event_and_differ_between_events():
     assert send.event_id == again.event_id != delivery.event_id
 
 
-def test_opens_clicks_and_other_ses_events_are_not_recorded():
-    assert parse_ses_event(ses_event("open")) is None
+def test_ses_opens_and_clicks_are_read_without_agent_ip_or_link_and_other_events_are_not():
+    opened = parse_ses_event(ses_event("open"))
+    assert (opened.kind, opened.key.recipient_id, opened.detail) == (EventKind.OPENED, "r1", None)
+    assert opened.occurred_at and opened.suppression_reason is None
     assert (
         parse_ses_event({"source": "aws.ses", "detail-type": "Advisor Recommendation Status Open", "detail": {}})
         is None
     )
+
+
+# --- opens and clicks: apart from the ledger, for a campaign that tracks them ---------------
+
+
+class FakeEngagementStore:
+    def __init__(self):
+        self.first: dict[tuple[str, str, str], int] = {}
+
+    def record(self, campaign_id: str, recipient_id: str, kind: str, at_ms: int) -> str:
+        key = (campaign_id, recipient_id, kind)
+        if key not in self.first:
+            self.first[key] = at_ms
+            return "first"
+        if at_ms < self.first[key]:
+            self.first[key] = at_ms
+            return "earlier"
+        return "repeat"
+
+
+def opened(at: str = "2026-12-07T10:00:00Z", event_id: str = "o1", kind: EventKind = EventKind.OPENED):
+    from sendonce.domain.deliverability.ports import ProviderEvent
+
+    return ProviderEvent(
+        event_id=event_id, provider="resend", kind=kind, campaign_id="c1", recipient_id="r1", occurred_at=at
+    )
+
+
+def test_an_open_is_recorded_apart_from_the_ledger_only_when_the_campaign_tracks_opens(env):
+    from sendonce.domain.deliverability.engagement import EngagementRecorder
+    from sendonce.domain.models import Tracking
+
+    env.delivery()
+    store, asked = FakeEngagementStore(), []
+
+    def tracking_of(campaign_id: str):
+        asked.append(campaign_id)
+        return env.campaigns.get(campaign_id).tracking
+
+    service = ProviderEventService(
+        ledger_events=env.events,
+        suppressions=env.suppressions,
+        campaigns=env.campaigns,
+        engagement=EngagementRecorder(store=store, tracking_of=tracking_of),
+    )
+    env.campaigns.campaigns["c1"] = env.campaigns.campaigns["c1"].model_copy(update={"tracking": Tracking(opens=True)})
+
+    first = service.apply(opened())
+    again = service.apply(opened(event_id="o2"))  # the same open, delivered again under another id
+    earlier = service.apply(opened(at="2026-12-07T09:59:00Z", event_id="o3"))
+    click = service.apply(opened(kind=EventKind.CLICKED, event_id="c1"))
+
+    assert [first.status, again.status, earlier.status, click.status] == ["first", "repeat", "earlier", "not_tracked"]
+    assert first.engagement_counted and not again.engagement_counted and earlier.engagement_counted
+    assert store.first == {("c1", "r1", "opened"): 1_796_637_540_000}
+    assert env.events.annotations == {}  # the ledger never saw them
+    assert asked == ["c1"]  # a campaign's tracking is read once per process
+    assert service.apply(dataclasses.replace(opened(), campaign_id="gone")).status == "no_campaign"
+
+
+def test_without_a_store_opens_are_not_tracked_and_touch_nothing(env):
+    env.delivery()
+    report = env.service.apply(opened())
+    assert report.status == "not_tracked" and env.events.annotations == {}
 
 
 def test_resend_payloads_parse_with_tags_as_an_object_or_a_list():
@@ -141,7 +208,8 @@ def test_resend_payloads_parse_with_tags_as_an_object_or_a_list():
 
     assert (event.event_id, event.kind, event.hard, event.recipient_id) == ("svix:msg_7", EventKind.BOUNCED, True, "r1")
     assert parse_resend_event(listed, "msg_8").key.recipient_id == "r1"
-    assert parse_resend_event({"type": "email.opened", "data": {}}, "msg_9") is None
+    assert parse_resend_event({"type": "email.opened", "data": {}}, "msg_9").kind is EventKind.OPENED
+    assert parse_resend_event({"type": "contact.created", "data": {}}, "msg_10") is None
 
 
 # --- annotations ----------------------------------------------------------------------

@@ -109,6 +109,21 @@ class Content(BaseModel):
         return self
 
 
+class Tracking(BaseModel):
+    """Which engagement the campaign records (deliverability/engagement.py): opt-in, each kind
+    on its own. The provider inserts the pixel and rewrites the links (SES: the tracked
+    configuration set; Resend: the domain's tracking settings); sendonce records the events."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    opens: bool = False
+    clicks: bool = False
+
+    def records(self, kind: str) -> bool:
+        """Whether an `opened` / `clicked` event of the campaign is recorded."""
+        return (kind == "opened" and self.opens) or (kind == "clicked" and self.clicks)
+
+
 class Campaign(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -158,6 +173,8 @@ class Campaign(BaseModel):
     # Its own caps per mailbox-provider group, in emails per second, under the deployment's
     # (deliverability/group_caps.py). Fixed at creation.
     pacing: dict[str, float] = Field(default_factory=dict)
+    # The opens and clicks it records (None: neither). Fixed at creation.
+    tracking: Tracking | None = None
     version: int = 0
 
     @model_validator(mode="before")

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import lru_cache
 
+from sendonce.adapters.dynamodb.engagement import DynamoDBEngagement
 from sendonce.adapters.dynamodb.group_caps import DynamoDBGroupCaps
 from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
 from sendonce.adapters.providers import registry
 from sendonce.adapters.providers.descriptor import Provider, event_readers
+from sendonce.domain.deliverability.engagement import EngagementRecorder
 from sendonce.domain.deliverability.provider_events import BrakeSettings, ProviderEventService, WebhookReader
 from sendonce.settings import EventsSettings
 from sendonce.wiring.clients import Clients, clients
@@ -48,6 +50,11 @@ def build_events_service(
         # A deferral slows its mailbox group: the factor the consumers' group caps read.
         group_caps=DynamoDBGroupCaps(client=dynamodb, table_name=settings.campaigns_table),
         pacing=settings.group_pacing,
+        # Opens and clicks of the campaigns that track them, apart from the ledger.
+        engagement=EngagementRecorder(
+            store=DynamoDBEngagement(client=dynamodb, table_name=settings.campaigns_table),
+            tracking_of=lambda campaign_id: campaigns.get(campaign_id).tracking,
+        ),
     )
 
 

@@ -3,7 +3,8 @@
     pk = report#<campaign>#<writer>, sk = minute#<minute start ms, 13 digits>#<writer>
         one number per outcome (sent, failed, ...), `prevented` (duplicates prevented), and
         `g:<group>:<kind>` per mailbox-provider group (sent, deferred, bounced, complained;
-        a consumer's `held`: report_data.GROUP_KINDS)
+        a consumer's `held`: report_data.GROUP_KINDS); `opened`, `clicked`: unique opens and
+        clicks by the minute of each recipient's first (the events function's: engagement.py)
     pk = report#<campaign>#<writer>, sk = domain#<recipient domain>#<writer>
         delivered, bounced, complained
     pk = report#<campaign>#<writer>, sk = unknowns#<writer>
@@ -38,6 +39,7 @@ from typing import Any
 
 from sendonce.domain.campaigns.report import OTHER_DOMAINS
 from sendonce.domain.campaigns.report_data import (
+    ENGAGEMENT_COUNTS,
     MINUTE_MS,
     Bucket,
     Mark,
@@ -203,6 +205,7 @@ class DynamoDBReportAggregates:
         domains: dict[str, Counter[str]] = {}
         unknowns: Counter[str] = Counter()
         groups: dict[str, dict[int, Counter[str]]] = {}
+        engaged: dict[int, Counter[str]] = {}
         with ThreadPoolExecutor(max_workers=READ_WORKERS) as pool:
             shards = list(pool.map(self._items, partitions(campaign_id)))
         for items in shards:
@@ -226,6 +229,8 @@ class DynamoDBReportAggregates:
                     for name in [n for n in counts if group_count_of(n)]:
                         group, kind = group_count_of(name) or ("", "")
                         groups.setdefault(group, {}).setdefault(start, Counter())[kind] += counts.pop(name)
+                    for name in [n for n in counts if n in ENGAGEMENT_COUNTS]:
+                        engaged.setdefault(start, Counter())[name] += counts.pop(name)
                     if counts:  # a minute of a group's events alone is no minute of outcomes
                         minutes.setdefault(start, Counter()).update(counts)
                 elif sk.startswith(DOMAIN):
@@ -251,4 +256,9 @@ class DynamoDBReportAggregates:
                 group: [Bucket(start, dict(c)) for start, c in sorted(by_minute.items())]
                 for group, by_minute in sorted(groups.items())
             },
+            engagement_per_minute=[
+                Bucket(start, {k: v for k, v in c.items() if v})
+                for start, c in sorted(engaged.items())
+                if any(c.values())
+            ],
         )

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sendonce.domain.campaigns.report_data import (
+    ENGAGEMENT_COUNTS,
     MINUTE_MS,
     AuditVerdict,
     Bucket,
@@ -69,6 +70,8 @@ class CampaignReport:
     # Per mailbox-provider group, folded like `timeline`: sends, deferrals, bounces and
     # complaints, and the emails its cap held to a later second (report_data.GROUP_KINDS).
     groups_over_time: Mapping[str, list[Bucket]] = field(default_factory=dict)
+    # Unique opens and clicks, folded like `timeline` (a campaign that tracks them).
+    engagement_over_time: list[Bucket] = field(default_factory=list)
 
     def held_back(self) -> dict[str, int]:
         """Where a cap held the campaign back: the emails each mailbox group's cap held to a
@@ -166,6 +169,16 @@ def groups_over_time(
     return {group: fold(per_minute[group], width_ms, origin=origin) for group in ranked}
 
 
+def engagement_of(campaign: Any, aggregates: ReportAggregates) -> tuple[dict[str, int] | None, str | None]:
+    """The campaign's unique opens and clicks (the kinds it tracks), or None and why not."""
+    tracking = getattr(campaign, "tracking", None)
+    kinds = [k for k in ENGAGEMENT_COUNTS if tracking is not None and tracking.records(k)]
+    if not kinds:
+        return None, "this campaign does not track opens or clicks (its spec's `tracking`)"
+    totals = {k: sum(b.counts.get(k, 0) for b in aggregates.engagement_per_minute) for k in kinds}
+    return totals, None
+
+
 def build_report(
     *,
     campaign: Any,
@@ -182,9 +195,11 @@ def build_report(
         *aggregates.outcomes_per_minute,
         *aggregates.duplicates_prevented_per_minute,
         *(b for buckets in aggregates.groups_per_minute.values() for b in buckets),
+        *aggregates.engagement_per_minute,
     ]
     width = bucket_width(minutes)
     origin = min((b.start_ms for b in minutes), default=0)  # both charts' bars line up
+    engagement, off_reason = engagement_of(campaign, aggregates)
     unknowns = {
         "open": status.unknown,
         "settled_sent": aggregates.unknowns_settled.get("sent", 0),
@@ -206,8 +221,9 @@ def build_report(
         feedback_by_group=by_group(aggregates.feedback_by_domain),
         groups_over_time=groups_over_time(aggregates.groups_per_minute, width, origin=origin),
         unknowns=unknowns,
-        engagement=aggregates.engagement,
-        engagement_off_reason=None if aggregates.engagement is not None else aggregates.engagement_off_reason,
+        engagement=engagement,
+        engagement_off_reason=None if engagement is not None else off_reason,
+        engagement_over_time=fold(aggregates.engagement_per_minute, width, origin=origin),
         audit=audit,
         others={cid: fold(buckets, width, origin=origin) for cid, buckets in (others or {}).items()},
         others_left_out=others_left_out,

@@ -23,6 +23,8 @@ FEEDBACK = ("delivered", "bounced", "complained")
 # emails whose request a group's cap held to a later second (the consumer's count). Kept as
 # numbers of the minute items the outcomes are in, named `g:<group>:<kind>`: no item more.
 GROUP_KINDS = ("sent", "deferred", "bounced", "complained", "held")
+# Unique opens and clicks per minute, numbers of the same minute items (the events function's).
+ENGAGEMENT_COUNTS = ("opened", "clicked")
 _GROUP_EVENTS = {"delivery_delayed": "deferred", "bounced": "bounced", "complained": "complained"}
 GROUP_PREFIX = "g:"
 
@@ -78,13 +80,12 @@ class ReportAggregates:
     duplicates_prevented_per_minute: list[Bucket] = field(default_factory=list)
     feedback_by_domain: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     unknowns_settled: Mapping[str, int] = field(default_factory=dict)  # "sent" / "not_sent"
-    # Whether the provider reports opens and clicks to sendonce for this campaign; when not,
-    # the page says so instead of drawing zeros.
-    engagement: Mapping[str, int] | None = None
-    engagement_off_reason: str | None = "open and click tracking is not recorded by sendonce"
     marks: list[Mark] = field(default_factory=list)
     # GROUP_KINDS per mailbox-provider group and minute: group -> buckets of {kind: n}.
     groups_per_minute: Mapping[str, list[Bucket]] = field(default_factory=dict)
+    # Unique opens and clicks per minute (each recipient's first, in its minute): counts
+    # {"opened": n, "clicked": n}, kept by the events function (adapters/dynamodb/engagement.py).
+    engagement_per_minute: list[Bucket] = field(default_factory=list)
 
 
 # --- Duplicates prevented: counted by the consumer, not the stream ---------------------------

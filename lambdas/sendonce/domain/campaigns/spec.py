@@ -24,7 +24,7 @@ from sendonce.domain.campaigns.scheduling import parse_instant
 from sendonce.domain.campaigns.share_input import GROUP_NAME_PATTERN, MaxRate, PacingCap, Priority, Weight
 from sendonce.domain.campaigns.windows import SendWindow
 from sendonce.domain.errors import InvalidCampaignError
-from sendonce.domain.models import Campaign, Content, Identifier
+from sendonce.domain.models import Campaign, Content, Identifier, Tracking
 from sendonce.domain.sending.shards import DEFAULT_LEDGER_SHARDS, MAX_LEDGER_SHARDS
 
 
@@ -130,6 +130,13 @@ class CampaignSpec(BaseModel):
         json_schema_extra={"additionalProperties": False},
     )
 
+    tracking: Tracking | None = Field(
+        default=None,
+        description="Which engagement to record: {opens: true, clicks: true}, each off unless set "
+        "(docs/deliverability.md#opens-and-clicks). The provider must track them too: SES through the stack's "
+        "tracked configuration set, Resend through the sending domain's open and click tracking.",
+    )
+
     @field_validator("ledger_shards", mode="before")
     @classmethod
     def _whole_number(cls, value: Any) -> Any:
@@ -185,4 +192,5 @@ class CampaignSpec(BaseModel):
             priority=self.priority,
             max_rate=self.max_rate,
             pacing=dict(self.pacing),
+            tracking=self.tracking if self.tracking and (self.tracking.opens or self.tracking.clicks) else None,
         )

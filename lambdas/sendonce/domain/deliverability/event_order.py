@@ -19,8 +19,8 @@ recorded for it, by this rank (higher wins):
                            reached them, and it is what suppression and the brakes act on
 
 Within a rank the event's own time (`occurred_at`) decides, then its kind and id, so two
-events give the same answer whichever arrives first. Opens and clicks are not recorded
-(provider_events.py ignores them); they would rank between delivered and bounced.
+events give the same answer whichever arrives first. Opens and clicks never reach the
+ledger (deliverability/engagement.py keeps them apart), so they have no rank.
 
 `order_key` turns this into one string whose byte order is the event order, so that a
 store can keep the key beside `last_event` and move it only forward with one comparison.

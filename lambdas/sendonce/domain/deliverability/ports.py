@@ -83,6 +83,10 @@ class EventKind(StrEnum):
     FAILED = "failed"  # SES Rendering Failure, Resend email.failed
     PROVIDER_SUPPRESSED = "provider_suppressed"  # the provider's own list stopped it
     UNSUBSCRIBED = "unsubscribed"  # our one-click link
+    # Engagement (opt-in per campaign: Campaign.tracking): recorded apart from the ledger
+    # (deliverability/engagement.py), never as a ledger annotation.
+    OPENED = "opened"
+    CLICKED = "clicked"
 
 
 @dataclass(frozen=True)
@@ -328,4 +332,15 @@ class WarmupBudget(Protocol):
         """Up to `count` more sends from `domain` on `day` (YYYY-MM-DD, UTC) within its `cap`,
         shared by every consumer of every campaign (deliverability/warmup.py): how many were
         taken; with `whole`, `count` or none."""
+        ...
+
+
+class EngagementStore(Protocol):
+    """A recipient's first open and first click of a campaign, and the campaign's unique
+    opens and clicks per minute (adapters/dynamodb/engagement.py)."""
+
+    def record(self, campaign_id: str, recipient_id: str, kind: str, at_ms: int) -> str:
+        """Record that the recipient `kind` ("opened" / "clicked") at `at_ms`: "first" (a
+        recipient's first, counted in its minute), "earlier" (before the one recorded: moved
+        to its minute, counted once), or "repeat" (at or after it: counted already)."""
         ...

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
 from sendonce.domain.campaigns.ports import CampaignStore
+from sendonce.domain.deliverability.engagement import ENGAGEMENT, EngagementRecorder
 from sendonce.domain.deliverability.group_caps import GroupPacing, is_deferral
 from sendonce.domain.deliverability.ports import (
     AnnotationStatus,
@@ -83,13 +84,15 @@ class BrakeSettings:
 class EventReport:
     kind: EventKind | None = None
     provider: str | None = None
-    status: str = "ignored"  # applied | duplicate | no_delivery | ignored
+    # applied | duplicate | no_delivery | ignored; an open or click: engagement.Engaged's
+    status: str = "ignored"
     newly_suppressed: int = 0
     counted: str | None = None  # the campaign counter this event added to: complaints | hard_bounces
     resolved_unknown: bool = False
     brake: str | None = None  # "complaint" | "bounce" when this event paused the campaign
     campaign_id: str | None = None  # the delivery's campaign, when the event names one of ours
     deferred_groups: tuple[str, ...] = ()  # mailbox groups slowed by this deferral
+    engagement_counted: bool = False  # an open or click counted (a recipient's first)
 
 
 class ProviderEventService:
@@ -104,6 +107,7 @@ class ProviderEventService:
         webhooks: Mapping[str, WebhookReader] | None = None,
         group_caps: GroupCaps | None = None,
         pacing: GroupPacing | None = None,
+        engagement: EngagementRecorder | None = None,
     ):
         """`event_readers`: by the event bus's source name; `webhooks`: by provider name (the
         webhook's path names it). Both come from the provider registry."""
@@ -116,6 +120,8 @@ class ProviderEventService:
         # A deferral slows its mailbox group for every consumer (deliverability/group_caps.py).
         self._group_caps = group_caps
         self._pacing = pacing or GroupPacing()
+        # Opens and clicks of the campaigns that record them, apart from the ledger.
+        self._engagement = engagement
 
     def reads_events_from(self, source: Any) -> bool:
         return isinstance(source, str) and source in self._event_readers
@@ -159,6 +165,14 @@ class ProviderEventService:
             report.status = AnnotationStatus.NO_DELIVERY.value  # not one of ours (no tags)
             return report
         report.campaign_id = key.campaign_id
+        if event.kind in ENGAGEMENT:
+            if self._engagement is None:
+                report.status = "not_tracked"
+                return report
+            engaged = self._engagement.record(event, key.campaign_id, key.recipient_id)
+            report.status = engaged.status
+            report.engagement_counted = engaged.counted
+            return report
         counter = None
         if event.kind is EventKind.COMPLAINED:
             counter = FeedbackCounter.COMPLAINTS

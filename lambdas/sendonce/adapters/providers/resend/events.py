@@ -18,6 +18,9 @@ RESEND_TYPES = {
     "email.complained": EventKind.COMPLAINED,
     "email.failed": EventKind.FAILED,
     "email.suppressed": EventKind.PROVIDER_SUPPRESSED,
+    # Recorded only for a campaign that tracks them (deliverability/engagement.py).
+    "email.opened": EventKind.OPENED,
+    "email.clicked": EventKind.CLICKED,
 }
 
 

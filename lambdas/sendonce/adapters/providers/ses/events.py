@@ -23,6 +23,9 @@ SES_EVENT_TYPES = {
     "Complaint": EventKind.COMPLAINED,
     "Reject": EventKind.REJECTED,
     "Rendering Failure": EventKind.FAILED,
+    # Recorded only for a campaign that tracks them (deliverability/engagement.py).
+    "Open": EventKind.OPENED,
+    "Click": EventKind.CLICKED,
 }
 SES_DETAIL_TYPES = {
     "Email Sent": "Send",
@@ -32,12 +35,14 @@ SES_DETAIL_TYPES = {
     "Email Complaint Received": "Complaint",
     "Email Rejected": "Reject",
     "Email Rendering Failed": "Rendering Failure",
+    "Email Opened": "Open",
+    "Email Clicked": "Click",
 }
 
 
 def parse_ses_event(event: Mapping[str, Any]) -> ProviderEvent | None:
     """An SES event as EventBridge delivers it (`detail` is SES's event record); None when it
-    is not a sending event we record (opens, clicks, subscriptions, VDM advisories)."""
+    is not an event we record (subscriptions, VDM advisories)."""
     detail = event.get("detail")
     if not isinstance(detail, dict):
         raise InvalidEventError("SES event without a detail object")
@@ -58,6 +63,8 @@ def parse_ses_event(event: Mapping[str, Any]) -> ProviderEvent | None:
                 "Complaint": "complaint",
                 "Reject": "reject",
                 "Rendering Failure": "failure",
+                "Open": "open",
+                "Click": "click",
             }[str(event_type)]
         )
         or {}
@@ -81,6 +88,11 @@ def parse_ses_event(event: Mapping[str, Any]) -> ProviderEvent | None:
         # The diagnostic's codes only (4.7.28, TSS04): its text can quote the address.
         codes = [_codes(r.get("diagnosticCode")) for r in body.get("delayedRecipients", [])]
         detail_text = short(body.get("delayType"), next((c for c in codes if c), None))
+        discriminator = body.get("timestamp")
+    elif kind in (EventKind.OPENED, EventKind.CLICKED):
+        # Neither the user agent nor the IP address nor the link is kept: only that it happened.
+        recipients = list(mail.get("destination", []))
+        detail_text = None
         discriminator = body.get("timestamp")
     elif kind is EventKind.DELIVERED:
         recipients = list(body.get("recipients", []))
