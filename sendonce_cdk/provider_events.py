@@ -114,4 +114,5 @@ class ProviderEvents(Construct):
 
         # Set by a provider whose events come through an event bus (sendonce_cdk/providers/ses.py).
         self.configuration_set: ses.ConfigurationSet | None = None
+        self.tracked_configuration_set: ses.ConfigurationSet | None = None
         self.rule: events.Rule | None = None

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 CONFIGURATION_SET_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # What SES publishes to EventBridge for the configuration set; SEND is required: the brakes
-# divide by it and it resolves unknown outcomes. Opens and clicks are not recorded.
+# divide by it and it resolves unknown outcomes. Opens and clicks only for the tracked one.
 SES_EVENTS = (
     ses.EmailSendingEvent.SEND,
     ses.EmailSendingEvent.DELIVERY,
@@ -43,7 +43,12 @@ SES_DETAIL_TYPES = (
     "Email Complaint Received",
     "Email Rejected",
     "Email Rendering Failed",
+    "Email Opened",
+    "Email Clicked",
 )
+# The tracked configuration set publishes these too: SES then adds the open pixel and rewrites
+# the links of every email sent through it (a campaign whose spec asks: `tracking`).
+SES_TRACKED_EVENTS = (*SES_EVENTS, ses.EmailSendingEvent.OPEN, ses.EmailSendingEvent.CLICK)
 
 
 def configuration_set_name(config: ProviderConfig) -> str | None:
@@ -51,6 +56,12 @@ def configuration_set_name(config: ProviderConfig) -> str | None:
     if PROVIDER.name not in config.providers:
         return None
     return config.provider_value("ses_configuration_set") or f"{config.stack_name[:57]}-events"
+
+
+def tracked_configuration_set_name(config: ProviderConfig) -> str | None:
+    """The configuration set a campaign that tracks opens or clicks names (SES only)."""
+    name = configuration_set_name(config)
+    return None if name is None else f"{name[:56]}-tracked"
 
 
 @dataclass(frozen=True)
@@ -75,7 +86,10 @@ class SesStack(ProviderStack):
         return {"send_rate": f"{config.send_rate:g}"}
 
     def consumer_settings(self, config: ProviderConfig) -> dict[str, str]:
-        return {"configuration_set": str(configuration_set_name(config))}
+        return {
+            "configuration_set": str(configuration_set_name(config)),
+            "tracked_configuration_set": str(tracked_configuration_set_name(config)),
+        }
 
     def grant_consumer(self, mail: MailConstruct, function: lambda_.IFunction) -> None:
         stack = cdk.Stack.of(mail)
@@ -85,6 +99,9 @@ class SesStack(ProviderStack):
             # reach the events function.
             stack.format_arn(
                 service="ses", resource="configuration-set", resource_name=configuration_set_name(mail.config)
+            ),
+            stack.format_arn(
+                service="ses", resource="configuration-set", resource_name=tracked_configuration_set_name(mail.config)
             ),
         ]
         function.add_to_role_policy(
@@ -121,6 +138,15 @@ class SesStack(ProviderStack):
             destination=ses.EventDestination.event_bus(default_bus),
             events=list(SES_EVENTS),
         )
+        tracked = tracked_configuration_set_name(config)
+        scope.tracked_configuration_set = ses.ConfigurationSet(
+            scope, "TrackedConfigurationSet", configuration_set_name=tracked
+        )
+        scope.tracked_configuration_set.add_event_destination(
+            "EventBridge",
+            destination=ses.EventDestination.event_bus(default_bus),
+            events=list(SES_TRACKED_EVENTS),
+        )
         scope.rule = events.Rule(
             scope,
             "SesEvents",
@@ -130,7 +156,7 @@ class SesStack(ProviderStack):
                 detail_type=list(SES_DETAIL_TYPES),
                 # Only this stack's sends: other configuration sets in the account publish
                 # to the same default bus.
-                detail={"mail": {"tags": {"ses:configuration-set": [name]}}},
+                detail={"mail": {"tags": {"ses:configuration-set": [name, tracked]}}},
             ),
             targets=[
                 targets.LambdaFunction(

@@ -17,7 +17,7 @@ from sendonce import contract
 from sendonce.adapters.dynamodb import batch_records
 from sendonce.contract import Metric, Output, env_name
 from sendonce_cdk.config import MAX_RECEIVE_COUNT
-from sendonce_cdk.providers.ses import configuration_set_name
+from sendonce_cdk.providers.ses import configuration_set_name, tracked_configuration_set_name
 from tests.infra.synthesis import FULL_CONTEXT, REPO_ROOT, Synthesized
 
 pytestmark = pytest.mark.infra
@@ -468,8 +468,9 @@ def test_ses_send_scoped_to_the_sender_identity(assembly: Synthesized) -> None:
     resources = [json.dumps(r) for s in sends for r in _as_list(s["Resource"])]
     assert '"*"' not in resources
     assert any(f":identity/{assembly.config.sender_domain}" in r for r in resources)
-    # The stack's own configuration set, named in every SES send.
+    # The stack's own configuration sets, one named in every SES send.
     assert any(f":configuration-set/{configuration_set_name(assembly.config)}" in r for r in resources)
+    assert any(f':configuration-set/{tracked_configuration_set_name(assembly.config)}"' in r for r in resources)
 
 
 def test_consumer_policy_has_no_wildcard_resource_but_the_quota_lookup(assembly: Synthesized) -> None:
@@ -767,7 +768,8 @@ def test_ses_events_rule_targets_the_events_function(assembly: Synthesized) -> N
     assert pattern["source"] == ["aws.ses"]
     # Every detail-type the handler reads, and nothing it would ignore.
     assert set(pattern["detail-type"]) == set(SES_DETAIL_TYPES)
-    assert pattern["detail"] == {"mail": {"tags": {"ses:configuration-set": [configuration_set_name(assembly.config)]}}}
+    names = [configuration_set_name(assembly.config), tracked_configuration_set_name(assembly.config)]
+    assert pattern["detail"] == {"mail": {"tags": {"ses:configuration-set": names}}}
     [target] = properties["Targets"]
     assert target["Arn"] == {"Fn::GetAtt": [events_id, "Arn"]}
     assert target["RetryPolicy"]["MaximumEventAgeInSeconds"] == 24 * 3600
@@ -833,22 +835,28 @@ def test_the_ses_account_is_checked_every_five_minutes_and_a_stopped_account_pag
     assert stopped["Period"] == 15 * 60  # three checks: one late check does not clear it
 
 
-def test_ses_configuration_set_publishes_to_the_default_bus(assembly: Synthesized) -> None:
-    name = configuration_set_name(assembly.config)
-    configuration_set_id, configuration_set = assembly.only("AWS::SES::ConfigurationSet")
-    _, destination = assembly.only("AWS::SES::ConfigurationSetEventDestination")
+def test_ses_configuration_sets_publish_to_the_default_bus_and_only_the_tracked_one_opens_and_clicks(
+    assembly: Synthesized,
+) -> None:
+    name, tracked = configuration_set_name(assembly.config), tracked_configuration_set_name(assembly.config)
+    sets = {c["Properties"]["Name"]: cid for cid, c in assembly.of_type("AWS::SES::ConfigurationSet").items()}
 
-    assert configuration_set["Properties"]["Name"] == name
+    assert set(sets) == {name, tracked} and tracked == f"{name[:56]}-tracked"
     assert name == (assembly.context.get("ses_configuration_set") or f"{assembly.config.stack_name}-events")
     assert _environment(assembly)[env_name("ses_configuration_set")] == name
-    properties = destination["Properties"]
-    assert properties["ConfigurationSetName"] == {"Ref": configuration_set_id}
-    event_destination = properties["EventDestination"]
-    assert event_destination["Enabled"] is True
-    assert json.dumps(event_destination["EventBridgeDestination"]["EventBusArn"]).endswith(':event-bus/default"]]}')
-    assert set(event_destination["MatchingEventTypes"]) == {
-        "send", "delivery", "bounce", "complaint", "reject", "deliveryDelay", "renderingFailure"
-    }  # fmt: skip
+    assert _environment(assembly)[env_name("ses_tracked_configuration_set")] == tracked
+    destinations = {
+        d["Properties"]["ConfigurationSetName"]["Ref"]: d["Properties"]["EventDestination"]
+        for d in assembly.of_type("AWS::SES::ConfigurationSetEventDestination").values()
+    }
+    sending = {"send", "delivery", "bounce", "complaint", "reject", "deliveryDelay", "renderingFailure"}
+    for configuration_set, events in ((name, sending), (tracked, sending | {"open", "click"})):
+        destination = destinations[sets[configuration_set]]
+        assert destination["Enabled"] is True
+        assert json.dumps(destination["EventBridgeDestination"]["EventBusArn"]).endswith(':event-bus/default"]]}')
+        assert set(destination["MatchingEventTypes"]) == events, configuration_set
+    _, rule = _ses_events_rule(assembly)
+    assert {"Email Opened", "Email Clicked"} <= set(rule["Properties"]["EventPattern"]["detail-type"])
 
 
 # --- on-call ------------------------------------------------------------------------

@@ -294,6 +294,9 @@ class OutboundEmail(BaseModel):
     text: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     tags: dict[str, str] = Field(default_factory=dict)
+    # The campaign tracks opens or clicks (Campaign.tracking): a provider that tracks per
+    # email sends it so (SES: through the tracked configuration set).
+    tracked: bool = False
 
 
 class DeliveryRequest(BaseModel):

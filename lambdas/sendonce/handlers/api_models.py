@@ -23,7 +23,7 @@ from sendonce.domain.campaigns.spec import (
     CampaignSpec as SpecModel,
 )
 from sendonce.domain.jobs.models import Job
-from sendonce.domain.models import ID_PATTERN, Campaign
+from sendonce.domain.models import ID_PATTERN, Campaign, Tracking
 from sendonce.handlers import preview_routes
 from sendonce.handlers.api_links import campaign_links, job_links
 
@@ -58,6 +58,7 @@ class CampaignView(BaseModel):
     pacing: dict[str, float] = Field(
         default_factory=dict, description="Its own caps per mailbox group, emails per second; {}: none."
     )
+    tracking: Tracking | None = Field(default=None, description="The opens and clicks it records; null: neither.")
 
     @classmethod
     def of(cls, campaign: Campaign) -> "CampaignView":
@@ -79,6 +80,7 @@ class CampaignView(BaseModel):
             priority=campaign.priority,
             max_rate=campaign.max_rate,
             pacing=campaign.pacing,
+            tracking=campaign.tracking,
         )
 
 

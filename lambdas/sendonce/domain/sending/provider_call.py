@@ -63,6 +63,7 @@ def compose(
         text=rendered.text,
         headers=headers,
         tags={"campaign_id": campaign.campaign_id, "recipient_id": recipient.recipient_id},
+        tracked=campaign.tracking is not None,
     )
 
 

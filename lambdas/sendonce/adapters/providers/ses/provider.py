@@ -25,11 +25,15 @@ class SesRateSettings(ProviderSettings):
 class SesSettings(SesRateSettings):
     # The configuration set every send names, so that its events reach the events function.
     configuration_set: str | None = None
+    # The one a campaign that tracks opens or clicks names: the same events, and opens and clicks.
+    tracked_configuration_set: str | None = None
 
 
 def _build(settings: SesSettings, env: ProviderEnv) -> EmailProvider:
     return SesProvider(
-        client=env.clients.client("sesv2", SEND_CLIENT_CONFIG), configuration_set=settings.configuration_set
+        client=env.clients.client("sesv2", SEND_CLIENT_CONFIG),
+        configuration_set=settings.configuration_set,
+        tracked_configuration_set=settings.tracked_configuration_set,
     )
 
 

@@ -66,9 +66,14 @@ class SesProvider:
     name = "ses"
     idempotent = CAPABILITIES.idempotent
 
-    def __init__(self, *, client: Any, configuration_set: str | None = None):
+    def __init__(
+        self, *, client: Any, configuration_set: str | None = None, tracked_configuration_set: str | None = None
+    ):
         self._client = client
         self._configuration_set = configuration_set
+        # SES inserts the open pixel and rewrites links for a configuration set that publishes
+        # opens and clicks: only a campaign that tracks them names it.
+        self._tracked_configuration_set = tracked_configuration_set
 
     def max_send_rate(self) -> float | None:
         """The account's MaxSendRate (recipients/s) from GetAccount, or None if unavailable."""
@@ -96,8 +101,11 @@ class SesProvider:
         }
         if email.reply_to:
             params["ReplyToAddresses"] = [email.reply_to]
-        if self._configuration_set:
-            params["ConfigurationSetName"] = self._configuration_set
+        configuration_set = self._configuration_set
+        if email.tracked and self._tracked_configuration_set:
+            configuration_set = self._tracked_configuration_set
+        if configuration_set:
+            params["ConfigurationSetName"] = configuration_set
         try:
             response = self._client.send_email(**params)
         except Exception as exc:  # every failure is classified; none escapes unexplained
