@@ -57,12 +57,12 @@ def run_campaign(stack: ScaleStack, size: int, say: Callable[[str], None]) -> di
     campaign_id = f"scale{size}"
     # The campaign's creation is counted with its publish (a fixed write of the operator API).
     stack.reset_phase()
-    stack.operator.create(bench_campaign(campaign_id, f"bench-scale {size:,}"))
+    stack.operator.create(bench_campaign(campaign_id, f"bench-scale {size:,}", tracking=stack.config.tracking))
     accepted_before = stack.resend.stats()["emails_accepted"]
     webhooks_before = stack.webhook_count()
     with_events = stack.config.events_up_to is None or size <= stack.config.events_up_to
     stack.events_on(with_events)
-    expected_webhooks = WEBHOOKS_PER_EMAIL * size if with_events else 0
+    expected_webhooks = stack.webhooks_per_email * size if with_events else 0
     result: dict[str, Any] = {"recipients": size, "campaign_id": campaign_id, "provider_events": with_events}
     if not with_events:
         result["provider_events_off_because"] = (
@@ -220,6 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="leave out the batch-mode message against the one-by-one path (bench/scale_messages.py)",
     )
+    parser.add_argument(
+        "--tracking",
+        action="store_true",
+        help="campaigns track opens and clicks, and the local Resend server opens and clicks every email",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-scale.json"))
     args = parser.parse_args(argv)
     try:
@@ -237,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         events_up_to=args.events_up_to,
         capture_stream=args.capture_stream,
         per_message=args.per_message,
+        tracking=args.tracking,
     )
 
     def say(message: str) -> None:

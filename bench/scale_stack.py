@@ -25,7 +25,7 @@ from sendonce.adapters.dynamodb.counters import DynamoDBCounters
 from sendonce.adapters.dynamodb.ledger import DynamoDBLedger
 from sendonce.adapters.dynamodb.ledger_keys import CampaignShards
 from sendonce.contract import AGGREGATOR_BATCH_SIZE, AGGREGATOR_BATCHING_WINDOW_SECONDS
-from sendonce.domain.models import Campaign, Content
+from sendonce.domain.models import Campaign, Content, Tracking
 from sendonce.handlers import api, events
 from sendonce.settings import ApiSettings, ConsumerSettings, EventsSettings
 from sendonce.wiring.api import build_campaign_service
@@ -57,7 +57,7 @@ def recipients_of(campaign_id: str, size: int) -> Iterator[dict[str, Any]]:
         }
 
 
-def bench_campaign(campaign_id: str, name: str, delivery_mode: str = "batch") -> Campaign:
+def bench_campaign(campaign_id: str, name: str, delivery_mode: str = "batch", *, tracking: bool = False) -> Campaign:
     """The campaign every bench-scale size sends (and bench.stream_replay creates again);
     the per-message comparison also sends it one by one (`delivery_mode="single"`)."""
     return Campaign(
@@ -67,6 +67,7 @@ def bench_campaign(campaign_id: str, name: str, delivery_mode: str = "batch") ->
         delivery_mode=delivery_mode,
         sender=f"news@{SENDER_DOMAIN}",
         content=Content(subject="Hello {{ name }}", html="<p>Hi {{ name }}</p>", text="Hi {{ name }}"),
+        tracking=Tracking(opens=True, clicks=True) if tracking else None,
     )
 
 
@@ -93,6 +94,9 @@ class ScaleConfig:
     per_message: bool = True
     # More CDK context for the deployment (`-c key=value` strings), e.g. caps per mailbox group.
     context: tuple[tuple[str, str], ...] = ()
+    # Opens and clicks tracked (issue 33): every campaign tracks both, and the local Resend
+    # server opens and clicks every email (the worst case for their keys): 4 webhooks an email.
+    tracking: bool = False
 
 
 class ScaleStack:
@@ -230,8 +234,17 @@ class ScaleStack:
         _post_json(self.resend.url + "/_local/faults", {"rate_limit": requests_per_second})
 
     def events_on(self, on: bool) -> None:
-        """Provider events for the next campaign: the local Resend server's webhooks on or off."""
-        _post_json(self.resend.url + "/_local/faults", {"webhook_url": self.webhook_url if on else None})
+        """Provider events for the next campaign: the local Resend server's webhooks on or off
+        (with `tracking`, every email opened and clicked too)."""
+        engagement = [{"subject_contains": "*", "opens": 1.0, "clicks": 1.0}] if on and self.config.tracking else None
+        _post_json(
+            self.resend.url + "/_local/faults",
+            {"webhook_url": self.webhook_url if on else None, "engagement": engagement},
+        )
+
+    @property
+    def webhooks_per_email(self) -> int:
+        return WEBHOOKS_PER_EMAIL + (2 if self.config.tracking else 0)
 
     def webhook_count(self) -> int:
         with self._webhooks_lock:

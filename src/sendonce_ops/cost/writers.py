@@ -135,6 +135,26 @@ WRITERS: tuple[Writer, ...] = (
         " one; bench-scale's stack warms no domain",
     ),
     Writer(
+        "events: first opens and clicks",
+        "events",
+        "campaigns",
+        r"engagement#<id>#<k> / r",
+        "not_measured",
+        "events",
+        "a tracking campaign's recipient's first open and first click (tracking): one Update in a transaction per"
+        " first, none for a repeat, over 64 keys; bench-scale --tracking measures it, the capture does not",
+    ),
+    Writer(
+        "events: unique opens and clicks per minute",
+        "events",
+        "campaigns",
+        r"report#<id>#w<k> / minute",
+        "not_measured",
+        "events",
+        "the report's unique opens and clicks, an ADD in the same transaction as the first's, on the report's"
+        " 64 writer keys; bench-scale --tracking measures it, the capture does not",
+    ),
+    Writer(
         "events: mailbox group slowdown",
         "events",
         "campaigns",
