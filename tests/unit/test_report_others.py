@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from collections.abc import Mapping
 
 import pytest
 
@@ -40,7 +41,7 @@ class FakeReportAggregates:
         minutes = sorted(self.sent.get(campaign_id, {}).items())
         return ReportAggregates(outcomes_per_minute=[Bucket(m, {"sent": n, "failed": 1}) for m, n in minutes])
 
-    def add_prevented(self, campaign_id: str, *, at_ms: int, count: int, writer: str) -> None:
+    def add_counts(self, campaign_id: str, *, at_ms: int, counts: Mapping[str, int], writer: str) -> None:
         raise AssertionError("a report writes nothing")
 
 
