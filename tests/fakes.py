@@ -16,7 +16,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -30,10 +29,8 @@ from sendonce.domain.deliverability.ports import (
     Enforcement,
     EventKind,
     FeedbackCounter,
-    GroupPlaces,
     HealthRecord,
     ImportReport,
-    PlacesTaken,
     ProviderEvent,
     ReopenReport,
     Suppression,
@@ -865,23 +862,6 @@ class FakeCounters:
             if campaign == campaign_id:
                 counts.add(item)
         return CounterTotals(recorded_batches=self.recorded[campaign_id], counts=counts)
-
-
-@dataclass
-class FakeGroupCaps:
-    """Records what was asked; refuses, or holds each request a while, when told to."""
-
-    asked: list[GroupPlaces] = field(default_factory=list)
-    deferrals: list[str] = field(default_factory=list)
-    refuse: bool = False
-    held_s: float = 0.0
-
-    def take(self, places: GroupPlaces, *, deadline: float | None = None) -> PlacesTaken | None:
-        self.asked.append(places)
-        return None if self.refuse else PlacesTaken(held_s=self.held_s)
-
-    def deferred(self, group: str) -> None:
-        self.deferrals.append(group)
 
 
 class FakeHealthRecords:

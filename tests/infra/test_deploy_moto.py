@@ -255,7 +255,10 @@ def test_cli_deploy_ses_events_rule_targets_the_events_function(cli_deployed: De
 
     pattern = json.loads(aws("events").describe_rule(Name=rule_name)["EventPattern"])
     assert pattern["source"] == ["aws.ses"]
-    assert pattern["detail"]["mail"]["tags"]["ses:configuration-set"] == [f"{CLI_STACK}-events"]
+    assert pattern["detail"]["mail"]["tags"]["ses:configuration-set"] == [
+        f"{CLI_STACK}-events",
+        f"{CLI_STACK}-events-tracked",
+    ]
 
 
 def test_cli_deploy_checks_the_ses_account_every_five_minutes(cli_deployed: Deployed, aws: Any) -> None:

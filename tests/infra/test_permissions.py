@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sendonce_cdk.providers.ses import configuration_set_name
+from sendonce_cdk.providers.ses import configuration_set_name, tracked_configuration_set_name
 from tests.infra.synthesis import Synthesized
 
 pytestmark = pytest.mark.infra
@@ -225,6 +225,8 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
         if "ses" in config.providers:
             expected[f"ses:identity/{config.sender_domain}"] = {"ses:SendEmail"}
             expected[f"ses:configuration-set/{configuration_set_name(config)}"] = {"ses:SendEmail"}
+            # A tracking campaign's emails (opens and clicks): the tracked configuration set.
+            expected[f"ses:configuration-set/{tracked_configuration_set_name(config)}"] = {"ses:SendEmail"}
             expected["*"] = {"ses:GetAccount"}
         if "resend" in config.providers:
             expected[f"secret:{config.resend_api_key_secret_name}-??????"] = {"secretsmanager:GetSecretValue"}

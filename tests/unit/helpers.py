@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from sendonce.domain.campaigns.service import CampaignService, JobsOf
 from sendonce.domain.campaigns.unknowns import UnknownOutcomes
+from sendonce.domain.deliverability.ports import GroupPlaces, PlacesTaken
 from sendonce.domain.jobs.models import JobKind
 from sendonce.domain.jobs.pages import PartedWork
 from sendonce.domain.jobs.ports import JobQueue, JobStore
@@ -131,3 +132,21 @@ def jobs_of(
         )
 
     return build
+
+
+@dataclass
+class FakeGroupCaps:
+    """The GroupCaps port as a recorder (not a stand-in with the adapter's behaviour, so not
+    in tests/fakes.py): records what was asked; refuses, or holds each request, when told to."""
+
+    asked: list[GroupPlaces] = field(default_factory=list)
+    deferrals: list[str] = field(default_factory=list)
+    refuse: bool = False
+    held_s: float = 0.0
+
+    def take(self, places: GroupPlaces, *, deadline: float | None = None) -> PlacesTaken | None:
+        self.asked.append(places)
+        return None if self.refuse else PlacesTaken(held_s=self.held_s)
+
+    def deferred(self, group: str) -> None:
+        self.deferrals.append(group)

@@ -25,8 +25,8 @@ from sendonce.domain.models import Campaign, Content, Recipient
 from sendonce.settings import ConsumerSettings
 from sendonce_cdk.config import SendonceConfig
 from sendonce_cdk.context_values import ConfigError
-from tests.fakes import FakeCampaignStore, FakeGroupCaps, FakeLedger, FakeLedgerEvents, FakeSuppressions, ses_event
-from tests.unit.helpers import World, batch
+from tests.fakes import FakeCampaignStore, FakeLedger, FakeLedgerEvents, FakeSuppressions, ses_event
+from tests.unit.helpers import FakeGroupCaps, World, batch
 
 # --- the tables and their refusals --------------------------------------------------------
 

@@ -23,8 +23,8 @@ from sendonce.domain.campaigns.report_data import (
 from sendonce.domain.campaigns.service import DeliveryStatus
 from sendonce.domain.deliverability.group_caps import GroupPacing
 from sendonce.domain.models import CampaignState
-from tests.fakes import FakeCampaignStore, FakeGroupCaps
-from tests.unit.helpers import World, batch, recipients
+from tests.fakes import FakeCampaignStore
+from tests.unit.helpers import FakeGroupCaps, World, batch, recipients
 
 T0 = 1_764_633_600_000
 
