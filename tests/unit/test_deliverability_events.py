@@ -187,18 +187,18 @@ def test_an_open_is_recorded_apart_from_the_ledger_only_when_the_campaign_tracks
     earlier = service.apply(opened(at="2026-12-07T09:59:00Z", event_id="o3"))
     click = service.apply(opened(kind=EventKind.CLICKED, event_id="c1"))
 
-    assert [first.status, again.status, earlier.status, click.status] == ["first", "repeat", "earlier", "not_tracked"]
-    assert first.engagement_counted and not again.engagement_counted and earlier.engagement_counted
+    assert [r.engagement for r in (first, again, earlier, click)] == ["first", "repeat", "earlier", "not_tracked"]
+    assert [r.status for r in (first, again, earlier, click)] == ["applied", "duplicate", "applied", "ignored"]
     assert store.first == {("c1", "r1", "opened"): 1_796_637_540_000}
     assert env.events.annotations == {}  # the ledger never saw them
     assert asked == ["c1"]  # a campaign's tracking is read once per process
-    assert service.apply(dataclasses.replace(opened(), campaign_id="gone")).status == "no_campaign"
+    assert service.apply(dataclasses.replace(opened(), campaign_id="gone")).engagement == "no_campaign"
 
 
 def test_without_a_store_opens_are_not_tracked_and_touch_nothing(env):
     env.delivery()
     report = env.service.apply(opened())
-    assert report.status == "not_tracked" and env.events.annotations == {}
+    assert (report.engagement, report.status) == ("not_tracked", "ignored") and env.events.annotations == {}
 
 
 def test_resend_payloads_parse_with_tags_as_an_object_or_a_list():

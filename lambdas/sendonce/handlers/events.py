@@ -50,6 +50,7 @@ def _emit(report: EventReport) -> None:
             "provider": report.provider,
             "kind": report.kind.value if report.kind else None,
             "status": report.status,
+            "engagement": report.engagement,
             "newly_suppressed": report.newly_suppressed,
             "resolved_unknown": report.resolved_unknown,
             "brake": report.brake,

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
 from sendonce.domain.campaigns.ports import CampaignStore
-from sendonce.domain.deliverability.engagement import ENGAGEMENT, EngagementRecorder
+from sendonce.domain.deliverability.engagement import ENGAGEMENT, Engaged, EngagementRecorder
 from sendonce.domain.deliverability.group_caps import GroupPacing, is_deferral
 from sendonce.domain.deliverability.ports import (
     AnnotationStatus,
@@ -84,15 +84,14 @@ class BrakeSettings:
 class EventReport:
     kind: EventKind | None = None
     provider: str | None = None
-    # applied | duplicate | no_delivery | ignored; an open or click: engagement.Engaged's
-    status: str = "ignored"
+    status: str = "ignored"  # applied | duplicate | no_delivery | ignored
     newly_suppressed: int = 0
     counted: str | None = None  # the campaign counter this event added to: complaints | hard_bounces
     resolved_unknown: bool = False
     brake: str | None = None  # "complaint" | "bounce" when this event paused the campaign
     campaign_id: str | None = None  # the delivery's campaign, when the event names one of ours
     deferred_groups: tuple[str, ...] = ()  # mailbox groups slowed by this deferral
-    engagement_counted: bool = False  # an open or click counted (a recipient's first)
+    engagement: str | None = None  # an open or click: engagement.Engaged's status (first, repeat...)
 
 
 class ProviderEventService:
@@ -166,12 +165,13 @@ class ProviderEventService:
             return report
         report.campaign_id = key.campaign_id
         if event.kind in ENGAGEMENT:
-            if self._engagement is None:
-                report.status = "not_tracked"
-                return report
-            engaged = self._engagement.record(event, key.campaign_id, key.recipient_id)
-            report.status = engaged.status
-            report.engagement_counted = engaged.counted
+            engaged = (
+                self._engagement.record(event, key.campaign_id, key.recipient_id)
+                if self._engagement is not None
+                else Engaged("not_tracked")
+            )
+            report.engagement = engaged.status
+            report.status = "applied" if engaged.counted else "duplicate" if engaged.status == "repeat" else "ignored"
             return report
         counter = None
         if event.kind is EventKind.COMPLAINED:
