@@ -20,7 +20,7 @@ from sendonce.domain.campaigns.ports import StateChange
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.models import CampaignState
 from sendonce.handlers import aggregator
-from sendonce.settings import AggregatorSettings, ApiSettings
+from sendonce.settings import AggregatorSettings, ApiSettings, EventsSettings
 from sendonce.wiring.aggregator import build_aggregator_service
 from sendonce.wiring.api import campaign_service
 from sendonce.wiring.clients import clients
@@ -361,3 +361,57 @@ def test_a_status_read_and_a_completion_check_cost_the_same_few_requests_at_200_
     made = requests.during(lambda: aggregator_.complete_if_done("large"))
     assert store.get("large").state is CampaignState.COMPLETED
     assert len(made) <= 10 and made[:2] == ["GetItem", "BatchGetItem"], made
+
+
+def test_a_counted_campaigns_brakes_divide_by_its_counters_and_its_sent_events_write_no_shard(counted):
+    """The events function on moto: a counted campaign's `sent` events write no 'sent' shard;
+    its complaint brake divides by the aggregator's total of sent (45), which alone passes
+    the minimum sample."""
+    from sendonce.adapters.dynamodb.ledger_events import SENT_SHARDS
+    from sendonce.domain.deliverability.ports import EventKind, ProviderEvent
+    from sendonce.wiring.events import build_events_service
+    from sendonce_local.resources import create_suppressions_table
+
+    service = operator(counted)
+    send(counted, service, "c1")
+    streams(counted).drain()
+    suppressions = f"{counted.resources.campaigns_table}-suppressions"
+    create_suppressions_table(boto3.client("dynamodb"), suppressions)
+    events = build_events_service(
+        EventsSettings(
+            ledger_table=counted.resources.ledger_table,
+            campaigns_table=counted.resources.campaigns_table,
+            suppressions_table=suppressions,
+            brake_min_sent=10,
+            complaint_rate_threshold=0.05,
+        ),
+        clients(),
+    )
+
+    def event(kind: EventKind, i: int) -> ProviderEvent:
+        return ProviderEvent(
+            event_id=f"svix:{kind.value}-{i}",
+            provider="resend",
+            kind=kind,
+            campaign_id="c1",
+            recipient_id=f"r{i}",
+            addresses=(mixed(counted, 1, start=i)[0].email,),
+        )
+
+    assert all(events.apply(event(EventKind.SENT, i)).status == "applied" for i in range(45))
+    written = [
+        boto3.client("dynamodb").query(
+            TableName=counted.resources.campaigns_table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": f"campaign#c1#sent#{k}"}},
+        )["Items"]
+        for k in range(SENT_SHARDS)
+    ]
+    assert written == [[]] * SENT_SHARDS  # not one 'sent' shard
+
+    # New recipients reopen it (sending, nobody consuming): a brake can pause it.
+    service.publish("c1", mixed(counted, 5, start=100), batch_size=5)
+    assert service.get("c1").state is CampaignState.SENDING
+    assert [events.apply(event(EventKind.COMPLAINED, i)).brake for i in range(2)] == [None, None]  # 2 of 45: 4.4 %
+    assert events.apply(event(EventKind.COMPLAINED, 2)).brake == "complaint"  # 3 of 45: 6.7 %
+    assert "(3 complaints, 45 sent)" in (service.get("c1").state_reason or "")

@@ -346,6 +346,42 @@ def test_the_complaint_brake_pauses_the_campaign_above_the_threshold(env):
     assert "complaint rate 0.20%" in campaign.state_reason
 
 
+def test_a_counted_campaigns_sent_events_write_no_shard_and_its_brakes_divide_by_its_counters(env):
+    from sendonce.domain.campaigns.ports import Advance, Counts
+    from tests.fakes import FakeCounters
+
+    counters, asked = FakeCounters(), []
+    counters.count_from_creation("c1")
+    totals = counters.totals
+    counters.totals = lambda campaign_id: asked.append(campaign_id) or totals(campaign_id)  # type: ignore[method-assign]
+    env.brakes = BrakeSettings(complaint_rate=0.001, min_sent=100)
+    service = ProviderEventService(
+        ledger_events=env.events,
+        suppressions=env.suppressions,
+        campaigns=env.campaigns,
+        brakes=env.brakes,
+        event_readers=event_readers(registered()),
+        counters=counters,
+    )
+    for i in range(3):
+        env.delivery(f"r{i}")
+        assert service.handle_event("aws.ses", ses_event("send", recipient_id=f"r{i}", message_id=f"m{i}")).status == (
+            "applied"
+        )
+    assert env.events.feedback("c1").sent == 0  # no 'sent' shard written
+    assert asked == ["c1"]  # counted or not: asked once per campaign and process
+
+    # The aggregator counted 1,001 sent: 1 complaint is at most 0.1 %, 2 are above it.
+    delta = Counts()
+    delta.states[DeliveryState.SENT] = 1001
+    counters.advance("c1", [Advance("ledger#c1#0", None, 1, delta)])
+    first = service.handle_event("aws.ses", ses_event("complaint", recipient_id="r0", email="a@example.com"))
+    second = service.handle_event("aws.ses", ses_event("complaint", recipient_id="r1", email="b@example.com"))
+
+    assert first.brake is None and second.brake == "complaint"
+    assert "(2 complaints, 1001 sent)" in (env.campaigns.get("c1").state_reason or "")
+
+
 def test_no_brake_below_the_minimum_sample(env):
     env.brakes = BrakeSettings(min_sent=100)
     sent(env, 99)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import lru_cache
 
+from sendonce.adapters.dynamodb.counters import DynamoDBCounters
 from sendonce.adapters.dynamodb.engagement import DynamoDBEngagement
 from sendonce.adapters.dynamodb.group_caps import DynamoDBGroupCaps
 from sendonce.adapters.dynamodb.ledger_events import DynamoDBLedgerEvents
@@ -55,6 +56,8 @@ def build_events_service(
             store=DynamoDBEngagement(client=dynamodb, table_name=settings.campaigns_table),
             tracking_of=lambda campaign_id: campaigns.get(campaign_id).tracking,
         ),
+        # A counted campaign's `sent` for the brakes: the aggregator's totals, not 'sent' shards.
+        counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
     )
 
 

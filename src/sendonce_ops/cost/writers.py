@@ -178,9 +178,10 @@ WRITERS: tuple[Writer, ...] = (
         "events",
         "campaigns",
         r"campaign#<id>#sent#<k> / deliverability",
-        "provider_event",
+        "not_measured",
         "events",
-        "the `sent` counter's 16 shards (one ADD per sent event), read by the brakes",
+        "the `sent` counter's 16 shards (one ADD per sent event), read by the brakes: a campaign created before"
+        " counters only (a counted one's brakes read its totals); bench-scale's campaigns are counted",
     ),
     Writer(
         "events: feedback counter",

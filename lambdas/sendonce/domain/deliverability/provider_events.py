@@ -18,19 +18,23 @@ provider's retry; the counted annotation is written once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol
 
 from sendonce.domain.campaigns import lifecycle
+from sendonce.domain.campaigns.counters import state_counts
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
-from sendonce.domain.campaigns.ports import CampaignStore
+from sendonce.domain.campaigns.ports import CampaignCounters, CampaignStore
 from sendonce.domain.deliverability.engagement import ENGAGEMENT, Engaged, EngagementRecorder
 from sendonce.domain.deliverability.group_caps import GroupPacing, is_deferral
 from sendonce.domain.deliverability.ports import (
     AnnotationStatus,
+    CampaignFeedback,
     EventKind,
     FeedbackCounter,
     GroupCaps,
@@ -45,6 +49,9 @@ logger = logging.getLogger(__name__)
 
 COMPLAINT_BRAKE = "sendonce (complaint brake)"
 BOUNCE_BRAKE = "sendonce (bounce brake)"
+
+
+COUNTED_CACHE = 256  # campaigns whose counted-ness a process keeps
 
 
 class InvalidEventError(ValueError):
@@ -107,6 +114,7 @@ class ProviderEventService:
         group_caps: GroupCaps | None = None,
         pacing: GroupPacing | None = None,
         engagement: EngagementRecorder | None = None,
+        counters: CampaignCounters | None = None,
     ):
         """`event_readers`: by the event bus's source name; `webhooks`: by provider name (the
         webhook's path names it). Both come from the provider registry."""
@@ -121,6 +129,12 @@ class ProviderEventService:
         self._pacing = pacing or GroupPacing()
         # Opens and clicks of the campaigns that record them, apart from the ledger.
         self._engagement = engagement
+        # A counted campaign's `sent` (the brakes' denominator) is its counters' total, which
+        # the stream aggregator keeps anyway: its sent events write no 'sent' shard. A campaign
+        # created before counters keeps its shards. Whether a campaign is counted never changes:
+        # asked once per campaign and process.
+        self._counters = counters
+        self._counted: OrderedDict[str, bool] = OrderedDict()
 
     def reads_events_from(self, source: Any) -> bool:
         return isinstance(source, str) and source in self._event_readers
@@ -187,7 +201,7 @@ class ProviderEventService:
         if annotation.status is AnnotationStatus.APPLIED:
             report.deferred_groups = self._slow_deferring_groups(event)
         if event.kind is EventKind.SENT:
-            if annotation.status is AnnotationStatus.APPLIED:
+            if annotation.status is AnnotationStatus.APPLIED and not self._is_counted(key.campaign_id):
                 self._ledger_events.count_sent(key.campaign_id, key.recipient_id)
             if (
                 annotation.state is DeliveryState.UNKNOWN
@@ -216,8 +230,29 @@ class ProviderEventService:
             self._group_caps.deferred(group)
         return groups
 
-    def _check_brakes(self, campaign_id: str) -> str | None:
+    def _is_counted(self, campaign_id: str) -> bool:
+        if self._counters is None:
+            return False
+        if campaign_id not in self._counted:
+            self._counted[campaign_id] = self._counters.totals(campaign_id) is not None
+            if len(self._counted) > COUNTED_CACHE:
+                self._counted.popitem(last=False)
+        return self._counted[campaign_id]
+
+    def _feedback(self, campaign_id: str) -> CampaignFeedback:
+        """The brakes' counts: complaints and hard bounces from the feedback counter; `sent`
+        from the counters' totals for a counted campaign (and the 'sent' shards an earlier
+        release wrote for it, if more), else from the 'sent' shards."""
         feedback = self._ledger_events.feedback(campaign_id)
+        if self._counters is None or not self._is_counted(campaign_id):
+            return feedback
+        totals = self._counters.totals(campaign_id)
+        if totals is None:
+            return feedback
+        return dataclasses.replace(feedback, sent=max(feedback.sent, state_counts(totals.counts).sent))
+
+    def _check_brakes(self, campaign_id: str) -> str | None:
+        feedback = self._feedback(campaign_id)
         if feedback.sent < self._brakes.min_sent:
             return None
         complaint_limit = Fraction(str(self._brakes.complaint_rate)) * feedback.sent
