@@ -112,8 +112,7 @@ def test_the_seed_campaign_on_resend_single_mode():
     assert result.share("ledger") == pytest.approx(ledger_wru * 0.625e-6)
     events = 12_480 * 2.001 / 2.0  # the measured events' units, scaled to 2.001 events per email
     assert result.share("events") == pytest.approx(
-        events * 3.5 * 0.625e-6
-        + sum(i.cost for i in result.items if i.service != "DynamoDB" and i.share == "events")
+        events * 3.5 * 0.625e-6 + sum(i.cost for i in result.items if i.service != "DynamoDB" and i.share == "events")
     )
     assert result.aws_total == pytest.approx(sum(i.quantity * i.unit_price for i in result.items))
     assert result.aws_total == pytest.approx(
