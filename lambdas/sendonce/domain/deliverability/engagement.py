@@ -14,9 +14,9 @@ events mark such opens, so none is counted apart.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from sendonce.domain.deliverability.event_order import occurred_ms
 from sendonce.domain.deliverability.ports import EngagementStore, EventKind, ProviderEvent
@@ -53,9 +53,10 @@ class EngagementRecorder:
     ):
         """`tracking_of`: a campaign's tracking (None: none; raises CampaignNotFoundError)."""
         self._store = store
-        self._tracking_of = tracking_of
         self._clock_ms = clock_ms
-        self._tracking: OrderedDict[str, Tracking | None] = OrderedDict()
+        # A campaign's tracking never changes: read once per campaign and process (a campaign
+        # not found is not kept: lru_cache keeps no exception).
+        self._tracking_for = lru_cache(maxsize=CACHED_CAMPAIGNS)(tracking_of)
 
     def record(self, event: ProviderEvent, campaign_id: str, recipient_id: str) -> Engaged:
         try:
@@ -66,13 +67,3 @@ class EngagementRecorder:
             return Engaged("not_tracked")
         at_ms = occurred_ms(event) or self._clock_ms()
         return Engaged(self._store.record(campaign_id, recipient_id, event.kind.value, at_ms))
-
-    def _tracking_for(self, campaign_id: str) -> Tracking | None:
-        if campaign_id in self._tracking:
-            self._tracking.move_to_end(campaign_id)
-            return self._tracking[campaign_id]
-        tracking = self._tracking_of(campaign_id)
-        self._tracking[campaign_id] = tracking
-        if len(self._tracking) > CACHED_CAMPAIGNS:
-            self._tracking.popitem(last=False)
-        return tracking

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any, Protocol
 
 from sendonce.domain.campaigns import lifecycle
@@ -134,7 +134,9 @@ class ProviderEventService:
         # created before counters keeps its shards. Whether a campaign is counted never changes:
         # asked once per campaign and process.
         self._counters = counters
-        self._counted: OrderedDict[str, bool] = OrderedDict()
+        self._is_counted = lru_cache(maxsize=COUNTED_CACHE)(
+            lambda campaign_id: counters is not None and counters.totals(campaign_id) is not None
+        )
 
     def reads_events_from(self, source: Any) -> bool:
         return isinstance(source, str) and source in self._event_readers
@@ -229,15 +231,6 @@ class ProviderEventService:
         for group in groups:
             self._group_caps.deferred(group)
         return groups
-
-    def _is_counted(self, campaign_id: str) -> bool:
-        if self._counters is None:
-            return False
-        if campaign_id not in self._counted:
-            self._counted[campaign_id] = self._counters.totals(campaign_id) is not None
-            if len(self._counted) > COUNTED_CACHE:
-                self._counted.popitem(last=False)
-        return self._counted[campaign_id]
 
     def _feedback(self, campaign_id: str) -> CampaignFeedback:
         """The brakes' counts: complaints and hard bounces from the feedback counter; `sent`
