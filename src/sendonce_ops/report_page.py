@@ -384,14 +384,6 @@ def groups_figure(report: CampaignReport) -> go.Figure:
     return figure
 
 
-def group_totals(report: CampaignReport) -> dict[str, dict[str, int]]:
-    """Each group's kinds summed over the campaign (the table under the chart)."""
-    totals = {}
-    for group, buckets in report.groups_over_time.items():
-        totals[group] = {kind: sum(b.counts.get(kind, 0) for b in buckets) for kind in GROUP_KINDS}
-    return totals
-
-
 def warmup_pauses(report: CampaignReport) -> int:
     """The campaign's pauses by a warm-up cap (their reasons start `warm-up:`)."""
     return sum(1 for m in report.marks if m.event == "window_close" and (m.reason or "").startswith(REASON_PREFIX))
@@ -468,7 +460,7 @@ def render(report: CampaignReport) -> str:
         config=json.dumps(CONFIG),
         held_back=report.held_back(),
         warmup_pauses=warmup_pauses(report),
-        group_totals=group_totals(report),
+        group_totals=report.group_totals(),
         group_kinds=GROUP_KINDS,
         estimate=ESTIMATE_NOTE,
     )

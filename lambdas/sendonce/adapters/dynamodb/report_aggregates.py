@@ -136,23 +136,26 @@ def increment_updates(table: str, campaign_id: str, writer: str, increments: Rep
         items.setdefault(f"{DOMAIN}{domain}#{writer}", Counter())[kind] += n
     for kind, n in increments.unknowns_settled.items():
         items.setdefault(f"{UNKNOWNS}{writer}", Counter())[kind] += n
-    updates = []
-    for sk, counts in sorted(items.items()):
-        names = {f"#a{i}": name for i, name in enumerate(sorted(counts))}
-        updates.append(
-            {
-                "Update": {
-                    "TableName": table,
-                    "Key": {"pk": {"S": writer_partition(campaign_id, writer)}, "sk": {"S": sk}},
-                    "UpdateExpression": "ADD " + ", ".join(f"{alias} :v{alias[2:]}" for alias in names),
-                    "ExpressionAttributeNames": names,
-                    "ExpressionAttributeValues": {
-                        f":v{alias[2:]}": {"N": str(counts[name])} for alias, name in names.items()
-                    },
-                }
+    return [
+        {
+            "Update": {
+                "TableName": table,
+                "Key": {"pk": {"S": writer_partition(campaign_id, writer)}, "sk": {"S": sk}},
+                **adding(counts),
             }
-        )
-    return updates
+        }
+        for sk, counts in sorted(items.items())
+    ]
+
+
+def adding(counts: Mapping[str, int]) -> dict[str, Any]:
+    """The UpdateExpression (one `ADD` of each count) and its names and values."""
+    names = {f"#a{i}": name for i, name in enumerate(sorted(counts))}
+    return {
+        "UpdateExpression": "ADD " + ", ".join(f"{alias} :v{alias[2:]}" for alias in names),
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": {f":v{alias[2:]}": {"N": str(counts[name])} for alias, name in names.items()},
+    }
 
 
 def mark_update(
@@ -180,16 +183,13 @@ class DynamoDBReportAggregates:
         self._table = table_name
 
     def add_counts(self, campaign_id: str, *, at_ms: int, counts: Mapping[str, int], writer: str) -> None:
-        names = {f"#a{i}": name for i, name in enumerate(sorted(counts))}
         self._client.update_item(
             TableName=self._table,
             Key={
                 "pk": {"S": writer_partition(campaign_id, writer)},
                 "sk": {"S": f"{MINUTE}{minute_of(at_ms):013d}#{writer}"},
             },
-            UpdateExpression="ADD " + ", ".join(f"{alias} :v{alias[2:]}" for alias in names),
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues={f":v{alias[2:]}": {"N": str(counts[name])} for alias, name in names.items()},
+            **adding(counts),
         )
 
     def _items(self, pk: str) -> list[dict[str, Any]]:
@@ -226,11 +226,14 @@ class DynamoDBReportAggregates:
                 )
                 if sk.startswith(MINUTE):
                     start = int(sk[len(MINUTE) :].split("#", 1)[0])
-                    for name in [n for n in counts if group_count_of(n)]:
-                        group, kind = group_count_of(name) or ("", "")
-                        groups.setdefault(group, {}).setdefault(start, Counter())[kind] += counts.pop(name)
-                    for name in [n for n in counts if n in ENGAGEMENT_COUNTS]:
-                        engaged.setdefault(start, Counter())[name] += counts.pop(name)
+                    for name in list(counts):
+                        of_group = group_count_of(name)
+                        if of_group is not None:
+                            groups.setdefault(of_group[0], {}).setdefault(start, Counter())[of_group[1]] += counts.pop(
+                                name
+                            )
+                        elif name in ENGAGEMENT_COUNTS:
+                            engaged.setdefault(start, Counter())[name] += counts.pop(name)
                     if counts:  # a minute of a group's events alone is no minute of outcomes
                         minutes.setdefault(start, Counter()).update(counts)
                 elif sk.startswith(DOMAIN):

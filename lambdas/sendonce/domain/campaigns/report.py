@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sendonce.domain.campaigns.report_data import (
     ENGAGEMENT_COUNTS,
+    GROUP_KINDS,
     MINUTE_MS,
     AuditVerdict,
     Bucket,
@@ -73,12 +74,18 @@ class CampaignReport:
     # Unique opens and clicks, folded like `timeline` (a campaign that tracks them).
     engagement_over_time: list[Bucket] = field(default_factory=list)
 
+    def group_totals(self) -> dict[str, dict[str, int]]:
+        """Each mailbox group's GROUP_KINDS summed over the campaign."""
+        return {
+            group: {kind: sum(b.counts.get(kind, 0) for b in buckets) for kind in GROUP_KINDS}
+            for group, buckets in self.groups_over_time.items()
+        }
+
     def held_back(self) -> dict[str, int]:
         """Where a cap held the campaign back: the emails each mailbox group's cap held to a
         later second (groups with any; the bars with `held` say when). A warm-up cap pauses
         the campaign instead: its marks say so, with the reason."""
-        held = {g: sum(b.counts.get("held", 0) for b in buckets) for g, buckets in self.groups_over_time.items()}
-        return {g: n for g, n in held.items() if n}
+        return {group: totals["held"] for group, totals in self.group_totals().items() if totals["held"]}
 
     @property
     def outcomes(self) -> dict[str, int]:
