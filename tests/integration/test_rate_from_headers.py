@@ -9,7 +9,7 @@ import pytest
 
 from sendonce.adapters.dynamodb.limiter_state import STATE_TTL_S
 from sendonce.adapters.dynamodb.rate_limiter import DynamoDBRateLimiter
-from sendonce.adapters.providers.resend.sender import RateLimitHeaders, ResendProvider
+from sendonce.adapters.providers.resend.sender import RateLimitHeaders, ResendProvider, exhausted_for
 from sendonce.domain.errors import RetryableProviderError
 from sendonce.domain.models import OutboundEmail
 
@@ -131,6 +131,46 @@ def test_a_429_keeps_the_learned_limit_and_a_spent_window_holds_the_next_send(sy
     held_from = clock.now
     assert not shared.acquire("resend", deadline=clock.now + 0.5)
     assert shared.acquire("resend") and clock.now >= held_from + 1.0
+
+
+def test_an_accepted_send_that_spends_the_window_holds_one_place_of_the_limit_not_the_rounded_second(system):
+    # Given a team of 5/s whose window (frozen) the fifth send fills: accepted, remaining 0,
+    # reset 1 (Resend rounds it up to whole seconds)
+    system.resend.set_rate_limit(5)
+    frozen = system.resend.now()
+    system.resend.clock = lambda: frozen
+    clock = FakeClock()
+    shared = limiter(system, clock, rate=5, reserve=1)
+    provider = ResendProvider(api_key="re_test_local", api_url=system.resend.url, limiter=shared)
+    for i in range(5):
+        provider.send(email(system, i))
+
+    # When the consumer asks for its next place
+    held_from = clock.now
+    assert shared.acquire("resend")
+
+    # Then it held one place of the limit (0.2 s), not the whole rounded second
+    assert clock.slept[0] == pytest.approx(0.2) and clock.now - held_from < 1.0
+    # (a refusal holds its whole reset: the test above)
+    headers = RateLimitHeaders(limit_per_s=5, remaining=0, reset_s=1)
+    assert (exhausted_for(headers, accepted=True), exhausted_for(headers, accepted=False)) == (0.2, 1)
+
+
+def test_a_short_hold_keeps_the_places_reserved_after_it(system):
+    # Given a consumer holding places for the rest of its second (paced at 4/s: 0.25 s apart)
+    clock = FakeClock(2_000_000_000.0)
+    shared = limiter(system, clock, rate=5, reserve=1)
+    assert shared.acquire("resend")
+    writes = shared.requests
+
+    # When an answer says the window is spent for 0.3 s
+    shared.exhausted("resend", reset_s=0.3)
+    assert shared.acquire("resend")
+
+    # Then its next send waits for the hold and uses a place it already held (0.5 s into
+    # the second: the one at 0.25 s fell inside the hold), with no new reservation
+    assert clock.now == pytest.approx(2_000_000_000.5)
+    assert shared.requests == writes
 
 
 def test_a_default_team_is_not_sent_429s_by_consumers_configured_too_fast(system, monkeypatch):

@@ -13,11 +13,9 @@ A provider that states its limit (Resend's `ratelimit-limit` on every answer) te
 to every consumer: the learned limit replaces the configured one, shared through the
 state item, so the rate follows the team's real limit before the first 429. The rate in
 force keeps `reserve` requests per second of the limit unused: against a provider that
-counts a sliding second, sends paced at exactly the limit collide whenever one arrives a
-little late and the next a little early, and every answer says remaining 0. With one
-place in reserve the window never fills from our own sends, so an answer with remaining
-0 means the team is busy elsewhere, and the next send waits for the reset the answer
-names (`exhausted`).
+counts a sliding second, sends paced at the limit fill it whenever one is a little late.
+One in reserve makes that rare; an answer that still says remaining 0 holds this
+consumer for as long as the provider's adapter says (`exhausted`; resend/sender.py).
 
 Campaigns sending at once share the rate (domain/sending/shares.py): a consumer asks for
 places *for a campaign* (a `Claimant`); the same `ADD` adds them to the campaign's count in
@@ -484,15 +482,17 @@ class DynamoDBRateLimiter:
                 self._drop_allowances(provider)
 
     def exhausted(self, provider: str, *, reset_s: float) -> None:
-        """The provider said none is left in its window (remaining 0), which resets in
-        `reset_s`: this consumer starts no send to it before then."""
+        """The provider said none is left in its window (remaining 0) for `reset_s`: this
+        consumer starts no send to it before then; its places after that stay its own."""
         if provider not in self._rates:
             return
         with self._lock:
             until = self._clock() + max(0.0, reset_s)
             if until > self._hold_until.get(provider, 0.0):
                 self._hold_until[provider] = until
-                self._drop_allowances(provider)
+                for own, held in self._allowance.items():
+                    if own[0] == provider and held.times:
+                        held.times = [at for at in held.times if at >= until]
 
     def _drop_allowances(self, provider: str) -> None:
         self._allowance = {own: held for own, held in self._allowance.items() if own[0] != provider}

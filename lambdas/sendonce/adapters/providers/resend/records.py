@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import resend
 from resend.exceptions import ResendError
 
-from sendonce.adapters.providers.resend.sender import RateLimitHeaders
+from sendonce.adapters.providers.resend.sender import RateLimitHeaders, exhausted_for
 from sendonce.domain.audit.records import ListedEmail
 from sendonce.domain.models import email_fingerprint
 
@@ -91,13 +91,13 @@ class ResendRecords:
         self.requests = 0
         self.throttled = 0
 
-    def _observe(self, headers: Mapping[str, str] | None) -> RateLimitHeaders:
+    def _observe(self, headers: Mapping[str, str] | None, *, accepted: bool) -> RateLimitHeaders:
         seen = RateLimitHeaders.parse(headers)
         if self._limiter is not None:
             if seen.limit_per_s:
                 self._limiter.observed_limit(self.name, seen.limit_per_s)
             if seen.remaining == 0 and seen.reset_s is not None:
-                self._limiter.exhausted(self.name, reset_s=seen.reset_s)
+                self._limiter.exhausted(self.name, reset_s=exhausted_for(seen, accepted=accepted))
         return seen
 
     def _call(self, request: Callable[[], Any]) -> Any:
@@ -109,7 +109,7 @@ class ResendRecords:
                 response = request()
             except ResendError as exc:
                 headers = getattr(exc, "headers", None)
-                seen = self._observe(headers)
+                seen = self._observe(headers, accepted=False)
                 if str(exc.code) == "429" and getattr(exc, "error_type", "") == "rate_limit_exceeded":
                     self.throttled += 1
                     if self._limiter is not None:
@@ -125,7 +125,7 @@ class ResendRecords:
                     return None
                 raise ResendRecordsError(f"resend {exc.code} {getattr(exc, 'error_type', '')}: {exc}") from exc
             if isinstance(response, dict):
-                self._observe(response.get("http_headers"))
+                self._observe(response.get("http_headers"), accepted=True)
             return response
         raise ResendRecordsError(f"Resend kept answering 429 ({THROTTLE_ATTEMPTS} attempts)")
 

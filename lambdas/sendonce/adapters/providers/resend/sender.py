@@ -74,6 +74,22 @@ class RateLimitHeaders:
         )
 
 
+def exhausted_for(seen: RateLimitHeaders, *, accepted: bool) -> float:
+    """How long a consumer holds its sends after an answer saying remaining 0 (`seen.reset_s`
+    set). A refusal (429): the whole reset. An accepted send that spent the window: one
+    place of the limit (1/limit s), at most the reset. Resend's reset is whole seconds,
+    rounded up, while its window is a sliding second: paced at limit - 1 a second, our own
+    sends fill it whenever one is a few ms late (`limit` sends then span a little under a
+    second), and its oldest leaves within about one place. Holding the whole rounded second
+    cost that consumer's campaign its places (bench-fair's high-priority campaign took 2 of
+    its 3.6 requests/s). A team busy elsewhere still answers the next send with a 429,
+    which holds for its reset and slows every consumer (`throttled`)."""
+    reset = seen.reset_s or 0.0
+    if accepted and seen.limit_per_s:
+        return min(reset, 1 / seen.limit_per_s)
+    return reset
+
+
 def _policy_window(policy: str | None) -> float | None:
     """`RateLimit-Policy: 5;w=1` -> 1 (seconds). Resend sends none; the limit is per second."""
     for part in (policy or "").split(";")[1:]:
@@ -157,7 +173,7 @@ class ResendProvider:
         """Tell `limiter` the team's limit and spent windows from every answer's headers."""
         self._limiter = limiter
 
-    def _observe(self, headers: Mapping[str, str] | None) -> None:
+    def _observe(self, headers: Mapping[str, str] | None, *, accepted: bool) -> None:
         # The SDK hands the answer's headers over as `http_headers` on a dict answer and as
         # `headers` on its errors (resend 2.x, resend/request.py): public, nothing patched.
         if self._limiter is None or not headers:
@@ -167,7 +183,7 @@ class ResendProvider:
             if seen.limit_per_s:
                 self._limiter.observed_limit(self.name, seen.limit_per_s)
             if seen.remaining == 0 and seen.reset_s is not None:
-                self._limiter.exhausted(self.name, reset_s=seen.reset_s)
+                self._limiter.exhausted(self.name, reset_s=exhausted_for(seen, accepted=accepted))
         except Exception:
             logger.warning("could not record Resend's rate-limit headers", exc_info=True)
 
@@ -175,10 +191,10 @@ class ResendProvider:
         try:
             response = send()
         except ResendError as exc:
-            self._observe(getattr(exc, "headers", None))
+            self._observe(getattr(exc, "headers", None), accepted=False)
             raise classify_resend_error(exc) from exc
         if isinstance(response, dict):
-            self._observe(response.get("http_headers"))
+            self._observe(response.get("http_headers"), accepted=True)
         return response
 
     @staticmethod
