@@ -191,7 +191,10 @@ def with_domains(records: list[Record], domains: ZipfDomains) -> list[Record]:
     def redrawn(image: dict[str, Any] | None, domain: str) -> dict[str, Any] | None:
         if not image or "provider_events" not in image:
             return image
-        events = [{"M": {**e["M"], "domain": {"S": domain}}} if "M" in e else e for e in image["provider_events"]["L"]]
+        events = [
+            {"M": {**{k: v for k, v in e["M"].items() if k != "domain"}, "d": {"S": domain}}} if "M" in e else e
+            for e in image["provider_events"]["L"]
+        ]
         return {**image, "provider_events": {"L": events}}
 
     out = []

@@ -79,7 +79,7 @@ def context() -> LocalLambdaContext:
 
 
 def kinds(item: dict) -> list[str]:
-    return sorted(entry["event"] for entry in item.get("provider_events", []))
+    return sorted(entry.get("k") or entry["event"] for entry in item.get("provider_events", []))
 
 
 def run_campaign(system, n: int, provider: str = "resend"):

@@ -125,7 +125,7 @@ def test_a_tracking_campaign_counts_each_opener_and_clicker_once_and_its_ledger_
     assert sum(b.counts.get("opened", 0) for b in report.engagement_over_time) == len(said["email.opened"])
     # The ledger never saw them: its items carry the delivery's events only.
     items = [deliverability.ledger_item("c1", f"r{i}") for i in range(40)]
-    assert {e["event"] for item in items for e in item.get("provider_events", [])} == {"sent", "delivered"}
+    assert {e["k"] for item in items for e in item.get("provider_events", [])} == {"sent", "delivered"}
 
 
 def test_a_campaign_that_does_not_track_records_no_open_and_says_why(system, deliverability):

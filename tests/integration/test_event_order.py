@@ -13,6 +13,7 @@ import json
 import boto3
 import pytest
 
+from sendonce.domain.deliverability import event_order
 from sendonce.domain.deliverability.ports import AnnotationStatus, EventKind, FeedbackCounter, ProviderEvent
 from sendonce.domain.models import DeliveryKey
 from sendonce.handlers import events as events_handler
@@ -53,7 +54,8 @@ def test_a_sent_event_arriving_after_the_delivery_does_not_move_last_event_back(
     assert (delivered.status, late_sent.status) == (AnnotationStatus.APPLIED, AnnotationStatus.APPLIED)
     recorded = item(tables)
     assert recorded["last_event"] == "delivered"
-    assert recorded["last_event_at"] == "2025-05-06T10:15:01.000+00:00"  # the event's own time
+    # the event's own time, as its order key holds it (2025-05-06T10:15:01Z)
+    assert event_order.time_of(recorded["last_event_order"]) == 1_746_526_501_000
     assert kinds(recorded) == ["delivered", "sent"]  # the late event is still recorded
 
 
@@ -88,7 +90,8 @@ def test_within_a_meaning_the_later_event_wins_in_either_order(tables):
         for event_id, at in order:
             events.annotate(event(EventKind.BOUNCED, f"{rid}-{event_id}", at=at, rid=rid))
 
-    assert {item(tables, rid)["last_event_at"] for rid in ("r1", "r2")} == {"2025-05-06T10:17:00.000+00:00"}
+    # 2025-05-06T10:17:00Z, the hard bounce's own time, in both
+    assert {event_order.time_of(item(tables, rid)["last_event_order"]) for rid in ("r1", "r2")} == {1_746_526_620_000}
 
 
 def test_an_item_recorded_before_order_keys_is_compared_by_meaning(tables):
@@ -147,3 +150,31 @@ def test_a_campaign_whose_webhooks_arrive_newest_first_and_twice_ends_with_each_
     # and the counters the brakes read are exact
     feedback = deliverability.ledger_events.feedback("c1")
     assert (feedback.sent, feedback.hard_bounces, feedback.complaints) == (12, 2, 3)
+
+
+def test_an_event_recorded_by_its_id_before_digests_is_not_recorded_again(tables):
+    # Given a bounce recorded as earlier releases did: its whole id in provider_event_ids
+    ledger, events, _, _ = tables
+    claim(ledger, "r1")
+    boto3.client("dynamodb").update_item(
+        TableName=ledger._table,
+        Key=ledger._keys.key(DeliveryKey(campaign_id="c1", recipient_id="r1")),
+        UpdateExpression="SET provider_events = :events, last_event = :b ADD provider_event_ids :ids",
+        ExpressionAttributeValues={
+            ":events": {"L": [{"M": {"event": {"S": "bounced"}, "id": {"S": "ses:b-1"}}}]},
+            ":b": {"S": "bounced"},
+            ":ids": {"SS": ["ses:b-1"]},
+        },
+    )
+
+    # When the provider delivers it again, counted, to a release that records digests
+    again = events.annotate(event(EventKind.BOUNCED, "ses:b-1"), counter=FeedbackCounter.HARD_BOUNCES)
+    fresh = events.annotate(event(EventKind.COMPLAINED, "ses:c-1"), counter=FeedbackCounter.COMPLAINTS)
+
+    # Then it is a duplicate, neither appended nor counted; a new event is, by its digest
+    assert (again.status, fresh.status) == (AnnotationStatus.DUPLICATE, AnnotationStatus.APPLIED)
+    recorded = item(tables)
+    assert kinds(recorded) == ["bounced", "complained"]
+    assert recorded["provider_event_ids"] == {"ses:b-1", event_order.id_digest("ses:c-1")}
+    feedback = events.feedback("c1")
+    assert (feedback.hard_bounces, feedback.complaints) == (0, 1)

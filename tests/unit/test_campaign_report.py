@@ -206,6 +206,25 @@ def test_a_stream_record_names_the_events_a_write_appended_with_their_domains():
     assert change_of(read).at_ms == T0
     unchanged = {**record, "dynamodb": {**record["dynamodb"], "NewImage": record["dynamodb"]["OldImage"]}}
     assert change_of(unchanged) is None
+    # Entries in the short names ledger_events.py writes since 2026-12-07 (a `sent` has no
+    # domain), appended after one in the long names of an item written before
+    short = {
+        **record,
+        "dynamodb": {
+            **record["dynamodb"],
+            "NewImage": {
+                "state": {"S": "sent"},
+                "provider_events": {
+                    "L": [
+                        *record["dynamodb"]["OldImage"]["provider_events"]["L"],
+                        {"M": {"k": {"S": "delivered"}, "t": {"N": str(T0)}, "d": {"S": "b.example"}}},
+                        {"M": {"k": {"S": "sent"}, "t": {"N": str(T0)}, "m": {"S": "m-2"}}},
+                    ]
+                },
+            },
+        },
+    }
+    assert change_of(short).new_events == (("delivered", "b.example"), ("sent", None))
 
 
 def test_the_aggregators_report_writes_spread_over_keys_of_their_own():

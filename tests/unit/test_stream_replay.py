@@ -113,12 +113,12 @@ def test_redrawn_domains_follow_a_zipf_mix_one_domain_per_recipient():
     assert 0.008 < drawn["d9.example.com"] / 20_000 < 0.02
     assert 500 < len(drawn) <= 1000
 
-    event = {"M": {"event": {"S": "sent"}, "domain": {"S": "old.example.com"}}}
+    event = {"M": {"k": {"S": "delivered"}, "d": {"S": "old.example.com"}}}
     record = ledger_record(1, 1000.0, 0, "r7")
     record["dynamodb"]["NewImage"]["provider_events"] = {"L": [event]}
     [changed] = with_domains([record], domains)
     [entry] = changed["dynamodb"]["NewImage"]["provider_events"]["L"]
-    assert entry["M"]["domain"]["S"] == domains.of("r7") and entry["M"]["event"]["S"] == "sent"
+    assert entry["M"]["d"]["S"] == domains.of("r7") and entry["M"]["k"]["S"] == "delivered"
     assert record["dynamodb"]["NewImage"]["provider_events"]["L"][0] is event  # the original is untouched
 
 

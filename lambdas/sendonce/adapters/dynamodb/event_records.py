@@ -34,6 +34,13 @@ def _ms(iso: Any, default: int) -> int:
     return int(parsed.timestamp() * 1000)
 
 
+def _at_ms(entry: dict[str, Any], default: int) -> int:
+    """An entry's time: `t` (epoch ms), else its event's own time, else its arrival."""
+    if entry.get("t") is not None:
+        return int(entry["t"])
+    return _ms(entry.get("occurred_at") or entry.get("at"), default)
+
+
 class LedgerEventRecords:
     proves_absence = False
     retention_ms: int | None = None
@@ -57,8 +64,9 @@ class LedgerEventRecords:
             fingerprint = item.get("email_fp", {}).get("S")
             seen: set[str] = set()
             for entry in _de.deserialize(item["provider_events"]):
-                message_id = entry.get("message_id")
-                if entry.get("event") != "sent" or not message_id or message_id in seen:
+                # ledger_events.py's short names; the long ones in entries written before them
+                message_id = entry.get("m") or entry.get("message_id")
+                if (entry.get("k") or entry.get("event")) != "sent" or not message_id or message_id in seen:
                     continue
                 seen.add(message_id)
                 yield ListedEmail(
@@ -67,7 +75,7 @@ class LedgerEventRecords:
                     sender="",
                     subject="",
                     # Unordered: nothing is reported older than the window it was asked for.
-                    created_at_ms=max(since_ms, _ms(entry.get("occurred_at") or entry.get("at"), since_ms)),
+                    created_at_ms=max(since_ms, _at_ms(entry, since_ms)),
                     campaign_id=campaign_id,
                     recipient_id=recipient_id,
                 )

@@ -3,12 +3,23 @@
 Writes go to the same ledger item as DynamoDBLedger's, keyed by ledger_keys.py,
 and touch only attributes the consumer never writes, except in two conditional moves:
 
-    provider_events      list of {at, event, provider, id, detail?, message_id?, occurred_at?,
-                         domain? (the recipient's, for the report)}
-    provider_event_ids   string set: the ids applied; the dedup condition reads it
-    last_event, last_event_at, last_event_order
-                         the most advanced event recorded (domain/deliverability/event_order.py),
-                         its own time (else its arrival) and its order key; moved only forward
+    provider_events      list of {k: kind, t: its own time (else its arrival), epoch ms,
+                         m?: the provider's message id (a `sent` only), d?: the recipient's
+                         domain (for the report's outcomes by domain: not on a `sent`),
+                         x?: detail}; written before 2026-12-07: {at, event, provider, id,
+                         detail?, message_id?, occurred_at?, domain?}
+    provider_event_ids   string set: the events applied, by `event_order.id_digest` (before
+                         2026-12-07 by their ids); the dedup condition reads both
+    last_event, last_event_order
+                         the most advanced event recorded (domain/deliverability/event_order.py)
+                         and its order key, which holds its own time (`event_order.time_of`);
+                         moved only forward. Items written before 2026-12-07 also hold
+                         last_event_at, that time in ISO 8601, no longer written.
+
+The entries are short (one-letter names, no repeat of what the item holds: its provider,
+the event ids in the set) so that a delivered recipient's item stays under 1 KB through
+its `sent` and `delivered`, and each annotation costs one write unit, not two (issue 35;
+tests/integration/test_ledger_item_size.py).
     provider_sent_id     the provider's message id from its first 'sent' event
     unknown -> sent      resolve_unknown (condition: state = unknown)
     proven_not_sent_at, proven_not_sent_by
@@ -86,7 +97,9 @@ FEEDBACK_COUNTER_SK = "deliverability#feedback"
 
 _APPEND_EVENT = "provider_events = list_append(if_not_exists(provider_events, :empty), :entry)"
 _APPEND_HISTORY = "history = list_append(if_not_exists(history, :empty), :hentry)"
-_NOT_APPLIED = "attribute_exists(#state) AND NOT contains(provider_event_ids, :eid)"
+_NOT_APPLIED = (
+    "attribute_exists(#state) AND NOT contains(provider_event_ids, :eid) AND NOT contains(provider_event_ids, :edig)"
+)
 # Ahead of the recorded last event; an item recorded before order keys existed compares by rank.
 _AHEAD = (
     "(last_event_order < :order OR (attribute_not_exists(last_event_order)"
@@ -152,32 +165,33 @@ class DynamoDBLedgerEvents:
         """The conditional write recording `event` once; with `advance`, also as the
         delivery's last event, on condition that it is ahead of the one recorded."""
         now = _now_iso()
-        entry: dict[str, Any] = {"at": now, "event": event.kind.value, "provider": event.provider, "id": event.event_id}
+        at_ms = event_order.occurred_ms(event)
+        entry: dict[str, Any] = {"k": event.kind.value, "t": at_ms if at_ms is not None else _ms(now)}
+        if event.kind is EventKind.SENT:
+            if event.message_id:
+                entry["m"] = event.message_id
+        elif event.addresses and "@" in event.addresses[0]:
+            # The mailbox provider, for the report's outcomes by domain; the address itself
+            # is never stored.
+            entry["d"] = event.addresses[0].rsplit("@", 1)[1].lower()[:253]
         if event.detail:
-            entry["detail"] = event.detail[:200]
-        if event.message_id:
-            entry["message_id"] = event.message_id
-        if event.occurred_at:
-            entry["occurred_at"] = event.occurred_at
-        if event.addresses and "@" in event.addresses[0]:
-            # The mailbox provider, for the report's bounces and complaints by domain; the
-            # address itself is never stored.
-            entry["domain"] = event.addresses[0].rsplit("@", 1)[1].lower()[:253]
+            entry["x"] = event.detail[:200]
+        digest = event_order.id_digest(event.event_id)
         sets = [_APPEND_EVENT]
         condition = _NOT_APPLIED
         values: dict[str, Any] = {
             ":entry": {"L": [_ser.serialize(entry)]},
             ":empty": {"L": []},
             ":eid": {"S": event.event_id},
-            ":eids": {"SS": [event.event_id]},
+            ":edig": {"S": digest},
+            ":eids": {"SS": [digest]},
         }
         if advance:
-            sets += ["last_event = :kind", "last_event_at = :at", "last_event_order = :order"]
+            sets += ["last_event = :kind", "last_event_order = :order"]
             kinds = event_order.kinds_not_above(event.kind)
             condition += " AND " + _AHEAD.format(kinds=", ".join(f":k{i}" for i in range(len(kinds))))
             values.update({f":k{i}": {"S": kind.value} for i, kind in enumerate(kinds)})
             values[":kind"] = {"S": event.kind.value}
-            values[":at"] = {"S": event_order.occurred_iso(event) or now}
             values[":order"] = {"S": event_order.order_key(event)}
         if event.kind is EventKind.SENT and event.message_id:
             sets.append("provider_sent_id = if_not_exists(provider_sent_id, :mid)")
@@ -213,7 +227,8 @@ class DynamoDBLedgerEvents:
             return self._write(event, key, counter, advance=True)
         except _ConditionFailedError as failed:
             old = failed.item if failed.item is not None else self._read(key)
-        if not old or "state" not in old or event.event_id in old.get("provider_event_ids", {}).get("SS", []):
+        applied = old.get("provider_event_ids", {}).get("SS", []) if old else []
+        if not old or "state" not in old or {event.event_id, event_order.id_digest(event.event_id)} & set(applied):
             return self._not_applied(key, old)
         # Not recorded yet, only behind the last event (it arrived late): record it alone.
         try:

@@ -54,9 +54,10 @@ def _new_events(old: dict[str, Any] | None, new: dict[str, Any] | None) -> tuple
     found = []
     for entry in after[before:]:
         fields = entry.get("M", {})
-        kind = fields.get("event", {}).get("S")
+        # ledger_events.py's short names; "event" and "domain" in entries written before them
+        kind = (fields.get("k") or fields.get("event") or {}).get("S")
         if kind:
-            found.append((kind, fields.get("domain", {}).get("S")))
+            found.append((kind, (fields.get("d") or fields.get("domain") or {}).get("S")))
     return tuple(found)
 
 

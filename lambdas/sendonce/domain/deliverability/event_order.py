@@ -24,11 +24,16 @@ ledger (deliverability/engagement.py keeps them apart), so they have no rank.
 
 `order_key` turns this into one string whose byte order is the event order, so that a
 store can keep the key beside `last_event` and move it only forward with one comparison.
+It names the event by `id_digest` (16 characters), not by its id (Svix's and SES's run to
+40-70): the key rides on every delivered recipient's ledger item, which must stay under
+1 KB so that each event's write costs one write unit (issue 35).
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import hashlib
 from types import MappingProxyType
 
 from sendonce.domain.deliverability.ports import EventKind, ProviderEvent
@@ -49,6 +54,13 @@ RANKS = MappingProxyType(
 _MS_DIGITS = 15  # epoch milliseconds up to the year 33658
 
 
+def id_digest(event_id: str) -> str:
+    """A provider event's id in 16 URL-safe characters (96 bits of its SHA-256): what a
+    store keeps to recognise the event again (a collision between two events of one
+    delivery would take some 2^48 of them)."""
+    return base64.urlsafe_b64encode(hashlib.sha256(event_id.encode()).digest()[:12]).decode()
+
+
 def rank(kind: EventKind) -> int:
     return RANKS[kind]
 
@@ -67,19 +79,16 @@ def occurred_ms(event: ProviderEvent) -> int | None:
     return max(0, int(moment.timestamp() * 1000))
 
 
-def occurred_iso(event: ProviderEvent) -> str | None:
-    """The event's own time as UTC ISO 8601 with milliseconds (what `last_event_at` holds)."""
-    ms = occurred_ms(event)
-    if ms is None:
-        return None
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+def time_of(order: str) -> int:
+    """The event's own time (epoch ms; 0: it carried none) that an `order_key` holds."""
+    return int(order.split(".")[1])
 
 
 def order_key(event: ProviderEvent) -> str:
     """A string that sorts (as bytes) in event order: rank, own time, kind, id. An event
     without a readable time sorts before every timed event of its rank."""
     ms = occurred_ms(event) or 0
-    return f"{rank(event.kind)}.{ms:0{_MS_DIGITS}d}.{event.kind.value}.{event.event_id}"
+    return f"{rank(event.kind)}.{ms:0{_MS_DIGITS}d}.{event.kind.value}.{id_digest(event.event_id)}"
 
 
 def kinds_not_above(kind: EventKind) -> tuple[EventKind, ...]:
