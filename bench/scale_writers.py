@@ -37,7 +37,7 @@ from bench.scale_figures import key_kind
 from sendonce.domain.models import MAX_RECIPIENTS_PER_BATCH
 from sendonce_local.request_counter import RequestCounter
 from sendonce_local.write_units import WriteUnitAccountant
-from sendonce_ops.cost.writers import classify
+from sendonce_ops.cost.writers import WRITERS, classify
 
 # The functions bench-scale runs, each on a session of its own.
 FUNCTIONS = ("api", "consumer", "events", "aggregator")
@@ -221,6 +221,27 @@ def capture(report: Mapping[str, Any], commit: str) -> dict[str, Any]:
     }
 
 
+ENGAGEMENT_WRITERS = tuple(w.name for w in WRITERS if w.scales == "first_engagement")
+
+
+def tracking_capture(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The engagement writers' write units per first open or click, from a `bench-scale
+    --tracking` report (every email opened and clicked): the first-engagement writer's
+    writes are the firsts (one each; a repeat writes nothing)."""
+    campaign = max(report["campaigns"], key=lambda c: c["recipients"])
+    writers = campaign["writers"]["writers"]
+    if any(name not in writers for name in ENGAGEMENT_WRITERS):
+        raise ValueError("the tracking capture needs a bench-scale --tracking report (no engagement writes in it)")
+    firsts = writers[ENGAGEMENT_WRITERS[0]]["writes"]
+    return {
+        "command": report.get("command", "python -m bench.scale --tracking"),
+        "measured_on": report.get("started_at"),
+        "recipients": campaign["recipients"],
+        "firsts": firsts,
+        "write_units_per_first": {name: round(writers[name]["write_units"] / firsts, 4) for name in ENGAGEMENT_WRITERS},
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.scale_writers",
@@ -228,11 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("report", type=Path, help="bench-scale's JSON (--out)")
     parser.add_argument("--out", type=Path, default=Path("src/sendonce_ops/cost/measured.json"))
+    parser.add_argument("--tracking", type=Path, help="a bench-scale --tracking JSON: the engagement writers")
     args = parser.parse_args(argv)
     commit = subprocess.run(
         ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
     ).stdout.strip()
     data = capture(json.loads(args.report.read_text()), commit or "unknown")
+    if args.tracking is not None:
+        data["tracking"] = tracking_capture(json.loads(args.tracking.read_text()))
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     print(f"{args.out}: {', '.join(str(c['recipients']) for c in data['campaigns'])} recipients")
     return 0

@@ -61,6 +61,13 @@ SYNTHETIC = Measured.from_dict(
                 "aggregator: campaign item": {"write_units_per_recipient": 0.005},
             },
         },
+        # bench-scale --tracking: write units per first open or click
+        "tracking": {
+            "write_units_per_first": {
+                "events: first opens and clicks": 2.0,
+                "events: unique opens and clicks per minute": 3.0,
+            }
+        },
     }
 )
 campaign_cost = functools.partial(campaign_cost, measured=SYNTHETIC)
@@ -159,7 +166,7 @@ def test_ledger_time_is_charged_only_when_the_send_rate_does_not_hide_it():
 def test_storage_is_kept_every_month():
     result = campaign_cost(1_000_000, "resend", "single")
 
-    ledger_bytes = 1_000_000 * (700 + 100)
+    ledger_bytes = 1_000_000 * (1000 + 100)
     records_bytes = 10_000 * (10_200 + 100)
     assert result.storage_gb == pytest.approx((ledger_bytes + records_bytes) / 1024**3)
     assert result.storage_per_month == pytest.approx(result.storage_gb * 0.25)
@@ -224,6 +231,28 @@ def test_resend_webhooks_are_api_gateway_requests_and_tracking_adds_events():
     assert item(plain, "webhook requests").unit_price == pytest.approx(1.00e-6)
     assert item(tracked, "webhook requests").quantity == pytest.approx(10_000 * 2.331)
     assert not [i for i in plain.items if i.service == "EventBridge"]
+
+
+def test_tracking_prices_the_first_opens_and_clicks_and_leaves_the_ledger_as_it_is():
+    # Given bench-scale --tracking's figures in the capture (write units per first open or click)
+    plain = campaign_cost(10_000, "resend")
+    tracked = campaign_cost(10_000, "resend", assumptions=Assumptions(open_rate=0.3, click_rate=0.03))
+    per_first = SYNTHETIC.per_first
+    assert per_first == {"events: first opens and clicks": 2.0, "events: unique opens and clicks per minute": 3.0}
+
+    def units(result, name):
+        return next(w for w in result.writers if w.writer.name == name)
+
+    # Then each engagement writer costs its units per first x 0.33 firsts an email (an upper
+    # bound: every open and click taken as a first), and nothing without tracking
+    for name, units_per_first in per_first.items():
+        assert units(tracked, name).write_units == pytest.approx(10_000 * 0.33 * units_per_first)
+        assert "upper bound" in units(tracked, name).basis
+        assert units(plain, name).write_units == 0 and units(plain, name).basis == "tracking off: none"
+    # and opens and clicks are never ledger annotations: those stay as without tracking
+    annotations = "events: ledger annotations"
+    assert units(tracked, annotations).write_units == pytest.approx(units(plain, annotations).write_units)
+    assert tracked.write_units == pytest.approx(plain.write_units + 10_000 * 0.33 * sum(per_first.values()))
 
 
 def test_logs_and_emf_metrics_are_charged_from_the_bytes_each_invocation_writes():

@@ -69,6 +69,13 @@ def test_the_capture_says_how_it_was_measured_and_at_two_sizes():
         assert campaign["provider_events"] > 0
     # every write bench-scale accounted was put under a writer the model describes
     assert [name for name in captured_writers(data) if "unclassified" in name] == []
+    # and the engagement writers' units per first open or click, from a --tracking run
+    tracking = data["tracking"]
+    assert "--tracking" in tracking["command"] and tracking["firsts"] > 0
+    assert set(tracking["write_units_per_first"]) == {
+        "events: first opens and clicks",
+        "events: unique opens and clicks per minute",
+    }
 
 
 def test_a_million_recipients_cost_what_bench_scale_measured_per_recipient_and_every_writer_is_listed():

@@ -7,7 +7,9 @@ measured.json is written by `python -m bench.scale_writers` from a `make bench-s
 the write units it took in each campaign measured, and the line through the smallest and
 the largest: `fixed` (what a campaign costs whatever its size) and `per_recipient`; and,
 from bench-scale's one-by-one campaign (one provider request per recipient), each writer's
-units per recipient: its sending, its events and its aggregator.
+units per recipient: its sending, its events and its aggregator; and, from a
+`bench-scale --tracking` run (`tracking`), the engagement writers' units per first open or
+click.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Measured:
     per_recipient_at: dict[int, float]  # every writer's write units per recipient, per size measured
     requests: dict[str, Line]  # DynamoDB requests per function
     how: dict[str, Any] = field(default_factory=dict)
+    per_first: dict[str, float] = field(default_factory=dict)  # engagement writers: units per first open/click
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measured:
@@ -56,6 +59,7 @@ class Measured:
             per_recipient_at={c["recipients"]: c["write_units_per_recipient"] for c in data["campaigns"]},
             requests={name: Line(**line) for name, line in fit["dynamodb_requests"].items()},
             how=data["how"],
+            per_first=dict((data.get("tracking") or {}).get("write_units_per_first", {})),
         )
 
     @classmethod
@@ -96,7 +100,12 @@ def ledger_writes_per_send(provider: str) -> int:
 
 
 def campaign_writes(
-    measured: Measured, recipients: int, provider: str, mode: str, events_per_email: float
+    measured: Measured,
+    recipients: int,
+    provider: str,
+    mode: str,
+    events_per_email: float,
+    firsts_per_email: float = 0.0,
 ) -> list[WriterUnits]:
     """Every writer's write units for a campaign of `recipients`, in `WRITERS`' order. A
     writer the capture holds and `WRITERS` does not is refused: the model would leave it out.
@@ -105,7 +114,9 @@ def campaign_writes(
     request per recipient): the one-by-one campaign's units per recipient for the writers it
     wrote (its sending, events and aggregator, at its rate), the line for the others (the
     publish's, and a write once a campaign: one that did not grow with the recipients); a
-    provider with no idempotency key adds a ledger write per recipient."""
+    provider with no idempotency key adds a ledger write per recipient. `events_per_email`:
+    the provider events that reach the ledger (not opens and clicks); `firsts_per_email`: a
+    tracking campaign's first opens and clicks per email (0: tracking off)."""
     unknown = sorted((set(measured.writers) | set(measured.one_by_one)) - set(BY_NAME))
     if unknown:
         raise ValueError(f"the capture holds writers the cost model does not know: {', '.join(unknown)}")
@@ -116,6 +127,18 @@ def campaign_writes(
         basis = f"bench-scale's {measured.provider} {measured.mode}-mode campaigns: fixed + per recipient"
         if writer.scales == "not_measured":
             fixed, per_recipient, basis = 0.0, 0.0, "not measured by bench-scale: not priced"
+        elif writer.scales == "first_engagement":
+            per_first = measured.per_first.get(writer.name)
+            fixed, per_recipient = 0.0, (per_first or 0.0) * firsts_per_email
+            if per_first is None:
+                basis = "not in the capture (no bench-scale --tracking run): not priced"
+            elif not firsts_per_email:
+                basis = "tracking off: none"
+            else:
+                basis = (
+                    f"bench-scale --tracking: {per_first:g} per first open or click x {firsts_per_email:g} an email"
+                    " (each open and click taken as a first: an upper bound)"
+                )
         elif mode != measured.mode and writer.batch_only:
             fixed, per_recipient, basis = 0.0, 0.0, f"not written in {mode} mode"
         elif mode != measured.mode and writer.name in measured.one_by_one and line.per_recipient == 0:

@@ -15,11 +15,6 @@ and touch only attributes the consumer never writes, except in two conditional m
                          and its order key, which holds its own time (`event_order.time_of`);
                          moved only forward. Items written before 2026-12-07 also hold
                          last_event_at, that time in ISO 8601, no longer written.
-
-The entries are short (one-letter names, no repeat of what the item holds: its provider,
-the event ids in the set) so that a delivered recipient's item stays under 1 KB through
-its `sent` and `delivered`, and each annotation costs one write unit, not two (issue 35;
-tests/integration/test_ledger_item_size.py).
     provider_sent_id     the provider's message id from its first 'sent' event
     unknown -> sent      resolve_unknown (condition: state = unknown)
     proven_not_sent_at, proven_not_sent_by
@@ -27,6 +22,11 @@ tests/integration/test_ledger_item_size.py).
                          (prove_not_sent, condition: state = unknown, no provider_sent_id)
     unknown -> pending   reopen_unknown (condition: state = unknown, no provider_sent_id,
                          proven_not_sent_at, unless the operator accepts a possible duplicate)
+
+The entries are short (one-letter names, no repeat of what the item holds: its provider,
+the event ids in the set) so that a delivered recipient's item stays under 1 KB through
+its `sent` and `delivered`, and each annotation costs one write unit, not two (issue 35;
+tests/integration/test_ledger_item_size.py).
 
 Counters live in the campaigns table, never on the campaign item (read by every batch):
 
