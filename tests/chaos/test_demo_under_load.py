@@ -42,6 +42,8 @@ def test_the_demo_sizes_the_consumers_time_from_what_it_measures(tmp_path: Path)
     # The slowed message does not fit the old fixed scale; the chosen one holds it with headroom.
     assert scale["message_needs_s"] > OLD_FIXED_USABLE_S
     assert summary["time_scale"] < 45 and scale["timeout_gives_s"] >= scale["message_needs_s"]
+    # What it changes from the deployed defaults, it says: the campaigns' ledger shards too
+    assert summary["consumer"]["ledger_shards"] == {"deployed": 256, "demo": 16}
     demo_timeout = summary["consumer"]["function_timeout_s"]["demo"]
     assert summary["consumer"]["visibility_timeout_s"]["demo"] >= 6 * demo_timeout
     # The faults happened, and the verdict is the demo's point.
