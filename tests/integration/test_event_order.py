@@ -43,6 +43,17 @@ def item(tables, rid: str = "r1") -> dict:
     return {k: TypeDeserializer().deserialize(v) for k, v in raw.items()}
 
 
+def written_before(tables, update: str, values: dict, rid: str = "r1") -> None:
+    """Write a delivery's ledger item as an earlier release left it."""
+    ledger = tables[0]
+    boto3.client("dynamodb").update_item(
+        TableName=ledger._table,
+        Key=ledger._keys.key(DeliveryKey(campaign_id="c1", recipient_id=rid)),
+        UpdateExpression=update,
+        ExpressionAttributeValues=values,
+    )
+
+
 def test_a_sent_event_arriving_after_the_delivery_does_not_move_last_event_back(tables):
     # The defect of issue 18: `last_event` went from delivered back to sent.
     ledger, events, _, _ = tables
@@ -97,11 +108,10 @@ def test_within_a_meaning_the_later_event_wins_in_either_order(tables):
 def test_an_item_recorded_before_order_keys_is_compared_by_meaning(tables):
     ledger, events, _, _ = tables
     claim(ledger, "r1")
-    boto3.client("dynamodb").update_item(
-        TableName=ledger._table,
-        Key=ledger._keys.key(DeliveryKey(campaign_id="c1", recipient_id="r1")),
-        UpdateExpression="SET last_event = :d, last_event_at = :at",
-        ExpressionAttributeValues={":d": {"S": "delivered"}, ":at": {"S": "2025-05-06T10:15:01.000+00:00"}},
+    written_before(
+        tables,
+        "SET last_event = :d, last_event_at = :at",
+        {":d": {"S": "delivered"}, ":at": {"S": "2025-05-06T10:15:01.000+00:00"}},
     )
 
     events.annotate(event(EventKind.SENT, "s"))
@@ -156,11 +166,10 @@ def test_an_event_recorded_by_its_id_before_digests_is_not_recorded_again(tables
     # Given a bounce recorded as earlier releases did: its whole id in provider_event_ids
     ledger, events, _, _ = tables
     claim(ledger, "r1")
-    boto3.client("dynamodb").update_item(
-        TableName=ledger._table,
-        Key=ledger._keys.key(DeliveryKey(campaign_id="c1", recipient_id="r1")),
-        UpdateExpression="SET provider_events = :events, last_event = :b ADD provider_event_ids :ids",
-        ExpressionAttributeValues={
+    written_before(
+        tables,
+        "SET provider_events = :events, last_event = :b ADD provider_event_ids :ids",
+        {
             ":events": {"L": [{"M": {"event": {"S": "bounced"}, "id": {"S": "ses:b-1"}}}]},
             ":b": {"S": "bounced"},
             ":ids": {"SS": ["ses:b-1"]},
