@@ -84,3 +84,28 @@ def test_the_reason_names_the_opening_it_waits_for():
     reason = warmup.pause_reason("warm.example", 2_000, opens)
     assert reason == "warm-up: 2,000 of 2,000 today (warm.example); opens 2026-12-08T00:00:00Z"
     assert warmup.waits_for(reason, opens) and not warmup.waits_for(reason, opens + warmup.DAY_MS)
+
+
+def test_a_throttle_retry_asks_again_on_the_place_already_taken_and_counts_once(model):
+    """Found by the deep profile (SesSingle, `make verify` of 609600a): the provider said
+    "too fast" to u1's email and the consumer asked again within the same call, on the one
+    place it had taken; the model counted each ask as an email and saw 4 on a day of cap 2
+    while the day's item said 2. A retry is the same email (the same object), counted once."""
+    model.u1_publish(size=7)
+    first = next(m for m in model.queue.messages if '"campaign_id":"u1"' in m.body)
+    model.provider.script.append("rate_limited")  # the first ask refused, its retry accepted
+    model._process(first)
+    model.rig.drain()
+
+    assert not model.provider.script  # the refusal was met, and the retry made
+    assert sum(sent_of_u1(model).values()) == WARM_DAILY[0] == sum(model.u1_sent_by_day.values())
+    model.no_day_sends_more_of_u1_than_its_cap()
+
+
+def test_a_consumer_that_ignores_the_cap_fails_the_days_invariant(model, monkeypatch):
+    """The check can fail: with no warm-up places taken, the first day sends past its cap."""
+    monkeypatch.setattr(model.consumer._sender, "_warmup_budget", None)
+    model.u1_publish(size=7)
+    model.rig.drain()
+    with pytest.raises(AssertionError, match="emails asked of the provider on .* cap 2"):
+        model.no_day_sends_more_of_u1_than_its_cap()
