@@ -63,8 +63,16 @@ class SendOnceGrants:
         )
         # The campaign (GetItem) and its automatic moves (UpdateItem); batch mode's send
         # groups (conditional PutItem, GetItem, Query); the shared rate limiter's slots
-        # (UpdateItem) and throttle state (PutItem, GetItem).
-        self._grant_campaigns(function, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
+        # (UpdateItem) and throttle state (PutItem, GetItem), the reads a reservation needs
+        # together in one BatchGetItem.
+        self._grant_campaigns(
+            function,
+            "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:Query",
+        )
         # One consistent BatchGetItem per message before sending; the consumer never writes it.
         self.tables.suppressions.grant(function, "dynamodb:GetItem", "dynamodb:BatchGetItem")
         # Poison batches are moved to the DLQ by the consumer itself (SendMessage only; the

@@ -214,7 +214,14 @@ def _expected(synth: Synthesized, handler: str) -> dict[str, set[str]]:
     if handler == CONSUMER_HANDLER:
         expected |= {
             "ledger": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
-            "campaigns": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"},
+            # BatchGetItem: the limiter's state and slot items a reservation reads together.
+            "campaigns": {
+                "dynamodb:GetItem",
+                "dynamodb:BatchGetItem",
+                "dynamodb:PutItem",
+                "dynamodb:UpdateItem",
+                "dynamodb:Query",
+            },
             "suppressions": {"dynamodb:GetItem", "dynamodb:BatchGetItem"},
             "queue": set(EVENT_SOURCE),
             "dead_letter_queue": {"sqs:SendMessage"},

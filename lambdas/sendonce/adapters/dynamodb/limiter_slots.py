@@ -2,19 +2,15 @@
 domain/sending/sending_now.py): a window of seconds is one Query on the provider's
 partition (`pk = limiter#<provider>`, `sk BETWEEN slot#<first> AND slot#<last>`; epoch
 seconds have 10 digits until 2286, so the keys' string order is time order). The key layout
-and the per-campaign attributes are rate_limiter.py's."""
+and the per-campaign attributes are limiter_requests.py's."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from sendonce.adapters.dynamodb.rate_limiter import (
-    CLAIMANT_PREFIX,
-    COUNT_PREFIX,
-    DWELL_PREFIX,
-    DynamoDBRateLimiter,
-)
+from sendonce.adapters.dynamodb.limiter_requests import CLAIMANT_PREFIX, COUNT_PREFIX, DWELL_PREFIX
+from sendonce.adapters.dynamodb.rate_limiter import DynamoDBRateLimiter
 from sendonce.adapters.providers.descriptor import Pace
 from sendonce.domain.sending.sending_now import SlotUsage
 from sendonce.domain.sending.shares import Claimant

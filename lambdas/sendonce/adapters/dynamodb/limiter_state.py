@@ -40,12 +40,25 @@ class LimiterState:
 
     def read(self, provider: str) -> SharedState:
         """The state as last read, read again when older than `STATE_TTL_S`."""
-        now = self._clock()
-        cached = self._state.get(provider)
-        if cached and now - cached.read_at < STATE_TTL_S:
-            return cached
+        if not self.stale(provider):
+            return self._state[provider]
         self.requests += 1
         item = self._client.get_item(TableName=self._table, Key=_key(provider)).get("Item") or {}
+        return self.adopt(provider, item)
+
+    def stale(self, provider: str) -> bool:
+        """Whether the next `read` asks DynamoDB (this copy is missing or too old)."""
+        cached = self._state.get(provider)
+        return cached is None or self._clock() - cached.read_at >= STATE_TTL_S
+
+    @staticmethod
+    def key(provider: str) -> dict[str, Any]:
+        """The state item's key (for a caller that reads it with other items in one request)."""
+        return _key(provider)
+
+    def adopt(self, provider: str, item: dict[str, Any]) -> SharedState:
+        """The state item as read now (empty: there is none yet), kept as this consumer's copy."""
+        now = self._clock()
         factor = 1.0
         if "factor" in item:
             cut = float(item["factor"]["N"])

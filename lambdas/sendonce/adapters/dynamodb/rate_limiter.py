@@ -21,14 +21,11 @@ Campaigns sending at once share the rate (domain/sending/shares.py): a consumer 
 places *for a campaign* (a `Claimant`); the same `ADD` adds them to the campaign's count in
 the slot, which may not pass its places there. Who is sending is what the slot items say
 (each reservation returns its item; a consumer's first in a second reads the previous
-one's), remembered for `PRESENCE_S`. A campaign with no place in a slot, or that finds it
+one's, with the state item, in one request), remembered for `PRESENCE_S`. A campaign with no place in a slot, or that finds it
 full, still says it is there (one write, unless the slot already says so). A paused or
 finished campaign asks nothing: within `PRESENCE_S` its share is the others'.
 
-    pk = limiter#<provider>, sk = slot#<epoch second>   reserved sends in that second;
-                                                        per campaign: n#<id> places taken,
-                                                        w#<id> how it shares, d#<id> the
-                                                        dwell of its latest message (ms)
+    pk = limiter#<provider>, sk = slot#<epoch second>   see limiter_requests.py
     pk = limiter#<provider>, sk = state                 see limiter_state.py
 """
 
@@ -44,16 +41,22 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from sendonce.adapters.dynamodb.limiter_requests import (
+    CLAIMANT_PREFIX,
+    COUNT_PREFIX,
+    SLOT_RETENTION_S,
+    claimant_names,
+    reservation,
+    slot_key,
+)
 from sendonce.adapters.dynamodb.limiter_state import LimiterState
 from sendonce.domain.sending.pacing import indexed_times, spread_times
 from sendonce.domain.sending.shares import Claimant, divide, places_in_slot, rate_in_force
 
-SLOT_RETENTION_S = 3600
 PRESENCE_S = 2.0  # a campaign seen in a slot this recently is sending: its share is kept
 # For this much of each slot shares are among the campaigns seen in the last PRESENCE_S;
 # after it, among those that asked in this slot (work-conserving).
 SHARES_BIND_S = 0.5
-COUNT_PREFIX, CLAIMANT_PREFIX, DWELL_PREFIX = "n#", "w#", "d#"
 SHARE_SPENT = -1
 # Below this rate late places are dropped for a provider with a reserve (pacing.py).
 STRICT_SPACING_MAX_RATE = 50.0
@@ -198,12 +201,13 @@ class DynamoDBRateLimiter:
             return allowance.times.pop(0)
         if self._full.get(provider) == slot or self._share_spent.get(own) == phase:
             return None
+        if claimant is not None:
+            self._read_slots(provider, slot, late=phase[1])
         rate = self.rate(provider)
         capacity = max(1, math.floor(rate))
         want = self._want(allowance, slot, capacity)
         mine = None
         if claimant is not None:
-            self._look_back(provider, slot)
             mine = self._places(provider, claimant, slot, late=phase[1])
             want = min(want, mine)
             if want <= 0:  # its share gives it no place in this part of the slot
@@ -271,15 +275,7 @@ class DynamoDBRateLimiter:
 
     def _in_slot(self, provider: str, slot: int) -> dict[str, Claimant]:
         """The campaigns that asked in this slot (its item, read once late in the slot)."""
-        if self._slot_read.get(provider) != slot:
-            self._slot_read[provider] = slot
-            self._requests += 1
-            item = self._client.get_item(
-                TableName=self._table,
-                Key={"pk": {"S": f"limiter#{provider}"}, "sk": {"S": f"slot#{slot}"}},
-                ConsistentRead=True,
-            ).get("Item")
-            self._learn(provider, item or {}, slot=slot)
+        self._read_slots(provider, slot, late=True)
         seen = self._this_slot.get(provider)
         return dict(seen.claimants) if seen and seen.slot == slot else {}
 
@@ -327,7 +323,7 @@ class DynamoDBRateLimiter:
             self._requests += 1
             try:
                 response = self._client.update_item(
-                    **self._reservation(provider, slot, n, capacity, claimant, mine, dwell_ms)
+                    **reservation(self._table, provider, slot, n, capacity, claimant, mine, dwell_ms)
                 )
             except ClientError as exc:
                 if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
@@ -353,55 +349,6 @@ class DynamoDBRateLimiter:
             return n, int(response["Attributes"]["used"]["N"]) - n
         return 0, 0
 
-    def _reservation(
-        self,
-        provider: str,
-        slot: int,
-        n: int,
-        capacity: int,
-        claimant: Claimant | None,
-        mine: int | None,
-        dwell_ms: int | None,
-    ) -> dict[str, Any]:
-        """The conditional `ADD` of `n` places (within `mine` for a claimant, who says it sends)."""
-        update = "ADD used :n SET expires_at = :exp"
-        condition = "(attribute_not_exists(used) OR used <= :room)"
-        names: dict[str, str] = {}
-        values = {
-            ":n": {"N": str(n)},
-            ":room": {"N": str(capacity - n)},
-            ":exp": {"N": str(slot + SLOT_RETENTION_S)},
-        }
-        if claimant is not None:
-            update = "ADD used :n, #mine :n SET expires_at = :exp, #who = :who"
-            names = self._names(claimant)
-            values[":who"] = {"S": claimant.encode()}
-            if mine is not None:
-                condition += " AND (attribute_not_exists(#mine) OR #mine <= :myroom)"
-                values[":myroom"] = {"N": str(mine - n)}
-            if dwell_ms is not None:
-                update += ", #dwell = :dwell"
-                values[":dwell"] = {"N": str(max(0, int(dwell_ms)))}
-            else:
-                names.pop("#dwell")
-        request: dict[str, Any] = {
-            "TableName": self._table,
-            "Key": {"pk": {"S": f"limiter#{provider}"}, "sk": {"S": f"slot#{slot}"}},
-            "UpdateExpression": update,
-            "ConditionExpression": condition,
-            "ExpressionAttributeValues": values,
-            "ReturnValues": "ALL_NEW" if claimant is not None else "UPDATED_NEW",
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-        if names:
-            request["ExpressionAttributeNames"] = names
-        return request
-
-    @staticmethod
-    def _names(claimant: Claimant) -> dict[str, str]:
-        cid = claimant.campaign_id
-        return {"#mine": COUNT_PREFIX + cid, "#who": CLAIMANT_PREFIX + cid, "#dwell": DWELL_PREFIX + cid}
-
     def _present(self, provider: str, slot: int, claimant: Claimant, dwell_ms: int | None) -> None:
         """A campaign whose share gives it no place in this slot says it is sending (no place),
         unless the slot already says so (any consumer of it wrote there)."""
@@ -409,7 +356,7 @@ class DynamoDBRateLimiter:
         if seen is not None and seen.slot == slot and claimant.campaign_id in seen.claimants:
             return
         self._requests += 1
-        names = self._names(claimant)
+        names = claimant_names(claimant)
         update = "SET expires_at = :exp, #who = :who"
         values = {":exp": {"N": str(slot + SLOT_RETENTION_S)}, ":who": {"S": claimant.encode()}}
         if dwell_ms is not None:
@@ -420,7 +367,7 @@ class DynamoDBRateLimiter:
         names.pop("#mine")
         response = self._client.update_item(
             TableName=self._table,
-            Key={"pk": {"S": f"limiter#{provider}"}, "sk": {"S": f"slot#{slot}"}},
+            Key=slot_key(provider, slot),
             UpdateExpression=update,
             ExpressionAttributeNames=names,
             ExpressionAttributeValues=values,
@@ -428,18 +375,47 @@ class DynamoDBRateLimiter:
         )
         self._learn(provider, response["Attributes"], slot=slot)
 
-    def _look_back(self, provider: str, slot: int) -> None:
-        """Once per slot: who sent in the whole previous second. A consumer that writes early
-        in each second would otherwise never see those that write late in it."""
-        if self._looked_back.get(provider) == slot:
+    def _read_slots(self, provider: str, slot: int, *, late: bool) -> None:
+        """What a campaign's reservation reads first, in one request: who sent in the whole
+        previous second, once a slot (a consumer that writes early in each second would
+        otherwise never see those that write late in it); late in a slot, who asked in it;
+        and with them the state item (`LimiterState`; read alone once its copy is 2 s old).
+        A batch-mode consumer asks about once a second and found all three due on each
+        message: one `BatchGetItem`, not three `GetItem`s (issue 35). A key the batch leaves
+        unprocessed is asked for again, up to `RESERVE_TRIES` requests in all."""
+        due: dict[str, dict[str, Any]] = {}
+        if self._looked_back.get(provider) != slot:
+            due["back"] = slot_key(provider, slot - 1)
+        if late and self._slot_read.get(provider) != slot:
+            due["slot"] = slot_key(provider, slot)
+        if not due:
             return
-        self._looked_back[provider] = slot
-        self._requests += 1
-        item = self._client.get_item(
-            TableName=self._table, Key={"pk": {"S": f"limiter#{provider}"}, "sk": {"S": f"slot#{slot - 1}"}}
-        ).get("Item")
-        if item:
-            self._learn(provider, item)
+        due["state"] = self._state.key(provider)  # half a read unit more, no request more
+        found: dict[str, dict[str, Any]] = {}
+        keys = list(due.values())
+        for _ in range(RESERVE_TRIES):
+            self._requests += 1
+            response = self._client.batch_get_item(
+                RequestItems={self._table: {"Keys": keys, "ConsistentRead": "slot" in due}}
+            )
+            found.update((item["sk"]["S"], item) for item in response.get("Responses", {}).get(self._table, []))
+            keys = response.get("UnprocessedKeys", {}).get(self._table, {}).get("Keys", [])
+            if not keys:
+                break
+        left = {key["sk"]["S"] for key in keys}
+        for what, key in due.items():
+            sk = key["sk"]["S"]
+            if sk in left:  # not read: asked for again at the next reservation
+                continue
+            item = found.get(sk, {})
+            if what == "state":
+                self._state.adopt(provider, item)
+            elif what == "back":
+                self._looked_back[provider] = slot
+                self._learn(provider, item)
+            else:
+                self._slot_read[provider] = slot
+                self._learn(provider, item, slot=slot)
 
     def _learn(self, provider: str, item: Mapping[str, Any], *, slot: int | None = None) -> None:
         """Who a slot item says is sending (every campaign that wrote to it); `slot`: the
