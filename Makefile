@@ -96,7 +96,8 @@ test-chaos: $(STAMP)
 # each counterexample passing on the real code; two worker processes take the mutants in turn.
 # Exits 1 otherwise. Figures: model-figures.json and mutants.jsonl. Run it after any change to
 # claims, leases, groups, counters or campaign states. About 90 minutes on the 2-core machine
-# (2026-12-03, clean clone, beside other runs for part of it: venv 2 min, deep profile 78, mutants 8).
+# (2026-12-03, clean clone, beside other runs for part of it: venv 2 min, deep profile 78, mutants 8;
+# 2026-12-07, beside benchmarks: deep profile 42, mutants 13).
 MUTANT_EXAMPLES ?= 100
 VERIFY_WORKERS ?= 2
 verify: $(STAMP)
