@@ -21,9 +21,10 @@ Campaigns sending at once share the rate (domain/sending/shares.py): a consumer 
 places *for a campaign* (a `Claimant`); the same `ADD` adds them to the campaign's count in
 the slot, which may not pass its places there. Who is sending is what the slot items say
 (each reservation returns its item; a consumer's first in a second reads the previous
-one's, with the state item, in one request), remembered for `PRESENCE_S`. A campaign with no place in a slot, or that finds it
-full, still says it is there (one write, unless the slot already says so). A paused or
-finished campaign asks nothing: within `PRESENCE_S` its share is the others'.
+one's, with the state item, in one request), remembered for `PRESENCE_S`. A campaign with
+no place in a slot, or that finds it full, still says it is there (one write, unless the
+slot already says so). A paused or finished campaign asks nothing: within `PRESENCE_S` its
+share is the others'.
 
     pk = limiter#<provider>, sk = slot#<epoch second>   see limiter_requests.py
     pk = limiter#<provider>, sk = state                 see limiter_state.py
