@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import json
 import pickle
+import re
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -21,12 +23,18 @@ def expressions_parsed_once(replace: Replace) -> None:
     update expression twice.
 
     The patch caches parsed update expressions by their text, and parsed conditions by
-    their text, names and values (up to 4,096 of each; the cache starts over when full).
-    The trees are not changed once built: the validator copies an update expression's tree
-    before it resolves it.
+    their text and the names and values it refers to (up to 4,096 of each; the cache starts
+    over when full). A request's values are mostly its update's (a group's completion gives
+    each item its own message id and time, its condition only the owner and states): keyed
+    by all of them, such a condition was parsed again for every item. The trees are not
+    changed once built: the validator copies an update expression's tree before it resolves
+    it.
 
-    Trade: none expected; a condition whose names or values do not serialize as JSON is
-    parsed as before.
+    A condition with values of its own per item (a claim's payload hash) misses that cache;
+    its text is lexed once (the lexer's nodes are a function of the text alone).
+
+    Trade: none expected; a condition whose names or values do not serialize as JSON, or
+    whose placeholders are not plain words, is parsed as before.
     """
     import moto.dynamodb.comparisons as comparisons
     import moto.dynamodb.models as models
@@ -50,15 +58,24 @@ def expressions_parsed_once(replace: Replace) -> None:
     replace(responses, "UpdateExpressionParser", CachedUpdateExpressionParser)
 
     conditions: dict[tuple[Any, str, str], tuple[Any, list[str], list[str]]] = {}
+    placeholder = re.compile(r"[:#][A-Za-z0-9_]+")
     stock_parse = comparisons.ConditionExpressionParser.parse
+
+    def referred(expression: str, given: Any) -> Any:
+        """The entries of `given` (names or values) whose placeholder `expression` uses."""
+        if not isinstance(given, dict) or not all(placeholder.fullmatch(k) for k in given):
+            raise ValueError("not plain placeholders")
+        used = set(placeholder.findall(expression))
+        return {k: v for k, v in given.items() if k in used}
 
     @functools.wraps(stock_parse)
     def parse(self: Any) -> Any:
+        expression = self.condition_expression or ""
         try:
             key = (
                 self.condition_expression,
-                json.dumps(self.expression_attribute_names, sort_keys=True),
-                json.dumps(self.expression_attribute_values, sort_keys=True),
+                json.dumps(referred(expression, self.expression_attribute_names or {}), sort_keys=True),
+                json.dumps(referred(expression, self.expression_attribute_values or {}), sort_keys=True),
             )
         except (TypeError, ValueError):
             return stock_parse(self)
@@ -74,6 +91,26 @@ def expressions_parsed_once(replace: Replace) -> None:
         return cached[0]
 
     replace(comparisons.ConditionExpressionParser, "parse", parse)
+
+    # A condition the cache above cannot answer (its own values differ item by item: a
+    # claim's payload hash) is still the same text: its tokens are lexed once. Each parse
+    # gets nodes of its own (their `children` lists are mutable).
+    lexed: dict[str, tuple[tuple[str, str], ...]] = {}
+    stock_lex = comparisons.ConditionExpressionParser._lex_condition_expression
+
+    @functools.wraps(stock_lex)
+    def lex(self: Any) -> Any:
+        expression = self.condition_expression
+        tokens = lexed.get(expression)
+        if tokens is None:
+            nodes = stock_lex(self)
+            if len(lexed) >= cache_limit:
+                lexed.clear()
+            tokens = lexed[expression] = tuple((node.nonterminal, node.text) for node in nodes)
+        literal = self.Kind.LITERAL
+        return deque(self.Node(nonterminal=n, kind=literal, text=t, value=t, children=[]) for n, t in tokens)
+
+    replace(comparisons.ConditionExpressionParser, "_lex_condition_expression", lex)
 
 
 def update_validators_check_root_once(replace: Replace) -> None:

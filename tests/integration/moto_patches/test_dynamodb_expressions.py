@@ -4,6 +4,7 @@ once; the one difference in answers they document."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from tests.integration.moto_patches.helpers import (
     _ledger_tables,
     _n,
     _outcome,
+    _s,
     _scan,
     moto_as,
 )
@@ -102,3 +104,50 @@ def test_an_invalid_update_of_a_missing_item_leaves_a_key_only_item_with_the_spe
         assert re.search(r"Two document paths overlap with each other", refusal["message"])
         left = _scan(ddb, "ledger")
         assert left == ([_key("c1", "missing")] if leaves_key_only_item else [])
+
+
+def _settle(ddb: Any, sk: str, *, owner: str, message_id: str) -> dict[str, Any]:
+    """A group member's completion: its condition names the owner; its update, a value of its own."""
+    return _outcome(
+        ddb.update_item,
+        TableName="ledger",
+        Key=_key("c1", sk),
+        UpdateExpression="SET #state = :sent, provider_message_id = :mid",
+        ConditionExpression="#owner = :me",
+        ExpressionAttributeNames={"#state": "state", "#owner": "owner"},
+        ExpressionAttributeValues={":sent": _s("sent"), ":mid": _s(message_id), ":me": _s(owner)},
+    )
+
+
+@pytest.mark.parametrize(("profile", "parsed"), [("stock", True), ("defects", True), ("speed", False)])
+def test_a_condition_is_parsed_once_whatever_values_only_the_update_uses(profile: str, parsed: bool) -> None:
+    with moto_as(profile) as ddb:
+        _ledger_tables(ddb)
+        for sk in ("r000", "r001"):
+            ddb.put_item(TableName="ledger", Item={**_key("c1", sk), "owner": _s("worker-1")})
+        assert "error" not in _settle(ddb, "r000", owner="worker-1", message_id="m-0")
+
+        # Another member: the same condition and owner, its own message id
+        calls = _calls(lambda: _settle(ddb, "r001", owner="worker-1", message_id="m-1"))
+
+        assert (calls["moto/dynamodb/comparisons.py:parse"] > 0) is parsed
+        assert _scan(ddb, "ledger")[1]["provider_message_id"] == _s("m-1")
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_condition_whose_own_value_differs_is_not_answered_from_the_cache(profile: str) -> None:
+    with moto_as(profile) as ddb:
+        _ledger_tables(ddb)
+        for sk in ("r000", "r001"):
+            ddb.put_item(TableName="ledger", Item={**_key("c1", sk), "owner": _s("worker-1")})
+        assert "error" not in _settle(ddb, "r000", owner="worker-1", message_id="m-0")
+
+        # The same condition text, another owner: refused, as stock moto refuses it
+        refusal: dict[str, Any] = {}
+        calls = _calls(lambda: refusal.update(_settle(ddb, "r001", owner="worker-2", message_id="m-1")))
+
+        assert refusal["error"] == "ConditionalCheckFailedException"
+        assert "provider_message_id" not in _scan(ddb, "ledger")[1]
+        # parsed again (its own value differs), but with the speed patches not lexed again
+        assert calls["moto/dynamodb/comparisons.py:parse"] > 0
+        assert (calls["moto/dynamodb/comparisons.py:_lex_one_node"] > 0) is (profile != "speed")
