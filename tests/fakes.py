@@ -892,3 +892,18 @@ class FakeProviderAccount:
     def state(self) -> AccountState:
         self.reads += 1
         return self.current
+
+
+class LimiterClock:
+    """Time in epoch seconds for the shared limiter only: `sleep` moves it, nothing waits."""
+
+    def __init__(self, now: float = 2_000_000_000.0):
+        self.now = now
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += max(0.0, seconds)

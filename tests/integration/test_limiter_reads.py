@@ -13,21 +13,11 @@ import pytest
 
 from sendonce.adapters.dynamodb.rate_limiter import DynamoDBRateLimiter
 from sendonce.domain.sending.shares import Claimant
+from tests.fakes import LimiterClock
 
 pytestmark = pytest.mark.integration
 
 START = 1_800_000_000.0
-
-
-class Clock:
-    def __init__(self, now: float):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += max(0.0, seconds)
 
 
 def counted_client() -> tuple[Any, Counter[str]]:
@@ -37,7 +27,7 @@ def counted_client() -> tuple[Any, Counter[str]]:
     return client, calls
 
 
-def limiter(system, client: Any, clock: Clock, rate: float = 8) -> DynamoDBRateLimiter:
+def limiter(system, client: Any, clock: LimiterClock, rate: float = 8) -> DynamoDBRateLimiter:
     return DynamoDBRateLimiter(
         client=client,
         table_name=system.resources.campaigns_table,
@@ -49,7 +39,7 @@ def limiter(system, client: Any, clock: Clock, rate: float = 8) -> DynamoDBRateL
 
 def test_a_message_a_second_late_in_its_slot_reads_once_and_writes_once(system):
     client, calls = counted_client()
-    clock = Clock(START)
+    clock = LimiterClock(START)
     one = limiter(system, client, clock)
     for k in range(5):  # a batch-mode message every 2 s, each asking late in its second
         clock.now = START + 2 * k + 0.7
@@ -68,11 +58,11 @@ def test_what_the_one_read_finds_is_what_three_reads_found(system):
         TableName=table,
         Item={"pk": {"S": "limiter#resend"}, "sk": {"S": "state"}, "limit": {"N": "4"}, "limit_seen_at": {"N": "1"}},
     )
-    other = limiter(system, setup, Clock(START + 0.9), rate=4)
+    other = limiter(system, setup, LimiterClock(START + 0.9), rate=4)
     assert other.acquire("resend", claimant=Claimant("other"))  # late in the previous second
 
     client, calls = counted_client()
-    clock = Clock(START + 1.1)
+    clock = LimiterClock(START + 1.1)
     one = limiter(system, client, clock, rate=8)
     assert one.acquire("resend", claimant=Claimant("c1"))
 
@@ -109,7 +99,7 @@ def test_keys_the_batch_leaves_unprocessed_are_asked_for_again(system):
     )
     client, calls = counted_client()
     flaky = UnprocessedOnce(client)
-    one = limiter(system, flaky, Clock(START + 0.7))
+    one = limiter(system, flaky, LimiterClock(START + 0.7))
 
     assert one.acquire("resend", claimant=Claimant("c1"))
 

@@ -12,26 +12,12 @@ from sendonce.adapters.dynamodb.rate_limiter import DynamoDBRateLimiter
 from sendonce.adapters.providers.resend.sender import RateLimitHeaders, ResendProvider, exhausted_for
 from sendonce.domain.errors import RetryableProviderError
 from sendonce.domain.models import OutboundEmail
+from tests.fakes import LimiterClock
 
 pytestmark = pytest.mark.integration
 
 
-class FakeClock:
-    """Time for the limiter only: `sleep` moves it, nothing waits."""
-
-    def __init__(self, now: float = 2_000_000_000.0):
-        self.now = now
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += max(0.0, seconds)
-
-
-def limiter(system, clock: FakeClock, *, rate: float = 10.0, reserve: float = 1.0) -> DynamoDBRateLimiter:
+def limiter(system, clock: LimiterClock, *, rate: float = 10.0, reserve: float = 1.0) -> DynamoDBRateLimiter:
     return DynamoDBRateLimiter(
         client=boto3.client("dynamodb"),
         table_name=system.resources.campaigns_table,
@@ -43,7 +29,7 @@ def limiter(system, clock: FakeClock, *, rate: float = 10.0, reserve: float = 1.
     )
 
 
-def send_times(limiter: DynamoDBRateLimiter, clock: FakeClock, n: int) -> list[float]:
+def send_times(limiter: DynamoDBRateLimiter, clock: LimiterClock, n: int) -> list[float]:
     times = []
     for _ in range(n):
         assert limiter.acquire("resend")
@@ -84,7 +70,7 @@ def test_the_headers_are_read_from_successes_and_errors_alike():
 def test_a_limit_learned_from_resend_headers_changes_every_consumers_pacing(system):
     # Given a team limit of 3/s at Resend and consumers configured for 10/s
     system.resend.set_rate_limit(3)
-    clock = FakeClock()
+    clock = LimiterClock()
     here, elsewhere = limiter(system, clock), limiter(system, clock)
     provider = ResendProvider(api_key="re_test_local", api_url=system.resend.url, limiter=here)
     before = send_times(elsewhere, clock, 18)
@@ -110,7 +96,7 @@ def test_a_429_keeps_the_learned_limit_and_a_spent_window_holds_the_next_send(sy
     system.resend.set_rate_limit(1)
     frozen = system.resend.now()
     system.resend.clock = lambda: frozen  # the server's window never moves on: the second send is a 429
-    clock = FakeClock()
+    clock = LimiterClock()
     shared = limiter(system, clock)
     provider = ResendProvider(api_key="re_test_local", api_url=system.resend.url, limiter=shared)
 
@@ -139,7 +125,7 @@ def test_an_accepted_send_that_spends_the_window_holds_one_place_of_the_limit_no
     system.resend.set_rate_limit(5)
     frozen = system.resend.now()
     system.resend.clock = lambda: frozen
-    clock = FakeClock()
+    clock = LimiterClock()
     shared = limiter(system, clock, rate=5, reserve=1)
     provider = ResendProvider(api_key="re_test_local", api_url=system.resend.url, limiter=shared)
     for i in range(5):
@@ -158,7 +144,7 @@ def test_an_accepted_send_that_spends_the_window_holds_one_place_of_the_limit_no
 
 def test_a_short_hold_keeps_the_places_reserved_after_it(system):
     # Given a consumer holding places for the rest of its second (paced at 4/s: 0.25 s apart)
-    clock = FakeClock(2_000_000_000.0)
+    clock = LimiterClock(2_000_000_000.0)
     shared = limiter(system, clock, rate=5, reserve=1)
     assert shared.acquire("resend")
     writes = shared.requests
