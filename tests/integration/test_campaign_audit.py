@@ -243,9 +243,10 @@ def test_the_listing_is_read_page_by_page_and_waits_out_the_teams_rate_limit(sys
 
 
 def test_the_audit_takes_the_shared_rate_limit_at_a_lower_priority_than_sending(system):
-    from tests.integration.test_rate_from_headers import FakeClock, limiter, per_second
+    from tests.fakes import LimiterClock
+    from tests.integration.test_rate_from_headers import limiter, per_second
 
-    clock = FakeClock()
+    clock = LimiterClock()
     audit_side, senders = limiter(system, clock, reserve=0.0), limiter(system, clock, reserve=0.0)
 
     # Reads alone: at most half of each second's 10 places.
