@@ -15,11 +15,12 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import cache
 from pathlib import Path
 
 from sendonce.domain.campaigns.ports import MOVES_PER_WRITE, BatchStatus, CounterTotals, Counts, StateChange
+from sendonce.domain.campaigns.variants import Decision
 from sendonce.domain.deliverability import event_order
 from sendonce.domain.deliverability.ports import (
     AccountState,
@@ -85,6 +86,7 @@ class FakeLedger:
                     "payload_hash": base.payload_hash or payload_hash,
                     "batch_id": request.batch_id,
                     "provider": request.provider,
+                    "variant": base.variant or request.variant,
                 }
                 if request.provider_idempotent and base.maybe_sent_at_ms is None:
                     update.update(maybe_sent_at_ms=now_ms, maybe_sent_by=request.owner)
@@ -222,6 +224,7 @@ class FakeLedger:
         provider: str,
         lease_until_ms: int,
         now_ms: int,
+        variants: Mapping[str, str] | None = None,
     ) -> GroupClaim:
         with self._lock:
             self.requests["claim_group"] += 1
@@ -256,6 +259,7 @@ class FakeLedger:
                     "lease_until_ms": lease_until_ms,
                     "attempts": base.attempts + 1,
                     "payload_hash": base.payload_hash or payload_hashes[rid],
+                    "variant": base.variant or (variants or {}).get(rid),
                     "batch_id": group.group_id,
                     "provider": provider,
                     "maybe_sent_at_ms": base.maybe_sent_at_ms or now_ms,
@@ -443,6 +447,12 @@ class FakeCampaignStore:
     def reset_open_batches(self, campaign_id: str, count: int) -> None:
         self.campaigns[campaign_id] = self.get(campaign_id).model_copy(update={"open_batches": count})
 
+    def record_decision(self, campaign_id: str, decision: Decision) -> Campaign:
+        campaign = self.get(campaign_id)
+        if campaign.decision is None:
+            self.campaigns[campaign_id] = campaign = campaign.model_copy(update={"decision": decision})
+        return campaign
+
     def add_batch(self, batch: BatchMessage) -> BatchStatus:
         batches = self.batch_records.setdefault(batch.campaign_id, {})
         if batch.batch_id in batches:
@@ -496,6 +506,7 @@ class FakeScheduler:
     def __init__(self):
         self.schedules: dict[str, int] = {}
         self.openings: dict[str, set[int]] = {}  # a send window's openings, by campaign
+        self.picks: dict[str, int] = {}  # an A/B test's end, by campaign
 
     def set(self, campaign_id: str, send_at_ms: int) -> None:
         self.schedules[campaign_id] = send_at_ms
@@ -505,6 +516,9 @@ class FakeScheduler:
 
     def set_opening(self, campaign_id: str, opens_at_ms: int) -> None:
         self.openings.setdefault(campaign_id, set()).add(opens_at_ms)
+
+    def set_pick(self, campaign_id: str, pick_at_ms: int) -> None:
+        self.picks[campaign_id] = pick_at_ms
 
 
 class FakeQueue:

@@ -46,6 +46,7 @@ FAMILIES = (
     "window",
     "sharing",
     "warmup",
+    "variants",
 )
 FOCUSES = (
     frozenset(FAMILIES),

@@ -36,6 +36,7 @@ from sendonce.domain.campaigns import service as campaigns_module
 from sendonce.domain.campaigns import unknowns as unknowns_module
 from sendonce.domain.campaigns import window_pauses as window_pauses_module
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
+from sendonce.domain.sending import batch_run as batch_run_module
 from sendonce.domain.sending import delivery as delivery_module
 from sendonce.domain.sending import delivery_tables
 from sendonce.domain.sending import groups as groups_module
@@ -201,6 +202,20 @@ def _entries_without_groups(campaign_id, bodies):  # before: no MessageGroupId, 
     return [{"Id": i, "MessageBody": body} for i, body in bodies.items()]
 
 
+def _variant_from_the_campaigns_state(self, recipient_id):
+    # The defect the A/B design rules out: the variant read from what the campaign says now
+    # (its winner, once recorded) rather than from the recipient, so a test recipient sent
+    # after the pick, or replayed after it, gets the winner instead of its own variant.
+    from sendonce.domain.campaigns.variants import HELD, assign
+
+    test = self.campaign.ab_test
+    if test is None:
+        return None
+    if self.campaign.decision is not None:
+        return self.campaign.decision.variant
+    return assign(self.campaign.campaign_id, recipient_id, test) or HELD
+
+
 R1, RB, SES = model.ResendSingle, model.ResendBatch, model.SesSingle
 # Which machines may catch a mutant, most likely first, and each mutant's share of the example
 # budget (a multiple of EXAMPLES per machine: the rare ones get more).
@@ -223,6 +238,7 @@ MACHINES = {
     "12": (R1, SES),
     "13": (R1, RB),
     "14": (R1, RB, SES),
+    "15": (R1, SES, RB),
 }
 BUDGET = {"3c": 2.0, "2": 1.5}
 # Directed swarm: the rule families a mutant's escape is made of, fixed for every example (rules
@@ -239,13 +255,14 @@ FOCUS = {
     "12": frozenset({"publish"}),  # a second publisher ends while the first streams
     "13": frozenset({"sharing"}),  # a small campaign published behind a large one, then the drain
     "14": frozenset({"warmup"}),  # u1 published past its day's cap, consumed
+    "15": frozenset({"variants"}),  # v1 published, its winner picked, its test recipients then consumed
 }
 # The explorer's depth per mutant (default: its own); 7 needs a halt, a cancel and the last
 # receive's crash: three actions. 10 and 11 are the lifecycle's (a schedule's firing, a window's
 # opening) and 13 needs two campaigns in one queue, which the explorer's world of one delivery
 # does not hold; 12 is the DynamoDB adapter's, which its fakes restate; 14 needs a warm-up
 # campaign and a day's opening: depth 0, the model decides.
-EXPLORER_DEPTH = {"7": 3, "10": 0, "11": 0, "12": 0, "13": 0, "14": 0}
+EXPLORER_DEPTH = {"7": 3, "10": 0, "11": 0, "12": 0, "13": 0, "14": 0, "15": 0}
 
 MUTANTS = {
     "1 refused takeover forgets the first attempt": lambda: replaced(dynamodb_ledger.items, "_LIFT_GUARD", ""),
@@ -295,6 +312,9 @@ MUTANTS = {
     ),
     "14 a warm-up day's cap stops the batch but does not pause the campaign": lambda: replaced(
         delivery_module.DeliveryService, "_pause_for_day_cap", lambda self, campaign, reached: None
+    ),
+    "15 an A/B recipient's variant chosen from the campaign's state at send time": lambda: replaced(
+        batch_run_module.BatchRun, "variant_of", _variant_from_the_campaigns_state
     ),
 }
 

@@ -41,6 +41,7 @@ from sendonce.domain.models import Campaign, CampaignState, Content, DeliverySta
 from sendonce.domain.sending.delivery_tables import FINAL, HELD
 from tests.model.edges import CRASHES, FAMILIES, FIGURES, FOCUS, HOUR, LEASE_MS, SWARM, VISIBILITY_MS, EdgeRules, family
 from tests.model.sharing import SharingRules
+from tests.model.variants import VariantRules
 from tests.model.warmup import WarmupRules
 from tests.model.windows import WindowRules
 from tests.model.world import Clock, Rig
@@ -116,7 +117,7 @@ def _write_figures() -> None:
     Path(path).write_text(json.dumps(figures, indent=1) + "\n")
 
 
-class DeliveryModel(EdgeRules, WindowRules, SharingRules, WarmupRules, RuleBasedStateMachine):
+class DeliveryModel(EdgeRules, WindowRules, SharingRules, WarmupRules, VariantRules, RuleBasedStateMachine):
     provider_name = "resend"
     mode = "single"
 
@@ -683,6 +684,7 @@ class DeliveryModel(EdgeRules, WindowRules, SharingRules, WarmupRules, RuleBased
         assert not twice, f"duplicates after a fault-free drain: {twice}"
         self.check_sharing_after_drain()
         self.check_warmup_after_drain()
+        self.check_variants_after_drain()
         while self.rig.aggregate():  # the aggregator catches up, fault-free
             pass
         reconciled = reconcile(self.store, self.ledger, self.rig.counters(), "c1")

@@ -141,6 +141,8 @@ class ProviderModel:
     clock: Clock
     faults: Faults
     accepted: Counter = field(default_factory=Counter)  # (campaign, recipient) -> emails accepted
+    # (campaign, recipient) -> the variant tag of each email accepted (None: not an A/B campaign's)
+    accepted_variants: dict = field(default_factory=dict)
     keys: dict[str, tuple[int, str, object]] = field(default_factory=dict)
     script: list[str] = field(default_factory=list)  # the next calls' answers
     quota_until_ms: int = 0
@@ -150,6 +152,10 @@ class ProviderModel:
     ambiguous: set = field(default_factory=set)
     max_batch: int = 100
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    def _accept(self, email: OutboundEmail) -> None:
+        self.accepted[_recipient(email)] += 1
+        self.accepted_variants.setdefault(_recipient(email), []).append(email.tags.get("variant"))
 
     def _refusal(self) -> str | None:
         if self.clock() < self.quota_until_ms:
@@ -192,7 +198,7 @@ class ProviderModel:
         if self.idempotent and (replayed := self._replay(email.idempotency_key, body, who)) is not None:
             receipt = replayed
         else:
-            self.accepted[_recipient(email)] += 1
+            self._accept(email)
             receipt = Receipt(provider_message_id=f"{self.name}-{next(self._ids)}")
             if self.idempotent:
                 self.keys[email.idempotency_key] = (self.clock(), body, receipt)
@@ -212,7 +218,7 @@ class ProviderModel:
         else:
             receipts = []
             for email in emails:
-                self.accepted[_recipient(email)] += 1
+                self._accept(email)
                 receipts.append(Receipt(provider_message_id=f"{self.name}-{next(self._ids)}"))
             self.keys[idempotency_key] = (self.clock(), body, receipts)
         if die_after:
@@ -459,7 +465,10 @@ class Rig:
             provider_names=[provider],
             clock_ms=clock,
             scheduler=self.scheduler,
+            variant_figures=lambda campaign: self.variant_figures.get(campaign.campaign_id, {}),
         )
+        # An A/B campaign's test figures, as the report would count them (tests/model/variants.py).
+        self.variant_figures: dict[str, dict] = {}
         self.operator.create(
             Campaign(
                 campaign_id="c1",

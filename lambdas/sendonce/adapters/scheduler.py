@@ -60,6 +60,11 @@ class EventBridgeScheduler:
         name = opening_schedule_name(campaign_id, opens_at_ms)
         self._put(name, firing, f"sendonce: resume campaign {campaign_id} at its send window's opening")
 
+    def set_pick(self, campaign_id: str, pick_at_ms: int) -> None:
+        firing = Firing(campaign_id=campaign_id, send_at_ms=pick_at_ms, execution_id=EXECUTION_ID, variant_pick=True)
+        name = schedule_name(f"{campaign_id}.pick")
+        self._put(name, firing, f"sendonce: pick the A/B winner of campaign {campaign_id}")
+
     def _put(self, name: str, firing: Firing, description: str) -> None:
         request = {
             "Name": name,

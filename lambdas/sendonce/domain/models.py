@@ -11,6 +11,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sendonce.domain.campaigns.variants import AbTest, Decision, Variant, check_variants
 from sendonce.domain.campaigns.windows import SendWindow
 from sendonce.domain.sending.shards import DEFAULT_LEDGER_SHARDS, MAX_LEDGER_SHARDS
 from sendonce.domain.sending.shares import MAX_WEIGHT
@@ -101,12 +102,21 @@ class Content(BaseModel):
     subject: str = Field(min_length=1, max_length=998)
     html: str | None = None
     text: str | None = None
+    # An A/B campaign's variants (campaigns/variants.py): each its subject, and its own bodies
+    # where it has them; a variant without one uses the campaign's.
+    variants: tuple[Variant, ...] = ()
 
     @model_validator(mode="after")
     def _some_body(self) -> Content:
-        if not self.html and not self.text:
+        check_variants(self.variants)
+        if not self.html and not self.text and not (self.variants and all(v.html or v.text for v in self.variants)):
             raise ValueError("content needs html or text")
         return self
+
+    def of_variant(self, variant_id: str) -> Content:
+        """The content one variant's recipients get (KeyError for a variant it does not have)."""
+        variant = {v.id: v for v in self.variants}[variant_id]
+        return Content(subject=variant.subject, html=variant.html or self.html, text=variant.text or self.text)
 
 
 class Tracking(BaseModel):
@@ -175,6 +185,10 @@ class Campaign(BaseModel):
     pacing: dict[str, float] = Field(default_factory=dict)
     # The opens and clicks it records (None: neither). Fixed at creation.
     tracking: Tracking | None = None
+    # An A/B test over the content's variants (campaigns/variants.py), fixed at creation, and
+    # its winner once recorded (written once: the first decision stands).
+    ab_test: AbTest | None = None
+    decision: Decision | None = None
     version: int = 0
 
     @model_validator(mode="before")
@@ -250,6 +264,8 @@ class DeliveryRecord(BaseModel):
     # Batch mode: the send group that owns this delivery; only that group's request (same
     # idempotency key, same members) may send it.
     group_key: str | None = None
+    # An A/B campaign's variant, recorded by the first claim (campaigns/variants.py).
+    variant: str | None = None
     updated_at: str | None = None
     history: list[dict[str, Any]] = Field(default_factory=list)
 
@@ -314,6 +330,9 @@ class DeliveryRequest(BaseModel):
     owner: str
     # The SQS message's last receive: a delivery released now is dead-lettered, not pending.
     last_receive: bool = False
+    # An A/B campaign's variant for this recipient (campaigns/variants.py): part of the
+    # claim's content, so a claimed recipient is never sent another variant.
+    variant: str | None = None
 
     @property
     def key(self) -> DeliveryKey:

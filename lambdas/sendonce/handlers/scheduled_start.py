@@ -35,6 +35,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext, service: Campa
     try:
         if firing.window_opening:
             return service.open_window(firing).as_dict()
+        if firing.variant_pick:
+            return service.pick_on_schedule(firing)
         return service.start_scheduled(firing).as_dict()
     except CampaignNotFoundError as exc:
         logger.warning("schedule fired for no campaign; nothing started", extra={"campaign_id": firing.campaign_id})

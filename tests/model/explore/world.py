@@ -155,7 +155,9 @@ class ExploreLedger(FakeLedger):
 
     # --- batch mode: the DynamoDB adapter's transactions, over the same rules ---------------
 
-    def claim_group(self, group: SendGroup, payload_hashes, *, owner, provider, lease_until_ms, now_ms) -> GroupClaim:
+    def claim_group(
+        self, group: SendGroup, payload_hashes, *, owner, provider, lease_until_ms, now_ms, variants=None
+    ) -> GroupClaim:
         with self._lock:
             records = {r.recipient_id: self.items.get((group.campaign_id, r.recipient_id)) for r in group.recipients}
             verdicts = {

@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from sendonce.domain.campaigns.report_data import ReportAggregates, ReportIncrements
+from sendonce.domain.campaigns.variants import Decision
 from sendonce.domain.models import (
     BatchMessage,
     Campaign,
@@ -81,6 +82,11 @@ class CampaignRecords(Protocol):
         """End `holder`'s publish lease. The shared lease goes with the last live holder's
         (another publisher's lease still running at `now_ms` keeps it), and only if nothing
         changed the campaign since that was read (a publisher renewing meanwhile keeps it)."""
+        ...
+
+    def record_decision(self, campaign_id: str, decision: Decision) -> Campaign:
+        """Record an A/B campaign's winner, once: the campaign as it is after the write, or, when
+        a decision was recorded before, as it is with that one (the first decision stands)."""
         ...
 
     def list(self, state: CampaignState | None = None) -> Iterator[Campaign]:
@@ -232,6 +238,11 @@ class CampaignScheduler(Protocol):
         """Create the one-time schedule that resumes a campaign its send window paused, at
         the window's next opening (a schedule of its own, apart from the start's); setting
         the same opening again changes nothing."""
+        ...
+
+    def set_pick(self, campaign_id: str, pick_at_ms: int) -> None:
+        """Create (or move) the one-time schedule that picks an A/B campaign's winner at the
+        end of its test (campaigns/picks.py)."""
         ...
 
 

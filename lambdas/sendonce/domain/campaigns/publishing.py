@@ -68,6 +68,8 @@ class Publishing:
 
         def _enqueue_recorded_job(self, campaign_id: str, holder: str, job_id: str) -> Job: ...
 
+        def _schedule_pick(self, campaign: Campaign) -> None: ...
+
         def complete_if_done(self, campaign_id: str) -> Campaign | None: ...
 
     def create(self, campaign: Campaign) -> Campaign:
@@ -129,6 +131,8 @@ class Publishing:
         report = PublishReport(campaign_id=campaign_id, send_at=iso(send_at_ms) if send_at_ms else None)
         holder = new_holder()
         opened = self._open_publish(campaign_id, holder=holder, send_at_ms=send_at_ms)
+        if before.state is CampaignState.DRAFT and opened.state is CampaignState.SENDING:
+            self._schedule_pick(opened)  # an A/B campaign's test starts now
         try:
             if before.state is CampaignState.DRAFT and opened.state is CampaignState.SENDING and before.open_batches:
                 # Batches an unschedule left recorded go out with this publish, as a job under

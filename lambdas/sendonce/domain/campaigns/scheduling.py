@@ -132,9 +132,11 @@ class Firing:
     send_at_ms: int  # the instant the schedule was set for: the start, or the window's opening
     execution_id: str | None = None
     window_opening: bool = False
+    # An A/B test's end (campaigns/picks.py): the firing carries `pick_at`.
+    variant_pick: bool = False
 
     def as_event(self) -> dict[str, Any]:
-        key = "window_opens_at" if self.window_opening else "send_at"
+        key = "window_opens_at" if self.window_opening else "pick_at" if self.variant_pick else "send_at"
         event: dict[str, Any] = {"campaign_id": self.campaign_id, key: iso(self.send_at_ms)}
         if self.execution_id is not None:
             event["execution_id"] = self.execution_id
@@ -146,12 +148,14 @@ class Firing:
             raise InvalidCampaignError("firing: expected {campaign_id, send_at} or {campaign_id, window_opens_at}")
         execution_id = event.get("execution_id")
         opening = "window_opens_at" in event
-        key = "window_opens_at" if opening else "send_at"
+        pick = not opening and "pick_at" in event
+        key = "window_opens_at" if opening else "pick_at" if pick else "send_at"
         return cls(
             campaign_id=event["campaign_id"],
             send_at_ms=parse_instant(event.get(key), what=f"firing {key}"),
             execution_id=execution_id if isinstance(execution_id, str) else None,
             window_opening=opening,
+            variant_pick=pick,
         )
 
 
@@ -180,6 +184,10 @@ class ScheduledSends:
     _clock_ms: Callable[[], int]
     _operator: str
     _jobs: JobService
+
+    if TYPE_CHECKING:  # VariantPicks' (campaigns/picks.py), after this class in the service's bases
+
+        def _schedule_pick(self, campaign: Campaign) -> None: ...
 
     def _open_publish(self, campaign_id: str, *, holder: str, send_at_ms: int | None = None) -> Campaign:
         raise NotImplementedError
@@ -316,6 +324,7 @@ class ScheduledSends:
             if campaign.state is CampaignState.SCHEDULED and campaign.send_at_ms is not None:
                 reason += f" for {iso(campaign.send_at_ms)}, not {at}"
             return self._firing_result(firing, False, reason + "; nothing started")
+        self._schedule_pick(self._campaigns.get(firing.campaign_id))  # an A/B campaign's test starts now
         job = self._enqueue_recorded_job(firing.campaign_id, holder, job_id)
         return self._firing_result(firing, True, f"started: scheduled for {at}", job)
 

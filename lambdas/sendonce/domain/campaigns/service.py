@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from sendonce.domain.campaigns.batches import batch_id_for
 from sendonce.domain.campaigns.control import OperatorControl
+from sendonce.domain.campaigns.picks import PICK_PREFIX, FiguresOf, VariantPicks
 from sendonce.domain.campaigns.ports import CampaignCounters, CampaignScheduler, CampaignStore
 from sendonce.domain.campaigns.publishing import Publishing, PublishReport
 from sendonce.domain.campaigns.reads import (
@@ -64,7 +65,7 @@ def _iso_now() -> str:
 JobsOf = Callable[["CampaignService"], JobService]
 
 
-class CampaignService(Publishing, OperatorControl, CampaignReads, ScheduledSends, WindowOpenings):
+class CampaignService(Publishing, OperatorControl, CampaignReads, ScheduledSends, WindowOpenings, VariantPicks):
     def __init__(
         self,
         *,
@@ -80,8 +81,11 @@ class CampaignService(Publishing, OperatorControl, CampaignReads, ScheduledSends
         jobs: JobsOf | None = None,
         counters: CampaignCounters | None = None,
         scheduler: CampaignScheduler | None = None,
+        variant_figures: FiguresOf | None = None,
     ):
         self._clock_ms = clock_ms
+        # An A/B test's figures per variant, read by its pick (None: none kept; it picks the control).
+        self._variant_figures = variant_figures
         self._counters = counters
         self._scheduler = scheduler
         self._campaigns = campaigns
@@ -139,7 +143,7 @@ class CampaignService(Publishing, OperatorControl, CampaignReads, ScheduledSends
         """A republish job has read the whole campaign: if every recipient has ended (nothing
         was left to republish, or consumers finished before the job), complete it now. A
         start's job ends its lease first (scheduling.py)."""
-        if job.kind is JobKind.REPUBLISH and job.params.get("prefix") == "r":
+        if job.kind is JobKind.REPUBLISH and job.params.get("prefix") in ("r", PICK_PREFIX):
             self.complete_if_done(job.campaign_id)
         elif job.kind is JobKind.ENQUEUE_RECORDED:
             self.enqueue_recorded_finished(job)
@@ -158,4 +162,5 @@ class CampaignService(Publishing, OperatorControl, CampaignReads, ScheduledSends
             jobs=lambda _service: self._jobs,  # the same jobs: theirs are this service's
             counters=self._counters,
             scheduler=self._scheduler,
+            variant_figures=self._variant_figures,
         )

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from sendonce.domain.campaigns.variants import variant_for
 from sendonce.domain.deliverability.ports import Suppression
 from sendonce.domain.deliverability.warmup import DayCapReachedError
 from sendonce.domain.errors import (
@@ -54,6 +55,8 @@ class BatchReport:
     # Emails whose request a mailbox group's cap held to a later second, by group (the
     # report's "held" per group and minute).
     held_by_cap: Counter[str] = field(default_factory=Counter)
+    # An A/B campaign's recipients of the rest, left pending until its winner is recorded.
+    awaiting_winner: int = 0
 
     @property
     def must_return(self) -> bool:
@@ -99,6 +102,14 @@ class BatchRun:
     suppressed_lock: threading.Lock = field(default_factory=threading.Lock)
     # The sending domain's warm-up cap for today was reached (deliverability/warmup.py).
     day_cap: DayCapReachedError | None = None
+
+    def variant_of(self, recipient_id: str) -> str | None:
+        """An A/B campaign's variant for the recipient (variants.HELD: one of the rest, and no
+        winner in the campaign as read for this batch); None for any other campaign."""
+        test = self.campaign.ab_test
+        if test is None:
+            return None
+        return variant_for(self.campaign.campaign_id, recipient_id, test, self.campaign.decision)
 
     def count(
         self, attr: str, recipient_id: str | None = None, error: str | None = None, error_class: str | None = None

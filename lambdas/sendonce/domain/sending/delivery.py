@@ -23,6 +23,7 @@ from sendonce.domain.campaigns.lifecycle import AUTOMATIC_HALT, CampaignEvent
 from sendonce.domain.campaigns.ports import CampaignCounters, CampaignScheduler, CampaignStore, ReportAggregatesStore
 from sendonce.domain.campaigns.report_data import group_count, prevented_writer
 from sendonce.domain.campaigns.status import complete_if_done
+from sendonce.domain.campaigns.variants import assign
 from sendonce.domain.campaigns.window_pauses import close_window, outside_window, pause_until
 from sendonce.domain.deliverability.feedback_id import FeedbackId
 from sendonce.domain.deliverability.group_caps import GroupPacing
@@ -200,6 +201,11 @@ class DeliveryService:
         except RenderError as exc:
             return self._poison(body, f"campaign {campaign.campaign_id!r}: {exc}", report)
 
+        batch = self._hold_for_winner(campaign, batch, report)
+        if not batch.recipients:
+            if campaign.state is CampaignState.SENDING:
+                self._settle_batch(campaign.campaign_id, report)
+            return report
         last_receive = receive_count >= self._max_receive_count
         run = BatchRun(
             batch=batch,
@@ -243,6 +249,21 @@ class DeliveryService:
         if not report.must_return and not run.halt.is_set() and campaign.state is CampaignState.SENDING:
             self._settle_batch(batch.campaign_id, report)
         return report
+
+    @staticmethod
+    def _hold_for_winner(campaign: Campaign, batch: BatchMessage, report: BatchReport) -> BatchMessage:
+        """An A/B campaign without a winner sends only its test's recipients: the rest are left
+        unclaimed, pending in the ledger, until the pick republishes them (campaigns/variants.py).
+        Which recipient is which comes from its id alone, never from what was sent before."""
+        test = campaign.ab_test
+        if test is None or campaign.decision is not None:
+            return batch
+        rest = [r for r in batch.recipients if assign(campaign.campaign_id, r.recipient_id, test) is None]
+        if not rest:
+            return batch
+        report.awaiting_winner = len(rest)
+        held = {r.recipient_id for r in rest}
+        return batch.model_copy(update={"recipients": [r for r in batch.recipients if r.recipient_id not in held]})
 
     def _record_counts(self, batch: BatchMessage, report: BatchReport) -> None:
         """One write for the campaign's report of what only the consumer sees: the message's
@@ -420,6 +441,7 @@ class DeliveryService:
             provider_idempotent=run.provider.idempotent,
             owner=f"{self._instance_id}-{uuid.uuid4().hex[:12]}",
             last_receive=run.last_receive,
+            variant=run.variant_of(recipient.recipient_id),
         )
         try:
             result = self._guard.send_once(request, lambda: self._send(run, recipient, request))

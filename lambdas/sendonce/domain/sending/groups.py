@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
 from sendonce.domain.campaigns.ports import CampaignStore
+from sendonce.domain.campaigns.variants import HELD
 from sendonce.domain.deliverability.warmup import DayCapReachedError
 from sendonce.domain.models import DeliveryRecord, Receipt, Recipient, SendGroup, is_valid_email
 from sendonce.domain.sending.batch_run import BatchRun, record_failure
@@ -56,7 +57,10 @@ class GroupDelivery:
         (addresses or templates that fail before any request is made, suppressed
         addresses, and deliveries whose earlier attempt went out under their own key)."""
         batch = run.batch
-        hashes = {r.recipient_id: self._guard.payload_hash(r.email, r.variables) for r in batch.recipients}
+        hashes = {
+            r.recipient_id: self._guard.payload_hash(r.email, r.variables, run.variant_of(r.recipient_id))
+            for r in batch.recipients
+        }
         groups = self._campaigns.groups_of_batch(batch.campaign_id, batch.batch_id)
         records = self._ledger.get_many(batch.campaign_id, [r.recipient_id for r in batch.recipients])
         # A recorded group whose request may have gone out is replayed exactly (same members,
@@ -122,7 +126,10 @@ class GroupDelivery:
             other = self._campaigns.get_group(batch.campaign_id, group_key.rsplit(":group:", 1)[-1])
             if other is None:
                 continue
-            other_hashes = {r.recipient_id: self._guard.payload_hash(r.email, r.variables) for r in other.recipients}
+            other_hashes = {
+                r.recipient_id: self._guard.payload_hash(r.email, r.variables, run.variant_of(r.recipient_id))
+                for r in other.recipients
+            }
             self._run_group(run, other, other_hashes)
         # A batch holds at most 100 recipients, Resend's batch limit: one group suffices,
         # unless a mailbox group is capped: then one group per mailbox group, each at most
@@ -211,6 +218,11 @@ class GroupDelivery:
         if run.halt.is_set():
             return
         member_ids = [r.recipient_id for r in group.recipients]
+        if any(run.variant_of(rid) == HELD for rid in member_ids):
+            # Recorded by a consumer that read the A/B test's winner after this one read the
+            # campaign: the message comes back, and reads it then.
+            run.count_many("returning", member_ids, error="send group of recipients awaiting the A/B winner")
+            return
         if run.remaining_ms() < self._sender.safety_margin_ms:
             run.count_many("returning", member_ids, error="time budget exhausted before the group request")
             return
@@ -236,11 +248,13 @@ class GroupDelivery:
                 owner=owner,
                 provider=run.provider.name,
                 payload_hashes={
-                    r.recipient_id: hashes.get(r.recipient_id) or self._guard.payload_hash(r.email, r.variables)
+                    r.recipient_id: hashes.get(r.recipient_id)
+                    or self._guard.payload_hash(r.email, r.variables, run.variant_of(r.recipient_id))
                     for r in group.recipients
                 },
                 send=send,
                 last_receive=run.last_receive,
+                variants={r.recipient_id: v for r in group.recipients if (v := run.variant_of(r.recipient_id))},
             )
         except Exception as exc:  # noqa: BLE001 - record_failure says what each failure means
             record_failure(run, member_ids, exc, log_extra={"group_id": group.group_id})

@@ -63,9 +63,11 @@ def _wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-def payload_hash(email: str, variables: Mapping[str, Any]) -> str:
-    """The content hash a claim stores; a later claim with another hash is a conflict."""
-    data = [email, dict(variables)]
+def payload_hash(email: str, variables: Mapping[str, Any], variant: str | None = None) -> str:
+    """The content hash a claim stores; a later claim with another hash is a conflict. An A/B
+    campaign's variant is part of it (a recipient claimed for one variant is never sent another);
+    without one the hash is the one claims have always stored."""
+    data: list[Any] = [email, dict(variables)] if variant is None else [email, dict(variables), variant]
     return hashlib.md5(json.dumps(data, sort_keys=True, default=str).encode(), usedforsecurity=False).hexdigest()
 
 
@@ -94,14 +96,14 @@ class LedgerDeliveryGuard:
     def register_lambda_context(self, context: LambdaContext) -> None:
         self._lease.register_lambda_context(context)
 
-    def payload_hash(self, email: str, variables: Mapping[str, Any]) -> str:
-        return payload_hash(email, variables)
+    def payload_hash(self, email: str, variables: Mapping[str, Any], variant: str | None = None) -> str:
+        return payload_hash(email, variables, variant)
 
     def send_once(self, request: DeliveryRequest, send: Callable[[], Receipt]) -> GuardResult:
         missing = [name for name in ("campaign_id", "recipient_id", "owner") if not getattr(request, name)]
         if missing:
             raise MissingDeliveryKeyError(f"delivery payload lacks {', '.join(missing)}")
-        content = payload_hash(request.email, request.variables)
+        content = payload_hash(request.email, request.variables, request.variant)
         for _ in range(CLAIM_ATTEMPTS):
             now_ms = self._lease.clock_ms()
             result = self._ledger.claim(
@@ -185,6 +187,7 @@ class LedgerGroupGuard:
         payload_hashes: dict[str, str],
         send: Callable[[], list[Receipt | str]],
         last_receive: bool = False,
+        variants: Mapping[str, str] | None = None,
     ) -> GroupResult:
         keys = (("campaign_id", group.campaign_id), ("group_id", group.group_id), ("owner", owner))
         missing = [name for name, value in keys if not value]
@@ -198,6 +201,7 @@ class LedgerGroupGuard:
             provider=provider,
             lease_until_ms=now_ms + self._lease.remaining_ms(),
             now_ms=now_ms,
+            variants=variants,
         )
         if not claim.claimed:
             if len(claim.final) == len(group.recipients):

@@ -177,7 +177,10 @@ class SendGroupClaims(Protocol):
         provider: str,
         lease_until_ms: int,
         now_ms: int,
-    ) -> GroupClaim: ...
+        variants: Mapping[str, str] | None = None,
+    ) -> GroupClaim:
+        """`variants`: an A/B campaign's variant of each member, recorded by its first claim."""
+        ...
 
     def complete_group(self, group: SendGroup, *, owner: str, outcomes: dict[str, Receipt | str]) -> None:
         """Each member sent (receipt) or failed (reason); raises LeaseLostError if not the owner."""
@@ -245,6 +248,7 @@ class GroupGuard(Protocol):
         payload_hashes: dict[str, str],
         send: Callable[[], list[Receipt | str]],
         last_receive: bool = False,
+        variants: Mapping[str, str] | None = None,
     ) -> GroupResult: ...
 
 
@@ -253,7 +257,7 @@ class DeliveryGuard(Protocol):
 
     def send_once(self, request: DeliveryRequest, send: Callable[[], Receipt]) -> GuardResult: ...
 
-    def payload_hash(self, email: str, variables: Mapping[str, Any]) -> str:
+    def payload_hash(self, email: str, variables: Mapping[str, Any], variant: str | None = None) -> str:
         """The content hash a claim stores; a later claim with another hash is a conflict."""
         ...
 

@@ -42,11 +42,12 @@ def compose(
     unsubscribe: UnsubscribeLinks | None,
     *,
     feedback_id: FeedbackId | None = None,
+    variant: str | None = None,
 ) -> OutboundEmail:
     """The email a recipient gets (raises RenderError). Deterministic for a recipient: batch
     mode relies on it, and preview and test sends show exactly this. `feedback_id`: the
     deployment's Feedback-ID, one header of the campaign's, never the recipient's."""
-    rendered = content.render(recipient.variables)
+    rendered = content.render(recipient.variables, variant)
     headers = {}
     if unsubscribe is not None:
         headers = unsubscribe.headers(campaign.campaign_id, recipient.recipient_id, recipient.email)
@@ -62,7 +63,8 @@ def compose(
         html=rendered.html,
         text=rendered.text,
         headers=headers,
-        tags={"campaign_id": campaign.campaign_id, "recipient_id": recipient.recipient_id},
+        tags={"campaign_id": campaign.campaign_id, "recipient_id": recipient.recipient_id}
+        | ({"variant": variant} if variant is not None else {}),
         tracked=campaign.tracking is not None,
     )
 
@@ -112,7 +114,7 @@ class Sender:
     @staticmethod
     def renders(run: BatchRun, recipient: Recipient) -> bool:
         try:
-            run.content.render(recipient.variables)
+            run.content.render(recipient.variables, run.variant_of(recipient.recipient_id))
             return True
         except RenderError:
             return False
@@ -120,7 +122,13 @@ class Sender:
     def email(self, run: BatchRun, recipient: Recipient, idempotency_key: str) -> OutboundEmail:
         """The rendered email (`compose`)."""
         return compose(
-            run.campaign, run.content, recipient, idempotency_key, self._unsubscribe, feedback_id=self._feedback_id
+            run.campaign,
+            run.content,
+            recipient,
+            idempotency_key,
+            self._unsubscribe,
+            feedback_id=self._feedback_id,
+            variant=run.variant_of(recipient.recipient_id),
         )
 
     def places(self, run: BatchRun, addresses: Sequence[str]) -> GroupPlaces | None:

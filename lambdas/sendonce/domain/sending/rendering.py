@@ -36,7 +36,7 @@ class CompiledContent:
             self._text = _PLAIN.from_string(content.text) if content.text else None
             sources = [(_PLAIN, content.subject), (_HTML, content.html), (_PLAIN, content.text)]
             # The names the templates read from a recipient's variables (not Jinja's own globals).
-            self.variables: frozenset[str] = frozenset(
+            variables = frozenset(
                 name
                 for env, source in sources
                 if source
@@ -45,8 +45,17 @@ class CompiledContent:
             )
         except TemplateError as exc:
             raise RenderError(f"template does not compile: {exc}") from exc
+        # An A/B campaign's variants, each compiled whole (campaigns/variants.py).
+        self._variants = {v.id: CompiledContent(content.of_variant(v.id)) for v in content.variants}
+        self.variables: frozenset[str] = variables.union(*(v.variables for v in self._variants.values()))
 
-    def render(self, variables: dict[str, VariableValue]) -> Rendered:
+    def render(self, variables: dict[str, VariableValue], variant: str | None = None) -> Rendered:
+        """The recipient's subject and bodies; `variant`: an A/B campaign's variant (RenderError
+        for one the campaign does not have)."""
+        if variant is not None:
+            if variant not in self._variants:
+                raise RenderError(f"the campaign has no variant {variant!r}")
+            return self._variants[variant].render(variables)
         try:
             subject = self._subject.render(variables)
             html = self._html.render(variables) if self._html else None

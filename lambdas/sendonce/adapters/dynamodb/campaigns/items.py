@@ -19,6 +19,7 @@ from sendonce.adapters.dynamodb.counters import SUM_KEYS, counter_keys_for, reco
 from sendonce.adapters.dynamodb.report_aggregates import mark_update
 from sendonce.contract import CAMPAIGNS_BY_STATE_INDEX
 from sendonce.domain.campaigns.ports import StateChange
+from sendonce.domain.campaigns.variants import Decision
 from sendonce.domain.errors import CampaignBusyError, CampaignNotFoundError, IllegalTransitionError
 from sendonce.domain.models import Campaign, CampaignState, Content
 from sendonce.domain.sending.shards import LEGACY_LEDGER_SHARDS
@@ -74,6 +75,9 @@ def _campaign(item: dict[str, Any]) -> Campaign:
             data[name] = int(data[name])
     # Written before shards existed: its ledger records are under the plain campaign id.
     data.setdefault("ledger_shards", LEGACY_LEDGER_SHARDS)
+    if isinstance(data.get("ab_test"), dict) and "after_s" in data["ab_test"]:
+        # A Decimal as read; the test's duration takes an int of seconds (or '4h').
+        data["ab_test"]["after_s"] = int(data["ab_test"]["after_s"])
     return Campaign.model_validate(data)
 
 
@@ -187,6 +191,28 @@ class CampaignItems:
         if self._on_read is not None:
             self._on_read(campaign)
         return campaign
+
+    def record_decision(self, campaign_id: str, decision: Decision) -> Campaign:
+        try:
+            response = self._update_campaign(
+                Key=self._key(campaign_id),
+                UpdateExpression="SET #d = :d, updated_at = :now",
+                ConditionExpression="attribute_exists(pk) AND attribute_not_exists(#d)",
+                ExpressionAttributeNames={"#d": "decision"},
+                ExpressionAttributeValues={
+                    ":d": _ser.serialize(_decimals(decision.model_dump(mode="json"))),
+                    ":now": {"S": _now()},
+                },
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            if "Item" not in exc.response:
+                raise CampaignNotFoundError(f"campaign {campaign_id!r} does not exist") from exc
+            return _campaign(exc.response["Item"])  # decided before: that decision stands
+        return _campaign(response["Attributes"])
 
     def content(self, campaign_id: str) -> Content:
         response = self._client.get_item(

@@ -33,6 +33,7 @@ class LedgerClaims(LedgerReads):
             keyed=request.provider_idempotent,
             group_key=None,
             mailbox_group=self._mailbox_group(request.email),
+            variant=request.variant,
         )
         try:
             self._client.update_item(

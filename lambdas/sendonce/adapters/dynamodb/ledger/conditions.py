@@ -130,6 +130,7 @@ def claim_update(
     group_key: str | None,
     detail: str | None = None,
     mailbox_group: str | None = None,
+    variant: str | None = None,
 ) -> dict[str, Any]:
     """The UpdateItem parameters of a claim (one delivery, or one member of a group).
     `mailbox_group`: the recipient's mailbox-provider group, kept on the item (its first
@@ -164,6 +165,10 @@ def claim_update(
     if mailbox_group:
         update += ", mgroup = if_not_exists(mgroup, :mg)"
         values.update(_values(mg=mailbox_group))
+    if variant:
+        # An A/B campaign's variant, readable (its payload hash binds it already).
+        update += ", variant = if_not_exists(variant, :var)"
+        values.update(_values(var=variant))
     update += " ADD attempts :one"
     return {
         "UpdateExpression": update,

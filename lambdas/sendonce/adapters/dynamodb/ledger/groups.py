@@ -4,6 +4,7 @@ released together, each in one transaction.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -47,6 +48,7 @@ class LedgerGroups(LedgerReads):
         provider: str,
         lease_until_ms: int,
         now_ms: int,
+        variants: Mapping[str, str] | None = None,
     ) -> GroupClaim:
         updates = []
         for recipient in group.recipients:
@@ -62,6 +64,7 @@ class LedgerGroups(LedgerReads):
                 group_key=group.idempotency_key,
                 detail=f"group {group.group_id}",
                 mailbox_group=self._mailbox_group(recipient.email),
+                variant=(variants or {}).get(recipient.recipient_id),
             )
             updates.append(
                 {

@@ -47,6 +47,7 @@ def _record(item: dict[str, Any]) -> DeliveryRecord:
         maybe_sent_at_ms=_int(data.get("maybe_sent_at_ms")),
         maybe_sent_by=data.get("maybe_sent_by"),
         group_key=data.get("group_key"),
+        variant=data.get("variant"),
         updated_at=data.get("updated_at"),
         history=[{k: (int(v) if k.endswith("_ms") else v) for k, v in h.items()} for h in data.get("history", [])],
     )
