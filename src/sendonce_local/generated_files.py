@@ -24,6 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from sendonce.domain import limits
+
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 # URNs: stable names that promise no download location (the files live in this repository).
 BATCH_MESSAGE_ID = "urn:sendonce:schema:batch-message:v1"
@@ -42,7 +44,8 @@ _BATCH_MESSAGE_NOTES = (
 _CAMPAIGN_SPEC_NOTES = (
     "A campaign as an operator writes it: the body of POST /campaigns, or a spec file for `sendonce campaign "
     "create` (which also takes html_file / text_file). Beyond this schema, html and text are at most their size "
-    "in UTF-8 bytes (docs/limits.md) and the templates must compile."
+    f"in UTF-8 bytes (docs/limits.md), the campaign's and its variants' together at most {limits.TEMPLATES_BYTES:,}; "
+    "variant ids are unique; and the templates must compile."
 )
 
 

@@ -1,4 +1,4 @@
-"""`sendonce campaign ...`: list, create, pause, resume, cancel, status, reconcile, watch.
+"""`sendonce campaign ...`: list, create, pause, resume, cancel, pick, status, reconcile, watch.
 Parsing and presentation only; every decision is CampaignService's. The group is attached
 to `sendonce` by sendonce_ops/cli.py, which also adds the commands of the other `*_cli` modules."""
 
@@ -21,6 +21,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from sendonce.domain.campaigns.ab_results import AbResults
 from sendonce.domain.campaigns.scheduling import iso
 from sendonce.domain.campaigns.service import DeliveryStatus
 from sendonce.domain.campaigns.unknowns import DEFAULT_UNKNOWN_WINDOW_S
@@ -97,7 +98,8 @@ def campaign_create(cli: Cli, spec_path: Path, as_json: bool) -> None:
     """Create a campaign (state draft) from a spec file and print its id."""
     spec = load_spec(spec_path)  # before any AWS call: a bad spec touches nothing
     try:
-        created = cli.service(writes=True).create(spec.to_campaign())
+        campaign = spec.to_campaign()  # e.g. a variant id given twice (no schema can say it)
+        created = cli.service(writes=True).create(campaign)
     except InvalidCampaignError as exc:  # e.g. an unregistered provider: point at its line
         raise SpecError([locate(spec_path, str(exc))]) from exc
     if as_json:
@@ -200,6 +202,34 @@ def campaign_cancel(cli: Cli, campaign_id: str, reason: str | None, as_json: boo
     transition_output(cli, cancelled, "cancelled", as_json, job=job.as_dict())
 
 
+@campaign.command("pick")
+@click.argument("campaign_id")
+@click.argument("variant", required=False)
+@click.option("--reason", default=None, help="Recorded with the decision (default: picked by hand by OPERATOR).")
+@json_option
+@pass_cli
+def campaign_pick(cli: Cli, campaign_id: str, variant: str | None, reason: str | None, as_json: bool) -> None:
+    """An A/B campaign's winner: VARIANT, or without it by the test's figures so far; then a job
+    sends it to every recipient still waiting. The first decision stands: a later pick (by
+    hand or the test's scheduled end) changes nothing and says which stands
+    (docs/operations-campaigns.md#ab-tests)."""
+    result = cli.service(writes=True).pick(campaign_id, variant, reason=reason)
+    if as_json:
+        cli.json(result.as_dict())
+        return
+    decision = result.decision
+    line = f"picked {result.variant} for {campaign_id}, by {decision.by}: {decision.reason}"
+    if not result.decided_now:
+        line = f"{campaign_id}'s winner was picked before and stands: {result.variant}, by {decision.by} at "
+        line += f"{iso(decision.at_ms)}: {decision.reason}"
+    job = cli.service(writes=True).jobs.get(result.job_id) if result.job_id else None
+    if job is not None and not job.done:
+        line += f"; job {job.job_id} is sending it to the rest (`sendonce job watch {job.job_id}`)"
+    elif job is not None:
+        line += f"; republished the {job.progress.get('republished', 0)} recipient(s) still waiting"
+    click.echo(line)
+
+
 STATUS_ROWS = (
     ("total", "total"),
     ("pending", "pending"),
@@ -227,6 +257,8 @@ def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
     now = sending_of(cli, current, status)
     dead = service.dead_lettered(campaign_id) if status.dead_lettered else []
     tests, tests_count = latest_test_sends(cli, campaign_id)
+    # An A/B campaign's variants: one read of the report's aggregates (none for any other).
+    variants = service.ab_results(campaign_id) if current.ab_test is not None else None
     if as_json:
         cli.json(
             {
@@ -238,6 +270,7 @@ def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
                 "send_at": iso(current.send_at_ms) if current.send_at_ms is not None else None,
                 "sending_now": sending_json(now),
                 "test_sends": json_of_test_sends(tests, tests_count),
+                "ab_test": variants.as_dict() if variants is not None else None,
                 "dead_lettered_recipients": [
                     {"recipient_id": r.recipient_id, "reason": r.reason, "updated_at": r.updated_at} for r in dead[:100]
                 ],
@@ -247,6 +280,8 @@ def campaign_status(cli: Cli, campaign_id: str, as_json: bool) -> None:
     _print_status(cli, status, current)
     click.echo(sending_line(now, status))
     print_test_sends(cli, tests, tests_count)
+    if variants is not None:
+        _print_variants(cli, variants)
     if dead:
         by_reason: dict[str, list[str]] = {}
         for record in dead:
@@ -310,6 +345,33 @@ def _print_status(cli: Cli, status: DeliveryStatus, campaign: Campaign | None = 
     for label, key in STATUS_ROWS:
         table.add_row(label, str(values[key]))
     cli.out.print(table)
+
+
+def _print_variants(cli: Cli, results: AbResults) -> None:
+    """Each test variant's emails sent, unique opens and clicks and their rates per email sent,
+    the rest's (sent the winner); then the winner, or how it will be picked."""
+    test, decision = results.test, results.decision
+    title = f"A/B test of {test.share:.0%} of the recipients by {test.pick_by}; the rest are sent the winner"
+    table = Table(title=title, title_justify="left")
+    for column in ("variant", "sent", "unique opens", "open rate", "clicks", "click rate"):
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    for row in (*results.variants, results.rest):
+        name = "the rest" if row is results.rest else row.variant
+        if decision is not None and row.variant == decision.variant:
+            name += " (winner)"
+        rates = ["-" if r is None else f"{100 * r:.1f}%" for r in (row.open_rate, row.click_rate)]
+        f = row.figures
+        table.add_row(Text(name), f"{f.sent:,}", f"{f.opened:,}", rates[0], f"{f.clicked:,}", rates[1])
+    cli.out.print(table)
+    if decision is None:
+        click.echo(
+            f"awaiting the winner: the highest rate of unique {test.pick_by} per email sent, {test.after_s // 60} "
+            f"minutes after the start, or by hand: `sendonce campaign pick {results.campaign_id} [VARIANT]`"
+        )
+    else:
+        click.echo(f"winner {decision.variant}, picked by {decision.by} at {iso(decision.at_ms)}: {decision.reason}")
+    if not results.counted:
+        click.echo("(this service keeps no figures per variant)")
 
 
 class _RateColumn(ProgressColumn):

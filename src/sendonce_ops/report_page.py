@@ -77,6 +77,7 @@ h1 { font-size: 1.5rem; margin-bottom: .25rem; } h2 { font-size: 1.1rem; margin-
 #marks td, #marks th { border-bottom: 1px solid #e0e0e0; padding: .2rem .8rem .2rem 0; text-align: left; }
 .chart { min-height: 320px; } .tall { min-height: 640px; }
 #group-totals { border-collapse: collapse; font-size: .85rem; } #group-totals td, #group-totals th { padding: .2rem .8rem .2rem 0; text-align: right; } .row { display: grid; grid-template-columns: 1fr 1fr; gap: 1rem; }
+#variants { border-collapse: collapse; font-size: .85rem; } #variants td, #variants th { border-bottom: 1px solid #e0e0e0; padding: .2rem .8rem .2rem 0; text-align: right; } #variants td:first-child, #variants th:first-child { text-align: left; } #variants .winner td { font-weight: bold; }
 </style>
 <script>{{ plotly_js | safe }}</script>
 </head>
@@ -126,6 +127,21 @@ time{{ "s" if warmup_pauses > 1 else "" }} (the moves above say until when); no 
 recipients {{ kind }}{% if r.status.sent %} ({{ "%.1f" | format(100 * n / r.status.sent) }}% of those sent){% endif %}{{ "; " if not loop.last else "." }}
 {% endfor %}Each recipient counts once, in the minute of their first. {% if "opened" in r.engagement %}Note: {{ estimate }}.{% endif %}</p>
 <div class="chart" id="engagement"></div>{% endif %}
+{% if r.variants %}{% set ab = r.variants %}<h2>Variants</h2>
+<table id="variants"><thead><tr><th>variant</th><th>sent</th><th>unique opens</th><th>open rate</th><th>clicks</th><th>click rate</th></tr></thead><tbody>
+{% for v in ab.variants + (ab.rest,) %}<tr{% if ab.decision and ab.decision.variant == v.variant %} class="winner"{% endif %}>
+<td>{% if v is sameas ab.rest %}the rest (sent the winner){% else %}{{ v.variant }}{% if ab.decision and ab.decision.variant == v.variant %} (winner){% endif %}{% endif %}</td>
+{% set key = "rest" if v is sameas ab.rest else v.variant %}<td data-variant="{{ key }}-sent">{{ "{:,}".format(v.figures.sent) }}</td>
+<td data-variant="{{ key }}-opened">{{ "{:,}".format(v.figures.opened) }}</td><td>{{ percent(v.open_rate) }}</td>
+<td data-variant="{{ key }}-clicked">{{ "{:,}".format(v.figures.clicked) }}</td><td>{{ percent(v.click_rate) }}</td></tr>
+{% endfor %}</tbody></table>
+{% if ab.decision %}<p class="note verdict-ok" id="decision">Winner <b data-winner="{{ ab.decision.variant }}">{{ ab.decision.variant }}</b>,
+picked by {{ ab.decision.by }} at {{ when(ab.decision.at_ms) }}: {{ ab.decision.reason }}.</p>
+{% else %}<p class="note" id="decision">Awaiting the winner: the test sends {{ "%g" | format(100 * ab.test.share) }}% of the recipients
+a variant each; {{ duration(ab.test.after_s) }} after the start, the highest rate of unique {{ ab.test.pick_by }} per email sent wins
+(or an operator picks: <code>sendonce campaign pick {{ r.campaign_id }} VARIANT</code>), and the rest are sent it.</p>{% endif %}
+<p class="meta" id="variants-note">A variant's figures are its test emails alone; the rest's, those sent the winner. Rates are per email sent{% if r.engagement is none %};
+this campaign tracks neither opens nor clicks: its figures pick no winner (the control is sent, unless an operator picks){% elif "opened" in r.engagement %}; opens are an estimate (above){% endif %}.</p>{% endif %}
 <h2>Audit against the provider's records</h2>
 {% if r.audit %}<p class="note {% if not r.audit.duplicates %}verdict-ok{% endif %}" id="audit">{{ r.audit.verdict }}
 (<span data-figure="audit_duplicates">{{ r.audit.duplicates }}</span> duplicates,
@@ -150,6 +166,16 @@ def _iso(ms: int) -> str:
 
 def _when(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _percent(rate: float | None) -> str:
+    return "–" if rate is None else f"{100 * rate:.1f}%"
+
+
+def _duration(seconds: int) -> str:
+    """An A/B test's duration as a spec writes it (variants.duration_s: 30m, 4h, 2d), else in seconds."""
+    units = (("d", 86_400), ("h", 3_600), ("m", 60))
+    return next((f"{seconds // n}{unit}" for unit, n in units if seconds % n == 0), f"{seconds}s")
 
 
 def _times(buckets: list[Any]) -> list[str]:
@@ -463,6 +489,8 @@ def render(report: CampaignReport) -> str:
         group_totals=report.group_totals(),
         group_kinds=GROUP_KINDS,
         estimate=ESTIMATE_NOTE,
+        percent=_percent,
+        duration=_duration,
     )
 
 

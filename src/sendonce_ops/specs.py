@@ -1,8 +1,8 @@
 """Campaign spec files (YAML or JSON) for `sendonce campaign create --spec`.
 
 Validation is the API's (`CampaignSpec`); this module adds what only a file has: templates
-given as paths relative to the spec (`html_file`, `text_file`) and line numbers in every
-message, so an operator can jump to the field that is wrong.
+given as paths relative to the spec (`html_file`, `text_file`, in the spec or in a variant)
+and line numbers in every message, so an operator can jump to the field that is wrong.
 """
 
 from __future__ import annotations
@@ -52,18 +52,24 @@ def load_spec(path: Path) -> CampaignSpec:
 
     if not isinstance(data, dict):
         raise SpecError([f"{name}: a spec is a mapping of fields: id, name, subject, from, provider, html/text"])
+    # The spec's own templates, and each A/B variant's (`variants: [{id, subject, html_file}]`).
+    holders = [("", data)]
+    if isinstance(data.get("variants"), list):
+        holders += [(f"variants.{i}.", v) for i, v in enumerate(data["variants"]) if isinstance(v, dict)]
     problems = []
-    for file_key, field in TEMPLATE_FILES.items():
-        if file_key not in data:
-            continue
-        if field in data:
-            problems.append(f"{at(file_key)}: {file_key}: give {field} or {file_key}, not both")
-            continue
-        ref = data.pop(file_key)
-        try:
-            data[field] = _read_template(path, ref, field)
-        except ValueError as exc:
-            problems.append(f"{at(file_key)}: {file_key}: {exc}")
+    for prefix, holder in holders:
+        for file_key, field in TEMPLATE_FILES.items():
+            if file_key not in holder:
+                continue
+            where = f"{at(prefix + file_key)}: {prefix}{file_key}"
+            if field in holder:
+                problems.append(f"{where}: give {field} or {file_key}, not both")
+                continue
+            ref = holder.pop(file_key)
+            try:
+                holder[field] = _read_template(path, ref, field)
+            except ValueError as exc:
+                problems.append(f"{where}: {exc}")
     if problems:
         raise SpecError(problems)
     try:
@@ -72,7 +78,8 @@ def load_spec(path: Path) -> CampaignSpec:
         found = []
         for field, message in describe_validation_error(exc, limit=20):
             if not field and message.startswith("html or text"):
-                found.append(f"{name}: html or text (or html_file / text_file) is required")
+                said = message.removeprefix("html or text")
+                found.append(f"{name}: html or text (or html_file / text_file){said}")
             else:
                 found.append(f"{at(field)}: {field or '(spec)'}: {message}")
         raise SpecError(found) from None

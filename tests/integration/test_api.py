@@ -300,6 +300,7 @@ def test_the_openapi_document_describes_every_route(system):
         "/campaigns/{campaign_id}/pause",
         "/campaigns/{campaign_id}/resume",
         "/campaigns/{campaign_id}/cancel",
+        "/campaigns/{campaign_id}/pick",
         "/campaigns/{campaign_id}/reschedule",
         "/campaigns/{campaign_id}/unschedule",
         "/campaigns/{campaign_id}/delivery-status",

@@ -231,3 +231,78 @@ def test_an_unknown_campaign_is_a_clear_error(system, tmp_path):
     result = sendonce(system, "campaign", "report", "nope", "--out", str(tmp_path / "r.html"))
     assert result.exit_code != 0 and "nope" in result.stderr and "Traceback" not in result.output
     assert not (tmp_path / "r.html").exists()
+
+
+def ab_report(decision):
+    """An A/B campaign's report: B opened more in the test; picked (`decision`) or awaited."""
+    from sendonce.domain.campaigns.report_data import REST
+    from sendonce.domain.campaigns.variants import AbTest, VariantFigures
+    from sendonce.domain.models import Tracking
+
+    campaign = SimpleNamespace(
+        campaign_id="ab",
+        name="A/B",
+        subject="Hi",
+        provider="resend",
+        delivery_mode="single",
+        tracking=Tracking(opens=True, clicks=True),
+        ab_test=AbTest(variants=("A", "B"), share=0.2, pick_by="opens", after_s="4h"),
+        decision=decision,
+    )
+    status = DeliveryStatus(
+        campaign_id="ab",
+        state=CampaignState.SENDING,
+        total=1000,
+        pending=0,
+        in_progress=0,
+        sent=1000,
+        failed=0,
+        suppressed=0,
+        unknown=0,
+        cancelled=0,
+        dead_lettered=0,
+    )
+    aggregates = ReportAggregates(
+        outcomes_per_minute=[Bucket(T0, {"sent": 1000})],
+        engagement_per_minute=[Bucket(T0, {"opened": 400, "clicked": 30})],
+        variants={
+            "A": VariantFigures(sent=100, opened=20, clicked=3),
+            "B": VariantFigures(sent=100, opened=35, clicked=2),
+            REST: VariantFigures(sent=800 if decision else 0, opened=345 if decision else 0, clicked=25),
+        },
+    )
+    return build_report(campaign=campaign, status=status, aggregates=aggregates, now_ms=T0 + MINUTE_MS)
+
+
+@pytest.mark.browser
+def test_an_ab_campaigns_page_shows_each_variants_figures_and_the_winner(page, tmp_path):
+    from sendonce.domain.campaigns.variants import Decision
+
+    # Given the report of an A/B campaign whose winner, B, was picked by its schedule
+    decision = Decision(variant="B", by="schedule", at_ms=T0 + 240 * MINUTE_MS, reason="highest rate of unique opens")
+    path = write(ab_report(decision), tmp_path / "ab.html")
+
+    # When headless Chromium opens it
+    open_report(page, path)
+
+    # Then each variant's and the rest's figures are printed, the winner's row marked, and why
+    cells = page.page.eval_on_selector_all(
+        "[data-variant]", "nodes => Object.fromEntries(nodes.map(n => [n.dataset.variant, n.textContent.trim()]))"
+    )
+    assert cells == {
+        "A-sent": "100",
+        "A-opened": "20",
+        "A-clicked": "3",
+        "B-sent": "100",
+        "B-opened": "35",
+        "B-clicked": "2",
+        "rest-sent": "800",
+        "rest-opened": "345",
+        "rest-clicked": "25",
+    }
+    rows = page.page.locator("#variants tbody tr")
+    assert rows.nth(1).get_attribute("class") == "winner" and "35.0%" in rows.nth(1).text_content()
+    assert "(winner)" in rows.nth(1).text_content() and "(winner)" not in rows.nth(0).text_content()
+    assert page.page.locator("[data-winner]").text_content() == "B"
+    assert "picked by schedule" in page.page.locator("#decision").text_content()
+    assert page.console_errors == [] and page.requests == [path.as_uri()]

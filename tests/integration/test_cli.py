@@ -388,3 +388,56 @@ def test_publish_streams_out_of_range_is_a_usage_error(system, tmp_path):
     recipients = write_csv(tmp_path / "people.csv", people(system, 1))
     refused = sendonce(system, "campaign", "publish", "c1", "--recipients", str(recipients), "--streams", "0")
     assert refused.exit_code == 2 and "--streams" in refused.stderr
+
+
+def test_the_status_of_an_ab_campaign_gives_its_variants_figures_and_the_winner_or_that_it_is_awaited(system):
+    from sendonce.adapters.dynamodb.report_aggregates import increment_updates
+    from sendonce.domain.campaigns.report_data import LedgerChange, increments_of
+    from sendonce.domain.campaigns.variants import AbTest, Variant
+    from sendonce.domain.models import Campaign, Content, Tracking
+
+    # Given an A/B campaign whose report's aggregates hold its test's sends and opens
+    system.operator.create(
+        Campaign(
+            campaign_id="ab",
+            name="A/B",
+            provider="resend",
+            ledger_shards=4,
+            sender=f"news@{system.domain}",
+            content=Content(
+                subject="Hi",
+                text="Hello",
+                variants=(Variant(id="A", subject="A: hi"), Variant(id="B", subject="B: hi")),
+            ),
+            tracking=Tracking(opens=True),
+            ab_test=AbTest(variants=("A", "B"), share=0.25, pick_by="opens", after_s="4h"),
+        )
+    )
+    system.operator.publish("ab", system.recipients(4))  # sending (nobody consumes here)
+    changes = [LedgerChange("claimed", "sent", 1_000, variant=v) for v in ["A"] * 8 + ["B"] * 8]
+    client, table = boto3.client("dynamodb"), system.resources.campaigns_table
+    client.transact_write_items(TransactItems=increment_updates(table, "ab", "w3", increments_of(changes)))
+    client.update_item(
+        TableName=table,
+        Key={"pk": {"S": "report#ab#w3"}, "sk": {"S": "minute#0000000060000#w3"}},
+        UpdateExpression="ADD #a :a, #b :b",
+        ExpressionAttributeNames={"#a": "v:A:opened", "#b": "v:B:opened"},
+        ExpressionAttributeValues={":a": {"N": "2"}, ":b": {"N": "6"}},
+    )
+
+    # When the operator reads its status, before and after picking B
+    before = as_json(sendonce(system, "campaign", "status", "ab", "--json"))["ab_test"]
+    awaiting = sendonce(system, "campaign", "status", "ab")
+    assert sendonce(system, "campaign", "pick", "ab", "B").exit_code == 0
+    after = sendonce(system, "campaign", "status", "ab")
+
+    # Then it shows each variant's figures and rates, and the winner once picked
+    assert before["variants"]["B"] == {"sent": 8, "opened": 6, "clicked": 0, "open_rate": 0.75, "click_rate": 0.0}
+    assert before["rest"]["sent"] == 0 and before["awaiting_winner"] and before["decision"] is None
+    assert "75.0%" in awaiting.stdout and "awaiting the winner" in awaiting.stdout
+    assert "sendonce campaign pick ab [VARIANT]" in awaiting.stdout
+    assert "B (winner)" in after.stdout and "winner B, picked by" in after.stdout
+    assert "awaiting" not in after.stdout and "the rest" in after.stdout
+    # A campaign without a test shows none
+    system.campaign()
+    assert as_json(sendonce(system, "campaign", "status", "c1", "--json"))["ab_test"] is None

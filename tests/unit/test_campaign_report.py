@@ -284,3 +284,37 @@ def test_a_tracking_campaigns_report_counts_unique_opens_and_clicks_and_says_ope
     page = render(report)
     assert 'data-engagement="opened">4<' in page and "(40.0% of those sent)" in page
     assert "opens are an estimate" in page and 'data-engagement="clicked"' not in page
+
+
+def test_an_ab_campaign_awaiting_its_winner_says_how_it_will_be_picked():
+    from sendonce.domain.campaigns.report_data import REST
+    from sendonce.domain.campaigns.variants import AbTest, VariantFigures
+
+    campaign = SimpleNamespace(
+        campaign_id="ab",
+        name="n",
+        subject="s",
+        provider="ses",
+        delivery_mode="single",
+        tracking=None,
+        ab_test=AbTest(variants=("A", "B", "C"), share=0.3, pick_by="clicks", after_s="2d"),
+        decision=None,
+    )
+    aggregates = ReportAggregates(variants={"A": VariantFigures(sent=7, clicked=1), REST: VariantFigures()})
+
+    page = render(build_report(campaign=campaign, status=status(sent=7), aggregates=aggregates, now_ms=T0))
+
+    assert 'data-variant="A-sent">7<' in page and 'data-variant="C-sent">0<' in page
+    assert 'data-variant="rest-sent">0<' in page and "14.3%" in page  # 1 click of 7 sent
+    assert "Awaiting the winner" in page and "30% of the recipients" in page and "2d after the start" in page
+    assert "unique clicks per email sent" in page and "sendonce campaign pick ab VARIANT" in page
+    assert 'class="winner"' not in page and "tracks neither opens nor clicks: its figures pick no winner" in page
+    plain = render(
+        build_report(
+            campaign=SimpleNamespace(**{**campaign.__dict__, "ab_test": None}),
+            status=status(),
+            aggregates=aggregates,
+            now_ms=T0,
+        )
+    )
+    assert 'id="variants"' not in plain

@@ -113,6 +113,7 @@ def test_a_ledger_record_is_a_change_of_state_on_its_partition_key_value():
         position=StreamPosition(source="ledger", shard_id="c1#7", sequence=1234567890123456789012345678901234567890),
         old=S.CLAIMED,
         new=S.SENT,
+        recipient_id="r1",
     )
     assert change_of(ledger_record("5", None, "claimed", event="INSERT")).old is None
 

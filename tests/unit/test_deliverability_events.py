@@ -143,9 +143,11 @@ def test_ses_opens_and_clicks_are_read_without_agent_ip_or_link_and_other_events
 class FakeEngagementStore:
     def __init__(self):
         self.first: dict[tuple[str, str, str], int] = {}
+        self.variants: dict[tuple[str, str], str | None] = {}
 
-    def record(self, campaign_id: str, recipient_id: str, kind: str, at_ms: int) -> str:
+    def record(self, campaign_id: str, recipient_id: str, kind: str, at_ms: int, *, variant: str | None = None) -> str:
         key = (campaign_id, recipient_id, kind)
+        self.variants[(campaign_id, recipient_id)] = variant
         if key not in self.first:
             self.first[key] = at_ms
             return "first"
@@ -170,15 +172,15 @@ def test_an_open_is_recorded_apart_from_the_ledger_only_when_the_campaign_tracks
     env.delivery()
     store, asked = FakeEngagementStore(), []
 
-    def tracking_of(campaign_id: str):
+    def campaign_of(campaign_id: str):
         asked.append(campaign_id)
-        return env.campaigns.get(campaign_id).tracking
+        return env.campaigns.get(campaign_id)
 
     service = ProviderEventService(
         ledger_events=env.events,
         suppressions=env.suppressions,
         campaigns=env.campaigns,
-        engagement=EngagementRecorder(store=store, tracking_of=tracking_of),
+        engagement=EngagementRecorder(store=store, campaign_of=campaign_of),
     )
     env.campaigns.campaigns["c1"] = env.campaigns.campaigns["c1"].model_copy(update={"tracking": Tracking(opens=True)})
 
@@ -192,7 +194,34 @@ def test_an_open_is_recorded_apart_from_the_ledger_only_when_the_campaign_tracks
     assert store.first == {("c1", "r1", "opened"): 1_796_637_540_000}
     assert env.events.annotations == {}  # the ledger never saw them
     assert asked == ["c1"]  # a campaign's tracking is read once per process
+    assert store.variants == {("c1", "r1"): None}  # no A/B test: no variant counted
     assert service.apply(dataclasses.replace(opened(), campaign_id="gone")).engagement == "no_campaign"
+
+
+def test_an_ab_campaigns_open_counts_for_the_recipients_test_variant_or_the_rest(env):
+    from sendonce.domain.campaigns.report_data import REST
+    from sendonce.domain.campaigns.variants import AbTest, assign
+    from sendonce.domain.deliverability.engagement import EngagementRecorder
+    from sendonce.domain.models import Tracking
+
+    # Given an A/B campaign that tracks opens, and recipients in its test and in the rest
+    env.delivery()
+    test = AbTest(variants=("A", "B"), share=0.5, pick_by="opens", after_s=3_600)
+    env.campaigns.campaigns["c1"] = env.campaigns.campaigns["c1"].model_copy(
+        update={"tracking": Tracking(opens=True), "ab_test": test}
+    )
+    store = FakeEngagementStore()
+    recorder = EngagementRecorder(store=store, campaign_of=env.campaigns.get)
+    recipients = [f"r{i}" for i in range(40)]
+
+    # When each opens
+    for recipient_id in recipients:
+        assert recorder.record(opened(), "c1", recipient_id).counted
+
+    # Then each counts under its own test variant, or the rest's key (it got the winner)
+    expected = {("c1", r): assign("c1", r, test) or REST for r in recipients}
+    assert store.variants == expected
+    assert {REST, "A", "B"} == set(expected.values())
 
 
 def test_without_a_store_opens_are_not_tracked_and_touch_nothing(env):

@@ -35,6 +35,9 @@ PROVIDER_CHARS = 32
 # unsubscribe footer above that, see docs/limits.md.)
 HTML_BYTES = 200_000
 TEXT_BYTES = 100_000
+# An A/B campaign's variants (campaigns/variants.py) are in the same content item: all its
+# html and text together fit what one campaign's may take.
+TEMPLATES_BYTES = HTML_BYTES + TEXT_BYTES
 SPEC_FILE_BYTES = 1_048_576
 
 # --- recipients ----------------------------------------------------------------------

@@ -48,6 +48,8 @@ from sendonce.handlers.api_models import (
     CancelResult,
     DeliveryStatusView,
     JobView,
+    PickBody,
+    PickView,
     PublishBody,
     PublishResult,
     RescheduleBody,
@@ -208,6 +210,22 @@ def cancel(campaign_id: CampaignId, body: Annotated[TransitionBody | None, Body(
     campaign, job = _service().cancel(campaign_id, reason=body.reason if body else None)
     result = CancelResult(**CampaignView.of(campaign).model_dump(), job=JobView.of(job))
     return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=result)
+
+
+@app.post(
+    "/campaigns/<campaign_id>/pick",
+    responses=documented(
+        200,
+        "An A/B campaign's winner recorded (or the one recorded before, which stands); a job sends it to the rest",
+        PickView,
+        400,
+        404,
+        409,
+    ),
+)
+def pick(campaign_id: CampaignId, body: Annotated[PickBody | None, Body()] = None) -> PickView:
+    result = _service().pick(campaign_id, body.variant if body else None, reason=body.reason if body else None)
+    return PickView.of(result)
 
 
 @app.post(

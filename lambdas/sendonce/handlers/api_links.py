@@ -19,6 +19,7 @@ CAMPAIGN_OPERATIONS = {
     "Pause": ("post", "/campaigns/{campaign_id}/pause"),
     "Resume": ("post", "/campaigns/{campaign_id}/resume"),
     "Cancel": ("post", "/campaigns/{campaign_id}/cancel"),
+    "Pick": ("post", "/campaigns/{campaign_id}/pick"),
     "DeliveryStatus": ("get", "/campaigns/{campaign_id}/delivery-status"),
     "Preview": ("post", "/campaigns/{campaign_id}/preview"),
     "TestSend": ("post", "/campaigns/{campaign_id}/test-sends"),

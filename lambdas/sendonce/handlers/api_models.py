@@ -16,12 +16,14 @@ from sendonce.domain.campaigns.input_rules import (
     LINE_PATTERN,
     SEND_AT_PATTERN,
 )
+from sendonce.domain.campaigns.picks import PickResult
 from sendonce.domain.campaigns.recipients_file import InlineRecipient
 from sendonce.domain.campaigns.scheduling import iso
 from sendonce.domain.campaigns.service import DeliveryStatus
 from sendonce.domain.campaigns.spec import (
     CampaignSpec as SpecModel,
 )
+from sendonce.domain.campaigns.variants import VARIANT_ID_PATTERN, Decision
 from sendonce.domain.jobs.models import Job
 from sendonce.domain.models import ID_PATTERN, Campaign, Tracking
 from sendonce.handlers import preview_routes
@@ -194,6 +196,30 @@ class TransitionBody(BaseModel):
     reason: str | None = Field(default=None, max_length=500)
 
 
+class PickBody(TransitionBody):
+    variant: str | None = Field(
+        default=None,
+        pattern=VARIANT_ID_PATTERN,
+        description="The winner, one of the campaign's variants; absent or null: picked by the test's figures so far.",
+    )
+
+
+class PickView(BaseModel):
+    campaign_id: str
+    variant: str = Field(description="The winner that stands.")
+    decided_now: bool = Field(
+        description="false: a winner was recorded before; it stands and this pick changed nothing."
+    )
+    decision: Decision = Field(description="Who or what picked it, when (at_ms), why, and on what figures per variant.")
+    job_id: str | None = Field(
+        default=None, description="The job sending the winner to the recipients still waiting (GET /jobs/{job_id})."
+    )
+
+    @classmethod
+    def of(cls, result: PickResult) -> "PickView":
+        return cls.model_validate(result.as_dict())
+
+
 class JobView(BaseModel):
     job_id: str
     kind: str
@@ -269,11 +295,11 @@ def json_answer(description: str, model: type[BaseModel]) -> dict[str, Any]:
 
 _ERROR_MEANINGS = {
     400: "Invalid input: a body that is not UTF-8 JSON, bad file rows, an unknown provider, a delivery mode the "
-    "provider cannot do",
+    "provider cannot do, a variant the campaign does not have",
     404: "No such campaign",
     409: "Not allowed in the campaign's current state, or the id exists already; or well formed but refused by "
     "what stands now (a send_at already past or too far ahead, a max_rate above the provider's configured rate, "
-    "a pacing group the deployment does not know, "
+    "a pacing group the deployment does not know, a variant id given twice (no schema can say ids are unique), "
     "variables the templates lack, a suppressed address, an S3 object not there): the same request may succeed later",
     422: "The request does not match the schema; `detail` names each field",
     500: "Not caused by the request (AWS unreachable, a bug): logged with its traceback",

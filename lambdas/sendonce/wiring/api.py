@@ -23,6 +23,7 @@ from sendonce.adapters.providers.descriptor import Provider
 from sendonce.adapters.s3_objects import S3ObjectLines
 from sendonce.adapters.sqs_queue import SqsJobQueue, SqsQueue
 from sendonce.domain.audit.service import CampaignAudit
+from sendonce.domain.campaigns.ab_results import variant_figures_of
 from sendonce.domain.campaigns.report import ReportService
 from sendonce.domain.campaigns.s3_forecast import S3Forecast
 from sendonce.domain.campaigns.s3_publish import S3Publish
@@ -107,6 +108,10 @@ def build_campaign_service(
         counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),
         jobs=jobs_of,
         scheduler=build_scheduler(settings, clients) if isinstance(settings, ApiSettings) else None,
+        # An A/B test's figures per variant (its pick's, its status'): the report's aggregates.
+        variant_figures=variant_figures_of(
+            DynamoDBReportAggregates(client=dynamodb, table_name=settings.campaigns_table)
+        ),
     )
 
 

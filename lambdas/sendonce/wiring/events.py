@@ -54,7 +54,7 @@ def build_events_service(
         # Opens and clicks of the campaigns that track them, apart from the ledger.
         engagement=EngagementRecorder(
             store=DynamoDBEngagement(client=dynamodb, table_name=settings.campaigns_table),
-            tracking_of=lambda campaign_id: campaigns.get(campaign_id).tracking,
+            campaign_of=campaigns.get,
         ),
         # A counted campaign's `sent` for the brakes: the aggregator's totals, not 'sent' shards.
         counters=DynamoDBCounters(client=dynamodb, table_name=settings.campaigns_table),

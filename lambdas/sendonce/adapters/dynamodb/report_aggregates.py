@@ -4,7 +4,10 @@
         one number per outcome (sent, failed, ...), `prevented` (duplicates prevented), and
         `g:<group>:<kind>` per mailbox-provider group (sent, deferred, bounced, complained;
         a consumer's `held`: report_data.GROUP_KINDS); `opened`, `clicked`: unique opens and
-        clicks by the minute of each recipient's first (the events function's: engagement.py)
+        clicks by the minute of each recipient's first (the events function's: engagement.py);
+        an A/B campaign's `v:<variant>:<kind>` (sent, opened, clicked; the rest's under
+        `v:*:<kind>`: report_data.variant_count), each added in the very ADD that adds the
+        same send, open or click to the totals above
     pk = report#<campaign>#<writer>, sk = domain#<recipient domain>#<writer>
         delivered, bounced, complained
     pk = report#<campaign>#<writer>, sk = unknowns#<writer>
@@ -27,7 +30,10 @@ here: its size grows with the campaign's minutes, domains and moves, not its rec
 Each writer has a partition-key value of its own: the aggregator's ADDs for one campaign
 took ~2 write units per recipient (bench-scale: a transaction per batch of stream records,
 2 units per item touched), which on one key capped the aggregator at ~500 recipients/s;
-over REPORT_WRITERS keys the hottest takes ~1/64 of it (docs/scale.md).
+over REPORT_WRITERS keys the hottest takes ~1/64 of it (docs/scale.md). An A/B campaign's
+figures per variant are more numbers of the same items in the same ADDs: no item, write or
+key more, so no key's write units per recipient grow (an item's size grows by a few bytes per
+variant, far from a write unit's 1 KB).
 """
 
 from __future__ import annotations
@@ -48,7 +54,9 @@ from sendonce.domain.campaigns.report_data import (
     group_count_of,
     minute_of,
     prevented_writers,
+    variant_count_of,
 )
+from sendonce.domain.campaigns.variants import VariantFigures
 from sendonce.domain.sending.shards import dealt
 
 MINUTE, DOMAIN, UNKNOWNS, MARK = "minute#", "domain#", "unknowns#", "mark#"
@@ -206,6 +214,7 @@ class DynamoDBReportAggregates:
         unknowns: Counter[str] = Counter()
         groups: dict[str, dict[int, Counter[str]]] = {}
         engaged: dict[int, Counter[str]] = {}
+        variants: dict[str, Counter[str]] = {}
         with ThreadPoolExecutor(max_workers=READ_WORKERS) as pool:
             shards = list(pool.map(self._items, partitions(campaign_id)))
         for items in shards:
@@ -227,8 +236,10 @@ class DynamoDBReportAggregates:
                 if sk.startswith(MINUTE):
                     start = int(sk[len(MINUTE) :].split("#", 1)[0])
                     for name in list(counts):
-                        of_group = group_count_of(name)
-                        if of_group is not None:
+                        of_group, of_variant = group_count_of(name), variant_count_of(name)
+                        if of_variant is not None:
+                            variants.setdefault(of_variant[0], Counter())[of_variant[1]] += counts.pop(name)
+                        elif of_group is not None:
                             groups.setdefault(of_group[0], {}).setdefault(start, Counter())[of_group[1]] += counts.pop(
                                 name
                             )
@@ -264,4 +275,5 @@ class DynamoDBReportAggregates:
                 for start, c in sorted(engaged.items())
                 if any(c.values())
             ],
+            variants={variant: VariantFigures(**c) for variant, c in sorted(variants.items())},
         )

@@ -1,7 +1,8 @@
 """Lambda's DynamoDB stream records, as the counters need them (domain/campaigns/counters.py).
 
 A ledger record is any change of a delivery's item: its state before and after, and the
-provider events it appended (for the report's aggregates). A
+provider events it appended, its mailbox group and, an A/B campaign's, the variant its claim
+recorded (for the report's aggregates). A
 campaigns-table record counts only when it inserts a batch record (once per batch id);
 every other item of that table (the campaign, groups, counters, markers, limiter slots)
 counts nothing.
@@ -66,6 +67,11 @@ def _mailbox_group(image: dict[str, Any] | None) -> str | None:
     return ((image or {}).get("mgroup") or {}).get("S")
 
 
+def _variant(image: dict[str, Any] | None) -> str | None:
+    """An A/B campaign's variant its claim recorded (`variant`), if any."""
+    return ((image or {}).get("variant") or {}).get("S")
+
+
 def change_of(record: dict[str, Any]) -> Change | None:
     """The change one stream record makes to the counts; None when it makes none."""
     stream = record["dynamodb"]
@@ -85,6 +91,8 @@ def change_of(record: dict[str, Any]) -> Change | None:
             at_ms=_epoch_ms(stream.get("ApproximateCreationDateTime")),
             new_events=events,
             mailbox_group=_mailbox_group(stream.get("NewImage")) or _mailbox_group(stream.get("OldImage")),
+            recipient_id=keys["recipient_id"]["S"],
+            variant=_variant(stream.get("NewImage")) or _variant(stream.get("OldImage")),
         )
     pk, sk = keys.get("pk", {}).get("S", ""), keys.get("sk", {}).get("S", "")
     if record.get("eventName") != "INSERT" or not pk.startswith("campaign#") or not sk.startswith(RECORD_PREFIX):

@@ -14,7 +14,9 @@ again and retries). A batch's positions of one campaign move together, up to
 MOVES_PER_WRITE at a time, in one atomic write that also adds their sum to the campaign's
 totals and their report increments, merged, to its report aggregates: a status read or a
 completion check reads the totals (one request, whatever the campaign's size), and the
-totals and the report take one write per batch, not one per position.
+totals and the report take one write per batch, not one per position. An A/B campaign's
+sends per variant are more numbers of the same report increments (the campaign's test read
+once per process, for records of deliveries with a variant): no write more.
 
 Published recipients are counted distinct: a recipient can be in several batches (a
 re-run publish packed differently), so each batch's recipients are marked published once
@@ -35,11 +37,12 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from sendonce.domain.campaigns import lifecycle
 from sendonce.domain.campaigns.lifecycle import CampaignEvent
 from sendonce.domain.campaigns.ports import MOVES_PER_WRITE, Advance, CampaignCounters, CampaignStore, Counts
-from sendonce.domain.campaigns.report_data import LedgerChange, increments_of
+from sendonce.domain.campaigns.report_data import LedgerChange, increments_of, variant_key
 from sendonce.domain.errors import CampaignBusyError, CampaignNotFoundError, IllegalTransitionError
 from sendonce.domain.models import Campaign, CampaignState, DeliveryState
 
@@ -48,6 +51,7 @@ logger = logging.getLogger(__name__)
 # A counter item's write meets another writer's only when two invocations apply the same
 # stream shard at once (a retried batch racing its original): read again and retry.
 CONFLICT_ATTEMPTS = 8
+CACHED_CAMPAIGNS = 256  # the A/B tests kept per process (a campaign's test never changes)
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,9 @@ class DeliveryChange:
     new_events: tuple[tuple[str, str | None], ...] = ()
     # The recipient's mailbox-provider group, as its claim kept it (None before any claim).
     mailbox_group: str | None = None
+    # The recipient, and an A/B campaign's variant as its claim recorded it (None: none).
+    recipient_id: str | None = None
+    variant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -174,6 +181,9 @@ class CounterAggregator:
         self._campaigns = campaigns
         self._clock_ms = clock_ms
         self._attempts = conflict_attempts
+        # An A/B campaign's test never changes: read once per campaign and process, and only
+        # for a record of a delivery with a variant (lru_cache keeps no CampaignNotFoundError).
+        self._ab_test_of = lru_cache(maxsize=CACHED_CAMPAIGNS)(lambda campaign_id: campaigns.get(campaign_id).ab_test)
 
     def apply(self, changes: Iterable[Change]) -> AggregateReport:
         report = AggregateReport()
@@ -212,7 +222,14 @@ class CounterAggregator:
                         delta.states.update(delta_of(change))
                         old, new = (s.value if s else None for s in (change.old, change.new))
                         ledger_changes.append(
-                            LedgerChange(old, new, change.at_ms, change.new_events, change.mailbox_group)
+                            LedgerChange(
+                                old,
+                                new,
+                                change.at_ms,
+                                change.new_events,
+                                change.mailbox_group,
+                                self._variant_key(change),
+                            )
                         )
                     else:
                         # Markers first: a crash before the counter write replays this batch,
@@ -229,6 +246,19 @@ class CounterAggregator:
             if self._counters.advance(campaign_id, moves, report=increments or None):
                 return applied
         raise CampaignBusyError(f"counters of {campaign_id!r}: {self._attempts} conflicting writes")
+
+    def _variant_key(self, change: DeliveryChange) -> str | None:
+        """What an A/B campaign's delivery counts under in its report (report_data.variant_key);
+        None for any other delivery, whose item has no variant (then no campaign is read)."""
+        if change.variant is None or change.recipient_id is None:
+            return None
+        try:
+            test = self._ab_test_of(change.campaign_id)
+        except CampaignNotFoundError:
+            return None
+        if test is None:
+            return None
+        return variant_key(change.campaign_id, change.recipient_id, test, change.variant)
 
     def complete_if_done(self, campaign_id: str) -> Campaign | None:
         """Complete a sending campaign whose counters are caught up and say every published

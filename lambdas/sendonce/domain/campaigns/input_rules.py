@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from sendonce.domain import limits
 from sendonce.domain.campaigns.scheduling import RFC3339_PATTERN
 from sendonce.domain.campaigns.share_input import share_rule
+from sendonce.domain.campaigns.variants import FEWEST_VARIANTS, MOST_VARIANTS
 from sendonce.domain.sending.shards import MAX_LEDGER_SHARDS
 
 _ID_RULE = (
@@ -37,6 +38,15 @@ LINE_PATTERN = rf"^[^{_CONTROL}]+$"
 PROVIDER_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 # An instant with its UTC offset: RFC 3339's date-time (whether the day exists is the validator's).
 SEND_AT_PATTERN = RFC3339_PATTERN
+# An A/B test's `after`: 1m to 30d (variants.AFTER_LEAST_S, AFTER_MOST_S), the range in the
+# pattern itself, so the schema refuses exactly what the validator does.
+AFTER_PATTERN = (
+    r"^(?:(?:[1-9]|[1-9][0-9]{1,3}|[1-3][0-9]{4}|4[0-2][0-9]{3}|43[01][0-9]{2}|43200)m"
+    r"|(?:[1-9]|[1-9][0-9]|[1-6][0-9]{2}|7[01][0-9]|720)h"
+    r"|(?:[1-9]|[12][0-9]|30)d)$"
+)
+# An A/B test's share is stored as a DynamoDB number (1E-130 and up): bounded well inside it.
+SHARE_LEAST, SHARE_MOST = 0.001, 0.999
 
 _PATTERN_RULES = {
     "recipient_id": _ID_RULE,
@@ -55,11 +65,38 @@ _PATTERN_RULES = {
 
 _SHARDS_RULE = f"must be a whole number from 1 to {MAX_LEDGER_SHARDS} (see docs/scale.md)"
 
+# An A/B test's fields (spec.py), by their last two names (a spec file's `test.share`, the API's
+# `body.test.share`); a variant's id is not a campaign's.
+_AB_TEST_RULES: dict[tuple[str, ...], str] = {
+    ("test", "share"): f"between 0 and 1, exclusive: a number from {SHARE_LEAST:g} to {SHARE_MOST:g} (the share of "
+    "the recipients in the test)",
+    ("test", "pick_by"): "must be opens or clicks",
+    ("test", "after"): "must be a duration from 1m to 30d: a whole number of minutes, hours or days (30m, 4h, 2d)",
+}
+_VARIANT_ID_RULE = "must be 1-32 letters, digits, '_' or '-', starting with a letter or digit"
+
+
+def _ab_test_rule(error: Mapping[str, Any]) -> str | None:
+    loc = [str(part) for part in error.get("loc") or ()]
+    kind = error.get("type")
+    if loc and loc[-1] == "variants" and kind in ("too_short", "too_long"):
+        got = (error.get("ctx") or {}).get("actual_length")
+        return f"{FEWEST_VARIANTS} to {MOST_VARIANTS} variants" + (f", got {got}" if got is not None else "")
+    if len(loc) >= 3 and loc[-3] == "variants" and loc[-1] == "id" and kind == "string_pattern_mismatch":
+        return _VARIANT_ID_RULE
+    rule = _AB_TEST_RULES.get(tuple(loc[-2:]))
+    # Not a missing field, nor a rule across fields (spec_rule: worded where it is raised).
+    if rule is not None and kind not in ("missing", "spec_rule"):
+        return rule
+    return None
+
 
 def friendly_message(error: Mapping[str, Any]) -> str:
     """A pydantic error's message in our words, never quoting the input."""
     loc = error.get("loc") or ("",)
     message = str(error.get("msg", ""))
+    if (rule := _ab_test_rule(error)) is not None:
+        return rule
     if error.get("type") == "string_pattern_mismatch" and loc[0] == "window":
         return "must be a local time HH:MM, 00:00 to 23:59"
     if error.get("type") == "string_pattern_mismatch" and str(loc[-1]) in _PATTERN_RULES:

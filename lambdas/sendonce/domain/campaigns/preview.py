@@ -31,6 +31,7 @@ from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
 from sendonce.domain.errors import ConflictingRequestError, InvalidCampaignError, ProviderError, RetryableProviderError
 from sendonce.domain.models import (
     Campaign,
+    Content,
     OutboundEmail,
     Recipient,
     TestSendOutcome,
@@ -59,13 +60,19 @@ THROTTLE_RETRIES = 3
 CHECK_PROBLEMS_KEPT = 100
 
 
-def _compiled(campaign: Campaign, campaigns: CampaignStore) -> CompiledContent:
-    """The campaign's templates, compiled (read from its content item when the state item
-    does not carry them)."""
+def _compiled(campaign: Campaign, campaigns: CampaignStore, content: Content | None = None) -> CompiledContent:
+    """The campaign's templates (or `content`), compiled (read from its content item when the
+    state item does not carry them)."""
     try:
-        return CompiledContent(campaign.content or campaigns.content(campaign.campaign_id))
+        return CompiledContent(content or campaign.content or campaigns.content(campaign.campaign_id))
     except RenderError as exc:
         raise InvalidCampaignError(f"campaign {campaign.campaign_id!r}: {exc}") from exc
+
+
+def _variants(campaign: Campaign, campaigns: CampaignStore) -> dict[str, CompiledContent]:
+    """An A/B campaign's variants, each compiled whole (as its recipients get it), by id."""
+    content = campaign.content or campaigns.content(campaign.campaign_id)
+    return {v.id: _compiled(campaign, campaigns, content.of_variant(v.id)) for v in content.variants}
 
 
 def recipient_of(variables: Mapping[str, Any], *, recipient_id: str = PREVIEW_RECIPIENT_ID) -> Recipient:
@@ -193,9 +200,14 @@ class PreviewService:
         return replace(preview, subject=email.subject, html=email.html, text=email.text, headers=email.headers)
 
     def check(self, campaign_id: str, rows: Iterable[Row]) -> CheckReport:
-        """Render every recipient of a file as the consumer would; report each that fails by line."""
+        """Render every recipient of a file as the consumer would; report each that fails by line.
+        An A/B campaign's recipients each get one of its variants: every row is rendered with
+        every variant, and a failure names the variant."""
         campaign = self._campaigns.get(campaign_id)
         content = _compiled(campaign, self._campaigns)
+        variants = _variants(campaign, self._campaigns) if campaign.ab_test is not None else {}
+        # What each recipient may get: any of the variants; else the campaign's one email.
+        renders: list[tuple[str | None, CompiledContent]] = [*variants.items()] or [(None, content)]
         report = CheckReport(campaign_id=campaign_id)
 
         def fail(row: Row, problem: str) -> None:
@@ -214,10 +226,23 @@ class PreviewService:
             report.checked += 1
             variables = row.recipient.variables
             report.unused.update(set(variables) - content.variables)
-            try:
-                compose(campaign, content, row.recipient, "check", self._unsubscribe, feedback_id=self._feedback_id)
-            except RenderError as exc:
-                fail(row, _render_problem(exc, _missing(content, variables)))
+            problems = []
+            for variant, compiled in renders:
+                try:
+                    compose(
+                        campaign,
+                        content,
+                        row.recipient,
+                        "check",
+                        self._unsubscribe,
+                        feedback_id=self._feedback_id,
+                        variant=variant,
+                    )
+                except RenderError as exc:
+                    problem = _render_problem(exc, _missing(compiled, variables))
+                    problems.append(problem if variant is None else f"variant {variant}: {problem}")
+            if problems:
+                fail(row, "; ".join(problems))
         return report
 
 

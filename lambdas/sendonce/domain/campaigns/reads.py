@@ -1,15 +1,16 @@
 """What operators read of a campaign: the campaign, its delivery status (and completion when
-every delivery has ended), the counters against the ledger, one delivery, the dead letters.
-CampaignService inherits it."""
+every delivery has ended), an A/B campaign's results, the counters against the ledger, one
+delivery, the dead letters. CampaignService inherits it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from sendonce.domain.campaigns.ab_results import AbResults, ab_results
 from sendonce.domain.campaigns.ports import CampaignCounters, CampaignStore
 from sendonce.domain.campaigns.status import (
     DeliveryStatus,
@@ -18,6 +19,7 @@ from sendonce.domain.campaigns.status import (
     delivery_status,
     reconcile,
 )
+from sendonce.domain.campaigns.variants import VariantFigures
 from sendonce.domain.errors import InvalidCampaignError
 from sendonce.domain.jobs.models import Job
 from sendonce.domain.jobs.service import JobService
@@ -91,6 +93,7 @@ class CampaignReads:
     _clock_ms: Callable[[], int]
     _operator: str
     _jobs: JobService
+    _variant_figures: Callable[[Campaign], Mapping[str, VariantFigures]] | None
 
     def get(self, campaign_id: str) -> Campaign:
         return self._campaigns.get(campaign_id)
@@ -102,6 +105,16 @@ class CampaignReads:
         """Counts by ledger state (from the counters when the campaign has them). Never changes the campaign: completion is the consumer's
         `complete` event (or `complete_if_done`)."""
         return delivery_status(self._campaigns, self._ledger, campaign_id, self._counters)
+
+    def ab_results(self, campaign_id: str) -> AbResults | None:
+        """An A/B campaign's figures per variant and its decision (or that the winner is
+        awaited); None, reading nothing more, for a campaign without a test. One read of the
+        report's aggregates (the campaign's size does not enter), never of the ledger."""
+        campaign = self._campaigns.get(campaign_id)
+        if campaign.ab_test is None:
+            return None
+        figures = self._variant_figures(campaign) if self._variant_figures is not None else None
+        return ab_results(campaign, figures)
 
     def complete_if_done(self, campaign_id: str) -> Campaign | None:
         return complete_if_done(

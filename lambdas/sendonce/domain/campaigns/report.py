@@ -6,7 +6,8 @@ at 1,000 and at 10,000,000 recipients; a timeline longer than MAX_POINTS buckets
 into wider buckets (a week-long campaign is still at most MAX_POINTS bars). Beside it, the
 sends of at most MAX_OTHERS other campaigns whose sending overlapped its own, chosen from the
 campaign listing (a Query per state on its index) and read through the same aggregates,
-clipped to its minutes.
+clipped to its minutes. An A/B campaign's figures per variant and its decision come from the
+same aggregates (campaigns/ab_results.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sendonce.domain.campaigns.ab_results import AbResults, ab_results
 from sendonce.domain.campaigns.report_data import (
     ENGAGEMENT_COUNTS,
     GROUP_KINDS,
@@ -73,6 +75,9 @@ class CampaignReport:
     groups_over_time: Mapping[str, list[Bucket]] = field(default_factory=dict)
     # Unique opens and clicks, folded like `timeline` (a campaign that tracks them).
     engagement_over_time: list[Bucket] = field(default_factory=list)
+    # An A/B campaign's variants: each one's sends, unique opens and clicks, the rest's, and
+    # the decision or that the winner is awaited (None: the campaign has no A/B test).
+    variants: AbResults | None = None
 
     def group_totals(self) -> dict[str, dict[str, int]]:
         """Each mailbox group's GROUP_KINDS summed over the campaign."""
@@ -231,6 +236,7 @@ def build_report(
         engagement=engagement,
         engagement_off_reason=None if engagement is not None else off_reason,
         engagement_over_time=fold(aggregates.engagement_per_minute, width, origin=origin),
+        variants=ab_results(campaign, aggregates.variants),
         audit=audit,
         others={cid: fold(buckets, width, origin=origin) for cid, buckets in (others or {}).items()},
         others_left_out=others_left_out,

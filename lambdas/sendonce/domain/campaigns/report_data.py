@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from sendonce.domain.campaigns.variants import AbTest, VariantFigures, assign
+
 MINUTE_MS = 60_000
 
 # The outcomes a delivery ends as (docs/ledger.md), in the order the page stacks them.
@@ -25,6 +27,13 @@ FEEDBACK = ("delivered", "bounced", "complained")
 GROUP_KINDS = ("sent", "deferred", "bounced", "complained", "held")
 # Unique opens and clicks per minute, numbers of the same minute items (the events function's).
 ENGAGEMENT_COUNTS = ("opened", "clicked")
+# An A/B campaign's figures per variant (issue 33): its test emails sent, and their recipients'
+# unique opens and clicks, numbers of the same minute items too, named `v:<variant>:<kind>`
+# (the aggregator adds `sent` with the outcomes, the events function the other two with its
+# own): no item more, no write more. The rest, who got the winner, count under REST.
+VARIANT_KINDS = ("sent", "opened", "clicked")
+VARIANT_PREFIX = "v:"
+REST = "*"  # never a variant id (variants.VARIANT_ID_PATTERN starts with a letter or digit)
 _GROUP_EVENTS = {"delivery_delayed": "deferred", "bounced": "bounced", "complained": "complained"}
 GROUP_PREFIX = "g:"
 
@@ -40,6 +49,30 @@ def group_count_of(name: str) -> tuple[str, str] | None:
         return None
     group, _, kind = name[len(GROUP_PREFIX) :].rpartition(":")
     return (group, kind) if group and kind in GROUP_KINDS else None
+
+
+def variant_count(variant: str, kind: str) -> str:
+    """The name a minute item keeps `kind` ("sent", "opened", "clicked") of `variant` under."""
+    return f"{VARIANT_PREFIX}{variant}:{kind}"
+
+
+def variant_count_of(name: str) -> tuple[str, str] | None:
+    """(variant, kind) of a name `variant_count` gave; None for any other name."""
+    if not name.startswith(VARIANT_PREFIX):
+        return None
+    variant, _, kind = name[len(VARIANT_PREFIX) :].rpartition(":")
+    return (variant, kind) if variant and kind in VARIANT_KINDS else None
+
+
+def variant_key(campaign_id: str, recipient_id: str, test: AbTest, claimed: str | None = None) -> str:
+    """What a recipient's figures count under: its test variant, or REST for one of the rest
+    (who got the winner). `claimed`: the variant its claim recorded, when known; a test
+    recipient whose claim recorded another (none does: a claim records the recipient's own
+    variant) counts under REST, so that a variant's figures are of its test emails only."""
+    assigned = assign(campaign_id, recipient_id, test)
+    if assigned is None or (claimed is not None and claimed != assigned):
+        return REST
+    return assigned
 
 
 @dataclass(frozen=True)
@@ -86,6 +119,9 @@ class ReportAggregates:
     # Unique opens and clicks per minute (each recipient's first, in its minute): counts
     # {"opened": n, "clicked": n}, kept by the events function (adapters/dynamodb/engagement.py).
     engagement_per_minute: list[Bucket] = field(default_factory=list)
+    # An A/B campaign's figures per variant, summed over its minutes: test variants by id, the
+    # rest under REST (kept by the aggregator and the events function: VARIANT_KINDS).
+    variants: Mapping[str, VariantFigures] = field(default_factory=dict)
 
 
 # --- Duplicates prevented: counted by the consumer, not the stream ---------------------------
@@ -116,21 +152,24 @@ FINAL_OUTCOMES = frozenset(OUTCOMES)
 @dataclass(frozen=True)
 class LedgerChange:
     """One delivery's change as a stream record shows it: its state before and after, when,
-    and the provider events it gained (kind, recipient domain or None), and the recipient's
-    mailbox-provider group (None: its item has none, claimed before groups were kept)."""
+    and the provider events it gained (kind, recipient domain or None), the recipient's
+    mailbox-provider group (None: its item has none, claimed before groups were kept), and, an
+    A/B campaign's delivery, what its figures count under (`variant_key`; None: no A/B test)."""
 
     old_state: str | None
     new_state: str | None
     at_ms: int
     new_events: tuple[tuple[str, str | None], ...] = ()
     mailbox_group: str | None = None
+    variant: str | None = None
 
 
 @dataclass
 class ReportIncrements:
     """What a batch of ledger changes adds to a campaign's report aggregates."""
 
-    outcomes: Counter[tuple[int, str]] = field(default_factory=Counter)  # (minute start, outcome or group_count name)
+    # (minute start, outcome, group_count or variant_count name)
+    outcomes: Counter[tuple[int, str]] = field(default_factory=Counter)
     prevented: Counter[int] = field(default_factory=Counter)  # minute start
     feedback: Counter[tuple[str, str]] = field(default_factory=Counter)  # (domain, event kind)
     unknowns_settled: Counter[str] = field(default_factory=Counter)  # "sent" / "not_sent"
@@ -147,7 +186,8 @@ def increments_of(changes: Iterable[LedgerChange]) -> ReportIncrements:
     """A delivery counts on the timeline in the minute it reached its outcome (once: a change
     that leaves the outcome as it was adds nothing); an unknown that becomes sent counts as
     settled; each new event counts for its recipient's domain. A send and a deferral, bounce
-    or complaint count for the recipient's mailbox group too, in the minute of the change."""
+    or complaint count for the recipient's mailbox group too, in the minute of the change, and
+    a send for its variant (an A/B campaign's: `variant_count`)."""
     increments = ReportIncrements()
     for change in changes:
         minute = minute_of(change.at_ms)
@@ -158,6 +198,8 @@ def increments_of(changes: Iterable[LedgerChange]) -> ReportIncrements:
                 increments.unknowns_settled["sent"] += 1
             if group and change.new_state == "sent":
                 increments.outcomes[(minute, group_count(group, "sent"))] += 1
+            if change.variant and change.new_state == "sent":
+                increments.outcomes[(minute, variant_count(change.variant, "sent"))] += 1
         for kind, domain in change.new_events:
             if kind in FEEDBACK:
                 increments.feedback[(domain or "unknown domain", kind)] += 1

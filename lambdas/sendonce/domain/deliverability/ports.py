@@ -339,8 +339,10 @@ class EngagementStore(Protocol):
     """A recipient's first open and first click of a campaign, and the campaign's unique
     opens and clicks per minute (adapters/dynamodb/engagement.py)."""
 
-    def record(self, campaign_id: str, recipient_id: str, kind: str, at_ms: int) -> str:
+    def record(self, campaign_id: str, recipient_id: str, kind: str, at_ms: int, *, variant: str | None = None) -> str:
         """Record that the recipient `kind` ("opened" / "clicked") at `at_ms`: "first" (a
         recipient's first, counted in its minute), "earlier" (before the one recorded: moved
-        to its minute, counted once), or "repeat" (at or after it: counted already)."""
+        to its minute, counted once), or "repeat" (at or after it: counted already).
+        `variant`: an A/B campaign's, what the recipient counts under (report_data.variant_key),
+        counted and moved with the campaign's own count, in the same write."""
         ...
