@@ -42,8 +42,10 @@ class VariantRules:
     store: Any
     operator: Any
     ledger: Any
+    queue: Any
     rig: Any
     provider: Any
+    _process: Any
     provider_name: str
     mode: str
     _step: Any
@@ -94,10 +96,13 @@ class VariantRules:
         times=st.integers(1, 2),
         operator=st.sampled_from([None, "pause", "resume", "cancel"]),
         before=st.booleans(),
+        consume=st.integers(0, 3),
     )
-    def v1_pick(self, how, times, operator, before):
+    def v1_pick(self, how, times, operator, before, consume=0):
         """The winner: by hand, by the figures, or the test's end firing (EventBridge may
-        deliver it twice); an operator's pause, resume or cancel just before or after it."""
+        deliver it twice); an operator's pause, resume or cancel just before or after it; then
+        `consume` messages taken at once (a bundle: the sends right after a pick, where a
+        variant read from the campaign's state would show, are common, not rare)."""
         self._step("v1_pick")
         if not hasattr(self, "v1_published"):
             return
@@ -120,6 +125,10 @@ class VariantRules:
             self.v1_decided = decision.variant
         if not before and operator:
             self._v1_operator(operator)
+        for _ in range(consume):
+            message = self.queue.receive(0)
+            if message is not None:
+                self._process(message)
 
     def _v1_operator(self, action: str) -> None:
         try:
