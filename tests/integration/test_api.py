@@ -416,3 +416,34 @@ def test_sendonce_local_api_serves_the_same_handler_over_http(system, local_api)
     assert trace.status_code == 405 and trace.headers["Allow"] == "GET, POST"
     assert trace.json()["error"] == "MethodNotAllowed"
     assert unknown.status_code == 404 and unknown.json()["error"] == "NotFound"
+
+
+def test_an_ab_campaigns_delivery_status_carries_its_test_until_and_after_the_pick(system):
+    body = campaign_body(
+        system,
+        "ab",
+        subject=None,
+        variants=[{"id": "A", "subject": "A {{ name }}"}, {"id": "B", "subject": "B {{ name }}"}],
+        test={"share": 0.5, "pick_by": "opens", "after": "1h"},
+        tracking={"opens": True},
+    )
+    body.pop("subject")
+    recipients = [
+        {"recipient_id": f"r{i}", "email": f"user{i}@{system.domain}", "variables": {"name": f"U{i}"}}
+        for i in range(10)
+    ]
+    assert call(system, "POST", "/campaigns", body)[0] == 201
+    assert call(system, "POST", "/campaigns/ab/publish", {"recipients": recipients})[0] == 200
+    system.poller().run_until_idle(idle_seconds=1, max_seconds=30)
+    waiting = call(system, "GET", "/campaigns/ab/delivery-status")
+    picked = call(system, "POST", "/campaigns/ab/pick", {"variant": "B", "reason": "by hand"})
+    system.poller().run_until_idle(idle_seconds=1, max_seconds=30)
+    done = call(system, "GET", "/campaigns/ab/delivery-status")
+    plain = call(system, "POST", "/campaigns", campaign_body(system, "plain"))
+
+    assert waiting[0] == 200 and waiting[1]["pending"] > 0 and waiting[1]["sent"] + waiting[1]["pending"] == 10
+    assert waiting[1]["ab_test"]["awaiting_winner"] is True and set(waiting[1]["ab_test"]["variants"]) == {"A", "B"}
+    assert picked[0] == 200 and picked[1]["decided_now"] is True
+    assert done[1]["sent"] == 10 and done[1]["ab_test"]["decision"]["variant"] == "B"
+    assert system.deliveries() == {f"user{i}@{system.domain}": 1 for i in range(10)}
+    assert plain[0] == 201 and call(system, "GET", "/campaigns/plain/delivery-status")[1]["ab_test"] is None

@@ -284,8 +284,14 @@ def unschedule(campaign_id: CampaignId, body: Annotated[TransitionBody | None, B
     responses=documented(200, "Counts by outcome", DeliveryStatusView, 404),
 )
 def delivery_status(campaign_id: CampaignId) -> DeliveryStatusView:
-    status = _service().status(campaign_id)
-    return DeliveryStatusView.of(status, preview_routes.view_of_test_sends(app.context["sending"], campaign_id))
+    service = _service()
+    status = service.status(campaign_id)
+    results = service.ab_results(campaign_id)
+    return DeliveryStatusView.of(
+        status,
+        preview_routes.view_of_test_sends(app.context["sending"], campaign_id),
+        ab_test=results.as_dict() if results is not None else None,
+    )
 
 
 preview_routes.register(app, responses=documented, caller=_caller)

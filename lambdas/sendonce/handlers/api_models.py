@@ -276,10 +276,20 @@ class DeliveryStatusView(BaseModel):
     test_sends: preview_routes.TestSendsView | None = Field(
         default=None, description="Test sends (never counted above)."
     )
+    ab_test: dict[str, Any] | None = Field(
+        default=None,
+        description="An A/B campaign's test: per variant sent, unique opens and clicks and their rates, the rest's, "
+        "and the decision (null while the winner is awaited); absent for any other campaign.",
+    )
 
     @classmethod
-    def of(cls, status: DeliveryStatus, test_sends: preview_routes.TestSendsView | None = None) -> "DeliveryStatusView":
-        return cls(**status.as_dict(), reserved=status.in_progress, test_sends=test_sends)
+    def of(
+        cls,
+        status: DeliveryStatus,
+        test_sends: preview_routes.TestSendsView | None = None,
+        ab_test: dict[str, Any] | None = None,
+    ) -> "DeliveryStatusView":
+        return cls(**status.as_dict(), reserved=status.in_progress, test_sends=test_sends, ab_test=ab_test)
 
 
 class ErrorBody(BaseModel):
