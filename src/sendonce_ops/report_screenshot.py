@@ -2,10 +2,12 @@
 report page (`sendonce campaign report`) as a PNG, as headless Chromium draws it.
 
 The README's screenshot is made this way (`make report-screenshot`: `sendonce demo --report`,
-then this). Chromium is Debian's (`apt-get install chromium`, as for the report's browser
-test), driven by Playwright from the dev requirements; the page is opened from disk and
-must fetch nothing. The PNG is reduced to a 256-colour palette (the page is flat colours
-and text), which keeps it small enough to commit.
+then this). The A/B one (docs/img/report-ab.png) is the page of the A/B acceptance test's
+campaign, which tests/integration/test_ab_end_to_end.py writes when SENDONCE_AB_REPORT names
+a file (`make report-screenshot-ab`). Chromium is Debian's (`apt-get install chromium`, as
+for the report's browser test), driven by Playwright from the dev requirements; the page is
+opened from disk and must fetch nothing. The PNG is reduced to a 256-colour palette (the
+page is flat colours and text), which keeps it small enough to commit.
 """
 
 from __future__ import annotations

@@ -209,7 +209,10 @@ class CampaignAudit:
         self, campaign: Campaign, window_from: int, watched: set[str], result: AuditResult
     ) -> dict[str, list[ListedEmail]]:
         sender = _address(campaign.sender)
-        subject = subject_pattern(campaign.subject or "")
+        templates = [campaign.subject or ""]
+        if campaign.ab_test is not None:  # an A/B campaign's variants each have a subject of their own
+            templates += [v.subject for v in self._campaigns.content(campaign.campaign_id).variants]
+        subjects = [subject_pattern(template) for template in templates]
         index: dict[str, list[ListedEmail]] = {}
         for email in self._records.listed(campaign.campaign_id, since_ms=window_from):
             result.listed_emails += 1
@@ -219,7 +222,7 @@ class CampaignAudit:
             if email.campaign_id is not None:
                 ours = email.campaign_id == campaign.campaign_id
             else:
-                ours = _address(email.sender) == sender and subject.fullmatch(email.subject) is not None
+                ours = _address(email.sender) == sender and any(p.fullmatch(email.subject) for p in subjects)
             if ours or not watched.isdisjoint(email.to_fingerprints):
                 for fingerprint in dict.fromkeys(email.to_fingerprints):
                     index.setdefault(fingerprint, []).append(email)
