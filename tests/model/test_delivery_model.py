@@ -712,6 +712,22 @@ class DeliveryModel(EdgeRules, WindowRules, SharingRules, WarmupRules, VariantRu
         assert campaign.state is not CampaignState.SENDING, "every recipient ended but the campaign did not complete"
 
 
+ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def one_machine(machine: type[DeliveryModel], monkeypatch, families: frozenset[str]):
+    """A machine set up (two of c1 published) on in-process moto, for a deterministic replay
+    of one rule family's sequences; closed after (a generator: yield from it in a fixture)."""
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        state = machine()
+        state.setup(first=2, families=families)
+        yield state
+        state.rig.close()
+
+
 class ResendSingle(DeliveryModel):
     provider_name, mode = "resend", "single"
 

@@ -7,29 +7,20 @@ the invariant fails."""
 from __future__ import annotations
 
 import pytest
-from moto import mock_aws
 
 from sendonce.domain.campaigns.variants import assign
 from sendonce.domain.models import CampaignState
 from tests.model.edges import LEASE_MS
 from tests.model.mutants import MUTANTS
-from tests.model.test_delivery_model import ResendBatch, ResendSingle, SesSingle
+from tests.model.test_delivery_model import ResendBatch, ResendSingle, SesSingle, one_machine
 from tests.model.variants import V1_RECIPIENTS, V1_TEST
 
-ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 MUTANT_15 = "15 an A/B recipient's variant chosen from the campaign's state at send time"
 
 
 @pytest.fixture(params=[ResendSingle, ResendBatch, SesSingle], ids=lambda m: m.__name__)
 def model(request, monkeypatch):
-    for name, value in ENV.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        state = request.param()
-        state.setup(first=2, families=frozenset({"variants"}))
-        yield state
-        state.rig.close()
+    yield from one_machine(request.param, monkeypatch, frozenset({"variants"}))
 
 
 def variants_of_v1(model) -> dict[str, list]:

@@ -7,27 +7,17 @@ nobody is pending without a message while u1 sends fails."""
 from __future__ import annotations
 
 import pytest
-from moto import mock_aws
 
 from sendonce.domain.deliverability import warmup
 from sendonce.domain.models import CampaignState
 from tests.model.mutants import MUTANTS
-from tests.model.test_delivery_model import ResendBatch, ResendSingle, SesSingle
+from tests.model.test_delivery_model import ResendBatch, ResendSingle, SesSingle, one_machine
 from tests.model.warmup import WARM_DAILY
-
-ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
 @pytest.fixture(params=[ResendSingle, ResendBatch, SesSingle], ids=lambda m: m.__name__)
 def model(request, monkeypatch):
-    for name, value in ENV.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        state = request.param()
-        state.setup(first=2, families=frozenset({"warmup"}))
-        yield state
-        state.rig.close()
+    yield from one_machine(request.param, monkeypatch, frozenset({"warmup"}))
 
 
 def sent_of_u1(model) -> dict[str, int]:

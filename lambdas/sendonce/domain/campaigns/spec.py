@@ -126,7 +126,21 @@ _SPEC_SCHEMA: JsonDict = {
 }
 
 
-class VariantSpec(BaseModel):
+class _SizedBodies(BaseModel):
+    """The byte sizes of `html` and `text` (UTF-8), for the campaign's and each variant's."""
+
+    @field_validator("html", check_fields=False)
+    @classmethod
+    def _html_size(cls, value: str | None) -> str | None:
+        return _utf8_size(value, "html", limits.HTML_BYTES)
+
+    @field_validator("text", check_fields=False)
+    @classmethod
+    def _text_size(cls, value: str | None) -> str | None:
+        return _utf8_size(value, "text", limits.TEXT_BYTES)
+
+
+class VariantSpec(_SizedBodies):
     """One variant of an A/B campaign: its subject, and its own html / text where it has them."""
 
     model_config = ConfigDict(extra="forbid")
@@ -144,16 +158,6 @@ class VariantSpec(BaseModel):
     text: str | None = Field(
         default=None, max_length=limits.TEXT_BYTES, description="Its own text template; default: the campaign's."
     )
-
-    @field_validator("html")
-    @classmethod
-    def _html_size(cls, value: str | None) -> str | None:
-        return _utf8_size(value, "html", limits.HTML_BYTES)
-
-    @field_validator("text")
-    @classmethod
-    def _text_size(cls, value: str | None) -> str | None:
-        return _utf8_size(value, "text", limits.TEXT_BYTES)
 
 
 class AbTestSpec(BaseModel):
@@ -180,7 +184,7 @@ class AbTestSpec(BaseModel):
 Variants = Annotated[list[VariantSpec], Field(min_length=FEWEST_VARIANTS, max_length=MOST_VARIANTS)]
 
 
-class CampaignSpec(BaseModel):
+class CampaignSpec(_SizedBodies):
     """A campaign as an operator writes it (YAML/JSON spec file or the API's POST body)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra=_SPEC_SCHEMA)
@@ -314,16 +318,6 @@ class CampaignSpec(BaseModel):
             except InvalidCampaignError as exc:
                 raise ValueError(str(exc).removeprefix("send_at: ")) from None
         return value
-
-    @field_validator("html")
-    @classmethod
-    def _html_size(cls, value: str | None) -> str | None:
-        return _utf8_size(value, "html", limits.HTML_BYTES)
-
-    @field_validator("text")
-    @classmethod
-    def _text_size(cls, value: str | None) -> str | None:
-        return _utf8_size(value, "text", limits.TEXT_BYTES)
 
     @model_validator(mode="after")
     def _some_body(self) -> CampaignSpec:
