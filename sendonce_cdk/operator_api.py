@@ -29,6 +29,7 @@ ROUTES = (
     (POST, "/campaigns/{id}/cancel"),
     (POST, "/campaigns/{id}/reschedule"),
     (POST, "/campaigns/{id}/unschedule"),
+    (POST, "/campaigns/{id}/pick"),
     (GET, "/campaigns/{id}/delivery-status"),
     (POST, "/campaigns/{id}/reconcile"),
     (POST, "/campaigns/{id}/audit"),

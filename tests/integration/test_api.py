@@ -96,6 +96,7 @@ def test_campaign_lifecycle_over_the_api_records_the_iam_caller(system):
             "dead_lettered": 0,
             "remaining": 12,
             "test_sends": {"count": 0, "recent": []},
+            "ab_test": None,
         },
     )
     assert resumed[0] == 202 and resumed[1]["republished"] == 12 and resumed[1]["job"]["state"] == "done"

@@ -69,6 +69,19 @@ def test_publishing_starts_the_test_and_schedules_its_pick_at_its_end(world):
     assert scheduler.picks == {"c1": NOW + 3_600_000}
 
 
+def test_a_scheduled_ab_campaigns_pick_is_set_by_its_publish_and_moves_with_its_start(world):
+    scheduler = FakeScheduler()
+    svc = service(world, scheduler=scheduler)
+    svc.create(ab_draft())
+
+    svc.publish("c1", people(4), send_at_ms=NOW + 600_000)
+    first = dict(scheduler.picks)
+    svc.reschedule("c1", NOW + 900_000)
+
+    assert first == {"c1": NOW + 600_000 + 3_600_000}
+    assert scheduler.picks == {"c1": NOW + 900_000 + 3_600_000}
+
+
 def test_a_pick_by_hand_records_the_winner_and_republishes_exactly_the_pending(world):
     svc = service(world)
     svc.create(ab_draft())

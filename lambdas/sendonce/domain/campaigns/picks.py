@@ -129,12 +129,14 @@ class VariantPicks:
         result = self.pick(firing.campaign_id)
         return {"picked": result.decided_now, "reason": result.decision.reason, **result.as_dict()}
 
-    def _schedule_pick(self, campaign: Campaign) -> None:
-        """At an A/B campaign's start: its pick at the test's end. Without a scheduler (or when
-        setting it fails) the operator picks by hand; the status says the winner is awaited."""
+    def _schedule_pick(self, campaign: Campaign, *, start_ms: int | None = None) -> None:
+        """An A/B campaign's pick at the test's end, `after` its start (now, or `start_ms` for a
+        scheduled one: set by the operator's publish or reschedule, which hold the scheduler, and
+        moved with the start). Without a scheduler (or when setting it fails) the operator picks
+        by hand; the status says the winner is awaited."""
         if campaign.ab_test is None:
             return
-        pick_at_ms = self._clock_ms() + campaign.ab_test.after_s * 1000
+        pick_at_ms = (start_ms if start_ms is not None else self._clock_ms()) + campaign.ab_test.after_s * 1000
         if self._scheduler is None:
             logger.warning(
                 "no scheduler: the A/B winner is picked by hand", extra={"campaign_id": campaign.campaign_id}

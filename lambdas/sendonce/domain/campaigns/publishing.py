@@ -68,7 +68,7 @@ class Publishing:
 
         def _enqueue_recorded_job(self, campaign_id: str, holder: str, job_id: str) -> Job: ...
 
-        def _schedule_pick(self, campaign: Campaign) -> None: ...
+        def _schedule_pick(self, campaign: Campaign, *, start_ms: int | None = None) -> None: ...
 
         def complete_if_done(self, campaign_id: str) -> Campaign | None: ...
 
@@ -133,6 +133,8 @@ class Publishing:
         opened = self._open_publish(campaign_id, holder=holder, send_at_ms=send_at_ms)
         if before.state is CampaignState.DRAFT and opened.state is CampaignState.SENDING:
             self._schedule_pick(opened)  # an A/B campaign's test starts now
+        elif before.state is CampaignState.DRAFT and opened.state is CampaignState.SCHEDULED:
+            self._schedule_pick(opened, start_ms=send_at_ms)  # ... or at its scheduled start
         try:
             if before.state is CampaignState.DRAFT and opened.state is CampaignState.SENDING and before.open_batches:
                 # Batches an unschedule left recorded go out with this publish, as a job under

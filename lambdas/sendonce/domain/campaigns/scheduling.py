@@ -187,7 +187,7 @@ class ScheduledSends:
 
     if TYPE_CHECKING:  # VariantPicks' (campaigns/picks.py), after this class in the service's bases
 
-        def _schedule_pick(self, campaign: Campaign) -> None: ...
+        def _schedule_pick(self, campaign: Campaign, *, start_ms: int | None = None) -> None: ...
 
     def _open_publish(self, campaign_id: str, *, holder: str, send_at_ms: int | None = None) -> Campaign:
         raise NotImplementedError
@@ -263,6 +263,7 @@ class ScheduledSends:
             send_at_ms=send_at_ms,
         )
         self._set_schedule(campaign_id, send_at_ms)
+        self._schedule_pick(campaign, start_ms=send_at_ms)  # an A/B test's end moves with its start
         return campaign
 
     def unschedule(self, campaign_id: str, *, reason: str | None = None) -> Campaign:
@@ -324,7 +325,6 @@ class ScheduledSends:
             if campaign.state is CampaignState.SCHEDULED and campaign.send_at_ms is not None:
                 reason += f" for {iso(campaign.send_at_ms)}, not {at}"
             return self._firing_result(firing, False, reason + "; nothing started")
-        self._schedule_pick(self._campaigns.get(firing.campaign_id))  # an A/B campaign's test starts now
         job = self._enqueue_recorded_job(firing.campaign_id, holder, job_id)
         return self._firing_result(firing, True, f"started: scheduled for {at}", job)
 
