@@ -122,6 +122,7 @@ OPERATOR_ROUTES = {
     "POST /campaigns/{id}/cancel",
     "POST /campaigns/{id}/reschedule",
     "POST /campaigns/{id}/unschedule",
+    "POST /campaigns/{id}/pick",
     "GET /campaigns/{id}/delivery-status",
     "POST /campaigns/{id}/reconcile",
     "POST /campaigns/{id}/audit",
