@@ -72,19 +72,7 @@ class VariantPicks:
                 f"campaign {campaign_id!r} is {campaign.state.value}; a winner is picked once it has sent its test"
             )
         now_ms = self._clock_ms()
-        figures = dict(self._variant_figures(campaign)) if self._variant_figures is not None else {}
-        if campaign.decision is not None:
-            decision = campaign.decision
-        elif variant is not None:
-            decision = Decision(
-                variant=variant,
-                by=self._operator,
-                at_ms=now_ms,
-                reason=reason or f"picked by hand by {self._operator}",
-                figures={v: figures.get(v, VariantFigures()) for v in test.variants},
-            )
-        else:
-            decision = decide(test, figures, by=self._operator, at_ms=now_ms)
+        decision = campaign.decision or self._decision(campaign, variant, reason, now_ms)
         recorded = self._campaigns.record_decision(campaign_id, decision)
         if recorded.decision is None:  # pragma: no cover - the store returns the decision that stands
             raise AssertionError(f"campaign {campaign_id!r}: no decision after recording one")
@@ -100,6 +88,21 @@ class VariantPicks:
             decided_now=decided_now,
             decision=recorded.decision,
             job_id=job.job_id if job is not None else None,
+        )
+
+    def _decision(self, campaign: Campaign, variant: str | None, reason: str | None, now_ms: int) -> Decision:
+        """A new decision (read the figures only then: a recorded one stands without them)."""
+        test = campaign.ab_test
+        assert test is not None
+        figures = dict(self._variant_figures(campaign)) if self._variant_figures is not None else {}
+        if variant is None:
+            return decide(test, figures, by=self._operator, at_ms=now_ms)
+        return Decision(
+            variant=variant,
+            by=self._operator,
+            at_ms=now_ms,
+            reason=reason or f"picked by hand by {self._operator}",
+            figures={v: figures.get(v, VariantFigures()) for v in test.variants},
         )
 
     def _send_the_rest(self, campaign: Campaign, *, decided_now: bool) -> Job | None:
