@@ -78,6 +78,11 @@ def test_an_open_counts_once_for_its_variant_and_an_earlier_one_moves_it_with_th
     found = aggregates_of(table).aggregates("ab")
     assert found.variants == {"A": VariantFigures(opened=1, clicked=1), REST: VariantFigures(opened=1)}
     assert found.engagement_per_minute == [Bucket(MINUTE0, {"opened": 2, "clicked": 1})]  # as before
+    # ... and per minute: the first's minute, not the later one it was first counted in
+    assert found.variants_per_minute == {
+        "A": [Bucket(MINUTE0, {"opened": 1, "clicked": 1})],
+        REST: [Bucket(MINUTE0, {"opened": 1})],
+    }
     # The variant's count moved with the total, in the same items: the later minute holds 0 of both.
     minutes = minute_counts(table, "ab", "r1")
     assert minutes[MINUTE0 + 2 * MINUTE_MS] == {"opened": 0, variant_count("A", "opened"): 0}
@@ -127,6 +132,12 @@ def test_sends_per_variant_ride_in_the_aggregators_writes_and_the_figures_functi
         "A": VariantFigures(sent=2, opened=1),
         "B": VariantFigures(sent=2, clicked=1),
         REST: VariantFigures(sent=1),
+    }
+    # Per minute, summed over the writers: each send in its minute, the open and the click in theirs
+    assert store.aggregates("ab").variants_per_minute == {
+        "A": [Bucket(MINUTE0, {"sent": 2, "opened": 1})],
+        "B": [Bucket(MINUTE0, {"clicked": 1}), Bucket(MINUTE0 + MINUTE_MS, {"sent": 2})],
+        REST: [Bucket(MINUTE0, {"sent": 1})],
     }
     # The outcomes are as they were: variant counts are no outcome of the timeline.
     assert store.aggregates("ab").outcomes_per_minute == [

@@ -270,6 +270,18 @@ def ab_report(decision):
             "B": VariantFigures(sent=100, opened=35, clicked=2),
             REST: VariantFigures(sent=800 if decision else 0, opened=345 if decision else 0, clicked=25),
         },
+        # The same per minute: the test sent at T0, its opens then and an hour later; the rest
+        # sent the winner four hours in, and opened it then and an hour later
+        variants_per_minute={
+            "A": [Bucket(T0, {"sent": 100, "opened": 10}), Bucket(T0 + 60 * MINUTE_MS, {"opened": 10, "clicked": 3})],
+            "B": [Bucket(T0, {"sent": 100, "opened": 20}), Bucket(T0 + 60 * MINUTE_MS, {"opened": 15, "clicked": 2})],
+            REST: [
+                Bucket(T0 + 240 * MINUTE_MS, {"sent": 800, "opened": 300, "clicked": 20}),
+                Bucket(T0 + 300 * MINUTE_MS, {"opened": 45, "clicked": 5}),
+            ]
+            if decision
+            else [],
+        },
     )
     return build_report(campaign=campaign, status=status, aggregates=aggregates, now_ms=T0 + MINUTE_MS)
 
@@ -305,4 +317,18 @@ def test_an_ab_campaigns_page_shows_each_variants_figures_and_the_winner(page, t
     assert "(winner)" in rows.nth(1).text_content() and "(winner)" not in rows.nth(0).text_content()
     assert page.page.locator("[data-winner]").text_content() == "B"
     assert "picked by schedule" in page.page.locator("#decision").text_content()
+    # ... and the rate the pick compares is drawn over time: a line per variant and the rest's,
+    # each point unique opens so far per email sent so far, the pick marked where it was taken
+    chart = page.page.locator("#variants-over-time")
+    assert chart.locator("g.trace.scatter path.js-line").count() == 3
+    assert chart.locator(".legendtext").all_text_contents() == ["A", "B", "the rest (sent the winner)"]
+    assert chart.locator(".annotation-text").all_text_contents() == ["B picked"]
+    last_rates = page.page.evaluate(
+        "() => document.getElementById('variants-over-time').data.map(t => t.y.filter(y => y !== null).at(-1))"
+    )
+    assert last_rates == [20.0, 35.0, 100 * 345 / 800]
+    assert colours_in(chart.screenshot()) > 20
+    # ... and on the timeline, and among the moves, as the campaign's other moves are
+    assert "pick B" in page.page.locator("#timeline .annotation-text").all_text_contents()
+    assert "pick B\tschedule\thighest rate of unique opens" in page.page.locator("#marks").inner_text()
     assert page.console_errors == [] and page.requests == [path.as_uri()]

@@ -39,7 +39,7 @@ variant, far from a write unit's 1 KB).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -185,6 +185,13 @@ def mark_update(
     }
 
 
+def _summed(counts: Iterable[Counter[str]]) -> Counter[str]:
+    total: Counter[str] = Counter()
+    for c in counts:
+        total.update(c)  # update adds, keeping zeros and negatives (`+` would drop them)
+    return total
+
+
 class DynamoDBReportAggregates:
     def __init__(self, *, client: Any, table_name: str):
         self._client = client
@@ -214,7 +221,7 @@ class DynamoDBReportAggregates:
         unknowns: Counter[str] = Counter()
         groups: dict[str, dict[int, Counter[str]]] = {}
         engaged: dict[int, Counter[str]] = {}
-        variants: dict[str, Counter[str]] = {}
+        variants: dict[str, dict[int, Counter[str]]] = {}
         with ThreadPoolExecutor(max_workers=READ_WORKERS) as pool:
             shards = list(pool.map(self._items, partitions(campaign_id)))
         for items in shards:
@@ -238,7 +245,9 @@ class DynamoDBReportAggregates:
                     for name in list(counts):
                         of_group, of_variant = group_count_of(name), variant_count_of(name)
                         if of_variant is not None:
-                            variants.setdefault(of_variant[0], Counter())[of_variant[1]] += counts.pop(name)
+                            variants.setdefault(of_variant[0], {}).setdefault(start, Counter())[of_variant[1]] += (
+                                counts.pop(name)
+                            )
                         elif of_group is not None:
                             groups.setdefault(of_group[0], {}).setdefault(start, Counter())[of_group[1]] += counts.pop(
                                 name
@@ -275,5 +284,16 @@ class DynamoDBReportAggregates:
                 for start, c in sorted(engaged.items())
                 if any(c.values())
             ],
-            variants={variant: VariantFigures(**c) for variant, c in sorted(variants.items())},
+            variants={
+                variant: VariantFigures(**_summed(by_minute.values()))
+                for variant, by_minute in sorted(variants.items())
+            },
+            variants_per_minute={
+                variant: [
+                    Bucket(start, {k: v for k, v in c.items() if v})
+                    for start, c in sorted(by_minute.items())
+                    if any(c.values())
+                ]
+                for variant, by_minute in sorted(variants.items())
+            },
         )

@@ -78,6 +78,9 @@ class CampaignReport:
     # An A/B campaign's variants: each one's sends, unique opens and clicks, the rest's, and
     # the decision or that the winner is awaited (None: the campaign has no A/B test).
     variants: AbResults | None = None
+    # Its variants' sends, unique opens and clicks per variant (the rest under REST), folded
+    # like `timeline`: what the test's rates were at each point, and the rest's after the pick.
+    variants_over_time: Mapping[str, list[Bucket]] = field(default_factory=dict)
 
     def group_totals(self) -> dict[str, dict[str, int]]:
         """Each mailbox group's GROUP_KINDS summed over the campaign."""
@@ -181,6 +184,25 @@ def groups_over_time(
     return {group: fold(per_minute[group], width_ms, origin=origin) for group in ranked}
 
 
+def variants_over_time(
+    results: AbResults | None, per_minute: Mapping[str, Iterable[Bucket]], width_ms: int, *, origin: int
+) -> dict[str, list[Bucket]]:
+    """Each test variant's minutes, then the rest's (REST), folded like the timeline; none
+    for a campaign without a test."""
+    if results is None:
+        return {}
+    keys = (*(v.variant for v in results.variants), results.rest.variant)
+    return {key: fold(per_minute.get(key, ()), width_ms, origin=origin) for key in keys}
+
+
+def pick_marks(results: AbResults | None) -> list[Mark]:
+    """An A/B test's decision as a move on the timeline: the winner, when, by whom and why."""
+    if results is None or results.decision is None:
+        return []
+    decision = results.decision
+    return [Mark(at_ms=decision.at_ms, event=f"pick {decision.variant}", by=decision.by, reason=decision.reason)]
+
+
 def engagement_of(campaign: Any, aggregates: ReportAggregates) -> tuple[dict[str, int] | None, str | None]:
     """The campaign's unique opens and clicks (the kinds it tracks), or None and why not."""
     tracking = getattr(campaign, "tracking", None)
@@ -208,10 +230,12 @@ def build_report(
         *aggregates.duplicates_prevented_per_minute,
         *(b for buckets in aggregates.groups_per_minute.values() for b in buckets),
         *aggregates.engagement_per_minute,
+        *(b for buckets in aggregates.variants_per_minute.values() for b in buckets),
     ]
     width = bucket_width(minutes)
     origin = min((b.start_ms for b in minutes), default=0)  # both charts' bars line up
     engagement, off_reason = engagement_of(campaign, aggregates)
+    results = ab_results(campaign, aggregates.variants)
     unknowns = {
         "open": status.unknown,
         "settled_sent": aggregates.unknowns_settled.get("sent", 0),
@@ -228,7 +252,7 @@ def build_report(
         bucket_ms=width,
         timeline=fold(aggregates.outcomes_per_minute, width, origin=origin),
         duplicates_prevented=fold(aggregates.duplicates_prevented_per_minute, width, origin=origin),
-        marks=sorted([*aggregates.marks, *marks], key=lambda m: m.at_ms),
+        marks=sorted([*aggregates.marks, *marks, *pick_marks(results)], key=lambda m: m.at_ms),
         feedback_by_domain=top_domains(aggregates.feedback_by_domain),
         feedback_by_group=by_group(aggregates.feedback_by_domain),
         groups_over_time=groups_over_time(aggregates.groups_per_minute, width, origin=origin),
@@ -236,7 +260,8 @@ def build_report(
         engagement=engagement,
         engagement_off_reason=None if engagement is not None else off_reason,
         engagement_over_time=fold(aggregates.engagement_per_minute, width, origin=origin),
-        variants=ab_results(campaign, aggregates.variants),
+        variants=results,
+        variants_over_time=variants_over_time(results, aggregates.variants_per_minute, width, origin=origin),
         audit=audit,
         others={cid: fold(buckets, width, origin=origin) for cid, buckets in (others or {}).items()},
         others_left_out=others_left_out,

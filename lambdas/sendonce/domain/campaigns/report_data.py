@@ -122,6 +122,9 @@ class ReportAggregates:
     # An A/B campaign's figures per variant, summed over its minutes: test variants by id, the
     # rest under REST (kept by the aggregator and the events function: VARIANT_KINDS).
     variants: Mapping[str, VariantFigures] = field(default_factory=dict)
+    # The same per minute: variant (or REST) -> buckets of {kind: n}, a send in the minute it
+    # ended `sent`, an open or a click in the minute of the recipient's first.
+    variants_per_minute: Mapping[str, list[Bucket]] = field(default_factory=dict)
 
 
 # --- Duplicates prevented: counted by the consumer, not the stream ---------------------------
