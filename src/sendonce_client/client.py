@@ -198,6 +198,17 @@ class Client:
         so a 409 here always means the campaign cannot be cancelled."""
         return self._request("POST", f"/campaigns/{_segment(campaign_id)}/cancel", body=_reason(reason))
 
+    def pick(self, campaign_id: str, variant: str | None = None, reason: str | None = None) -> dict[str, Any]:
+        """POST /campaigns/{id}/pick: an A/B campaign's winner (`variant`; None: by the test's
+        figures so far), recorded once, and the `job_id` sending it to the rest. Safe to
+        retry: the first decision stands, so a retry (or a pick after the schedule's) answers
+        with the winner that stands and `decided_now` false; compare `variant`. A campaign
+        without a test, or not yet sending, is a Conflict; an unknown variant an InvalidRequest."""
+        body: dict[str, Any] = {"variant": variant} if variant is not None else {}
+        if reason is not None:
+            body["reason"] = reason
+        return self._request("POST", f"/campaigns/{_segment(campaign_id)}/pick", body=body or None)
+
     def job(self, job_id: str) -> dict[str, Any]:
         """GET /jobs/{id}: a job (resume, cancel, reconcile): `state` (running, done, failed),
         `progress`, and once done its `result`."""

@@ -261,6 +261,45 @@ def test_state_changes_go_through_and_a_lost_answer_is_reconciled(system, record
     assert client.get_campaign("c1")["state"] == "cancelled"
 
 
+def test_a_pick_whose_answer_is_lost_is_retried_and_the_winner_that_stands_goes_to_the_rest(
+    system, recording_api, client
+):
+    handler, _ = recording_api
+    # Given an A/B campaign whose test went out, the rest waiting for the winner
+    ab = spec(
+        system,
+        "ab",
+        variants=[{"id": "A", "subject": "A {{ name }}"}, {"id": "B", "subject": "B {{ name }}"}],
+        test={"share": 0.5, "pick_by": "opens", "after": "1h"},
+        tracking={"opens": True},
+    )
+    ab.pop("subject")
+    client.create_campaign(ab)
+    client.publish("ab", people(system, 12))
+    system.poller().run_until_idle(idle_seconds=1, max_seconds=30)
+    waiting = client.status("ab")
+    handler.lose_first_answers.add("/campaigns/ab/pick")
+
+    # When the operator picks B and then A by mistake, the first answer of each lost
+    picked = client.pick("ab", "B", reason="by hand")
+    system.poller().run_until_idle(idle_seconds=1, max_seconds=30)
+    again = client.pick("ab", "A")
+
+    # Then the retry found B standing; the second pick changed nothing; everyone got one email
+    assert 0 < waiting["pending"] < 12 and waiting["ab_test"]["awaiting_winner"] is True
+    assert handler.paths().count("/campaigns/ab/pick") == 4
+    assert picked["variant"] == "B" and picked["decision"]["reason"] == "by hand"
+    assert again["variant"] == "B" and again["decided_now"] is False
+    assert client.status("ab")["sent"] == 12 and client.status("ab")["ab_test"]["decision"]["variant"] == "B"
+    assert system.deliveries() == {f"user{i}@{system.domain}": 1 for i in range(12)}
+    # ... and what cannot be picked is a typed error, not a retry
+    with pytest.raises(InvalidRequest, match="variant"):
+        client.pick("ab", "Z")
+    client.create_campaign(spec(system, "plain"))
+    with pytest.raises(Conflict, match="no A/B test"):
+        client.pick("plain")
+
+
 def test_reconcile_starts_a_job_whose_result_the_client_reads_and_a_missing_campaign_is_an_error(
     system, recording_api, client
 ):
