@@ -440,6 +440,7 @@ def test_an_ab_campaigns_delivery_status_carries_its_test_until_and_after_the_pi
     picked = call(system, "POST", "/campaigns/ab/pick", {"variant": "B", "reason": "by hand"})
     system.poller().run_until_idle(idle_seconds=1, max_seconds=30)
     done = call(system, "GET", "/campaigns/ab/delivery-status")
+    campaign = call(system, "GET", "/campaigns/ab")
     plain = call(system, "POST", "/campaigns", campaign_body(system, "plain"))
 
     assert waiting[0] == 200 and waiting[1]["pending"] > 0 and waiting[1]["sent"] + waiting[1]["pending"] == 10
@@ -448,3 +449,7 @@ def test_an_ab_campaigns_delivery_status_carries_its_test_until_and_after_the_pi
     assert done[1]["sent"] == 10 and done[1]["ab_test"]["decision"]["variant"] == "B"
     assert system.deliveries() == {f"user{i}@{system.domain}": 1 for i in range(10)}
     assert plain[0] == 201 and call(system, "GET", "/campaigns/plain/delivery-status")[1]["ab_test"] is None
+    # The campaign itself carries its test and the decision; a campaign without one, nulls
+    assert campaign[1]["ab_test"] == {"variants": ["A", "B"], "share": 0.5, "pick_by": "opens", "after_s": 3600}
+    assert campaign[1]["decision"]["variant"] == "B" and campaign[1]["decision"]["reason"] == "by hand"
+    assert (plain[1]["ab_test"], plain[1]["decision"]) == (None, None)

@@ -23,7 +23,7 @@ from sendonce.domain.campaigns.service import DeliveryStatus
 from sendonce.domain.campaigns.spec import (
     CampaignSpec as SpecModel,
 )
-from sendonce.domain.campaigns.variants import VARIANT_ID_PATTERN, Decision
+from sendonce.domain.campaigns.variants import VARIANT_ID_PATTERN, AbTest, Decision
 from sendonce.domain.jobs.models import Job
 from sendonce.domain.models import ID_PATTERN, Campaign, Tracking
 from sendonce.handlers import preview_routes
@@ -61,6 +61,14 @@ class CampaignView(BaseModel):
         default_factory=dict, description="Its own caps per mailbox group, emails per second; {}: none."
     )
     tracking: Tracking | None = Field(default=None, description="The opens and clicks it records; null: neither.")
+    ab_test: AbTest | None = Field(
+        default=None,
+        description="Its A/B test: the variants, the share of recipients sent one each, what picks the winner and "
+        "after how many seconds from the start (after_s); null: none.",
+    )
+    decision: Decision | None = Field(
+        default=None, description="The A/B test's winner once recorded (who, when, why, on what figures); null: none."
+    )
 
     @classmethod
     def of(cls, campaign: Campaign) -> "CampaignView":
@@ -83,6 +91,8 @@ class CampaignView(BaseModel):
             max_rate=campaign.max_rate,
             pacing=campaign.pacing,
             tracking=campaign.tracking,
+            ab_test=campaign.ab_test,
+            decision=campaign.decision,
         )
 
 
