@@ -347,7 +347,7 @@ def variants_figure(report: CampaignReport) -> go.Figure:
                 customdata=counts,
                 hovertemplate="%{y:.1f}%: %{customdata}",
                 name="the rest (sent the winner)" if rest else key,
-                mode="lines",
+                mode="lines+markers",  # a markers too: a variant sent in one bar only is one point
                 line=(
                     {"width": 2, "dash": "dot", "color": REST_COLOUR}
                     if rest

@@ -327,6 +327,11 @@ def test_an_ab_campaigns_page_shows_each_variants_figures_and_the_winner(page, t
         "() => document.getElementById('variants-over-time').data.map(t => t.y.filter(y => y !== null).at(-1))"
     )
     assert last_rates == [20.0, 35.0, 100 * 345 / 800]
+    # every rate known is a marker drawn (a variant sent in one bar only is still seen)
+    known = page.page.evaluate(
+        "() => document.getElementById('variants-over-time').data.map(t => t.y.filter(y => y !== null).length)"
+    )
+    assert chart.locator("g.points path.point").count() == sum(known) > 0
     assert colours_in(chart.screenshot()) > 20
     # ... and on the timeline, and among the moves, as the campaign's other moves are
     assert "pick B" in page.page.locator("#timeline .annotation-text").all_text_contents()
