@@ -41,6 +41,7 @@ from sendonce_client.errors import (
     error_for,
 )
 from sendonce_client.forecast import ForecastResult, s3_source
+from sendonce_client.recipients import recipient_dict
 from sendonce_client.streams import DEFAULT_STREAMS, Chunk, check_streams, merged_ranges, run_in_streams
 
 SERVICE = "execute-api"
@@ -441,24 +442,6 @@ class Client:
         if retry_after is not None:
             return min(self._backoff_cap_s, retry_after)
         return random.uniform(0, min(self._backoff_cap_s, self._backoff_base_s * 2**attempt))  # full jitter
-
-
-def recipient_dict(recipient: Any) -> dict[str, Any]:
-    """A recipient as the API's body takes it, from a mapping, a pydantic model, a
-    dataclass or any object with `recipient_id` and `email` attributes."""
-    if isinstance(recipient, Mapping):
-        return dict(recipient)
-    if hasattr(recipient, "model_dump"):
-        return recipient.model_dump(mode="json")
-    if dataclasses.is_dataclass(recipient) and not isinstance(recipient, type):
-        return dataclasses.asdict(recipient)
-    if hasattr(recipient, "recipient_id") and hasattr(recipient, "email"):
-        item = {"recipient_id": recipient.recipient_id, "email": recipient.email}
-        variables = getattr(recipient, "variables", None)
-        if variables:
-            item["variables"] = dict(variables)
-        return item
-    raise TypeError(f"a recipient must be a mapping or have recipient_id and email, not {type(recipient).__name__}")
 
 
 def _in_stream_positions(exc: SendonceAPIError, positions: list[int]) -> SendonceAPIError:

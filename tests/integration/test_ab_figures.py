@@ -146,6 +146,45 @@ def test_sends_per_variant_ride_in_the_aggregators_writes_and_the_figures_functi
     ]
 
 
+def test_the_fullest_minute_item_of_an_ab_campaign_stays_one_write_unit(system):
+    """Every number a minute item can hold, at once: the longest campaign id, every outcome,
+    every mailbox group's sends and events, and five variants with the longest ids plus the
+    rest, each sent, opened and clicked. Under 1 KB, each ADD to it costs one write unit, as
+    the per-key figures assume (32-character variant ids took it to 1,340 bytes)."""
+    from sendonce.domain.campaigns.report_data import OUTCOMES, group_count_of, variant_count_of
+    from sendonce.domain.deliverability.mailbox_groups import MailboxGroups
+    from sendonce.domain.sending.shards import shard_of
+    from sendonce_local.write_units import item_size
+
+    client = boto3.client("dynamodb")
+    table = system.resources.campaigns_table
+    campaign_id = "c" * 100  # ID_PATTERN's longest
+    variants = [f"{letter}2345678" for letter in "ABCDE"]  # VARIANT_ID_PATTERN's longest
+    groups = MailboxGroups().names
+    # One writer's item: recipients of one writer, so the events function adds to it too
+    recipients = [r for r in (f"r{i}" for i in range(10_000)) if shard_of(r, 64) == 7][: len(variants) + 1]
+    changes = [LedgerChange("claimed", state, T0) for state in OUTCOMES]
+    events = (("delivered", "x.example"), ("delivery_delayed", "x.example"), ("bounced", "x.example"), ("complained", "x.example"))  # fmt: skip
+    changes += [LedgerChange("claimed", "sent", T0, new_events=events, mailbox_group=g) for g in groups]
+    changes += [LedgerChange("claimed", "sent", T0, variant=v) for v in [*variants, REST]]
+    client.transact_write_items(TransactItems=increment_updates(table, campaign_id, "w7", increments_of(changes)))
+    engagement = DynamoDBEngagement(client=client, table_name=table)
+    for recipient, variant in zip(recipients, [*variants, REST], strict=True):
+        engagement.record(campaign_id, recipient, "opened", T0, variant=variant)
+        engagement.record(campaign_id, recipient, "clicked", T0, variant=variant)
+
+    item = client.get_item(
+        TableName=table,
+        Key={"pk": {"S": writer_partition(campaign_id, "w7")}, "sk": {"S": f"{MINUTE}{MINUTE0:013d}#w7"}},
+    )["Item"]
+
+    named = [variant_count_of(name) for name in item if variant_count_of(name)]
+    assert len(named) == 3 * (len(variants) + 1)  # every variant's sent, opened, clicked
+    assert len([name for name in item if group_count_of(name)]) == 4 * len(groups)
+    assert {"opened", "clicked", *OUTCOMES} <= set(item)
+    assert item_size(item) <= 1024, item_size(item)
+
+
 # --- the whole path ---------------------------------------------------------------------------
 
 

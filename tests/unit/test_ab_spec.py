@@ -98,7 +98,11 @@ def test_the_campaigns_own_subject_and_bodies_may_be_left_out_when_every_variant
         ({"tracking": {"clicks": True}}, [("test.pick_by", "opens needs tracking.opens: true")]),
         (
             {"variants": [{"id": "A b", "subject": "a"}, {"id": "B", "subject": "b"}]},
-            [("variants.0.id", "must be 1-32 letters, digits, '_' or '-', starting with a letter or digit")],
+            [("variants.0.id", "must be 1-8 letters, digits, '_' or '-', starting with a letter or digit")],
+        ),
+        (
+            {"variants": [{"id": "A", "subject": "a"}, {"id": "B12345678", "subject": "b"}]},
+            [("variants.1.id", "must be 1-8 letters, digits, '_' or '-', starting with a letter or digit")],
         ),
         (
             {"variants": [{"id": "A", "subject": "a\r\nBcc: x@evil.example"}, {"id": "B", "subject": "b"}]},

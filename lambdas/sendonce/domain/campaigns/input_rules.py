@@ -73,7 +73,7 @@ _AB_TEST_RULES: dict[tuple[str, ...], str] = {
     ("test", "pick_by"): "must be opens or clicks",
     ("test", "after"): "must be a duration from 1m to 30d: a whole number of minutes, hours or days (30m, 4h, 2d)",
 }
-_VARIANT_ID_RULE = "must be 1-32 letters, digits, '_' or '-', starting with a letter or digit"
+_VARIANT_ID_RULE = "must be 1-8 letters, digits, '_' or '-', starting with a letter or digit"
 
 
 def _ab_test_rule(error: Mapping[str, Any]) -> str | None:

@@ -145,7 +145,7 @@ class VariantSpec(_SizedBodies):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(pattern=VARIANT_ID_PATTERN, description="1-32 letters, digits, '_' and '-'; unique in the spec.")
+    id: str = Field(pattern=VARIANT_ID_PATTERN, description="1-8 letters, digits, '_' and '-'; unique in the spec.")
     subject: str = Field(
         min_length=1,
         max_length=limits.SUBJECT_CHARS,

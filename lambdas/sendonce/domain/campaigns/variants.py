@@ -27,7 +27,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-VARIANT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$"
+# At most 8 characters: a variant's figures are numbers named after it in the report's minute
+# items (report_data.variant_count), and the fullest such item must stay under 1 KB, one write
+# unit a write (tests/integration/test_ab_figures.py: 980 bytes at 8, 1,340 at 32).
+VARIANT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,7}$"
 VariantId = Annotated[str, Field(pattern=VARIANT_ID_PATTERN)]
 FEWEST_VARIANTS, MOST_VARIANTS = 2, 5
 # Fewer unique events than this over all variants decide nothing (the control is sent).
