@@ -342,7 +342,8 @@ def variants_figure(report: CampaignReport) -> go.Figure:
             counts.append(f"{engaged:,} {label} of {sent:,} sent")
         lines.append(
             go.Scatter(
-                x=[_at(ms) for ms in grid],
+                # Each point at its bar's end: the rate by then, so none precedes the sends it counts.
+                x=[_at(ms + report.bucket_ms) for ms in grid],
                 y=y,
                 customdata=counts,
                 hovertemplate="%{y:.1f}%: %{customdata}",
