@@ -81,6 +81,9 @@ def _recipient_at(where: str, fmt: str | None) -> Any:
 
 def _print_preview(preview: Preview, out: Path | None) -> None:
     click.echo(f"campaign {preview.campaign_id}, recipient {preview.recipient_id}, provider {preview.provider}")
+    if preview.variant is not None:
+        awaits = " (one of the rest: it gets the winner once picked; the first variant is shown)"
+        click.echo(f"variant {preview.variant}" + (awaits if preview.awaits_winner else ""))
     table = Table(show_header=False)
     table.add_column(style="bold")
     table.add_column()
@@ -113,6 +116,7 @@ def _print_preview(preview: Preview, out: Path | None) -> None:
 @click.option("--check", is_flag=True, help="Render every recipient of --recipients; report each that fails.")
 @click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default=None, help="Default: from the extension.")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Write the HTML part here.")
+@click.option("--variant", default=None, help="An A/B campaign's variant to show (default: the recipient's own).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text.")
 @click.pass_obj
 def campaign_preview(
@@ -124,6 +128,7 @@ def campaign_preview(
     check: bool,
     fmt: str | None,
     out: Path | None,
+    variant: str | None,
     as_json: bool,
 ) -> None:
     """Show the email as the consumer renders it: subject, headers, text and HTML; nothing is sent.
@@ -134,14 +139,16 @@ def campaign_preview(
     if check != (recipients_path is not None):
         raise click.UsageError("--check and --recipients FILE go together")
     if check:
-        if recipient_at or variables or out:
-            raise click.UsageError("--check takes no --recipient, --vars or --out")
+        if recipient_at or variables or out or variant:
+            raise click.UsageError(
+                "--check takes no --recipient, --vars, --out or --variant (it renders every variant)"
+            )
         _check(obj, campaign_id, recipients_path, fmt, as_json)  # type: ignore[arg-type]
         return
     if recipient_at and variables:
         raise click.UsageError("give --recipient FILE:LINE or --vars JSON, not both")
     recipient = _recipient_at(recipient_at, fmt) if recipient_at else recipient_of(_variables(variables))
-    preview = _sending(obj).preview.preview(campaign_id, recipient)
+    preview = _sending(obj).preview.preview(campaign_id, recipient, variant=variant)
     if out is not None and preview.html is not None:
         out.write_text(preview.html, encoding="utf-8")
     if as_json:
@@ -189,10 +196,19 @@ def _check(obj: Any, campaign_id: str, path: Path, fmt: str | None, as_json: boo
 )
 @click.option("--vars", "variables", default=None, help="Template variables (JSON object).")
 @click.option("--include-suppressed", is_flag=True, help="Send to suppressed addresses too (otherwise refused).")
+@click.option(
+    "--variant", default=None, help="An A/B campaign's variant to send (default: each of them, to every address)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text.")
 @click.pass_obj
 def campaign_test_send(
-    obj: Any, campaign_id: str, to: tuple[str, ...], variables: str | None, include_suppressed: bool, as_json: bool
+    obj: Any,
+    campaign_id: str,
+    to: tuple[str, ...],
+    variables: str | None,
+    include_suppressed: bool,
+    variant: str | None,
+    as_json: bool,
 ) -> None:
     """Send the campaign's email, marked as a test ([TEST] subject, X-Sendonce-Test header), to a few addresses.
 
@@ -207,6 +223,7 @@ def campaign_test_send(
         variables=_variables(variables),
         by=obj.operator(),
         include_suppressed=include_suppressed,
+        variant=variant,
     )
     if as_json:
         click.echo(json.dumps(_record_json(record)))
@@ -218,7 +235,8 @@ def campaign_test_send(
         for outcome in record.outcomes:
             result = f"sent ({outcome.provider_message_id})" if outcome.sent else f"not sent: {outcome.error}"
             note = f" [suppressed: {outcome.suppressed}]" if outcome.suppressed else ""
-            click.echo(f"  <email:{outcome.email_fingerprint}> {result}{note}")
+            which = f" variant {outcome.variant}:" if outcome.variant is not None else ""
+            click.echo(f"  <email:{outcome.email_fingerprint}>{which} {result}{note}")
     if record.sent < len(record.outcomes):
         raise click.exceptions.Exit(PARTIAL)
 

@@ -147,6 +147,33 @@ def test_the_api_previews_test_sends_and_shows_them_in_the_status(system, delive
     assert good[1]["headers"]["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
 
 
+def test_the_api_previews_and_test_sends_an_ab_campaigns_variants(system, deliverability):
+    spec = {
+        "id": "ab",
+        "name": "A/B",
+        "from": f"news@{system.domain}",
+        "provider": "resend",
+        "variants": [
+            {"id": "A", "subject": "A for {{ name }}", "html": "<p>A</p>"},
+            {"id": "B", "subject": "B for {{ name }}", "text": "B"},
+        ],
+        "test": {"share": 0.5, "pick_by": "opens", "after": "1h"},
+        "tracking": {"opens": True},
+    }
+    me = f"user0@{system.domain}"
+    assert call(system, "POST", "/campaigns", spec)[0] == 201
+
+    shown = call(system, "POST", "/campaigns/ab/preview", {"variables": {"name": "Ann"}, "variant": "B"})
+    sent = call(system, "POST", "/campaigns/ab/test-sends", {"to": [me], "variables": {"name": "Ann"}})
+    assert system.resend.wait_for_webhooks(30)
+    unknown = call(system, "POST", "/campaigns/ab/preview", {"variant": "Z"})
+
+    assert shown[0] == 200 and (shown[1]["variant"], shown[1]["subject"], shown[1]["text"]) == ("B", "B for Ann", "B")
+    assert sent[0] == 200 and [o["variant"] for o in sent[1]["outcomes"]] == ["A", "B"] and sent[1]["sent"] == 2
+    assert sorted(e.subject for e in system.resend.accepted()) == ["[TEST] A for Ann", "[TEST] B for Ann"]
+    assert unknown[0] == 400 and unknown[1]["message"] == "variant: 'Z' is not one of A, B"
+
+
 def test_the_api_refuses_test_sends_without_the_consumers_settings(system):
     system.campaign()
 

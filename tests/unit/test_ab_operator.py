@@ -15,12 +15,22 @@ from sendonce.domain.campaigns.preview import PreviewService
 from sendonce.domain.campaigns.recipients_file import RecipientReader
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.campaigns.spec import CampaignSpec
+from sendonce.domain.campaigns.variants import Decision
+from sendonce.domain.errors import InvalidCampaignError
 from sendonce.domain.models import CampaignState, Recipient
 from sendonce.handlers import api
 from sendonce_local.http_api import http_api_event
 from sendonce_local.poller import LocalLambdaContext
 from sendonce_ops.cli_context import Cli
-from tests.fakes import FakeCampaignStore, FakeClock, FakeLedger, FakeQueue, FakeScheduler
+from tests.fakes import (
+    FakeCampaignStore,
+    FakeClock,
+    FakeLedger,
+    FakeProvider,
+    FakeQueue,
+    FakeScheduler,
+    FakeTestSendLog,
+)
 
 T0 = 1_764_633_600_000  # 2025-12-02T00:00:00Z
 AB_SPEC = {
@@ -95,6 +105,93 @@ def test_check_renders_each_row_with_every_variant_and_names_the_variant_and_the
     assert both.recipient_id == "r3"
     assert both.problem.startswith("variant A: template variable missing: 'name' is undefined")
     assert "; variant B: template variable missing: 'name' is undefined" in both.problem
+
+
+# --- preview and test sends of one recipient ---------------------------------------------------
+
+BODIES_PER_VARIANT = {  # the campaign's own bodies left out: each variant has its own
+    **{k: v for k, v in AB_SPEC.items() if k != "html"},
+    "id": "ab-own",
+    "subject": "For listings",
+    "variants": [
+        {"id": "A", "subject": "A for {{ name }}", "html": "<p>A {{ name }}</p>"},
+        {"id": "B", "subject": "B for {{ name }}", "text": "B {{ name }}"},
+    ],
+}
+
+
+def people_of(campaign_id: str) -> dict[str | None, Recipient]:
+    """A recipient of each test variant, and one of the rest (None), of the campaign."""
+    from sendonce.domain.campaigns.variants import assign
+
+    test = CampaignSpec.model_validate(BODIES_PER_VARIANT).to_campaign().ab_test
+    found: dict[str | None, Recipient] = {}
+    for i in range(200):
+        found.setdefault(
+            assign(campaign_id, f"p{i}", test),
+            Recipient(recipient_id=f"p{i}", email=f"p{i}@example.com", variables={"name": "Ann"}),
+        )
+    assert set(found) == {"A", "B", None}
+    return found
+
+
+def test_a_recipients_preview_is_its_own_variant_and_one_of_the_rest_sees_the_first_until_the_pick(store, service):
+    service.create(CampaignSpec.model_validate(BODIES_PER_VARIANT).to_campaign())
+    people = people_of("ab-own")
+    preview = PreviewService(campaigns=store)
+
+    before = {who: preview.preview("ab-own", r) for who, r in people.items()}
+    chosen_b = preview.preview("ab-own", people["A"], variant="B")
+    store.record_decision("ab-own", Decision(variant="B", by="ann", at_ms=T0, reason="by hand"))
+    after = preview.preview("ab-own", people[None])
+
+    # Each test recipient sees its own variant, rendered from that variant's own bodies
+    assert (before["A"].variant, before["A"].subject, before["A"].html) == ("A", "A for Ann", "<p>A Ann</p>")
+    assert (before["B"].variant, before["B"].subject, before["B"].text) == ("B", "B for Ann", "B Ann")
+    assert not before["A"].awaits_winner and before["A"].ok
+    # One of the rest: the first variant, said to await the winner; the winner once recorded
+    assert (before[None].variant, before[None].awaits_winner, before[None].subject) == ("A", True, "A for Ann")
+    assert (after.variant, after.awaits_winner, after.subject) == ("B", False, "B for Ann")
+    # Asked for, another variant is shown
+    assert (chosen_b.variant, chosen_b.subject) == ("B", "B for Ann")
+
+
+def test_a_variant_is_refused_by_name_when_the_campaign_has_no_such_variant_or_no_test(store, service):
+    preview = PreviewService(campaigns=store)
+    someone = Recipient(recipient_id="r1", email="u1@example.com", variables={"name": "N", "coupon": "5%"})
+
+    with pytest.raises(InvalidCampaignError, match=r"^variant: 'Z' is not one of A, B$"):
+        preview.preview("ab", someone, variant="Z")
+    with pytest.raises(InvalidCampaignError, match=r"^variant: campaign 'plain' has no A/B test$"):
+        preview.preview("plain", someone, variant="A")
+    assert preview.preview("plain", someone).variant is None
+
+
+def test_a_test_send_of_an_ab_campaign_sends_each_variant_to_every_address_or_the_one_asked_for(store, service):
+    from sendonce.domain.campaigns.preview import TestSendService
+
+    service.create(CampaignSpec.model_validate(BODIES_PER_VARIANT).to_campaign())
+    provider = FakeProvider("resend")
+    sends = TestSendService(campaigns=store, providers={"resend": provider}, log=FakeTestSendLog())
+
+    every = sends.send("ab-own", ["me@example.com", "you@example.com"], variables={"name": "Ann"}, by="ann")
+    only_b = sends.send("ab-own", ["me@example.com"], variables={"name": "Ann"}, by="ann", variant="B")
+
+    assert [(o.variant, o.sent) for o in every.outcomes] == [("A", True), ("A", True), ("B", True), ("B", True)]
+    subjects = [(e.to, e.subject, e.tags.get("variant")) for e in provider.accepted]
+    assert subjects == [
+        ("me@example.com", "[TEST] A for Ann", "A"),
+        ("you@example.com", "[TEST] A for Ann", "A"),
+        ("me@example.com", "[TEST] B for Ann", "B"),
+        ("you@example.com", "[TEST] B for Ann", "B"),
+        ("me@example.com", "[TEST] B for Ann", "B"),
+    ]
+    assert provider.accepted[0].html == "<p>A Ann</p>" and provider.accepted[2].text == "B Ann"
+    assert every.subject == "[TEST] A for Ann" and [o.variant for o in only_b.outcomes] == ["B"]
+    assert len({e.idempotency_key for e in provider.accepted}) == 5  # one key an email
+    with pytest.raises(InvalidCampaignError, match="^variant: 'C' is not one of A, B$"):
+        sends.send("ab-own", ["me@example.com"], variables={"name": "Ann"}, by="ann", variant="C")
+    assert len(provider.accepted) == 5  # the refusal sent nothing
 
 
 # --- campaign pick (CLI) ----------------------------------------------------------------------

@@ -353,6 +353,7 @@ class TestSendOutcome(BaseModel):
     provider_message_id: str | None = None
     error: str | None = None
     suppressed: str | None = None  # the suppression it was sent despite (include_suppressed)
+    variant: str | None = None  # an A/B campaign's variant this email was
 
     @property
     def sent(self) -> bool:
@@ -371,7 +372,7 @@ class TestSendRecord(BaseModel):
     at: str  # ISO 8601, UTC
     by: str
     provider: str
-    subject: str
+    subject: str  # the first email's (an A/B campaign's test send: its first variant's)
     include_suppressed: bool = False
     outcomes: list[TestSendOutcome]
 

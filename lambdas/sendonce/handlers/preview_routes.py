@@ -19,6 +19,7 @@ from sendonce.domain import limits
 from sendonce.domain.campaigns.input_rules import ADDRESS_PATTERN
 from sendonce.domain.campaigns.preview import Preview, recipient_of
 from sendonce.domain.campaigns.recipients_file import InlineRecipient, VariableName
+from sendonce.domain.campaigns.variants import VARIANT_ID_PATTERN
 from sendonce.domain.errors import InvalidCampaignError, SettingsError
 from sendonce.domain.models import ID_PATTERN, TestSendRecord, VariableValue
 from sendonce.settings import ConsumerSettings
@@ -31,6 +32,7 @@ Variables = Annotated[
     dict[VariableName, VariableValue],
     Field(max_length=limits.VARIABLES_PER_RECIPIENT, description="Template variables (scalars)."),
 ]
+VariantField = Annotated[str | None, Field(pattern=VARIANT_ID_PATTERN)]
 
 
 class PreviewBody(BaseModel):
@@ -40,6 +42,11 @@ class PreviewBody(BaseModel):
 
     variables: Variables = Field(default=None)
     recipient: InlineRecipient = Field(default=None, description="A recipient as publish takes it.")
+    variant: VariantField = Field(
+        default=None,
+        description="An A/B campaign's variant to show; absent: the recipient's own (its test variant, or the "
+        "winner; one of the rest before the pick is shown the first).",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> "PreviewBody":
@@ -67,6 +74,11 @@ class PreviewView(BaseModel):
     unsubscribe_configured: bool
     html: str | None = None
     text: str | None = None
+    variant: str | None = Field(default=None, description="An A/B campaign's variant shown; null: no A/B test.")
+    awaits_winner: bool = Field(
+        default=False,
+        description="true: the recipient is one of the rest and no winner is recorded yet; the first variant is shown.",
+    )
 
     @classmethod
     def of(cls, preview: Preview) -> "PreviewView":
@@ -84,6 +96,9 @@ class TestSendBody(BaseModel):
     include_suppressed: StrictBool = Field(
         default=False, description="Send to suppressed addresses too; else refused (409)."
     )
+    variant: VariantField = Field(
+        default=None, description="An A/B campaign's variant to send; absent: each of its variants, to every address."
+    )
 
 
 class TestSendOutcomeView(BaseModel):
@@ -93,6 +108,7 @@ class TestSendOutcomeView(BaseModel):
     provider_message_id: str | None = None
     error: str | None = None
     suppressed: str | None = None
+    variant: str | None = Field(default=None, description="An A/B campaign's variant this email was.")
 
 
 class TestSendView(BaseModel):
@@ -199,7 +215,8 @@ def register(
             recipient = body.recipient
         else:
             recipient = recipient_of(body.variables if body is not None and body.variables else {})
-        return PreviewView.of(app.context["sending"].preview.preview(campaign_id, recipient))
+        variant = body.variant if body is not None else None
+        return PreviewView.of(app.context["sending"].preview.preview(campaign_id, recipient, variant=variant))
 
     @app.post(
         "/campaigns/<campaign_id>/test-sends",
@@ -214,6 +231,11 @@ def register(
     )
     def test_send(campaign_id: CampaignId, body: Annotated[TestSendBody, Body()]) -> TestSendView:
         record = app.context["sending"].test_sends.send(
-            campaign_id, body.to, variables=body.variables, by=caller(), include_suppressed=body.include_suppressed
+            campaign_id,
+            body.to,
+            variables=body.variables,
+            by=caller(),
+            include_suppressed=body.include_suppressed,
+            variant=body.variant,
         )
         return TestSendView.of(record)

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from sendonce.domain import limits
 from sendonce.domain.campaigns.ports import CampaignStore
 from sendonce.domain.campaigns.recipients_file import Row
+from sendonce.domain.campaigns.variants import HELD, variant_for
 from sendonce.domain.deliverability.feedback_id import FeedbackId
 from sendonce.domain.deliverability.ports import Suppressions
 from sendonce.domain.deliverability.unsubscribe import UnsubscribeLinks
@@ -75,6 +76,21 @@ def _variants(campaign: Campaign, campaigns: CampaignStore) -> dict[str, Compile
     return {v.id: _compiled(campaign, campaigns, content.of_variant(v.id)) for v in content.variants}
 
 
+def _chosen_variants(campaign: Campaign, variant: str | None) -> tuple[str, ...]:
+    """The variants a preview or a test send may show: `variant` (checked), or, for an A/B
+    campaign, all of them in the test's order; () for any other campaign."""
+    test = campaign.ab_test
+    if test is None:
+        if variant is not None:
+            raise InvalidCampaignError(f"variant: campaign {campaign.campaign_id!r} has no A/B test")
+        return ()
+    if variant is None:
+        return test.variants
+    if variant not in test.variants:
+        raise InvalidCampaignError(f"variant: {variant!r} is not one of {', '.join(test.variants)}")
+    return (variant,)
+
+
 def recipient_of(variables: Mapping[str, Any], *, recipient_id: str = PREVIEW_RECIPIENT_ID) -> Recipient:
     """A stand-in recipient holding `variables` (raises InvalidCampaignError naming a bad one)."""
     try:
@@ -113,6 +129,10 @@ class Preview:
     headers: dict[str, str] = field(default_factory=dict)
     error: str | None = None  # the template failed: nothing above would be sent
     unsubscribe_configured: bool = True
+    # An A/B campaign's: the variant shown (the recipient's own, unless one was asked for),
+    # and whether the recipient is one of the rest with no winner yet (shown: the first).
+    variant: str | None = None
+    awaits_winner: bool = False
 
     @property
     def ok(self) -> bool:
@@ -134,6 +154,8 @@ class Preview:
             "unsubscribe_configured": self.unsubscribe_configured,
             "html": self.html,
             "text": self.text,
+            "variant": self.variant,
+            "awaits_winner": self.awaits_winner,
         }
 
 
@@ -178,10 +200,13 @@ class PreviewService:
         self._unsubscribe = unsubscribe
         self._feedback_id = feedback_id
 
-    def preview(self, campaign_id: str, recipient: Recipient) -> Preview:
-        """The email `recipient` would get; a template error is reported, not raised."""
+    def preview(self, campaign_id: str, recipient: Recipient, *, variant: str | None = None) -> Preview:
+        """The email `recipient` would get; a template error is reported, not raised. An A/B
+        campaign's: the recipient's own variant (its test variant, or the winner), or
+        `variant`; one of the rest before a winner is recorded is shown the first."""
         campaign = self._campaigns.get(campaign_id)
         content = _compiled(campaign, self._campaigns)
+        shown, awaits = self._shown(campaign, recipient, variant)
         missing = _missing(content, recipient.variables)
         preview = Preview(
             campaign_id=campaign_id,
@@ -192,12 +217,26 @@ class PreviewService:
             missing=missing,
             unused=sorted(set(recipient.variables) - content.variables),
             unsubscribe_configured=self._unsubscribe is not None,
+            variant=shown,
+            awaits_winner=awaits,
         )
         try:
-            email = compose(campaign, content, recipient, "preview", self._unsubscribe, feedback_id=self._feedback_id)
+            email = compose(
+                campaign, content, recipient, "preview", self._unsubscribe, feedback_id=self._feedback_id, variant=shown
+            )
         except RenderError as exc:
             return replace(preview, error=_render_problem(exc, missing))
         return replace(preview, subject=email.subject, html=email.html, text=email.text, headers=email.headers)
+
+    @staticmethod
+    def _shown(campaign: Campaign, recipient: Recipient, variant: str | None) -> tuple[str | None, bool]:
+        """The variant a preview shows, and whether the recipient still awaits the winner."""
+        allowed = _chosen_variants(campaign, variant)
+        if not allowed or variant is not None:
+            return variant, False
+        assert campaign.ab_test is not None
+        own = variant_for(campaign.campaign_id, recipient.recipient_id, campaign.ab_test, campaign.decision)
+        return (allowed[0], True) if own == HELD else (own, False)
 
     def check(self, campaign_id: str, rows: Iterable[Row]) -> CheckReport:
         """Render every recipient of a file as the consumer would; report each that fails by line.
@@ -284,12 +323,15 @@ class TestSendService:
         variables: Mapping[str, Any] | None = None,
         by: str,
         include_suppressed: bool = False,
+        variant: str | None = None,
     ) -> TestSendRecord:
         """Everything is checked before anything is sent: the addresses (at most
-        limits.TEST_SEND_ADDRESSES, none suppressed unless `include_suppressed`), the provider
-        and the templates. Each address's outcome is recorded, sent or not."""
+        limits.TEST_SEND_ADDRESSES, none suppressed unless `include_suppressed`), the provider,
+        the variant and the templates. Each address's outcome is recorded, sent or not. An A/B
+        campaign sends `variant`, or each of its variants, to every address."""
         addresses = self._addresses(to)
         campaign = self._campaigns.get(campaign_id)
+        variants: tuple[str | None, ...] = _chosen_variants(campaign, variant) or (None,)
         provider = self._providers.get(campaign.provider)
         if provider is None:
             raise ConflictingRequestError(
@@ -299,20 +341,24 @@ class TestSendService:
         content = _compiled(campaign, self._campaigns)
         test_send_id = self._new_id()
         stand_in = recipient_of(variables or {}, recipient_id=f"test-{test_send_id[:12]}")
-        try:
-            content.render(stand_in.variables)
-        except RenderError as exc:
-            raise ConflictingRequestError(
-                f"variables: {_render_problem(exc, _missing(content, stand_in.variables))}"
-            ) from exc
+        for shown in variants:
+            try:
+                content.render(stand_in.variables, variant=shown)
+            except RenderError as exc:
+                where = "variables" if shown is None else f"variables (variant {shown})"
+                raise ConflictingRequestError(
+                    f"{where}: {_render_problem(exc, _missing(content, stand_in.variables))}"
+                ) from exc
         suppressed = self._suppressed(addresses, include_suppressed)
 
         outcomes = []
         subject = ""
-        for index, address in enumerate(addresses):
-            email = self._email(campaign, content, stand_in.model_copy(update={"email": address}), test_send_id, index)
-            subject = email.subject
-            outcomes.append(self._send_one(provider, email, suppressed.get(index)))
+        for n, (shown, (index, address)) in enumerate((v, a) for v in variants for a in enumerate(addresses)):
+            addressee = stand_in.model_copy(update={"email": address})
+            email = self._email(campaign, content, addressee, test_send_id, n, variant=shown)
+            subject = subject or email.subject
+            outcome = self._send_one(provider, email, suppressed.get(index))
+            outcomes.append(outcome.model_copy(update={"variant": shown}) if shown is not None else outcome)
         record = TestSendRecord(
             test_send_id=test_send_id,
             campaign_id=campaign_id,
@@ -371,16 +417,29 @@ class TestSendService:
         return found
 
     def _email(
-        self, campaign: Campaign, content: CompiledContent, recipient: Recipient, test_send_id: str, index: int
+        self,
+        campaign: Campaign,
+        content: CompiledContent,
+        recipient: Recipient,
+        test_send_id: str,
+        index: int,
+        *,
+        variant: str | None = None,
     ) -> OutboundEmail:
         key = f"{TEST_KEY_PREFIX}:{campaign.campaign_id}:{test_send_id}-{index}"
-        email = compose(campaign, content, recipient, key, self._unsubscribe, feedback_id=self._feedback_id)
+        email = compose(
+            campaign, content, recipient, key, self._unsubscribe, feedback_id=self._feedback_id, variant=variant
+        )
         # No recipient_id tag: a provider event about a test matches no delivery in the ledger.
         return email.model_copy(
             update={
                 "subject": TEST_SUBJECT_PREFIX + email.subject,
                 "headers": {**email.headers, TEST_HEADER: "1"},
-                "tags": {"campaign_id": campaign.campaign_id, "test_send_id": test_send_id},
+                "tags": {
+                    "campaign_id": campaign.campaign_id,
+                    "test_send_id": test_send_id,
+                    **({"variant": variant} if variant is not None else {}),
+                },
             }
         )
 
