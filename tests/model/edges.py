@@ -251,6 +251,32 @@ class EdgeRules:
         if message is not None:
             self._process(message)
 
+    @family("time")
+    @precondition(lambda self: bool(self.queue.visible()) or len(self.published) < len(self.people))
+    @rule(
+        index=st.integers(0, 5),
+        kind=st.sampled_from(["rate_limited", "busy"]),
+        late=st.sampled_from(["window+", "key+", "25h"]),
+    )
+    def refused_then_back_late(self, index, kind, late):
+        """The provider refuses a request outright (nothing accepted), and the message comes
+        back only past the replay window. The refusal must lift the marks its request set:
+        kept, its deliveries look maybe sent past the window and are closed unknown, never
+        sent (mutant 3a; after the A/B rules joined the model, 200 examples of swarm over
+        `provider` and `time` no longer drew a refusal followed by a late return)."""
+        self._step("refused_then_late")
+        message = self._unsent_message(index) or self._publish_the_rest(index)
+        if message is None:
+            return
+        self.provider.script[:0] = [kind, kind]  # the call and its in-process retry
+        self._process(message)
+        self.provider.script.clear()
+        self._jump_to(self.clock() + EDGES[late] + VISIBILITY_MS + 1)
+        message = self._back(message)
+        if message is not None:
+            FIGURES["refused_then_late"] += 1
+            self._process(message)
+
     def _unsent_message(self, index: int):
         """A visible message carrying someone nobody has claimed yet (received), if any."""
         records = self._records()
