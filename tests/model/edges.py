@@ -251,7 +251,7 @@ class EdgeRules:
         if message is not None:
             self._process(message)
 
-    @family("time")
+    @family("provider")
     @precondition(lambda self: bool(self.queue.visible()) or len(self.published) < len(self.people))
     @rule(
         index=st.integers(0, 5),
@@ -263,7 +263,8 @@ class EdgeRules:
         back only past the replay window. The refusal must lift the marks its request set:
         kept, its deliveries look maybe sent past the window and are closed unknown, never
         sent (mutant 3a; after the A/B rules joined the model, 200 examples of swarm over
-        `provider` and `time` no longer drew a refusal followed by a late return)."""
+        `provider` and `time` no longer drew a refusal followed by a late return). In `provider`:
+        in `time` it took the draws mutant 8's search needs."""
         self._step("refused_then_late")
         message = self._unsent_message(index) or self._publish_the_rest(index)
         if message is None:
