@@ -16,7 +16,7 @@ from sendonce.domain.campaigns.recipients_file import RecipientReader
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.domain.campaigns.spec import CampaignSpec
 from sendonce.domain.campaigns.variants import Decision
-from sendonce.domain.errors import InvalidCampaignError
+from sendonce.domain.errors import ConflictingRequestError, InvalidCampaignError
 from sendonce.domain.models import CampaignState, Recipient
 from sendonce.handlers import api
 from sendonce_local.http_api import http_api_event
@@ -162,7 +162,7 @@ def test_a_variant_is_refused_by_name_when_the_campaign_has_no_such_variant_or_n
 
     with pytest.raises(InvalidCampaignError, match=r"^variant: 'Z' is not one of A, B$"):
         preview.preview("ab", someone, variant="Z")
-    with pytest.raises(InvalidCampaignError, match=r"^variant: campaign 'plain' has no A/B test$"):
+    with pytest.raises(ConflictingRequestError, match=r"^variant: campaign 'plain' has no A/B test$"):
         preview.preview("plain", someone, variant="A")
     assert preview.preview("plain", someone).variant is None
 

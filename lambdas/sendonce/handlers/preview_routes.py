@@ -208,7 +208,7 @@ def register(
 
     @app.post(
         "/campaigns/<campaign_id>/preview",
-        responses=responses(200, "The email as the consumer renders it; nothing is sent", PreviewView, 400, 404),
+        responses=responses(200, "The email as the consumer renders it; nothing is sent", PreviewView, 400, 404, 409),
     )
     def preview(campaign_id: CampaignId, body: Annotated[PreviewBody | None, Body()] = None) -> PreviewView:
         if body is not None and body.recipient is not None:

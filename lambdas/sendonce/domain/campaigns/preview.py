@@ -81,8 +81,8 @@ def _chosen_variants(campaign: Campaign, variant: str | None) -> tuple[str, ...]
     campaign, all of them in the test's order; () for any other campaign."""
     test = campaign.ab_test
     if test is None:
-        if variant is not None:
-            raise InvalidCampaignError(f"variant: campaign {campaign.campaign_id!r} has no A/B test")
+        if variant is not None:  # the request is sound; the campaign is not one it fits (as a pick's)
+            raise ConflictingRequestError(f"variant: campaign {campaign.campaign_id!r} has no A/B test")
         return ()
     if variant is None:
         return test.variants
