@@ -122,6 +122,30 @@ def test_3c_a_recorded_group_never_requested_does_not_send_to_who_unsubscribed_s
     assert rig.provider.accepted[("c1", "r1")] == 0
 
 
+def test_16_a_first_attempt_reads_no_groups_and_a_taken_number_is_never_adopted(rig_for, monkeypatch):
+    """The batch's groups are read only once one of its recipients has a ledger record; a
+    group number met taken without that read goes to the next free number (mutant 16)."""
+    rig = rig_for(mode="batch")
+    publish(rig)
+    reads = []
+    read = rig.store.groups_of_batch
+    monkeypatch.setattr(rig.store, "groups_of_batch", lambda *a: reads.append(a) or read(*a))
+    message = receive(rig)
+    rig.process(message, budget_ms=1_000)  # g1 recorded with all three, then the time runs out
+    assert reads == []
+    rig.suppressions.add("user1@example.com", SuppressionReason.UNSUBSCRIBED, "test")
+    rig.clock.advance(LEASE)
+    message.visible_at_ms = 0
+    rig.process(message)
+    assert len(reads) == 1, "g1 met taken: the groups read once, to number the new group"
+    groups = rig.store.groups_of_batch("c1", _batch_id(rig))
+    assert [(g.group_id.rsplit("-", 1)[1], [r.recipient_id for r in g.recipients]) for g in groups] == [
+        ("g1", ["r0", "r1", "r2"]),
+        ("g2", ["r0", "r2"]),
+    ]
+    assert rig.states() == {"r0": "sent", "r1": "suppressed", "r2": "sent"}
+
+
 def _batch_id(rig: Rig) -> str:
     return next(iter(rig.store.batches("c1")))[0].batch_id
 

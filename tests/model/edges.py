@@ -278,6 +278,34 @@ class EdgeRules:
             FIGURES["refused_then_late"] += 1
             self._process(message)
 
+    @family("suppress")
+    @rule(index=st.integers(0, 5), member=st.integers(0, 1))
+    def group_recorded_then_a_member_unsubscribes(self, index, member):
+        """Batch mode: a consumer records a send group and dies before claiming it; one of its
+        members unsubscribes; the message comes back. The group bound nobody, so the member is
+        not sent (mutant 16: a group's number met without reading the batch's groups, as a
+        message none of whose recipients has a record is sent, is adopted with its members)."""
+        self._step("group_then_unsubscribe")
+        records = self._records()
+        fresh = [
+            m
+            for m in self.queue.visible()
+            if len(self._batch_ids(m)) > 1 and not any(rid in records for rid in self._batch_ids(m))
+        ]
+        if self.mode != "batch" or not fresh:
+            return
+        message = self.queue.receive_this(fresh[index % len(fresh)])
+        if message is None:
+            return
+        self._process(message, crash_at=("record_group", 1), after=True)
+        ids = self._batch_ids(message)
+        self._unsubscribe(next(p for p in self.people if p.recipient_id == ids[member % len(ids)]))
+        self._jump_to(self.clock() + VISIBILITY_MS + 1)
+        message = self._back(message)
+        if message is not None:
+            FIGURES["group_then_unsubscribe"] += 1
+            self._process(message)
+
     def _unsent_message(self, index: int):
         """A visible message carrying someone nobody has claimed yet (received), if any."""
         records = self._records()

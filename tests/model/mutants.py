@@ -35,7 +35,7 @@ from sendonce.domain.campaigns import scheduling as scheduling_module
 from sendonce.domain.campaigns import service as campaigns_module
 from sendonce.domain.campaigns import unknowns as unknowns_module
 from sendonce.domain.campaigns import window_pauses as window_pauses_module
-from sendonce.domain.models import Campaign, CampaignState, DeliveryState
+from sendonce.domain.models import Campaign, CampaignState, DeliveryState, SendGroup
 from sendonce.domain.sending import batch_run as batch_run_module
 from sendonce.domain.sending import delivery as delivery_module
 from sendonce.domain.sending import delivery_tables
@@ -239,6 +239,7 @@ MACHINES = {
     "13": (R1, RB),
     "14": (R1, RB, SES),
     "15": (R1, SES, RB),
+    "16": (RB,),
 }
 # 8: at 100 examples a machine its catch hung on the seed's luck (caught at example 8 before
 # the A/B rules and 3a's rule joined the model, then missed); at 300, found at example 20.
@@ -258,13 +259,14 @@ FOCUS = {
     "13": frozenset({"sharing"}),  # a small campaign published behind a large one, then the drain
     "14": frozenset({"warmup"}),  # u1 published past its day's cap, consumed
     "15": frozenset({"variants"}),  # v1 published, its winner picked, its test recipients then consumed
+    "16": frozenset({"suppress"}),  # a group recorded, its consumer dead, a member unsubscribed, the message back
 }
 # The explorer's depth per mutant (default: its own); 7 needs a halt, a cancel and the last
 # receive's crash: three actions. 10 and 11 are the lifecycle's (a schedule's firing, a window's
 # opening) and 13 needs two campaigns in one queue, which the explorer's world of one delivery
 # does not hold; 12 is the DynamoDB adapter's, which its fakes restate; 14 needs a warm-up
 # campaign and a day's opening: depth 0, the model decides.
-EXPLORER_DEPTH = {"7": 3, "10": 0, "11": 0, "12": 0, "13": 0, "14": 0, "15": 0}
+EXPLORER_DEPTH = {"7": 3, "10": 0, "11": 0, "12": 0, "13": 0, "14": 0, "15": 0, "16": 0}
 
 MUTANTS = {
     "1 refused takeover forgets the first attempt": lambda: replaced(dynamodb_ledger.items, "_LIFT_GUARD", ""),
@@ -318,7 +320,17 @@ MUTANTS = {
     "15 an A/B recipient's variant chosen from the campaign's state at send time": lambda: replaced(
         batch_run_module.BatchRun, "variant_of", _variant_from_the_campaigns_state
     ),
+    "16 a group number met without reading the batch's groups is adopted": lambda: replaced(
+        groups_module.GroupDelivery, "_record", _adopt_a_taken_number
+    ),
 }
+
+
+def _adopt_a_taken_number(self, run, those, number, *, groups_read):
+    # Before: whatever group held the number was taken as this receive's.
+    batch = run.batch
+    group = SendGroup(campaign_id=batch.campaign_id, group_id=f"{batch.batch_id}-g{number}", recipients=those)
+    return self._campaigns.record_group(group), number
 
 
 def _settings(database, phases, max_examples):

@@ -128,6 +128,7 @@ class DeliveryModel(EdgeRules, WindowRules, SharingRules, WarmupRules, VariantRu
         # When each delivery was last claimed (the ledger's history carries wall-clock times).
         self.claimed_at: dict[str, int] = {}
         self.attempts: dict[str, int] = {}
+        self.unsubscribed_unattempted: set[str] = set()  # c1's people who unsubscribed before any record
         self.peaks: Counter = Counter()
         FIGURES["examples"] += 1
         FIGURES["example_steps"] = 0
@@ -447,9 +448,15 @@ class DeliveryModel(EdgeRules, WindowRules, SharingRules, WarmupRules, VariantRu
     @rule(index=st.integers(0, RECIPIENTS - 1))
     def recipient_unsubscribes(self, index):
         self._step("suppress")
+        self._unsubscribe(self.people[index])
+
+    def _unsubscribe(self, person) -> None:
         from sendonce.domain.deliverability.ports import SuppressionReason
 
-        self.suppressions.add(self.people[index].email, SuppressionReason.UNSUBSCRIBED, "model")
+        if person.recipient_id not in self._records():
+            # No record: no request for them ever went out (a claim comes first), so none may.
+            self.unsubscribed_unattempted.add(person.recipient_id)
+        self.suppressions.add(person.email, SuppressionReason.UNSUBSCRIBED, "model")
 
     @rule(limit=st.sampled_from([1, 3, 10, None]), crash_after=st.none() | st.integers(0, 2))
     def aggregate_counters(self, limit, crash_after):
@@ -622,6 +629,8 @@ class DeliveryModel(EdgeRules, WindowRules, SharingRules, WarmupRules, VariantRu
             return
         twice = {k: n for k, n in self.provider.accepted.items() if n > 1}
         assert not twice, f"duplicates: {twice}"
+        unsubscribed = sorted(r for r in self.unsubscribed_unattempted if self.provider.accepted[("c1", r)])
+        assert not unsubscribed, f"sent after unsubscribing before any attempt: {unsubscribed}"
         status = self.operator.status("c1")
         records = self._records()
         self._observe(records)

@@ -61,8 +61,11 @@ class GroupDelivery:
             r.recipient_id: self._guard.payload_hash(r.email, r.variables, run.variant_of(r.recipient_id))
             for r in batch.recipients
         }
-        groups = self._campaigns.groups_of_batch(batch.campaign_id, batch.batch_id)
         records = self._ledger.get_many(batch.campaign_id, [r.recipient_id for r in batch.recipients])
+        # A recorded group matters only once it bound a member (its claim writes the member's
+        # record): with no member recorded, none may be replayed or carry them, and the groups
+        # are not read. Their number is then met at `_record`, which never adopts it.
+        groups = self._campaigns.groups_of_batch(batch.campaign_id, batch.batch_id) if records else None
         # A recorded group whose request may have gone out is replayed exactly (same members,
         # same key), so the provider answers from its key store. One that never went out —
         # recorded, then the time ran out; or refused outright — binds nobody: its members
@@ -71,7 +74,7 @@ class GroupDelivery:
         # members go one by one, and the claim rules close them as unknown.
         replayed: set[str] = set()
         now_ms = self._clock_ms()
-        for group in groups:
+        for group in groups or ():
             if self._replayable(group, records, hashes, now_ms):
                 self._run_group(run, group, hashes)
                 replayed.update(r.recipient_id for r in group.recipients)
@@ -91,7 +94,7 @@ class GroupDelivery:
             return singles
         if replayed:
             records = self._ledger.get_many(batch.campaign_id, [r.recipient_id for r in candidates])
-        group_id = f"{batch.batch_id}-g{len(groups) + 1}"
+        group_id = f"{batch.batch_id}-g{len(groups or ()) + 1}"
         key = SendGroup(campaign_id=batch.campaign_id, group_id=group_id, recipients=[]).idempotency_key
         members = []
         foreign: set[str] = set()
@@ -148,14 +151,13 @@ class GroupDelivery:
                 members, reached = members[:taken], self._sender.day_cap_reached(run)
         parts = self._sender.pacing.send_groups(members, _address, run.campaign.pacing)
         recorded: list[tuple[SendGroup, list[Recipient]]] = []
-        for n, those in enumerate(parts):
+        number = len(groups or ()) + 1
+        for those in parts:
             if run.halt.is_set():
                 break
-            group_n = group_id if n == 0 else f"{batch.batch_id}-g{len(groups) + 1 + n}"
-            group = self._campaigns.record_group(
-                SendGroup(campaign_id=batch.campaign_id, group_id=group_n, recipients=those)
-            )
+            group, number = self._record(run, those, number, groups_read=groups is not None)
             recorded.append((group, those))
+            number += 1
         # One worker per mailbox group: its send groups one after another (its cap's places
         # come a second at a time; more requests waiting on them would only spend them on
         # seconds they then miss), the mailbox groups side by side.
@@ -186,6 +188,30 @@ class GroupDelivery:
                     "returning", left_out, error="send group recorded with other members by another consumer"
                 )
         return singles
+
+    def _record(
+        self, run: BatchRun, those: list[Recipient], number: int, *, groups_read: bool
+    ) -> tuple[SendGroup, int]:
+        """Records a new send group of `those` as the batch's group `number`; returns the group
+        as recorded and the number it took.
+
+        The number may be taken. With the batch's groups read, by a consumer racing this one
+        since: its group stands, decided from the same state (`deliver` returns those it left
+        out). Unread, by any group of an earlier receive that bound nobody (recorded, then
+        the consumer died): it is never adopted, for its members were decided then (one may
+        have unsubscribed since). The groups are read and `those` take the next free number."""
+        batch = run.batch
+        group = self._campaigns.record_group(
+            SendGroup(campaign_id=batch.campaign_id, group_id=f"{batch.batch_id}-g{number}", recipients=those)
+        )
+        if groups_read or [r.recipient_id for r in group.recipients] == [r.recipient_id for r in those]:
+            return group, number
+        taken = self._campaigns.groups_of_batch(batch.campaign_id, batch.batch_id)
+        number = max([number, *(int(g.group_id.rsplit("-g", 1)[1]) for g in taken)]) + 1
+        group = self._campaigns.record_group(
+            SendGroup(campaign_id=batch.campaign_id, group_id=f"{batch.batch_id}-g{number}", recipients=those)
+        )
+        return group, number
 
     @staticmethod
     def _replayable(
