@@ -6,7 +6,8 @@ any campaign's messages; an operator pauses, resumes and cancels either.
 Checked: no email of n1 or n2 is accepted twice (with c1's, by the model's invariants); after
 the fault-free drain every recipient of a campaign that is not paused has ended; and
 liveness — during the drain, a campaign with messages waiting is served within
-2 x (campaigns waiting) + 1 receives (QueueModel.receive_fair, `starved`). The drain receives
+2 x (campaigns waiting) + 1 receives, not counting those the fair queue's measures gave a
+tenant it ranks first (QueueModel.receive_fair, `starved`). The drain receives
 as a fair queue does, from the groups the publisher put on the messages
 (sqs_queue.batch_entries): with the groups reverted (mutant 13) every message is a tenant of
 its own and n2 waits behind all of n1's batches.
