@@ -19,6 +19,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
+from sendonce.domain.campaigns.batches import campaign_named_by
 from sendonce.domain.models import CampaignState
 from sendonce.domain.sending.delivery_tables import FINAL, HELD, IDEMPOTENCY_WINDOW_MS
 from tests.model.world import KEY_LIFETIME_MS
@@ -286,11 +287,13 @@ class EdgeRules:
         not sent (mutant 16: a group's number met without reading the batch's groups, as a
         message none of whose recipients has a record is sent, is adopted with its members)."""
         self._step("group_then_unsubscribe")
-        records = self._records()
+        records = self._records()  # c1's
         fresh = [
             m
             for m in self.queue.visible()
-            if len(self._batch_ids(m)) > 1 and not any(rid in records for rid in self._batch_ids(m))
+            if campaign_named_by(m.body) == "c1"
+            and len(self._batch_ids(m)) > 1
+            and not any(rid in records for rid in self._batch_ids(m))
         ]
         if self.mode != "batch" or not fresh:
             return
