@@ -122,7 +122,9 @@ def test_sending_and_campaign_status_show_each_campaigns_rate_share_dwell_and_et
     # `watch` too, on every read (here one: --timeout 0 gives up after it, exit 3)
     [line] = json_lines(watched)
     assert watched.exit_code == 3 and line["state"] == "sending"
-    assert (line["sending_now"]["places"], line["sending_now"]["share"]) == (places["heavy"], shown["heavy"]["share"])
+    # Places only leave the last 30 s by this later read, never join it (a CI run beside
+    # `make verify` read 48 of 71).
+    assert 0 < line["sending_now"]["places"] <= places["heavy"] and 0.6 <= line["sending_now"]["share"] <= 0.72
     assert watched_text.exit_code == 3
     # Read by the watch seconds later (many CLI processes on a busy machine): places only leave
     # the last 30 s, never join it, so its rate is at most the one taken, and its own.

@@ -79,8 +79,10 @@ settings.register_profile(
 settings.register_profile("debug", settings.get_profile("bounded"), phases=[Phase.explicit, Phase.generate])
 settings.register_profile("hunt", settings.get_profile("deep"), phases=[Phase.explicit, Phase.generate])
 PROFILE = os.environ.get("SENDONCE_MODEL_PROFILE", "bounded")
-# The deep profile runs for many minutes per machine: no per-test timeout there.
-pytestmark = pytest.mark.timeout(0 if PROFILE in ("deep", "hunt") else 280)
+# The deep profile runs for many minutes per machine: no per-test timeout there. The bounded
+# one is a guard against a hang, not a timed assertion: a machine takes ~1.5 min idle and took
+# 277 s and then more than 280 s in CI runs beside `make verify` (2026-12-07).
+pytestmark = pytest.mark.timeout(0 if PROFILE in ("deep", "hunt") else 600)
 
 
 @pytest.fixture(scope="module", autouse=True)
