@@ -17,7 +17,7 @@ patched moto in one process that way).
 
 The patches live by the part of moto they change: dynamodb_transactions.py,
 dynamodb_locking.py, dynamodb_streams.py, dynamodb_expressions.py, dynamodb_reads.py,
-cloudformation.py, moto_api.py, sqs_fairness.py, ses_headers.py and ses_account.py
+cloudformation.py, moto_api.py, sqs_fairness.py, sqs_receiving.py, ses_headers.py and ses_account.py
 (replacing.py: how ``replace`` records and undoes). This module is the entry point: the
 version guard, the two sets in the order they are applied, and ``apply()`` / ``revert()``;
 tests/integration/moto_patches/ holds a test file per part.
@@ -56,6 +56,7 @@ from sendonce_local.moto_patches.replacing import Replace as Replace  # re-expor
 from sendonce_local.moto_patches.ses_account import ses_account_has_a_state
 from sendonce_local.moto_patches.ses_headers import simple_sends_keep_their_headers
 from sendonce_local.moto_patches.sqs_fairness import receives_serve_quiet_groups_first
+from sendonce_local.moto_patches.sqs_receiving import receives_take_each_message_once
 
 # constraints.txt and the `local` extra (pyproject.toml) pin the same version: update them
 # together, after checking each patch in this package against the new moto
@@ -95,6 +96,7 @@ DEFECT_FIXES: tuple[PatchFunction, ...] = (
     stack_updates_keep_dynamodb_tables,
     stream_mappings_invoke_enabled_only,
     stream_reads_under_the_dynamodb_lock,
+    receives_take_each_message_once,
     # A feature gap rather than a wrong answer: the campaign queue is an SQS fair queue on AWS
     # (its messages carry their campaign as MessageGroupId); stock moto receives in plain order.
     receives_serve_quiet_groups_first,
