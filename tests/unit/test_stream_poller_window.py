@@ -126,3 +126,35 @@ def test_drain_gives_up_when_nothing_is_applied_for_its_wait(monkeypatch):
     with pytest.raises(TimeoutError, match="applied no record for 30"):
         poller.drain(max_seconds=30)
     assert poller.counters.records == 0 and poller.counters.errors >= 3
+
+
+class CountingStreams(FakeStreams):
+    def __init__(self, sizes: list[int]) -> None:
+        super().__init__(sizes)
+        self.described = 0
+
+    def describe_stream(self, **kwargs):
+        self.described += 1
+        return super().describe_stream(**kwargs)
+
+
+def test_the_shard_list_is_read_once_every_shard_list_rounds_not_every_round():
+    # Idle, a round is one GetShardIterator and one GetRecords a shard; DescribeStream every
+    # round was a third of the requests (60 a second for the aggregator's two streams).
+    from sendonce_local.stream_poller import SHARD_LIST_ROUNDS
+
+    streams = CountingStreams([1] * (2 * SHARD_LIST_ROUNDS + 1))
+    batches: list[int] = []
+    poller = StreamPoller(streams_client=streams, stream_arns=[ARN], handler=lambda e, c: batches.append(1))
+    for _ in range(2 * SHARD_LIST_ROUNDS + 1):
+        poller.poll_once()
+    assert len(batches) == 2 * SHARD_LIST_ROUNDS + 1  # every round still reads the shard
+    assert streams.described == 3
+
+
+def test_an_idle_round_waits_a_quarter_second_as_lambda_polls_four_times_a_second():
+    poller = StreamPoller(streams_client=FakeStreams([]), stream_arns=[ARN], handler=lambda e, c: None)
+    waits = RecordedWaits(1)
+    poller._stopping = waits  # type: ignore[assignment] - the loop's only clock
+    poller._run()
+    assert waits.waits == [0.25]

@@ -14,6 +14,7 @@ from typing import Any
 import boto3
 
 from sendonce.adapters.dynamodb.campaigns import DynamoDBCampaignStore
+from sendonce.contract import AGGREGATOR_BATCHING_WINDOW_SECONDS
 from sendonce.domain.campaigns.service import CampaignService
 from sendonce.settings import ApiSettings
 from sendonce.wiring.api import campaign_service
@@ -110,6 +111,9 @@ class DemoSystem:
             ledger_table=consumer.ledger_table,
             campaigns_table=consumer.campaigns_table,
             handler=self._aggregator_handler(consumer.campaigns_table),
+            # The deployed mapping's window (not 0, polling again at once): batches of the size
+            # the stack's aggregator gets, so fewer aggregator writes for moto to apply.
+            batching_window_s=AGGREGATOR_BATCHING_WINDOW_SECONDS,
         ).start()
         self.say(f"stack deployed in {self.deploy_seconds:.1f} s")
         return self
