@@ -153,15 +153,31 @@ class EventSourcePoller:
     def _wait_until_idle(
         self, idle_seconds: float, deadline: float, interrupted: threading.Event | None = None
     ) -> bool:
-        """True once idle; False at the deadline or when ``interrupted`` is set."""
+        """True once idle; False at the deadline or when ``interrupted`` is set.
+
+        Idle takes two readings of an empty queue, ``_QUEUE_CHECK_INTERVAL_S`` apart, with
+        nothing received in between. One is not enough: moto reads a queue's visible and
+        its invisible messages at two instants, so a message whose visibility timeout ends
+        between them is in neither count, and a worker may receive it while the reading
+        is on its way back (a CI run returned the counters of an invocation in progress)."""
         next_queue_check = 0.0
+        empty_at: float | None = None  # the activity stamp at the last reading of an empty queue
         while interrupted is None or not interrupted.is_set():
             now = time.monotonic()
             with self._lock:
                 quiet = self._in_flight == 0 and now - self._last_activity >= idle_seconds
-            if quiet and now >= next_queue_check:
-                if self._queue_is_empty():
-                    return True
+                stamp = self._last_activity
+            if not quiet:
+                empty_at = None
+            elif now >= next_queue_check:
+                if not self._queue_is_empty():
+                    empty_at = None
+                else:
+                    with self._lock:
+                        unchanged = self._in_flight == 0 and self._last_activity == stamp
+                    if unchanged and empty_at == stamp:
+                        return True
+                    empty_at = stamp if unchanged else None
                 next_queue_check = now + _QUEUE_CHECK_INTERVAL_S
             if now >= deadline:
                 return False
